@@ -1,0 +1,473 @@
+//! The simulator's HTTP face: routing of Kubernetes API paths, query
+//! parsing, `Status` error bodies, the `/debug/` endpoints, and `SimServer`.
+//!
+//! All state changes go through `Sim`/`Store`; this file only translates.
+//! Errors are mapped to HTTP in one place, `status_response`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use actix_web::http::{Method, StatusCode, header};
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use kube::config::{Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use super::resource::{self, ResourceDef};
+use super::selector::{FieldSelector, LabelSelector};
+use super::store::{Filter, WatchFrom};
+use super::watch::{self, WatchTiming};
+use super::{Sim, SimError};
+
+const JSON: &str = "application/json";
+const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+const CONTEXT: &str = "kubefan-sim";
+
+/// A running simulator HTTP server.
+pub struct SimServer {
+    addr: SocketAddr,
+    sim: Sim,
+    handle: ServerHandle,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl SimServer {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn sim(&self) -> &Sim {
+        &self.sim
+    }
+
+    /// A kubeconfig with one cluster, user and context named "kubefan-sim",
+    /// set as current context.
+    pub fn kubeconfig(&self) -> Kubeconfig {
+        Kubeconfig {
+            clusters: vec![NamedCluster {
+                name: CONTEXT.into(),
+                cluster: Some(Cluster {
+                    server: Some(self.url()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            auth_infos: vec![NamedAuthInfo {
+                name: CONTEXT.into(),
+                auth_info: Some(Default::default()),
+                ..Default::default()
+            }],
+            contexts: vec![NamedContext {
+                name: CONTEXT.into(),
+                context: Some(Context {
+                    cluster: CONTEXT.into(),
+                    user: Some(CONTEXT.into()),
+                    namespace: Some("default".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            current_context: Some(CONTEXT.into()),
+            kind: Some("Config".into()),
+            api_version: Some("v1".into()),
+            ..Default::default()
+        }
+    }
+
+    /// A client config pointing at this server, default namespace "default".
+    pub fn client_config(&self) -> kube::Config {
+        // A `SocketAddr` always forms a valid authority.
+        let uri = self.url().parse().unwrap_or_default();
+        kube::Config::new(uri)
+    }
+
+    /// Ends open watches and stops the server, waiting for it to finish.
+    pub async fn stop(self) {
+        self.sim.end_watches();
+        self.handle.stop(true).await;
+        let _ = self.task.await;
+    }
+}
+
+pub(crate) async fn serve(sim: Sim, listen: SocketAddr) -> std::io::Result<SimServer> {
+    let data = web::Data::new(sim.clone());
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .app_data(web::PayloadConfig::new(16 << 20))
+            .default_service(web::to(dispatch))
+    })
+    .workers(2)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .bind(listen)?;
+    let addr = server
+        .addrs()
+        .first()
+        .copied()
+        .ok_or_else(|| std::io::Error::other("no address bound"))?;
+    let server = server.run();
+    let handle = server.handle();
+    let task = tokio::spawn(server);
+    tracing::debug!(%addr, "simulated API server listening");
+    Ok(SimServer {
+        addr,
+        sim,
+        handle,
+        task,
+    })
+}
+
+fn status_response(e: &SimError) -> HttpResponse {
+    let code = StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    HttpResponse::build(code)
+        .content_type(JSON)
+        .body(e.status().to_string())
+}
+
+fn json_response(v: &Value) -> HttpResponse {
+    HttpResponse::Ok().content_type(JSON).body(v.to_string())
+}
+
+async fn dispatch(req: HttpRequest, body: web::Bytes, sim: web::Data<Sim>) -> HttpResponse {
+    match route(&req, &body, sim.get_ref()).await {
+        Ok(resp) => resp,
+        Err(e) => status_response(&e),
+    }
+}
+
+type Query = HashMap<String, String>;
+
+fn query(req: &HttpRequest) -> Result<Query, SimError> {
+    web::Query::<Query>::from_query(req.query_string())
+        .map(web::Query::into_inner)
+        .map_err(|e| SimError::BadRequest(format!("invalid query: {e}")))
+}
+
+/// Kubernetes boolean query parameters ("true", "1", ...).
+fn flag(q: &Query, name: &str) -> Result<bool, SimError> {
+    match q.get(name).map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(true),
+        Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(false),
+        Some(v) => Err(SimError::BadRequest(format!(
+            "invalid value for {name}: {v:?}"
+        ))),
+    }
+}
+
+fn number(q: &Query, name: &str) -> Result<Option<u64>, SimError> {
+    q.get(name)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.parse::<u64>()
+                .map_err(|_| SimError::BadRequest(format!("invalid value for {name}: {v:?}")))
+        })
+        .transpose()
+}
+
+fn wants_aggregated(req: &HttpRequest) -> bool {
+    req.headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=APIGroupDiscoveryList"))
+}
+
+async fn route(req: &HttpRequest, body: &[u8], sim: &Sim) -> Result<HttpResponse, SimError> {
+    let segs: Vec<&str> = req.path().split('/').filter(|s| !s.is_empty()).collect();
+    let get = req.method() == Method::GET;
+    let discovery =
+        |f: &dyn Fn(&[&ResourceDef]) -> Option<Value>| -> Result<HttpResponse, SimError> {
+            if !get {
+                return Err(SimError::MethodNotAllowed);
+            }
+            let store = sim.store();
+            let doc =
+                f(&store.defs()).ok_or_else(|| SimError::UnknownResource(req.path().into()))?;
+            Ok(json_response(&doc))
+        };
+    let aggregated = |core: bool| -> Result<HttpResponse, SimError> {
+        let store = sim.store();
+        let doc = resource::aggregated(&store.defs(), core);
+        Ok(HttpResponse::Ok()
+            .content_type(AGGREGATED)
+            .body(doc.to_string()))
+    };
+    match segs.as_slice() {
+        ["version"] => discovery(&|_| Some(resource::version_info())),
+        ["api"] if get && wants_aggregated(req) => aggregated(true),
+        ["apis"] if get && wants_aggregated(req) => aggregated(false),
+        ["api"] => discovery(&|_| Some(resource::core_versions())),
+        ["apis"] => discovery(&|d| Some(resource::group_list(d))),
+        ["apis", g] => discovery(&|d| resource::group(d, g)),
+        ["api", v] => discovery(&|d| resource::resource_list(d, "", v)),
+        ["apis", g, v] => discovery(&|d| resource::resource_list(d, g, v)),
+        ["debug", "stats"] if get => Ok(json_response(&json!(sim.stats()))),
+        ["debug", "faults", fault] if req.method() == Method::POST => {
+            fault_endpoint(sim, fault, &query(req)?)
+        }
+        ["api", v, rest @ ..] => resource_endpoint(req, body, sim, "", v, rest).await,
+        ["apis", g, v, rest @ ..] => resource_endpoint(req, body, sim, g, v, rest).await,
+        ["debug", ..] => Err(SimError::MethodNotAllowed),
+        _ => Err(SimError::UnknownResource(req.path().into())),
+    }
+}
+
+/// `POST /debug/faults/{fault}`: end_watches, fail_next?n=, compact,
+/// stall_watches?on=, delay_lists?ms= (hyphens accepted too).
+fn fault_endpoint(sim: &Sim, fault: &str, q: &Query) -> Result<HttpResponse, SimError> {
+    match fault.replace('-', "_").as_str() {
+        "end_watches" => sim.end_watches(),
+        "fail_next" => sim.fail_next(number(q, "n")?.unwrap_or(1) as usize),
+        "compact" => sim.compact(),
+        "stall_watches" => sim.stall_watches(q.get("on").is_none() || flag(q, "on")?),
+        "delay_lists" => sim.delay_lists(Duration::from_millis(number(q, "ms")?.unwrap_or(0))),
+        _ => return Err(SimError::UnknownResource(format!("/debug/faults/{fault}"))),
+    }
+    Ok(json_response(
+        &json!({"ok": true, "resourceVersion": sim.resource_version().to_string()}),
+    ))
+}
+
+fn parse_body(body: &[u8]) -> Result<Value, SimError> {
+    serde_json::from_slice(body)
+        .map_err(|e| SimError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+/// Checks a body's namespace against the URL's and fills it in.
+fn place(
+    def: &ResourceDef,
+    obj: &mut Value,
+    ns: Option<&str>,
+    name: Option<&str>,
+) -> Result<(), SimError> {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return if obj.is_object() && obj.get("metadata").is_none() {
+            obj["metadata"] = json!({});
+            place(def, obj, ns, name)
+        } else {
+            Err(SimError::BadRequest(
+                "the body must be an object with metadata".into(),
+            ))
+        };
+    };
+    if let (Some(ns), true) = (ns, def.namespaced) {
+        match meta.get("namespace").and_then(Value::as_str) {
+            Some(body_ns) if !body_ns.is_empty() && body_ns != ns => {
+                return Err(SimError::BadRequest(
+                    "the namespace of the provided object does not match the namespace sent on the request".into(),
+                ));
+            }
+            _ => {
+                meta.insert("namespace".into(), json!(ns));
+            }
+        }
+    }
+    if let Some(name) = name {
+        match meta.get("name").and_then(Value::as_str) {
+            Some(n) if n == name => {}
+            Some(n) => {
+                return Err(SimError::BadRequest(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+            None => {
+                meta.insert("name".into(), json!(name));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn resource_endpoint(
+    req: &HttpRequest,
+    body: &[u8],
+    sim: &Sim,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+) -> Result<HttpResponse, SimError> {
+    let (ns, plural, name) = match rest {
+        [plural] => (None, *plural, None),
+        ["namespaces", ns, plural] => (Some(*ns), *plural, None),
+        ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name)),
+        [plural, name] => (None, *plural, Some(*name)),
+        _ => return Err(SimError::UnknownResource(req.path().into())),
+    };
+    let def = sim
+        .store()
+        .find(group, version, plural)
+        .ok_or_else(|| SimError::UnknownResource(req.path().into()))?;
+    // Namespaced objects live under namespaces/{ns}; cluster-scoped ones never do.
+    if (ns.is_some() && !def.namespaced) || (name.is_some() && ns.is_none() && def.namespaced) {
+        return Err(SimError::UnknownResource(req.path().into()));
+    }
+    let key = def.key();
+    let ok = |v: std::sync::Arc<Value>| json_response(&v);
+    let created = |v: std::sync::Arc<Value>| {
+        HttpResponse::Created()
+            .content_type(JSON)
+            .body(v.to_string())
+    };
+    let q = query(req)?;
+    match (req.method().clone(), name) {
+        (Method::GET, None) if flag(&q, "watch")? => watch_endpoint(sim, &def, ns, &q),
+        (Method::GET, None) => list_endpoint(sim, &def, ns, &q).await,
+        (Method::GET, Some(name)) => sim.store().get(&key, ns, name).map(ok),
+        (Method::POST, None) if ns.is_some() || !def.namespaced => {
+            let mut obj = parse_body(body)?;
+            place(&def, &mut obj, ns, None)?;
+            sim.store().create(&key, obj).map(created)
+        }
+        (Method::PUT, Some(name)) => {
+            let mut obj = parse_body(body)?;
+            place(&def, &mut obj, ns, Some(name))?;
+            sim.store().update(&key, obj).map(ok)
+        }
+        (Method::PATCH, Some(name)) => {
+            let ct = req
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let media = ct.split(';').next().unwrap_or("").trim();
+            if media != "application/merge-patch+json"
+                && media != "application/strategic-merge-patch+json"
+            {
+                return Err(SimError::UnsupportedMediaType(ct.to_owned()));
+            }
+            let patch = parse_body(body)?;
+            sim.store().merge_patch(&key, ns, name, &patch).map(ok)
+        }
+        (Method::DELETE, Some(name)) => sim.store().delete(&key, ns, name).map(ok),
+        _ => Err(SimError::MethodNotAllowed),
+    }
+}
+
+fn filter(def: &ResourceDef, ns: Option<&str>, q: &Query) -> Result<Filter, SimError> {
+    let labels = q.get("labelSelector").map(String::as_str).unwrap_or("");
+    let fields = q.get("fieldSelector").map(String::as_str).unwrap_or("");
+    Ok(Filter {
+        ns: ns.map(str::to_owned),
+        labels: LabelSelector::parse(labels)?,
+        fields: FieldSelector::parse(fields, &def.selectable_fields)?,
+    })
+}
+
+async fn list_endpoint(
+    sim: &Sim,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    q: &Query,
+) -> Result<HttpResponse, SimError> {
+    let key = def.key();
+    sim.store().count_list(&key);
+    if sim.take_failure() {
+        return Err(SimError::Internal("injected failure".into()));
+    }
+    let delay = sim.list_delay();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let filter = filter(def, ns, q)?;
+    let limit = number(q, "limit")?.map(|l| l as usize);
+    let cont = q
+        .get("continue")
+        .map(String::as_str)
+        .filter(|c| !c.is_empty());
+    let page = sim.store().list(&key, &filter, limit, cont)?;
+    let mut meta = json!({"resourceVersion": page.rv.to_string()});
+    if let Some(c) = &page.cont {
+        meta["continue"] = json!(c);
+    }
+    if let Some(n) = page.remaining {
+        meta["remainingItemCount"] = json!(n);
+    }
+    let head = json!({
+        "kind": format!("{}List", page.def.kind),
+        "apiVersion": page.def.api_version(),
+        "metadata": meta,
+    })
+    .to_string();
+    // Splice the items into the head object without re-building a Value.
+    let mut out = Vec::with_capacity(head.len() + page.items.len() * 2048);
+    out.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in page.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, &**item).map_err(|e| SimError::Internal(e.to_string()))?;
+    }
+    out.extend_from_slice(b"]}");
+    Ok(HttpResponse::Ok().content_type(JSON).body(out))
+}
+
+fn watch_endpoint(
+    sim: &Sim,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    q: &Query,
+) -> Result<HttpResponse, SimError> {
+    let key = def.key();
+    sim.store().count_watch(&key);
+    if sim.take_failure() {
+        return Err(SimError::Internal("injected failure".into()));
+    }
+    let filter = filter(def, ns, q)?;
+    let bookmarks = flag(q, "allowWatchBookmarks")?;
+    let initial_events = flag(q, "sendInitialEvents")?;
+    let rv_match = q
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .unwrap_or("");
+    if initial_events && (rv_match != "NotOlderThan" || !bookmarks) {
+        return Err(SimError::Invalid(
+            "sendInitialEvents requires resourceVersionMatch=NotOlderThan and allowWatchBookmarks=true".into(),
+        ));
+    }
+    if !initial_events && !rv_match.is_empty() {
+        return Err(SimError::Invalid(
+            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+                .into(),
+        ));
+    }
+    let from = match q.get("resourceVersion").map(String::as_str) {
+        _ if initial_events => WatchFrom::Now {
+            initial_events_end: true,
+        },
+        None | Some("" | "0") => WatchFrom::Now {
+            initial_events_end: false,
+        },
+        Some(rv) => WatchFrom::After(
+            rv.parse()
+                .map_err(|_| SimError::BadRequest(format!("invalid resource version {rv:?}")))?,
+        ),
+    };
+    let timeout = number(q, "timeoutSeconds")?
+        .map(Duration::from_secs)
+        .unwrap_or(sim.config().watch_timeout);
+    let start = sim.store().watch(&key, filter, from);
+    match start {
+        Ok(start) => {
+            let timing = WatchTiming {
+                bookmarks: bookmarks.then_some(sim.config().bookmark_interval),
+                timeout,
+            };
+            Ok(HttpResponse::Ok()
+                .content_type(JSON)
+                .streaming(watch::stream(sim.clone(), key, start, timing)))
+        }
+        Err(e @ SimError::Expired(_)) => Ok(HttpResponse::Ok()
+            .content_type(JSON)
+            .body(watch::error_line(&e))),
+        Err(e) => Err(e),
+    }
+}

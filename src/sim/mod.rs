@@ -1,0 +1,347 @@
+//! A simulated Kubernetes API server for tests, `kubefan demo` and load tests.
+//!
+//! It serves the real wire protocol over plain HTTP on loopback (discovery,
+//! get/list/watch/create/update/patch/delete, `Status` errors, chunked
+//! JSON-lines watches with bookmarks and 410 Expired), so the unmodified
+//! kube-rs client talks to it as to a cluster. Faults (ended watches, 5xx,
+//! compaction, stalled streams, slow lists) are injected from Rust or over
+//! HTTP under `/debug/faults/`, and per-resource counters are exposed for
+//! assertions.
+//!
+//! # Layout
+//! - `resource.rs`: resource definitions and discovery documents
+//! - `store.rs`: objects, resourceVersions, history, watchers, list snapshots
+//! - `watch.rs`: the body of one watch stream
+//! - `http.rs`: routing, query parsing, `Status` responses, `SimServer`
+//! - `selector.rs`, `patch.rs`: label/field selectors, JSON merge patch
+//! - `churn.rs`: a seeded cluster and a background workload
+//! - `cli.rs`: `kubefan sim`
+//!
+//! Not simulated: authentication, admission, namespace existence checks,
+//! finalizers, subresources, protobuf, server-side apply.
+
+mod churn;
+mod cli;
+mod http;
+mod patch;
+mod resource;
+mod selector;
+mod store;
+mod watch;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+pub use churn::{ChurnConfig, PodBuilder, pod, seed_cluster, spawn_churn};
+pub use cli::{SimArgs, run};
+pub use http::SimServer;
+pub use patch::merge_patch;
+pub use resource::ResourceDef;
+pub use store::{ResourceStats, Stats};
+
+use store::{Limits, Store};
+
+/// Bounds and timings of a simulator.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Events retained per resource for watches from an old rv; older → 410.
+    pub history: usize,
+    /// Period of BOOKMARK events on watches that allow them.
+    pub bookmark_interval: Duration,
+    /// How long a watch without `timeoutSeconds` stays open.
+    pub watch_timeout: Duration,
+    /// Events queued per watch before the watch is ended with 410.
+    pub watch_queue: usize,
+    /// Paginated list snapshots kept for `continue`; older tokens get 410.
+    pub list_snapshots: usize,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            history: 10_000,
+            bookmark_interval: Duration::from_secs(10),
+            watch_timeout: Duration::from_secs(30 * 60),
+            watch_queue: 1024,
+            list_snapshots: 64,
+        }
+    }
+}
+
+/// Why a simulator operation failed; each maps to a Kubernetes `Status`.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("unknown resource {0}")]
+    UnknownResource(String),
+    #[error("{resource} \"{name}\" not found")]
+    NotFound { resource: String, name: String },
+    #[error("{resource} \"{name}\" already exists")]
+    AlreadyExists { resource: String, name: String },
+    #[error(
+        "Operation cannot be fulfilled on {resource} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+    )]
+    Conflict { resource: String, name: String },
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Expired(String),
+    #[error("the server does not allow this method on the requested resource")]
+    MethodNotAllowed,
+    #[error("the body of the request was in an unknown format: {0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    Internal(String),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl SimError {
+    /// HTTP status code of the error's `Status`.
+    pub fn code(&self) -> u16 {
+        match self {
+            SimError::UnknownResource(_) | SimError::NotFound { .. } => 404,
+            SimError::AlreadyExists { .. } | SimError::Conflict { .. } => 409,
+            SimError::BadRequest(_) => 400,
+            SimError::Invalid(_) => 422,
+            SimError::Expired(_) => 410,
+            SimError::MethodNotAllowed => 405,
+            SimError::UnsupportedMediaType(_) => 415,
+            SimError::Internal(_) | SimError::Io(_) => 500,
+        }
+    }
+
+    /// The `reason` of the error's `Status`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SimError::UnknownResource(_) | SimError::NotFound { .. } => "NotFound",
+            SimError::AlreadyExists { .. } => "AlreadyExists",
+            SimError::Conflict { .. } => "Conflict",
+            SimError::BadRequest(_) => "BadRequest",
+            SimError::Invalid(_) => "Invalid",
+            SimError::Expired(_) => "Expired",
+            SimError::MethodNotAllowed => "MethodNotAllowed",
+            SimError::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            SimError::Internal(_) | SimError::Io(_) => "InternalError",
+        }
+    }
+
+    /// The error as a Kubernetes `Status` object.
+    pub fn status(&self) -> Value {
+        let message = match self {
+            SimError::UnknownResource(_) => {
+                "the server could not find the requested resource".to_owned()
+            }
+            e => e.to_string(),
+        };
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": self.reason(),
+            "code": self.code(),
+        });
+        match self {
+            SimError::NotFound { resource, name }
+            | SimError::AlreadyExists { resource, name }
+            | SimError::Conflict { resource, name } => {
+                let (kind, group) = resource.split_once('.').unwrap_or((resource, ""));
+                status["details"] = json!({"name": name, "group": group, "kind": kind});
+            }
+            _ => {}
+        }
+        status
+    }
+}
+
+struct Inner {
+    cfg: SimConfig,
+    store: Mutex<Store>,
+    /// Cancelled and replaced by `end_watches`.
+    end: Mutex<CancellationToken>,
+    stall_tx: tokio::sync::watch::Sender<bool>,
+    fail_next: AtomicUsize,
+    list_delay: Mutex<Duration>,
+}
+
+/// A simulated API server's state; cheap to clone, shared by its HTTP server.
+#[derive(Clone)]
+pub struct Sim {
+    inner: Arc<Inner>,
+}
+
+impl Default for Sim {
+    fn default() -> Self {
+        Sim::new(SimConfig::default())
+    }
+}
+
+impl Sim {
+    /// A simulator with the built-in resources registered and no objects.
+    pub fn new(cfg: SimConfig) -> Sim {
+        let mut store = Store::new(Limits {
+            history: cfg.history,
+            watch_queue: cfg.watch_queue,
+            list_snapshots: cfg.list_snapshots,
+        });
+        for def in resource::builtins() {
+            store.register(def);
+        }
+        Sim {
+            inner: Arc::new(Inner {
+                cfg,
+                store: Mutex::new(store),
+                end: Mutex::new(CancellationToken::new()),
+                stall_tx: tokio::sync::watch::Sender::new(false),
+                fail_next: AtomicUsize::new(0),
+                list_delay: Mutex::new(Duration::ZERO),
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &SimConfig {
+        &self.inner.cfg
+    }
+
+    /// The store, recovering from poisoning: every store method leaves the
+    /// state consistent before anything that could panic.
+    fn store(&self) -> MutexGuard<'_, Store> {
+        self.inner.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn end_token(&self) -> CancellationToken {
+        self.inner
+            .end
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn stall_receiver(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.stall_tx.subscribe()
+    }
+
+    /// Adds a resource type (a CRD), served and discoverable from now on.
+    pub fn register(&self, def: ResourceDef) {
+        self.store().register(def);
+    }
+
+    /// Binds `listen` and serves the simulator until `SimServer::stop`.
+    pub async fn serve(&self, listen: SocketAddr) -> std::io::Result<SimServer> {
+        http::serve(self.clone(), listen).await
+    }
+
+    /// Creates an object; `resource` is a key like "pods" or "deployments.apps".
+    pub fn create(&self, resource: &str, obj: Value) -> Result<Value, SimError> {
+        self.store().create(resource, obj).map(|v| (*v).clone())
+    }
+
+    /// Replaces an object (PUT semantics, including the rv precondition).
+    pub fn update(&self, resource: &str, obj: Value) -> Result<Value, SimError> {
+        self.store().update(resource, obj).map(|v| (*v).clone())
+    }
+
+    /// Applies an RFC 7386 merge patch. `ns` None means "default" for
+    /// namespaced resources and is ignored for cluster-scoped ones.
+    pub fn merge_patch(
+        &self,
+        resource: &str,
+        ns: Option<&str>,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, SimError> {
+        self.store()
+            .merge_patch(resource, ns, name, patch)
+            .map(|v| (*v).clone())
+    }
+
+    /// Deletes an object and returns it as last seen, with the deletion's rv.
+    pub fn delete(&self, resource: &str, ns: Option<&str>, name: &str) -> Result<Value, SimError> {
+        self.store()
+            .delete(resource, ns, name)
+            .map(|v| (*v).clone())
+    }
+
+    pub fn get(&self, resource: &str, ns: Option<&str>, name: &str) -> Option<Value> {
+        self.store()
+            .get(resource, ns, name)
+            .ok()
+            .map(|v| (*v).clone())
+    }
+
+    /// Every object of a resource (sorted by namespace/name) and the current rv;
+    /// empty for an unknown resource.
+    pub fn list(&self, resource: &str) -> (Vec<Value>, u64) {
+        let store = self.store();
+        let items = store.objects(resource).unwrap_or_default();
+        (items.iter().map(|v| (**v).clone()).collect(), store.rv())
+    }
+
+    /// The global resourceVersion: the rv of the latest write.
+    pub fn resource_version(&self) -> u64 {
+        self.store().rv()
+    }
+
+    /// Ends every open watch stream cleanly, as an apiserver restart would.
+    pub fn end_watches(&self) {
+        let mut end = self.inner.end.lock().unwrap_or_else(|e| e.into_inner());
+        end.cancel();
+        *end = CancellationToken::new();
+    }
+
+    /// Makes the next `n` list or watch requests fail with 500 InternalError.
+    pub fn fail_next(&self, n: usize) {
+        self.inner.fail_next.store(n, Ordering::SeqCst);
+    }
+
+    /// Consumes one pending injected failure, if any.
+    fn take_failure(&self) -> bool {
+        self.inner
+            .fail_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Drops all event history and list snapshots: watches from an rv below
+    /// the current one, and old `continue` tokens, get 410 from now on.
+    pub fn compact(&self) {
+        self.store().compact();
+    }
+
+    /// While on, watch streams write nothing (their queues fill up).
+    pub fn stall_watches(&self, on: bool) {
+        self.inner.stall_tx.send_replace(on);
+    }
+
+    /// Delays every list response by `delay` (zero to stop).
+    pub fn delay_lists(&self, delay: Duration) {
+        *self
+            .inner
+            .list_delay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = delay;
+    }
+
+    fn list_delay(&self) -> Duration {
+        *self
+            .inner
+            .list_delay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.store().stats()
+    }
+}
+
+#[cfg(test)]
+mod tests;
