@@ -1,0 +1,140 @@
+//! The gateway assembled: informers, hubs, transports and operations on
+//! one HTTP server. [`App::build`] binds (port 0 works) and starts serving;
+//! tests and `main` drive it the same way.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use actix_web::dev::ServerHandle;
+use actix_web::{HttpResponse, HttpServer, web};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, StreamConfig};
+use crate::ops::{self, Metrics};
+use crate::transport::error::status_json;
+use crate::transport::sse;
+use crate::upstream::Informers;
+
+/// What every request handler can reach.
+pub struct AppState {
+    pub informers: Arc<Informers>,
+    pub metrics: Arc<Metrics>,
+    pub stream: StreamConfig,
+    /// Changes every keep-alive interval; one timer for all subscribers.
+    pub ticks: watch::Receiver<u64>,
+    pub shutdown: CancellationToken,
+}
+
+pub struct App {
+    addr: SocketAddr,
+    handle: ServerHandle,
+    server: JoinHandle<std::io::Result<()>>,
+    shutdown: CancellationToken,
+    informers: Arc<Informers>,
+    metrics: Arc<Metrics>,
+}
+
+impl App {
+    /// Starts the boot-time informers, binds `cfg.listen` and serves.
+    pub async fn build(cfg: Config, client: kube::Client) -> std::io::Result<App> {
+        let shutdown = CancellationToken::new();
+        let metrics = Arc::new(Metrics::new());
+        let informers = Informers::new(
+            client,
+            cfg.upstream.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        );
+        informers.start_boot();
+
+        let (tick_tx, ticks) = watch::channel(0u64);
+        let keepalive = cfg.stream.keepalive;
+        let tick_shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(keepalive);
+            interval.tick().await;
+            loop {
+                tokio::select! {
+                    _ = tick_shutdown.cancelled() => return,
+                    _ = interval.tick() => { tick_tx.send_modify(|t| *t += 1); }
+                }
+            }
+        });
+
+        let state = web::Data::new(AppState {
+            informers: informers.clone(),
+            metrics: metrics.clone(),
+            stream: cfg.stream.clone(),
+            ticks,
+            shutdown: shutdown.clone(),
+        });
+        let informers_data = web::Data::new(informers.clone());
+        let metrics_data = web::Data::new(metrics.clone());
+        let listener = std::net::TcpListener::bind(cfg.listen)?;
+        let addr = listener.local_addr()?;
+        let server = HttpServer::new(move || {
+            actix_web::App::new()
+                .app_data(state.clone())
+                .app_data(informers_data.clone())
+                .app_data(metrics_data.clone())
+                .route("/stream/{resource}", web::get().to(sse::stream))
+                .route("/healthz", web::get().to(ops::healthz))
+                .route("/readyz", web::get().to(ops::readyz))
+                .route("/metrics", web::get().to(ops::metrics))
+                .default_service(web::to(not_found))
+        })
+        .workers(cfg.workers.max(1))
+        .disable_signals()
+        .shutdown_timeout(cfg.shutdown_grace.as_secs().max(1))
+        .listen(listener)?
+        .run();
+        let handle = server.handle();
+        let server = tokio::spawn(server);
+        tracing::info!(%addr, "kubefan listening");
+        Ok(App {
+            addr,
+            handle,
+            server,
+            shutdown,
+            informers,
+            metrics,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn informers(&self) -> &Arc<Informers> {
+        &self.informers
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Graceful stop: stop accepting, tell every open stream to reconnect
+    /// (each ends after a final ERROR event), wait for them up to the grace
+    /// period, then stop the informers.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.handle.stop(true).await;
+        let _ = self.server.await;
+        self.informers.stopped().await;
+    }
+
+    /// A token cancelled when [`App::stop`] begins.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+}
+
+async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
+    HttpResponse::NotFound().json(status_json(
+        404,
+        "NotFound",
+        &format!("no route for {} {}", req.method(), req.path()),
+    ))
+}

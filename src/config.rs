@@ -1,0 +1,142 @@
+//! Configuration: one tree, each module getting only its own section.
+//!
+//! Flags and environment variables (`KUBEFAN_*`) are read by clap in
+//! `main.rs`; [`GatewayArgs::into_config`] turns them into [`Config`], which
+//! tests build directly.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::hub::LogLimits;
+use crate::upstream::{InformerConfig, IngestOptions, UpstreamConfig};
+
+/// Settings of the streaming transports.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    /// How long a new subscriber waits for a resource's first list before 503.
+    pub sync_timeout: Duration,
+    /// Interval of keep-alive comments / progress bookmarks.
+    pub keepalive: Duration,
+    /// The SSE `retry:` hint.
+    pub retry: Duration,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            sync_timeout: Duration::from_secs(10),
+            keepalive: Duration::from_secs(15),
+            retry: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Everything the gateway needs besides a Kubernetes client.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// HTTP worker threads.
+    pub workers: usize,
+    /// Time allowed for open streams to close at shutdown.
+    pub shutdown_grace: Duration,
+    pub upstream: UpstreamConfig,
+    pub stream: StreamConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            workers: 2,
+            shutdown_grace: Duration::from_secs(10),
+            upstream: UpstreamConfig::default(),
+            stream: StreamConfig::default(),
+        }
+    }
+}
+
+/// Gateway flags, shared by `serve` and `demo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GatewayArgs {
+    /// Address to serve HTTP on.
+    #[arg(long, env = "KUBEFAN_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Resources whose informers start at boot (comma-separated: plural,
+    /// `plural.group` or short name); /readyz waits for them. Others start
+    /// on first subscription.
+    #[arg(long, env = "KUBEFAN_RESOURCES", value_delimiter = ',')]
+    pub resources: Vec<String>,
+    /// Serve Secrets (their data/stringData values are still blanked).
+    #[arg(long, env = "KUBEFAN_ALLOW_SECRETS")]
+    pub allow_secrets: bool,
+    /// With --allow-secrets, serve Secret values unredacted.
+    #[arg(long, env = "KUBEFAN_REVEAL_SECRET_DATA", requires = "allow_secrets")]
+    pub reveal_secret_data: bool,
+    /// Keep metadata.managedFields (dropped by default: 20-40% of an object).
+    #[arg(long, env = "KUBEFAN_KEEP_MANAGED_FIELDS")]
+    pub keep_managed_fields: bool,
+    /// Events kept per resource for resumes and slow readers.
+    #[arg(long, env = "KUBEFAN_LOG_MAX_EVENTS", default_value_t = 10_000)]
+    pub log_max_events: usize,
+    /// Bytes kept per resource's event log.
+    #[arg(long, env = "KUBEFAN_LOG_MAX_BYTES", default_value_t = 64 << 20)]
+    pub log_max_bytes: usize,
+    /// Seconds between keep-alives on idle streams.
+    #[arg(long, env = "KUBEFAN_KEEPALIVE_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub keepalive_secs: u64,
+    /// SSE reconnection delay hint (`retry:`), in milliseconds.
+    #[arg(long, env = "KUBEFAN_RETRY_MS", default_value_t = 2000)]
+    pub retry_ms: u64,
+    /// Seconds a new subscriber waits for a resource's first list before 503.
+    #[arg(long, env = "KUBEFAN_SYNC_TIMEOUT_SECS", default_value_t = 10)]
+    pub sync_timeout_secs: u64,
+    /// Seconds open streams get to close at shutdown.
+    #[arg(long, env = "KUBEFAN_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    pub shutdown_grace_secs: u64,
+    /// HTTP worker threads.
+    #[arg(long, env = "KUBEFAN_WORKERS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: u16,
+    /// Upstream LIST page size.
+    #[arg(long, env = "KUBEFAN_PAGE_SIZE", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub page_size: u32,
+    /// Upstream WATCH timeoutSeconds (at most 290).
+    #[arg(long, env = "KUBEFAN_WATCH_TIMEOUT_SECS", default_value_t = 290, value_parser = clap::value_parser!(u64).range(1..=290))]
+    pub watch_timeout_secs: u64,
+}
+
+impl GatewayArgs {
+    pub fn into_config(self) -> Config {
+        Config {
+            listen: self.listen,
+            workers: usize::from(self.workers),
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
+            upstream: UpstreamConfig {
+                boot_resources: self
+                    .resources
+                    .into_iter()
+                    .map(|r| r.trim().to_string())
+                    .filter(|r| !r.is_empty())
+                    .collect(),
+                allow_secrets: self.allow_secrets,
+                informer: InformerConfig {
+                    page_size: self.page_size,
+                    watch_timeout: Duration::from_secs(self.watch_timeout_secs),
+                    ingest: IngestOptions {
+                        keep_managed_fields: self.keep_managed_fields,
+                        reveal_secret_data: self.reveal_secret_data,
+                    },
+                    ..InformerConfig::default()
+                },
+                log_limits: LogLimits {
+                    max_events: self.log_max_events.max(1),
+                    max_bytes: self.log_max_bytes.max(1),
+                },
+            },
+            stream: StreamConfig {
+                sync_timeout: Duration::from_secs(self.sync_timeout_secs),
+                keepalive: Duration::from_secs(self.keepalive_secs),
+                retry: Duration::from_millis(self.retry_ms),
+            },
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Wire encodings of hub events, made once and shared by every subscriber.
+//!
+//! One allocation per event holds its Server-Sent-Events frame:
+//!
+//! ```text
+//! event: MODIFIED\nid: 42\ndata: {"type":"MODIFIED","object":{...}}\n\n
+//!                               └──────────── json ─────────────┘
+//!                               └──────────── ndjson ─────────────┘ (json + "\n")
+//!                                                        └ object ┘
+//! ```
+//!
+//! The WebSocket text frame (`json`), the Kubernetes watch line (`ndjson`)
+//! and the bare object (`object`, used by lists and snapshots) are zero-copy
+//! slices of that one buffer, so no transport re-serialises anything.
+//! serde_json never emits a raw newline, so a JSON document is always one
+//! SSE `data:` line.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// The type of a watch event, as Kubernetes names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One encoded event: an SSE frame with the JSON event and object inside it.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    buf: Bytes,
+    json_start: u32,
+    object_start: u32,
+}
+
+impl Frame {
+    /// Encodes `{"type":T,"object":OBJECT}` as an SSE frame named `event_name`,
+    /// with an `id:` line when `id` is given. `object` must be one JSON value.
+    pub fn encode(event_name: &str, json_type: &str, id: Option<u64>, object: &[u8]) -> Frame {
+        let mut buf = BytesMut::with_capacity(object.len() + 64);
+        buf.put_slice(b"event: ");
+        buf.put_slice(event_name.as_bytes());
+        buf.put_u8(b'\n');
+        if let Some(id) = id {
+            buf.put_slice(b"id: ");
+            buf.put_slice(id.to_string().as_bytes());
+            buf.put_u8(b'\n');
+        }
+        buf.put_slice(b"data: ");
+        let json_start = buf.len();
+        buf.put_slice(b"{\"type\":\"");
+        buf.put_slice(json_type.as_bytes());
+        buf.put_slice(b"\",\"object\":");
+        let object_start = buf.len();
+        buf.put_slice(object);
+        buf.put_slice(b"}\n\n");
+        Frame {
+            buf: buf.freeze(),
+            json_start: json_start as u32,
+            object_start: object_start as u32,
+        }
+    }
+
+    /// The whole Server-Sent-Events frame, blank line included.
+    pub fn sse(&self) -> &Bytes {
+        &self.buf
+    }
+
+    /// The `{"type","object"}` watch event as JSON.
+    pub fn json(&self) -> Bytes {
+        self.buf.slice(self.json_start as usize..self.buf.len() - 2)
+    }
+
+    /// The watch event followed by one newline, as a Kubernetes watch stream line.
+    pub fn ndjson(&self) -> Bytes {
+        self.buf.slice(self.json_start as usize..self.buf.len() - 1)
+    }
+
+    /// The object alone.
+    pub fn object(&self) -> Bytes {
+        self.buf
+            .slice(self.object_start as usize..self.buf.len() - 3)
+    }
+
+    /// Bytes held by this frame (for the log's byte bound).
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_are_the_event_the_line_and_the_object() {
+        let f = Frame::encode("MODIFIED", "MODIFIED", Some(42), br#"{"a":1}"#);
+        assert_eq!(
+            &f.sse()[..],
+            b"event: MODIFIED\nid: 42\ndata: {\"type\":\"MODIFIED\",\"object\":{\"a\":1}}\n\n"
+        );
+        assert_eq!(&f.json()[..], br#"{"type":"MODIFIED","object":{"a":1}}"#);
+        assert_eq!(
+            &f.ndjson()[..],
+            b"{\"type\":\"MODIFIED\",\"object\":{\"a\":1}}\n"
+        );
+        assert_eq!(&f.object()[..], br#"{"a":1}"#);
+    }
+
+    #[test]
+    fn frame_without_id_has_no_id_line() {
+        let f = Frame::encode("ADDED", "ADDED", None, b"{}");
+        assert_eq!(
+            &f.sse()[..],
+            b"event: ADDED\ndata: {\"type\":\"ADDED\",\"object\":{}}\n\n"
+        );
+        assert_eq!(&f.object()[..], b"{}");
+    }
+}

@@ -1,0 +1,893 @@
+//! The hub: one per resource, the single owner of consistency.
+//!
+//! State: the cache (key → `Arc<Obj>`), the resourceVersion it reflects, and
+//! a ring log of recent events bounded by count and by bytes. Subscribers are
+//! cursors (`seq` numbers) into that log, driven by [`Subscription`].
+//!
+//! # Invariant
+//! Every mutation (apply, bookmark, relist) and every join (snapshot +
+//! cursor) happens under one lock, so a joiner's snapshot reflects exactly
+//! the events before its cursor: no gap, no duplicate. Appending never waits
+//! on a subscriber: subscribers are woken through a `watch` channel and copy
+//! `Arc`s out under a read lock; one that falls behind the log's tail is
+//! lapped and must take a fresh snapshot (see [`Subscription`]). Event
+//! resourceVersions never decrease along the log.
+
+pub mod encode;
+mod filter;
+mod object;
+mod subscription;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::ops::Metrics;
+pub use encode::{EventType, Frame};
+pub use filter::Filter;
+pub use object::{Event, Obj, ObjKey};
+pub use subscription::{Item, ResetReason, Subscription, SubscriptionError};
+
+/// Bounds of the event log. Whichever is hit first trims the oldest events.
+#[derive(Debug, Clone, Copy)]
+pub struct LogLimits {
+    pub max_events: usize,
+    pub max_bytes: usize,
+}
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        LogLimits {
+            max_events: 10_000,
+            max_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What a hub serves: its canonical name and the type of its objects.
+#[derive(Debug, Clone)]
+pub struct ResourceMeta {
+    /// `pods`, or `deployments.apps` for grouped resources.
+    pub name: String,
+    pub api_version: String,
+    pub kind: String,
+}
+
+/// Where a joining subscriber starts.
+#[derive(Debug)]
+pub enum Joined {
+    /// The log holds everything after the client's position: read from `cursor`.
+    Resumed { cursor: u64, rv: u64 },
+    /// A full snapshot at `rv`, then deltas from `cursor`. `resume_failed`
+    /// tells that the client asked to resume and could not.
+    Snapshot {
+        cursor: u64,
+        objects: Vec<Arc<Obj>>,
+        rv: u64,
+        resume_failed: bool,
+    },
+}
+
+/// The cursor fell off the log's tail: the events it needed are gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lapped;
+
+/// What a relist changed, as synthetic events.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RelistOutcome {
+    pub added: usize,
+    pub modified: usize,
+    pub deleted: usize,
+    /// The upstream's resourceVersion went backwards (e.g. an etcd restore):
+    /// every cursor was lapped so that all clients take a fresh snapshot.
+    pub rewound: bool,
+}
+
+/// Sizes of the hub's state, for gauges and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HubStats {
+    pub objects: usize,
+    pub log_events: usize,
+    pub log_bytes: usize,
+    pub resource_version: u64,
+    pub synced: bool,
+}
+
+pub struct Hub {
+    meta: ResourceMeta,
+    limits: LogLimits,
+    state: RwLock<State>,
+    /// The next `seq` to be appended; changes wake subscribers.
+    head_tx: watch::Sender<u64>,
+    synced_tx: watch::Sender<bool>,
+    metrics: Arc<Metrics>,
+}
+
+struct State {
+    cache: HashMap<ObjKey, Arc<Obj>>,
+    /// The resourceVersion the cache reflects.
+    rv: u64,
+    /// A client at `rv >= base_rv` can resume from the log.
+    base_rv: u64,
+    log: VecDeque<Arc<Event>>,
+    next_seq: u64,
+    log_bytes: usize,
+    synced: bool,
+}
+
+impl State {
+    fn first_seq(&self) -> u64 {
+        self.next_seq - self.log.len() as u64
+    }
+}
+
+impl Hub {
+    pub fn new(meta: ResourceMeta, limits: LogLimits, metrics: Arc<Metrics>) -> Arc<Hub> {
+        Arc::new(Hub {
+            meta,
+            limits,
+            state: RwLock::new(State {
+                cache: HashMap::new(),
+                rv: 0,
+                base_rv: 0,
+                log: VecDeque::new(),
+                next_seq: 0,
+                log_bytes: 0,
+                synced: false,
+            }),
+            head_tx: watch::channel(0).0,
+            synced_tx: watch::channel(false).0,
+            metrics,
+        })
+    }
+
+    pub fn meta(&self) -> &ResourceMeta {
+        &self.meta
+    }
+
+    pub fn name(&self) -> &str {
+        &self.meta.name
+    }
+
+    // Nothing panics while holding the lock, but a poisoned lock must not
+    // take the whole resource down: the state is consistent after each
+    // mutation step, so recover it.
+    fn read_state(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_state(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Applies one upstream watch event. Returns whether an event was
+    /// appended. Events at or below the current resourceVersion are
+    /// replays and are ignored; an ADDED for a known object becomes
+    /// MODIFIED, a MODIFIED for an unknown one ADDED, and a DELETED for an
+    /// unknown one only advances the resourceVersion.
+    pub fn apply(&self, kind: EventType, obj: Obj) -> bool {
+        let obj = Arc::new(obj);
+        let rv = obj.resource_version();
+        let mut st = self.write_state();
+        if !st.synced || rv <= st.rv {
+            return false;
+        }
+        let key = obj.key();
+        let (kind, prev) = match kind {
+            EventType::Added | EventType::Modified => {
+                let prev = st.cache.insert(key, obj.clone());
+                let kind = if prev.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                };
+                (kind, prev)
+            }
+            EventType::Deleted => match st.cache.remove(&key) {
+                Some(prev) => (EventType::Deleted, Some(prev)),
+                None => {
+                    st.rv = rv;
+                    return false;
+                }
+            },
+        };
+        st.rv = rv;
+        self.push(&mut st, kind, obj, prev, rv, true);
+        self.trim(&mut st);
+        self.publish(st);
+        self.metrics.upstream_event(&self.meta.name, kind);
+        true
+    }
+
+    /// The upstream says nothing changed up to `rv` (a watch BOOKMARK).
+    pub fn bookmark(&self, rv: u64) {
+        let mut st = self.write_state();
+        if st.synced && rv > st.rv {
+            st.rv = rv;
+            // A subscriber that is caught up now sits at `rv`; no event is
+            // appended, so waking anyone is unnecessary.
+        }
+    }
+
+    /// Replaces the cache with a fresh list taken at `rv`. The first list
+    /// syncs the hub; later ones are diffed against the cache and appended
+    /// as synthetic ADDED / MODIFIED / DELETED events, so subscribers keep
+    /// their cursors across an upstream relist.
+    ///
+    /// Synthetic events take the object's own resourceVersion (ADDED,
+    /// MODIFIED) or the list's (DELETED), in that order, so resourceVersions
+    /// stay non-decreasing. Where several share one, only the last carries
+    /// an id: a client resumes only from the end of such a run.
+    pub fn relist(&self, objects: Vec<Obj>, rv: u64) -> RelistOutcome {
+        let fresh: HashMap<ObjKey, Arc<Obj>> = objects
+            .into_iter()
+            .map(|o| (o.key(), Arc::new(o)))
+            .collect();
+        let mut st = self.write_state();
+        let mut outcome = RelistOutcome::default();
+        if !st.synced || rv < st.rv {
+            outcome.rewound = st.synced;
+            st.cache = fresh;
+            st.rv = rv;
+            st.base_rv = rv;
+            st.log.clear();
+            st.log_bytes = 0;
+            if outcome.rewound {
+                // Skip one seq so that every existing cursor is lapped.
+                st.next_seq += 1;
+            }
+            st.synced = true;
+            self.publish(st);
+            self.synced_tx.send_replace(true);
+            return outcome;
+        }
+
+        let mut changes: Vec<(EventType, Arc<Obj>, Option<Arc<Obj>>)> = Vec::new();
+        for (key, obj) in &fresh {
+            match st.cache.get(key) {
+                None => changes.push((EventType::Added, obj.clone(), None)),
+                Some(old) if old.resource_version() != obj.resource_version() => {
+                    changes.push((EventType::Modified, obj.clone(), Some(old.clone())))
+                }
+                Some(_) => {}
+            }
+        }
+        let mut deleted: Vec<(EventType, Arc<Obj>, Option<Arc<Obj>>)> = st
+            .cache
+            .iter()
+            .filter(|(key, _)| !fresh.contains_key(*key))
+            .map(|(_, old)| (EventType::Deleted, old.clone(), Some(old.clone())))
+            .collect();
+        changes.sort_by_key(|(_, obj, _)| obj.resource_version());
+        deleted.sort_by_key(|(_, obj, _)| obj.key());
+        changes.extend(deleted);
+
+        let mut last = st.rv;
+        let rvs: Vec<u64> = changes
+            .iter()
+            .map(|(kind, obj, _)| {
+                let wanted = match kind {
+                    EventType::Deleted => rv,
+                    _ => obj.resource_version(),
+                };
+                // An object older than our position that still differs can
+                // only come from an inconsistent upstream: file it at the list.
+                let r = if wanted <= st.rv { rv } else { wanted };
+                last = last.max(r);
+                last
+            })
+            .collect();
+        for (i, (kind, obj, prev)) in changes.into_iter().enumerate() {
+            match kind {
+                EventType::Added => outcome.added += 1,
+                EventType::Modified => outcome.modified += 1,
+                EventType::Deleted => outcome.deleted += 1,
+            }
+            let has_id = rvs.get(i + 1) != Some(&rvs[i]);
+            self.metrics.upstream_event(&self.meta.name, kind);
+            self.push(&mut st, kind, obj, prev, rvs[i], has_id);
+        }
+        st.cache = fresh;
+        st.rv = rv;
+        self.trim(&mut st);
+        self.publish(st);
+        outcome
+    }
+
+    fn push(
+        &self,
+        st: &mut State,
+        kind: EventType,
+        obj: Arc<Obj>,
+        prev: Option<Arc<Obj>>,
+        rv: u64,
+        has_id: bool,
+    ) {
+        let frame = Frame::encode(
+            kind.as_str(),
+            kind.as_str(),
+            has_id.then_some(rv),
+            &obj.json(),
+        );
+        st.log_bytes += frame.len() + obj.size();
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        st.log.push_back(Arc::new(Event {
+            seq,
+            rv,
+            kind,
+            obj,
+            prev,
+            frame,
+            has_id,
+        }));
+    }
+
+    fn trim(&self, st: &mut State) {
+        while st.log.len() > self.limits.max_events || st.log_bytes > self.limits.max_bytes {
+            let Some(old) = st.log.pop_front() else { break };
+            st.log_bytes -= old.frame.len() + old.obj.size();
+            st.base_rv = old.rv;
+        }
+    }
+
+    /// Releases the lock, then wakes subscribers and updates gauges.
+    fn publish(&self, st: RwLockWriteGuard<'_, State>) {
+        let stats = stats_of(&st);
+        let next = st.next_seq;
+        drop(st);
+        self.head_tx.send_replace(next);
+        self.metrics.hub_state(&self.meta.name, &stats);
+    }
+
+    /// Joins a subscriber: a resume when `resume` is a position the log
+    /// still covers, otherwise a snapshot of the objects `keep` accepts.
+    /// Both are taken under the lock `append` takes.
+    pub fn join(&self, resume: Option<u64>, keep: &dyn Fn(&Obj) -> bool) -> Joined {
+        let st = self.read_state();
+        if let Some(r) = resume
+            && st.synced
+            && r >= st.base_rv
+            && r <= st.rv
+        {
+            let idx = st.log.partition_point(|e| e.rv <= r);
+            return Joined::Resumed {
+                cursor: st.first_seq() + idx as u64,
+                rv: r,
+            };
+        }
+        let objects = st.cache.values().filter(|o| keep(o)).cloned().collect();
+        Joined::Snapshot {
+            cursor: st.next_seq,
+            objects,
+            rv: st.rv,
+            resume_failed: resume.is_some(),
+        }
+    }
+
+    /// Copies up to `max` events from `*cursor` on into `out` and advances
+    /// the cursor. Returns the hub's resourceVersion when the cursor is
+    /// caught up afterwards (the position a caught-up client holds).
+    pub fn read(
+        &self,
+        cursor: &mut u64,
+        max: usize,
+        out: &mut Vec<Arc<Event>>,
+    ) -> Result<Option<u64>, Lapped> {
+        let st = self.read_state();
+        let first = st.first_seq();
+        if *cursor < first {
+            return Err(Lapped);
+        }
+        let start = (*cursor - first) as usize;
+        let end = st.log.len().min(start.saturating_add(max));
+        if start < end {
+            out.extend(st.log.range(start..end).cloned());
+        }
+        *cursor = first + end.max(start) as u64;
+        Ok((*cursor == st.next_seq).then_some(st.rv))
+    }
+
+    /// The `seq` the next event will get: a cursor here is caught up.
+    pub fn head(&self) -> u64 {
+        *self.head_tx.borrow()
+    }
+
+    /// A receiver that changes whenever an event is appended.
+    pub fn head_rx(&self) -> watch::Receiver<u64> {
+        self.head_tx.subscribe()
+    }
+
+    pub fn is_synced(&self) -> bool {
+        *self.synced_tx.borrow()
+    }
+
+    /// Waits until the first list has been loaded, at most `timeout`.
+    pub async fn wait_synced(&self, timeout: Duration) -> bool {
+        let mut rx = self.synced_tx.subscribe();
+        matches!(
+            tokio::time::timeout(timeout, rx.wait_for(|s| *s)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.read_state().rv
+    }
+
+    pub fn stats(&self) -> HubStats {
+        stats_of(&self.read_state())
+    }
+
+    /// The current objects (no order), for tests and lists.
+    pub fn objects(&self) -> (Vec<Arc<Obj>>, u64) {
+        let st = self.read_state();
+        (st.cache.values().cloned().collect(), st.rv)
+    }
+}
+
+fn stats_of(st: &State) -> HubStats {
+    HubStats {
+        objects: st.cache.len(),
+        log_events: st.log.len(),
+        log_bytes: st.log_bytes,
+        resource_version: st.rv,
+        synced: st.synced,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::Transport;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+    use tokio_util::sync::CancellationToken;
+
+    /// `pod("a").ns("x").rv(3)`
+    struct PodBuilder {
+        name: String,
+        ns: String,
+        rv: u64,
+        phase: String,
+    }
+
+    fn pod(name: &str) -> PodBuilder {
+        PodBuilder {
+            name: name.into(),
+            ns: "default".into(),
+            rv: 1,
+            phase: "Running".into(),
+        }
+    }
+
+    impl PodBuilder {
+        fn ns(mut self, ns: &str) -> Self {
+            self.ns = ns.into();
+            self
+        }
+        fn rv(mut self, rv: u64) -> Self {
+            self.rv = rv;
+            self
+        }
+        fn phase(mut self, phase: &str) -> Self {
+            self.phase = phase.into();
+            self
+        }
+        fn build(self) -> Obj {
+            let v = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": self.name, "namespace": self.ns, "resourceVersion": self.rv.to_string()},
+                "status": {"phase": self.phase}});
+            Obj::new(
+                Some(&self.ns),
+                &self.name,
+                self.rv,
+                &serde_json::to_vec(&v).unwrap(),
+            )
+        }
+    }
+
+    fn hub_with(limits: LogLimits) -> Arc<Hub> {
+        Hub::new(
+            ResourceMeta {
+                name: "pods".into(),
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+            },
+            limits,
+            Arc::new(Metrics::new()),
+        )
+    }
+
+    fn hub() -> Arc<Hub> {
+        hub_with(LogLimits::default())
+    }
+
+    /// What a client holds: key → (rv, phase).
+    type View = BTreeMap<String, (u64, String)>;
+
+    fn view_of_hub(hub: &Hub) -> View {
+        let (objs, _) = hub.objects();
+        objs.iter()
+            .map(|o| (format!("{:?}", o.key()), parse(o)))
+            .collect()
+    }
+
+    fn parse(o: &Obj) -> (u64, String) {
+        let v: serde_json::Value = serde_json::from_slice(&o.json()).unwrap();
+        (
+            o.resource_version(),
+            v["status"]["phase"].as_str().unwrap_or("").to_string(),
+        )
+    }
+
+    /// Drives a subscription like a client: applies items to a view and
+    /// checks ids never decrease, until it is caught up with `until_rv`.
+    async fn drain(sub: &mut Subscription, view: &mut View, until_rv: u64) -> Vec<String> {
+        let mut seen = Vec::new();
+        // A snapshot being received (from a stream start or a reset).
+        let mut pending: Option<View> = None;
+        let mut last_id = 0u64;
+        let mut position = 0u64;
+        while position < until_rv {
+            let item = tokio::time::timeout(Duration::from_secs(5), sub.next())
+                .await
+                .expect("subscription stalled")
+                .expect("subscription ended");
+            match item {
+                Item::Reset(r) => {
+                    seen.push(format!("reset:{}", r.as_str()));
+                    pending = Some(View::new());
+                }
+                Item::Snapshot(objs) => {
+                    let p = pending.get_or_insert_with(View::new);
+                    for o in objs {
+                        p.insert(format!("{:?}", o.key()), parse(&o));
+                    }
+                }
+                Item::SnapshotEnd { rv } => {
+                    seen.push("snapshot".into());
+                    *view = pending.take().unwrap_or_default();
+                    position = rv;
+                }
+                Item::Events(evs) => {
+                    assert!(pending.is_none(), "events inside a snapshot");
+                    for ev in evs {
+                        assert!(ev.rv >= last_id, "resourceVersions went back");
+                        let key = format!("{:?}", ev.obj.key());
+                        match ev.kind {
+                            EventType::Added => assert!(
+                                view.insert(key, parse(&ev.obj)).is_none(),
+                                "duplicate ADDED"
+                            ),
+                            EventType::Modified => assert!(
+                                view.insert(key, parse(&ev.obj)).is_some(),
+                                "MODIFIED of unknown"
+                            ),
+                            EventType::Deleted => {
+                                assert!(view.remove(&key).is_some(), "DELETED of unknown")
+                            }
+                        }
+                        if ev.has_id {
+                            last_id = ev.rv;
+                        }
+                        position = position.max(ev.rv);
+                        seen.push(format!("{}:{}", ev.kind.as_str(), ev.rv));
+                    }
+                }
+                Item::Progress { rv } => position = position.max(rv),
+                Item::KeepAlive => {}
+                Item::Shutdown => panic!("unexpected shutdown"),
+            }
+        }
+        seen
+    }
+
+    async fn subscribe(
+        hub: &Arc<Hub>,
+        filter: Filter,
+        resume: Option<u64>,
+    ) -> (Subscription, watch::Sender<u64>) {
+        let (tick_tx, tick_rx) = watch::channel(0);
+        let sub = Subscription::start(
+            hub.clone(),
+            filter,
+            resume,
+            Duration::from_secs(1),
+            tick_rx,
+            CancellationToken::new(),
+            Arc::new(Metrics::new()),
+            Transport::Sse,
+        )
+        .await
+        .unwrap();
+        (sub, tick_tx)
+    }
+
+    #[tokio::test]
+    async fn snapshot_then_deltas_equals_hub_state() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(5).build(), pod("b").rv(6).build()], 10);
+        let (mut sub, _t) = subscribe(&hub, Filter::default(), None).await;
+        hub.apply(EventType::Modified, pod("a").rv(11).phase("Failed").build());
+        hub.apply(EventType::Added, pod("c").rv(12).build());
+        hub.apply(EventType::Deleted, pod("b").rv(13).build());
+        let mut view = View::new();
+        let seen = drain(&mut sub, &mut view, 13).await;
+        assert_eq!(seen, ["snapshot", "MODIFIED:11", "ADDED:12", "DELETED:13"]);
+        assert_eq!(view, view_of_hub(&hub));
+    }
+
+    #[tokio::test]
+    async fn joining_between_appends_has_no_gap_and_no_duplicate() {
+        let hub = hub();
+        hub.relist(vec![], 1);
+        let mut subs = Vec::new();
+        for i in 0..20u64 {
+            hub.apply(
+                EventType::Added,
+                pod(&format!("p{i}")).rv(2 + 2 * i).build(),
+            );
+            hub.apply(
+                EventType::Modified,
+                pod(&format!("p{i}"))
+                    .rv(3 + 2 * i)
+                    .phase("Succeeded")
+                    .build(),
+            );
+            subs.push(subscribe(&hub, Filter::default(), None).await);
+        }
+        let end = hub.resource_version();
+        for (sub, _t) in &mut subs {
+            let mut view = View::new();
+            drain(sub, &mut view, end).await;
+            assert_eq!(view, view_of_hub(&hub));
+        }
+    }
+
+    #[tokio::test]
+    async fn resume_inside_the_log_gets_exactly_the_missed_events() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(2).build()], 2);
+        for rv in 3..=6 {
+            hub.apply(EventType::Modified, pod("a").rv(rv).build());
+        }
+        let (mut sub, _t) = subscribe(&hub, Filter::default(), Some(4)).await;
+        let mut view: View = [(
+            "ObjKey(\"default/a\")".to_string(),
+            (4, "Running".to_string()),
+        )]
+        .into();
+        let seen = drain(&mut sub, &mut view, 6).await;
+        assert_eq!(seen, ["MODIFIED:5", "MODIFIED:6"]);
+    }
+
+    #[tokio::test]
+    async fn resume_outside_the_log_gets_a_reset_snapshot() {
+        let hub = hub_with(LogLimits {
+            max_events: 2,
+            max_bytes: usize::MAX,
+        });
+        hub.relist(vec![pod("a").rv(2).build()], 2);
+        for rv in 3..=8 {
+            hub.apply(EventType::Modified, pod("a").rv(rv).build());
+        }
+        for (resume, expect_reset) in [(3, true), (6, false), (7, false), (99, true)] {
+            let (mut sub, _t) = subscribe(&hub, Filter::default(), Some(resume)).await;
+            let first = tokio::time::timeout(Duration::from_secs(1), sub.next())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                matches!(first, Item::Reset(ResetReason::Expired)),
+                expect_reset,
+                "resume at {resume}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn lapped_cursor_gets_reset_not_a_gap() {
+        let hub = hub_with(LogLimits {
+            max_events: 4,
+            max_bytes: usize::MAX,
+        });
+        hub.relist(vec![pod("a").rv(1).build()], 1);
+        let (mut sub, _t) = subscribe(&hub, Filter::default(), None).await;
+        let mut view = View::new();
+        drain(&mut sub, &mut view, 1).await;
+        // The subscriber does not read while 10 events pass a 4-event log.
+        for rv in 2..=11 {
+            hub.apply(EventType::Modified, pod("a").rv(rv).build());
+        }
+        assert!(hub.stats().log_events <= 4);
+        let seen = drain(&mut sub, &mut view, 11).await;
+        assert_eq!(seen, ["reset:Lapped", "snapshot"]);
+        assert_eq!(view, view_of_hub(&hub));
+    }
+
+    #[tokio::test]
+    async fn log_is_bounded_by_bytes() {
+        let hub = hub_with(LogLimits {
+            max_events: usize::MAX,
+            max_bytes: 4096,
+        });
+        hub.relist(vec![], 1);
+        for rv in 2..500 {
+            hub.apply(EventType::Added, pod(&format!("p{rv}")).rv(rv).build());
+        }
+        let stats = hub.stats();
+        assert!(stats.log_bytes <= 4096, "{stats:?}");
+        assert!(stats.log_events > 0);
+        assert_eq!(stats.objects, 498);
+    }
+
+    #[tokio::test]
+    async fn relist_is_diffed_into_synthetic_events_without_reset() {
+        let hub = hub();
+        hub.relist(
+            vec![
+                pod("keep").rv(2).build(),
+                pod("change").rv(3).build(),
+                pod("gone").rv(4).build(),
+            ],
+            4,
+        );
+        let (mut sub, _t) = subscribe(&hub, Filter::default(), None).await;
+        let mut view = View::new();
+        drain(&mut sub, &mut view, 4).await;
+        let outcome = hub.relist(
+            vec![
+                pod("keep").rv(2).build(),
+                pod("change").rv(8).phase("Failed").build(),
+                pod("new").rv(7).build(),
+            ],
+            9,
+        );
+        assert_eq!(
+            (outcome.added, outcome.modified, outcome.deleted),
+            (1, 1, 1)
+        );
+        let seen = drain(&mut sub, &mut view, 9).await;
+        assert_eq!(seen, ["ADDED:7", "MODIFIED:8", "DELETED:9"]);
+        assert_eq!(view, view_of_hub(&hub));
+        // A client that saw rv 7 resumes with exactly the rest.
+        let (mut sub, _t) = subscribe(&hub, Filter::default(), Some(7)).await;
+        let mut view2 = view.clone();
+        view2.insert("ObjKey(\"default/change\")".into(), (3, "Running".into()));
+        view2.insert("ObjKey(\"default/gone\")".into(), (4, "Running".into()));
+        assert_eq!(
+            drain(&mut sub, &mut view2, 9).await,
+            ["MODIFIED:8", "DELETED:9"]
+        );
+    }
+
+    #[tokio::test]
+    async fn events_sharing_a_resource_version_carry_one_id() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(1).build(), pod("b").rv(1).build()], 1);
+        hub.relist(vec![], 5);
+        let mut out = Vec::new();
+        let mut cursor = 0;
+        hub.read(&mut cursor, 10, &mut out).unwrap();
+        let ids: Vec<bool> = out.iter().map(|e| e.has_id).collect();
+        assert_eq!(ids, [false, true]);
+        assert!(out[0].frame.sse().starts_with(b"event: DELETED\ndata: "));
+        assert!(out[1].frame.sse().starts_with(b"event: DELETED\nid: 5\n"));
+    }
+
+    #[tokio::test]
+    async fn namespace_filter_applies_to_snapshot_and_deltas_and_progress_advances() {
+        let hub = hub();
+        hub.relist(
+            vec![
+                pod("a").ns("x").rv(2).build(),
+                pod("b").ns("y").rv(3).build(),
+            ],
+            3,
+        );
+        let filter = Filter {
+            namespaces: vec!["x".into()],
+        };
+        let (mut sub, tick) = subscribe(&hub, filter, None).await;
+        let mut view = View::new();
+        drain(&mut sub, &mut view, 3).await;
+        assert_eq!(view.len(), 1);
+        hub.apply(EventType::Modified, pod("b").ns("y").rv(4).build());
+        hub.apply(EventType::Modified, pod("a").ns("x").rv(5).build());
+        hub.apply(EventType::Modified, pod("b").ns("y").rv(6).build());
+        assert_eq!(drain(&mut sub, &mut view, 5).await, ["MODIFIED:5"]);
+        tick.send_modify(|t| *t += 1);
+        let item = tokio::time::timeout(Duration::from_secs(1), sub.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(item, Item::Progress { rv: 6 }), "{item:?}");
+        tick.send_modify(|t| *t += 1);
+        let item = tokio::time::timeout(Duration::from_secs(1), sub.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(item, Item::KeepAlive), "{item:?}");
+    }
+
+    #[tokio::test]
+    async fn rewound_upstream_laps_every_cursor() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(10).build()], 10);
+        let (mut sub, _t) = subscribe(&hub, Filter::default(), None).await;
+        let mut view = View::new();
+        drain(&mut sub, &mut view, 10).await;
+        let outcome = hub.relist(vec![pod("z").rv(3).build()], 3);
+        assert!(outcome.rewound);
+        let item = tokio::time::timeout(Duration::from_secs(1), sub.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(item, Item::Reset(ResetReason::Lapped)), "{item:?}");
+    }
+
+    #[tokio::test]
+    async fn stale_and_unknown_events_are_ignored() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(5).build()], 5);
+        assert!(!hub.apply(EventType::Modified, pod("a").rv(4).build()));
+        assert!(!hub.apply(EventType::Deleted, pod("nope").rv(6).build()));
+        assert_eq!(hub.resource_version(), 6);
+        assert!(hub.apply(EventType::Added, pod("a").rv(7).build()));
+        let mut out = Vec::new();
+        hub.read(&mut 0, 10, &mut out).unwrap();
+        assert_eq!(
+            out[0].kind,
+            EventType::Modified,
+            "ADDED of a known object is a MODIFIED"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn subscriber_waits_for_sync_then_gives_up() {
+        let hub = hub();
+        let (_tx, rx) = watch::channel(0);
+        let res = Subscription::start(
+            hub.clone(),
+            Filter::default(),
+            None,
+            Duration::from_secs(3),
+            rx,
+            CancellationToken::new(),
+            Arc::new(Metrics::new()),
+            Transport::Sse,
+        )
+        .await;
+        assert!(matches!(res, Err(SubscriptionError::NotSynced(_))));
+    }
+
+    #[tokio::test]
+    async fn shutdown_ends_the_subscription_with_a_shutdown_item() {
+        let hub = hub();
+        hub.relist(vec![], 1);
+        let (_tx, rx) = watch::channel(0);
+        let token = CancellationToken::new();
+        let mut sub = Subscription::start(
+            hub,
+            Filter::default(),
+            None,
+            Duration::from_secs(1),
+            rx,
+            token.clone(),
+            Arc::new(Metrics::new()),
+            Transport::Sse,
+        )
+        .await
+        .unwrap();
+        assert!(matches!(sub.next().await, Some(Item::SnapshotEnd { .. })));
+        token.cancel();
+        let item = tokio::time::timeout(Duration::from_secs(1), sub.next())
+            .await
+            .unwrap();
+        assert!(matches!(item, Some(Item::Shutdown)));
+        assert!(sub.next().await.is_none());
+    }
+}

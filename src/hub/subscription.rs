@@ -1,0 +1,271 @@
+//! A subscription: one client's cursor into a hub, with its filter.
+//!
+//! It turns the hub's log into a sequence of [`Item`]s that every transport
+//! frames in its own way: a snapshot (in chunks, then its end), deltas,
+//! progress marks, keep-alives, resets. It owns the slow-consumer policy: a
+//! cursor that falls off the log's tail is lapped and gets a [`Item::Reset`]
+//! followed by a fresh snapshot, never a silent gap. It holds no event
+//! buffer of its own: memory per subscriber is the cursor plus what the
+//! transport has in flight.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::{Event, Filter, Hub, Joined, Obj};
+use crate::ops::{Metrics, Transport};
+
+/// Snapshot objects handed out per item.
+const SNAPSHOT_CHUNK: usize = 256;
+/// Events read from the log per item.
+const READ_BATCH: usize = 256;
+
+/// Why a subscriber's state is being replaced by a fresh snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetReason {
+    /// The client asked to resume from a position the log no longer holds
+    /// (or one this replica has not reached).
+    Expired,
+    /// The client's cursor fell off the log: it read too slowly, or the
+    /// upstream's resourceVersion went backwards and every cursor was lapped.
+    Lapped,
+}
+
+impl ResetReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResetReason::Expired => "Expired",
+            ResetReason::Lapped => "Lapped",
+        }
+    }
+}
+
+/// One step of a subscription.
+#[derive(Debug)]
+pub enum Item {
+    /// Drop your state: a snapshot that replaces it follows.
+    Reset(ResetReason),
+    /// Objects of the current snapshot (id-less ADDED).
+    Snapshot(Vec<Arc<Obj>>),
+    /// The snapshot is complete and reflects `rv`.
+    SnapshotEnd { rv: u64 },
+    /// Deltas, in log order, already filtered.
+    Events(Vec<Arc<Event>>),
+    /// No event for this client, but its position advanced to `rv`.
+    Progress { rv: u64 },
+    /// Nothing happened for a keep-alive interval.
+    KeepAlive,
+    /// The server is shutting down; the stream ends after this.
+    Shutdown,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubscriptionError {
+    #[error("resource {0} is not synced yet; retry shortly")]
+    NotSynced(String),
+}
+
+pub struct Subscription {
+    hub: Arc<Hub>,
+    filter: Filter,
+    cursor: u64,
+    head_rx: watch::Receiver<u64>,
+    /// `None` once the ticker is gone: events still flow, keep-alives stop.
+    tick_rx: Option<watch::Receiver<u64>>,
+    shutdown: CancellationToken,
+    snapshot: Option<SnapshotProgress>,
+    reset: Option<ResetReason>,
+    /// The last position told to the client (an id it could resume from).
+    sent_rv: u64,
+    /// The position reached (events read, filtered or not).
+    pos_rv: u64,
+    read_buf: Vec<Arc<Event>>,
+    finished: bool,
+    metrics: Arc<Metrics>,
+    transport: Transport,
+}
+
+struct SnapshotProgress {
+    objects: std::vec::IntoIter<Arc<Obj>>,
+    rv: u64,
+}
+
+impl Subscription {
+    /// Waits (at most `sync_timeout`) for the hub's first list, then joins
+    /// it at `resume` (a resourceVersion the client has seen) or with a
+    /// snapshot. `tick_rx` changes every keep-alive interval.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start(
+        hub: Arc<Hub>,
+        filter: Filter,
+        resume: Option<u64>,
+        sync_timeout: Duration,
+        tick_rx: watch::Receiver<u64>,
+        shutdown: CancellationToken,
+        metrics: Arc<Metrics>,
+        transport: Transport,
+    ) -> Result<Subscription, SubscriptionError> {
+        if !hub.wait_synced(sync_timeout).await {
+            return Err(SubscriptionError::NotSynced(hub.name().to_string()));
+        }
+        let mut head_rx = hub.head_rx();
+        head_rx.borrow_and_update();
+        let mut tick_rx = tick_rx;
+        tick_rx.borrow_and_update();
+        metrics.subscriber_joined(hub.name(), transport);
+        let mut sub = Subscription {
+            hub,
+            filter,
+            cursor: 0,
+            head_rx,
+            tick_rx: Some(tick_rx),
+            shutdown,
+            snapshot: None,
+            reset: None,
+            sent_rv: 0,
+            pos_rv: 0,
+            read_buf: Vec::new(),
+            finished: false,
+            metrics,
+            transport,
+        };
+        sub.join(resume);
+        Ok(sub)
+    }
+
+    fn join(&mut self, resume: Option<u64>) {
+        let filter = &self.filter;
+        match self.hub.join(resume, &|o| filter.matches(o)) {
+            Joined::Resumed { cursor, rv } => {
+                self.cursor = cursor;
+                self.sent_rv = rv;
+                self.pos_rv = rv;
+            }
+            Joined::Snapshot {
+                cursor,
+                objects,
+                rv,
+                resume_failed,
+            } => {
+                self.cursor = cursor;
+                if resume_failed {
+                    self.reset = Some(ResetReason::Expired);
+                }
+                self.snapshot = Some(SnapshotProgress {
+                    objects: objects.into_iter(),
+                    rv,
+                });
+            }
+        }
+    }
+
+    /// The resource this subscription reads.
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    /// The next item, or `None` once the stream is over.
+    pub async fn next(&mut self) -> Option<Item> {
+        if self.finished {
+            return None;
+        }
+        loop {
+            if let Some(reason) = self.reset.take() {
+                self.metrics.reset(self.hub.name(), reason);
+                return Some(Item::Reset(reason));
+            }
+            if let Some(snap) = &mut self.snapshot {
+                let chunk: Vec<Arc<Obj>> = snap.objects.by_ref().take(SNAPSHOT_CHUNK).collect();
+                if !chunk.is_empty() {
+                    return Some(Item::Snapshot(chunk));
+                }
+                let rv = snap.rv;
+                self.snapshot = None;
+                self.sent_rv = rv;
+                self.pos_rv = self.pos_rv.max(rv);
+                self.metrics
+                    .snapshot_served(self.hub.name(), self.transport);
+                return Some(Item::SnapshotEnd { rv });
+            }
+            if self.shutdown.is_cancelled() {
+                self.finished = true;
+                return Some(Item::Shutdown);
+            }
+
+            self.head_rx.borrow_and_update();
+            self.read_buf.clear();
+            match self
+                .hub
+                .read(&mut self.cursor, READ_BATCH, &mut self.read_buf)
+            {
+                Err(_lapped) => {
+                    self.metrics.lapped(self.hub.name());
+                    self.join(None);
+                    self.reset = Some(ResetReason::Lapped);
+                    continue;
+                }
+                Ok(caught_up) => {
+                    let mut out = Vec::new();
+                    for ev in self.read_buf.drain(..) {
+                        if ev.has_id {
+                            self.pos_rv = self.pos_rv.max(ev.rv);
+                        }
+                        if self.filter.matches(&ev.obj) {
+                            if ev.has_id {
+                                self.sent_rv = ev.rv;
+                            }
+                            out.push(ev);
+                        }
+                    }
+                    if let Some(rv) = caught_up {
+                        self.pos_rv = self.pos_rv.max(rv);
+                    }
+                    if !out.is_empty() {
+                        return Some(Item::Events(out));
+                    }
+                    if caught_up.is_none() {
+                        continue;
+                    }
+                }
+            }
+
+            tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => {}
+                changed = self.head_rx.changed() => {
+                    if changed.is_err() {
+                        self.finished = true;
+                        return None;
+                    }
+                }
+                ticked = tick(&mut self.tick_rx) => {
+                    if !ticked {
+                        self.tick_rx = None;
+                        continue;
+                    }
+                    if self.pos_rv > self.sent_rv {
+                        self.sent_rv = self.pos_rv;
+                        return Some(Item::Progress { rv: self.pos_rv });
+                    }
+                    return Some(Item::KeepAlive);
+                }
+            }
+        }
+    }
+}
+
+async fn tick(rx: &mut Option<watch::Receiver<u64>>) -> bool {
+    match rx {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.metrics
+            .subscriber_left(self.hub.name(), self.transport);
+    }
+}

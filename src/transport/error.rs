@@ -1,0 +1,84 @@
+//! Request errors of every transport, mapped to HTTP in one place.
+//!
+//! Bodies are Kubernetes `Status` objects, so a Kubernetes client and a
+//! browser read the same thing: `{"kind":"Status","code":404,"reason":
+//! "NotFound","message":"unknown resource \"podz\""}`.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde_json::json;
+
+use crate::hub::SubscriptionError;
+use crate::upstream;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl ApiError {
+    fn reason(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "BadRequest",
+            ApiError::NotFound(_) => "NotFound",
+            ApiError::Forbidden(_) => "Forbidden",
+            ApiError::Unavailable(_) => "ServiceUnavailable",
+        }
+    }
+}
+
+/// A Kubernetes `Status` object.
+pub fn status_json(code: u16, reason: &str, message: &str) -> serde_json::Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    })
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let code = self.status_code();
+        let mut resp = HttpResponse::build(code);
+        if matches!(self, ApiError::Unavailable(_)) {
+            resp.insert_header(("Retry-After", "1"));
+        }
+        resp.json(status_json(code.as_u16(), self.reason(), &self.to_string()))
+    }
+}
+
+impl From<upstream::Error> for ApiError {
+    fn from(err: upstream::Error) -> ApiError {
+        match err {
+            upstream::Error::UnknownResource(_) => ApiError::NotFound(err.to_string()),
+            upstream::Error::Forbidden(..) => ApiError::Forbidden(err.to_string()),
+            upstream::Error::Discovery(_) => ApiError::Unavailable(err.to_string()),
+        }
+    }
+}
+
+impl From<SubscriptionError> for ApiError {
+    fn from(err: SubscriptionError) -> ApiError {
+        ApiError::Unavailable(err.to_string())
+    }
+}

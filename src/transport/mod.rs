@@ -1,0 +1,115 @@
+//! Transports: how subscribers are framed on the wire. Each one only frames
+//! what the hub already encoded; none keeps state of its own.
+
+pub mod error;
+pub mod sse;
+
+use actix_web::web;
+
+use crate::hub::Filter;
+use error::ApiError;
+
+/// Options common to every streaming transport.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamParams {
+    pub namespaces: Vec<String>,
+    /// A resourceVersion the client has seen; `None` asks for a snapshot.
+    pub resume: Option<u64>,
+}
+
+impl StreamParams {
+    pub fn filter(&self) -> Filter {
+        Filter {
+            namespaces: self.namespaces.clone(),
+        }
+    }
+}
+
+const KNOWN_PARAMS: &str = "namespace, resourceVersion";
+
+/// Parses `?namespace=a,b&resourceVersion=N`. Unknown parameters are
+/// refused, so a typo is an error rather than a silently broader stream.
+pub fn parse_stream_query(query: &str) -> Result<StreamParams, ApiError> {
+    let pairs = web::Query::<Vec<(String, String)>>::from_query(query)
+        .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))?
+        .into_inner();
+    let mut params = StreamParams::default();
+    for (key, value) in pairs {
+        match key.as_str() {
+            "namespace" => {
+                for ns in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    if !is_dns_label(ns) {
+                        return Err(ApiError::BadRequest(format!(
+                            "namespace {ns:?} is not a valid namespace name"
+                        )));
+                    }
+                    if !params.namespaces.iter().any(|n| n == ns) {
+                        params.namespaces.push(ns.to_string());
+                    }
+                }
+            }
+            "resourceVersion" => {
+                params.resume = match value.trim() {
+                    "" | "0" => None,
+                    v => Some(v.parse::<u64>().map_err(|_| {
+                        ApiError::BadRequest(format!(
+                            "resourceVersion {v:?} is not a resourceVersion (a decimal number)"
+                        ))
+                    })?),
+                }
+            }
+            other => {
+                return Err(ApiError::BadRequest(format!(
+                    "unknown query parameter {other:?} (known: {KNOWN_PARAMS})"
+                )));
+            }
+        }
+    }
+    Ok(params)
+}
+
+/// A Kubernetes namespace name: an RFC 1123 label.
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_parses_namespaces_and_resume() {
+        let p = parse_stream_query("namespace=a,b&namespace=b&resourceVersion=12").unwrap();
+        assert_eq!(p.namespaces, vec!["a", "b"]);
+        assert_eq!(p.resume, Some(12));
+        assert_eq!(
+            parse_stream_query("resourceVersion=0").unwrap().resume,
+            None
+        );
+        assert_eq!(parse_stream_query("").unwrap(), StreamParams::default());
+    }
+
+    #[test]
+    fn bad_queries_are_refused_with_the_reason() {
+        for q in [
+            "namespace=Bad_NS",
+            "resourceVersion=abc",
+            "nmespace=a",
+            "namespace=-a",
+        ] {
+            let err = parse_stream_query(q).unwrap_err();
+            assert!(matches!(err, ApiError::BadRequest(_)), "{q}: {err}");
+        }
+        assert!(
+            parse_stream_query("nmespace=a")
+                .unwrap_err()
+                .to_string()
+                .contains("nmespace")
+        );
+    }
+}

@@ -1,0 +1,224 @@
+//! Server-Sent Events: `GET /stream/{resource}`.
+//!
+//! Frames only: every event and snapshot object arrives from the hub
+//! already encoded as an SSE frame ([`crate::hub::Frame`]), shared by all
+//! subscribers; this module writes them out back to back, and builds the
+//! few per-subscriber frames (snapshot end, progress bookmark, reset,
+//! shutdown). The protocol is specified in `proto/PROTOCOL.md`.
+//!
+//! The stream is hand-framed rather than built on `actix-web-lab`'s `Sse`
+//! because that type re-encodes each event per subscriber, which is the
+//! per-delivery cost the hub's encode-once design removes.
+
+use std::convert::Infallible;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse, web};
+use bytes::{BufMut, Bytes, BytesMut};
+use prometheus_client::metrics::counter::Counter;
+use serde_json::json;
+
+use super::error::{ApiError, status_json};
+use super::parse_stream_query;
+use crate::app::AppState;
+use crate::hub::{Item, ResourceMeta, Subscription};
+use crate::ops::Transport;
+
+/// `GET /stream/{resource}`: a snapshot, its end marker, then every change.
+pub async fn stream(
+    req: HttpRequest,
+    resource: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let mut params = parse_stream_query(req.query_string())?;
+    if let Some(id) = req.headers().get("Last-Event-ID") {
+        // The header wins over `?resourceVersion=`: a browser reconnecting
+        // sends the original URL with its newest id in the header.
+        if let Some(rv) = parse_last_event_id(id)? {
+            params.resume = Some(rv);
+        }
+    }
+    let hub = state.informers.hub(&resource).await?;
+    let sub = Subscription::start(
+        hub,
+        params.filter(),
+        params.resume,
+        state.stream.sync_timeout,
+        state.ticks.clone(),
+        state.shutdown.clone(),
+        state.metrics.clone(),
+        Transport::Sse,
+    )
+    .await?;
+    let sent = state.metrics.events_sent(sub.hub().name(), Transport::Sse);
+    let meta = sub.hub().meta().clone();
+    let preamble = Bytes::from(format!("retry: {}\n\n", state.stream.retry.as_millis()));
+    let body = SseBody {
+        sub,
+        meta,
+        sent,
+        preamble: Some(preamble),
+    };
+    let stream = futures::stream::unfold(body, |mut body| async move {
+        let chunk = body.next_chunk().await?;
+        Some((Ok::<_, Infallible>(chunk), body))
+    });
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header((header::CONTENT_ENCODING, "identity"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(stream))
+}
+
+fn parse_last_event_id(value: &HeaderValue) -> Result<Option<u64>, ApiError> {
+    let text = value
+        .to_str()
+        .map_err(|_| ApiError::BadRequest("Last-Event-ID is not valid text".into()))?
+        .trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse::<u64>().map(Some).map_err(|_| {
+        ApiError::BadRequest(format!(
+            "Last-Event-ID {text:?} is not a resourceVersion (a decimal number)"
+        ))
+    })
+}
+
+struct SseBody {
+    sub: Subscription,
+    meta: ResourceMeta,
+    sent: Counter,
+    preamble: Option<Bytes>,
+}
+
+impl SseBody {
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if let Some(preamble) = self.preamble.take() {
+            return Some(preamble);
+        }
+        let item = self.sub.next().await?;
+        Some(match item {
+            Item::Snapshot(objects) => {
+                let mut buf =
+                    BytesMut::with_capacity(objects.iter().map(|o| o.snapshot_frame().len()).sum());
+                for obj in &objects {
+                    buf.put_slice(obj.snapshot_frame().sse());
+                }
+                self.sent.inc_by(objects.len() as u64);
+                buf.freeze()
+            }
+            Item::Events(events) => {
+                if let [single] = events.as_slice() {
+                    self.sent.inc();
+                    return Some(single.frame.sse().clone());
+                }
+                let mut buf = BytesMut::with_capacity(events.iter().map(|e| e.frame.len()).sum());
+                for ev in &events {
+                    buf.put_slice(ev.frame.sse());
+                }
+                self.sent.inc_by(events.len() as u64);
+                buf.freeze()
+            }
+            Item::SnapshotEnd { rv } => bookmark(&self.meta, rv, true),
+            Item::Progress { rv } => bookmark(&self.meta, rv, false),
+            Item::KeepAlive => Bytes::from_static(b": keep-alive\n\n"),
+            Item::Reset(reason) => {
+                let status = status_json(
+                    410,
+                    reason.as_str(),
+                    &format!(
+                        "{}: your position is gone; a fresh snapshot follows and replaces your state",
+                        reason.as_str()
+                    ),
+                );
+                // `id:` with no value clears the client's Last-Event-ID, so a
+                // reconnect during the snapshot asks for a fresh one.
+                frame(
+                    "RESET",
+                    None,
+                    &json!({"type": "RESET", "object": status}),
+                    true,
+                )
+            }
+            Item::Shutdown => {
+                let status = status_json(
+                    503,
+                    "ServiceUnavailable",
+                    "kubefan is shutting down; reconnect",
+                );
+                frame(
+                    "ERROR",
+                    None,
+                    &json!({"type": "ERROR", "object": status}),
+                    false,
+                )
+            }
+        })
+    }
+}
+
+/// A BOOKMARK carrying a resume position; `initial_end` marks the end of
+/// a snapshot, as Kubernetes marks the end of `sendInitialEvents`.
+fn bookmark(meta: &ResourceMeta, rv: u64, initial_end: bool) -> Bytes {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    let event = json!({
+        "type": "BOOKMARK",
+        "object": {"kind": meta.kind, "apiVersion": meta.api_version, "metadata": metadata},
+    });
+    frame("BOOKMARK", Some(rv), &event, false)
+}
+
+fn frame(name: &str, id: Option<u64>, data: &serde_json::Value, clear_id: bool) -> Bytes {
+    let mut out = format!("event: {name}\n");
+    if let Some(id) = id {
+        out.push_str(&format!("id: {id}\n"));
+    } else if clear_id {
+        out.push_str("id:\n");
+    }
+    out.push_str(&format!("data: {data}\n\n"));
+    Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_event_id_must_be_a_resource_version() {
+        assert_eq!(
+            parse_last_event_id(&HeaderValue::from_static("42")).unwrap(),
+            Some(42)
+        );
+        assert_eq!(
+            parse_last_event_id(&HeaderValue::from_static("")).unwrap(),
+            None
+        );
+        assert!(parse_last_event_id(&HeaderValue::from_static("abc")).is_err());
+        assert!(parse_last_event_id(&HeaderValue::from_static("-1")).is_err());
+    }
+
+    #[test]
+    fn snapshot_end_is_an_annotated_bookmark_with_an_id() {
+        let meta = ResourceMeta {
+            name: "pods".into(),
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+        };
+        let text = String::from_utf8(bookmark(&meta, 9, true).to_vec()).unwrap();
+        assert!(text.starts_with("event: BOOKMARK\nid: 9\ndata: "), "{text}");
+        assert!(text.ends_with("\n\n"));
+        let data: serde_json::Value =
+            serde_json::from_str(text.lines().nth(2).unwrap().strip_prefix("data: ").unwrap())
+                .unwrap();
+        assert_eq!(
+            data["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+            "true"
+        );
+        assert_eq!(data["object"]["metadata"]["resourceVersion"], "9");
+    }
+}

@@ -1,0 +1,257 @@
+//! One informer: the list-then-watch loop that feeds one hub.
+//!
+//! Paginated LIST, then WATCH from the list's resourceVersion with
+//! bookmarks. A watch that ends is resumed from the last resourceVersion
+//! seen (no relist); a 410 Expired relists, and the hub turns the new list
+//! into synthetic events. Errors back off exponentially with jitter. The
+//! loop ends only when the shutdown token is cancelled.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
+use kube::core::ApiResource;
+use tokio_util::sync::CancellationToken;
+
+use super::ingest::{IngestOptions, ingest};
+use crate::hub::{EventType, Hub, Obj};
+use crate::ops::Metrics;
+
+/// How an informer talks to the upstream.
+#[derive(Debug, Clone, Copy)]
+pub struct InformerConfig {
+    /// LIST page size (`limit`).
+    pub page_size: u32,
+    /// `timeoutSeconds` of each WATCH; the API server caps it anyway.
+    pub watch_timeout: Duration,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    pub ingest: IngestOptions,
+}
+
+impl Default for InformerConfig {
+    fn default() -> Self {
+        InformerConfig {
+            page_size: 500,
+            watch_timeout: Duration::from_secs(290),
+            backoff_min: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(30),
+            ingest: IngestOptions::default(),
+        }
+    }
+}
+
+/// A watch that ends this soon without delivering anything is treated as
+/// a failure (backed off), so a misbehaving upstream is not hammered.
+const SHORT_WATCH: Duration = Duration::from_secs(1);
+
+pub struct Informer {
+    pub hub: Arc<Hub>,
+    pub api: Api<DynamicObject>,
+    pub resource: ApiResource,
+    pub cfg: InformerConfig,
+    pub metrics: Arc<Metrics>,
+    pub shutdown: CancellationToken,
+}
+
+enum WatchEnd {
+    /// Resume from the last resourceVersion.
+    Resume,
+    /// Resume after a back-off.
+    Failed,
+    /// The resourceVersion is gone: list again.
+    Expired,
+    Shutdown,
+}
+
+impl Informer {
+    pub async fn run(self) {
+        let name = self.hub.name().to_string();
+        let mut backoff = self.new_backoff();
+        let mut first = true;
+        'relist: loop {
+            self.metrics.upstream_list(&name);
+            let listed = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                listed = self.list_all() => listed,
+            };
+            let (objects, mut rv) = match listed {
+                Ok(listed) => listed,
+                Err(err) => {
+                    self.metrics.upstream_error(&name, "list");
+                    tracing::warn!(resource = %name, error = %err, "upstream list failed");
+                    if !self.pause(&mut backoff).await {
+                        return;
+                    }
+                    continue 'relist;
+                }
+            };
+            let count = objects.len();
+            let outcome = self.hub.relist(objects, rv);
+            if first {
+                tracing::info!(resource = %name, objects = count, resource_version = rv, "informer synced");
+                first = false;
+            } else {
+                tracing::info!(resource = %name, objects = count, resource_version = rv,
+                    added = outcome.added, modified = outcome.modified, deleted = outcome.deleted,
+                    rewound = outcome.rewound, "relisted");
+            }
+            backoff = self.new_backoff();
+
+            loop {
+                let (end, delivered) = self.watch_from(&mut rv).await;
+                if delivered {
+                    backoff = self.new_backoff();
+                }
+                match end {
+                    WatchEnd::Resume => {}
+                    WatchEnd::Failed => {
+                        if !self.pause(&mut backoff).await {
+                            return;
+                        }
+                    }
+                    WatchEnd::Expired => {
+                        self.metrics.upstream_relist(&name, "expired");
+                        tracing::info!(resource = %name, resource_version = rv, "watch expired (410); relisting");
+                        continue 'relist;
+                    }
+                    WatchEnd::Shutdown => return,
+                }
+            }
+        }
+    }
+
+    fn new_backoff(&self) -> ExponentialBackoff {
+        ExponentialBuilder::new()
+            .with_min_delay(self.cfg.backoff_min)
+            .with_max_delay(self.cfg.backoff_max)
+            .with_jitter()
+            .without_max_times()
+            .build()
+    }
+
+    /// Sleeps for the next back-off step; false if shut down meanwhile.
+    async fn pause(&self, backoff: &mut ExponentialBackoff) -> bool {
+        let delay = backoff.next().unwrap_or(self.cfg.backoff_max);
+        tokio::select! {
+            _ = self.shutdown.cancelled() => false,
+            _ = tokio::time::sleep(delay) => true,
+        }
+    }
+
+    async fn list_all(&self) -> Result<(Vec<Obj>, u64), kube::Error> {
+        let mut objects = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut lp = ListParams::default().limit(self.cfg.page_size);
+            if let Some(t) = &token {
+                lp = lp.continue_token(t);
+            }
+            let page = self.api.list(&lp).await?;
+            for item in page.items {
+                match ingest(item, &self.resource, self.cfg.ingest) {
+                    Ok(obj) => objects.push(obj),
+                    Err(err) => self.decode_failed(err),
+                }
+            }
+            match page.metadata.continue_ {
+                Some(next) if !next.is_empty() => token = Some(next),
+                _ => {
+                    let rv = page.metadata.resource_version.unwrap_or_default();
+                    let rv = rv.parse::<u64>().map_err(|_| {
+                        kube::Error::Api(
+                            kube::core::Status::failure(
+                                &format!("list has a non-numeric resourceVersion {rv:?}"),
+                                "BadResponse",
+                            )
+                            .boxed(),
+                        )
+                    })?;
+                    return Ok((objects, rv));
+                }
+            }
+        }
+    }
+
+    fn decode_failed(&self, err: super::ingest::IngestError) {
+        self.metrics.upstream_error(self.hub.name(), "decode");
+        tracing::warn!(resource = %self.hub.name(), error = %err, "skipping an object that cannot be ingested");
+    }
+
+    /// Watches from `*rv`, advancing it; tells how the watch ended and
+    /// whether it delivered anything.
+    async fn watch_from(&self, rv: &mut u64) -> (WatchEnd, bool) {
+        let name = self.hub.name();
+        self.metrics.upstream_watch(name);
+        let timeout = self.cfg.watch_timeout.as_secs().clamp(1, 290) as u32;
+        let wp = WatchParams::default().timeout(timeout);
+        let started = Instant::now();
+        let from = rv.to_string();
+        let stream = tokio::select! {
+            _ = self.shutdown.cancelled() => return (WatchEnd::Shutdown, false),
+            s = self.api.watch(&wp, &from) => s,
+        };
+        let stream = match stream {
+            Ok(stream) => stream,
+            Err(kube::Error::Api(status)) if status.code == 410 => {
+                return (WatchEnd::Expired, false);
+            }
+            Err(err) => {
+                self.metrics.upstream_error(name, "watch");
+                tracing::warn!(resource = %name, error = %err, "upstream watch failed");
+                return (WatchEnd::Failed, false);
+            }
+        };
+        let mut stream = std::pin::pin!(stream);
+        let mut delivered = false;
+        loop {
+            let next = tokio::select! {
+                _ = self.shutdown.cancelled() => return (WatchEnd::Shutdown, delivered),
+                next = stream.next() => next,
+            };
+            let (kind, obj) = match next {
+                None => {
+                    if !delivered && started.elapsed() < SHORT_WATCH {
+                        return (WatchEnd::Failed, false);
+                    }
+                    return (WatchEnd::Resume, delivered);
+                }
+                Some(Ok(WatchEvent::Added(o))) => (EventType::Added, o),
+                Some(Ok(WatchEvent::Modified(o))) => (EventType::Modified, o),
+                Some(Ok(WatchEvent::Deleted(o))) => (EventType::Deleted, o),
+                Some(Ok(WatchEvent::Bookmark(b))) => {
+                    delivered = true;
+                    if let Ok(b_rv) = b.metadata.resource_version.parse::<u64>() {
+                        *rv = (*rv).max(b_rv);
+                        self.hub.bookmark(b_rv);
+                    }
+                    continue;
+                }
+                Some(Ok(WatchEvent::Error(status))) if status.code == 410 => {
+                    return (WatchEnd::Expired, delivered);
+                }
+                Some(Ok(WatchEvent::Error(status))) => {
+                    self.metrics.upstream_error(name, "watch");
+                    tracing::warn!(resource = %name, code = status.code, reason = %status.reason,
+                        message = %status.message, "upstream watch error event");
+                    return (WatchEnd::Failed, delivered);
+                }
+                Some(Err(err)) => {
+                    self.metrics.upstream_error(name, "watch");
+                    tracing::warn!(resource = %name, error = %err, "upstream watch stream broke");
+                    return (WatchEnd::Failed, delivered);
+                }
+            };
+            delivered = true;
+            match ingest(obj, &self.resource, self.cfg.ingest) {
+                Ok(obj) => {
+                    *rv = (*rv).max(obj.resource_version());
+                    self.hub.apply(kind, obj);
+                }
+                Err(err) => self.decode_failed(err),
+            }
+        }
+    }
+}
