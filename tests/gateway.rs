@@ -1,0 +1,531 @@
+//! Integration tests: the real gateway app on port 0 against the simulated
+//! API server, through the real kube-rs client, spoken to over HTTP.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use kubefan::sim::{ChurnConfig, ResourceDef, Sim, pod, seed_cluster};
+use serde_json::{Value, json};
+use support::{ClientView, SseClient, WAIT, sim_config, spawn, test_config, validate_status};
+
+fn seeded(pods: usize) -> Sim {
+    let sim = Sim::new(sim_config());
+    seed_cluster(
+        &sim,
+        &ChurnConfig {
+            pods,
+            nodes: 3,
+            seed: Some(7),
+            ..ChurnConfig::default()
+        },
+    );
+    sim
+}
+
+fn pods_of(sim: &Sim) -> (Vec<Value>, u64) {
+    sim.list("pods")
+}
+
+/// Opens a stream and reads its snapshot.
+async fn subscribed(env: &support::TestEnv, path: &str) -> (SseClient, ClientView) {
+    let mut sse = env.sse(path).await;
+    let mut view = ClientView::new();
+    while view.snapshots == 0 {
+        let ev = sse.next().await.expect("snapshot");
+        view.apply(&ev);
+    }
+    (sse, view)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_subscribers_cost_one_list_and_one_watch() {
+    let env = spawn(seeded(100), test_config(&["pods"])).await;
+    env.synced("pods").await;
+    let mut clients = join_all((0..50).map(|_| subscribed(&env, "/stream/pods"))).await;
+    env.sim
+        .create("pods", pod("late").ns("web").node("node-1").build())
+        .unwrap();
+    let (objects, rv) = pods_of(&env.sim);
+    let objects = &objects;
+    join_all(clients.iter_mut().map(|(sse, view)| async move {
+        view.follow(sse, rv).await;
+        view.assert_matches(objects);
+        assert!(view.changes.iter().any(|(t, _)| t == "ADDED"));
+    }))
+    .await;
+    let stats = env.sim.stats().resource("pods");
+    assert_eq!(stats.list_requests, 1, "{stats:?}");
+    assert_eq!(stats.watch_requests, 1, "{stats:?}");
+    assert_eq!(stats.open_watches, 1, "{stats:?}");
+    let metrics = env
+        .http
+        .get(format!("{}/metrics", env.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("kubefan_subscribers{resource=\"pods\",transport=\"Sse\"} 50"),
+        "{metrics}"
+    );
+    drop(clients);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_with_joining_subscribers_converges_to_upstream_state() {
+    let env = spawn(seeded(150), test_config(&["pods"])).await;
+    env.synced("pods").await;
+    let sim = env.sim.clone();
+    let churn = tokio::spawn(async move {
+        for i in 0..1500u32 {
+            let name = format!("churn-{}", i % 120);
+            let existing = sim.get("pods", Some("batch"), &name);
+            let result = match (existing, i % 5) {
+                (None, _) => sim.create("pods", pod(&name).ns("batch").label("app", "worker").build()).map(|_| ()),
+                (Some(_), 0) => sim.delete("pods", Some("batch"), &name).map(|_| ()),
+                (Some(_), n) => sim
+                    .merge_patch("pods", Some("batch"), &name, &json!({"status": {"phase": format!("P{n}")}, "metadata": {"labels": {"round": i.to_string()}}}))
+                    .map(|_| ()),
+            };
+            result.expect("sim write");
+            if i % 10 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    let mut subscribers = Vec::new();
+    for _ in 0..8 {
+        subscribers.push(subscribed(&env, "/stream/pods").await);
+        tokio::task::yield_now().await;
+    }
+    tokio::time::timeout(WAIT, churn).await.unwrap().unwrap();
+    let (objects, rv) = pods_of(&env.sim);
+    let objects = &objects;
+    join_all(subscribers.iter_mut().map(|(sse, view)| async move {
+        view.follow(sse, rv).await;
+        view.assert_matches(objects);
+        assert!(
+            view.resets.is_empty(),
+            "no reset expected: {:?}",
+            view.resets
+        );
+    }))
+    .await;
+    // Late joiners agree too.
+    let (mut sse, mut view) = subscribed(&env, "/stream/pods").await;
+    view.follow(&mut sse, rv).await;
+    view.assert_matches(objects);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_with_last_event_id_inside_the_log_gets_exactly_the_missed_events() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.upstream.log_limits.max_events = 20;
+    let env = spawn(seeded(10), cfg).await;
+    env.synced("pods").await;
+    let (sse, mut view) = subscribed(&env, "/stream/pods").await;
+    let id = view.last_id.clone().expect("snapshot end has an id");
+    drop(sse);
+
+    let mut missed = Vec::new();
+    for i in 0..5 {
+        let o = env
+            .sim
+            .create("pods", pod(&format!("m{i}")).ns("web").build())
+            .unwrap();
+        missed.push(support::rv_of(&o));
+    }
+    let (objects, rv) = pods_of(&env.sim);
+    env.caught_up("pods", rv).await;
+    let mut sse = env.sse_with("/stream/pods", Some(&id)).await;
+    view.resume();
+    view.follow(&mut sse, rv).await;
+    assert_eq!(
+        view.snapshots, 1,
+        "a resume inside the log sends no snapshot"
+    );
+    assert!(view.resets.is_empty());
+    let got: Vec<u64> = view.changes.iter().map(|(_, rv)| *rv).collect();
+    assert_eq!(got, missed, "exactly the missed events");
+    view.assert_matches(&objects);
+
+    // The same through ?resourceVersion=.
+    let mut sse = env.sse(&format!("/stream/pods?resourceVersion={id}")).await;
+    let first = sse.next().await.unwrap();
+    assert_eq!(first.event, "ADDED");
+    assert_eq!(first.id.as_deref(), Some(missed[0].to_string().as_str()));
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_outside_the_log_gets_a_reset_then_a_snapshot() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.upstream.log_limits.max_events = 20;
+    let env = spawn(seeded(10), cfg).await;
+    env.synced("pods").await;
+    let (sse, mut view) = subscribed(&env, "/stream/pods").await;
+    let id = view.last_id.clone().unwrap();
+    drop(sse);
+    for i in 0..40 {
+        env.sim
+            .create("pods", pod(&format!("m{i}")).ns("web").build())
+            .unwrap();
+    }
+    let (objects, rv) = pods_of(&env.sim);
+    env.caught_up("pods", rv).await;
+    let mut sse = env.sse_with("/stream/pods", Some(&id)).await;
+    let first = sse.next().await.unwrap();
+    assert_eq!(first.event, "RESET");
+    assert_eq!(
+        first.id.as_deref(),
+        Some(""),
+        "a reset clears the client's id"
+    );
+    assert_eq!(first.data["object"]["reason"], "Expired");
+    view.resume();
+    view.apply(&first);
+    view.follow(&mut sse, rv).await;
+    assert_eq!(view.snapshots, 2);
+    view.assert_matches(&objects);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_watch_end_resumes_without_relist_or_reset() {
+    let env = spawn(seeded(20), test_config(&["pods"])).await;
+    env.synced("pods").await;
+    let (mut sse, mut view) = subscribed(&env, "/stream/pods").await;
+    let before = env.sim.stats().resource("pods");
+    env.sim.end_watches();
+    for i in 0..10 {
+        env.sim
+            .create("pods", pod(&format!("after-{i}")).ns("web").build())
+            .unwrap();
+    }
+    let (objects, rv) = pods_of(&env.sim);
+    view.follow(&mut sse, rv).await;
+    view.assert_matches(&objects);
+    assert!(view.resets.is_empty());
+    let after = env.sim.stats().resource("pods");
+    assert_eq!(after.list_requests, before.list_requests, "no relist");
+    assert!(
+        after.watch_requests > before.watch_requests,
+        "the watch was resumed"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_watch_relists_and_subscribers_converge_through_synthetic_events() {
+    let env = spawn(seeded(30), test_config(&["pods"])).await;
+    env.synced("pods").await;
+    let (mut sse, mut view) = subscribed(&env, "/stream/pods").await;
+    // Changes the gateway cannot see, then history compaction: its next
+    // watch from its old resourceVersion gets 410 Expired.
+    env.sim.stall_watches(true);
+    let (existing, _) = pods_of(&env.sim);
+    let victim = &existing[0]["metadata"];
+    env.sim
+        .delete(
+            "pods",
+            victim["namespace"].as_str(),
+            victim["name"].as_str().unwrap(),
+        )
+        .unwrap();
+    let changed = &existing[1]["metadata"];
+    env.sim
+        .merge_patch(
+            "pods",
+            changed["namespace"].as_str(),
+            changed["name"].as_str().unwrap(),
+            &json!({"status": {"phase": "Failed"}}),
+        )
+        .unwrap();
+    env.sim
+        .create("pods", pod("born-in-the-dark").ns("web").build())
+        .unwrap();
+    env.sim.compact();
+    env.sim.end_watches();
+    env.sim.stall_watches(false);
+    let (objects, rv) = pods_of(&env.sim);
+    view.follow(&mut sse, rv).await;
+    view.assert_matches(&objects);
+    assert!(
+        view.resets.is_empty(),
+        "a relist is not a reset: {:?}",
+        view.resets
+    );
+    let kinds: Vec<&str> = view.changes.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["MODIFIED", "ADDED", "DELETED"],
+        "synthetic events in resourceVersion order"
+    );
+    assert_eq!(
+        env.sim.stats().resource("pods").list_requests,
+        2,
+        "one relist"
+    );
+    let metrics = env
+        .http
+        .get(format!("{}/metrics", env.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("kubefan_upstream_relists_total{resource=\"pods\",reason=\"expired\"} 1"),
+        "{metrics}"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_subscriber_is_lapped_and_reset_while_others_get_everything() {
+    let mut cfg = test_config(&["pods"]);
+    let log_bytes = 2 << 20;
+    cfg.upstream.log_limits.max_bytes = log_bytes;
+    let env = spawn(seeded(5), cfg).await;
+    env.synced("pods").await;
+    let (mut slow, mut slow_view) = subscribed(&env, "/stream/pods").await;
+    let (mut fast, mut fast_view) = subscribed(&env, "/stream/pods").await;
+    env.sim
+        .create("pods", pod("big").ns("web").build())
+        .unwrap();
+    // 1,200 changes of ~16 KB (~19 MB): more than the slow reader's socket
+    // buffers and the 2 MB log hold. The fast reader keeps up batch by
+    // batch; the slow one reads nothing meanwhile.
+    let blob = "x".repeat(16 << 10);
+    for batch in 0..24 {
+        let mut last = 0;
+        for i in 0..50 {
+            let o = env
+                .sim
+                .merge_patch(
+                    "pods",
+                    Some("web"),
+                    "big",
+                    &json!({"metadata": {"annotations": {"blob": format!("{batch}-{i}-{blob}")}}}),
+                )
+                .unwrap();
+            last = support::rv_of(&o);
+        }
+        fast_view.follow(&mut fast, last).await;
+    }
+    let (objects, rv) = pods_of(&env.sim);
+    assert!(
+        fast_view.resets.is_empty(),
+        "the fast reader was never reset"
+    );
+    assert_eq!(
+        fast_view.changes.len(),
+        1 + 24 * 50,
+        "the fast reader got every change"
+    );
+    fast_view.assert_matches(&objects);
+    let stats = env.app.informers().hub("pods").await.unwrap().stats();
+    assert!(
+        stats.log_bytes <= log_bytes,
+        "the log stays bounded: {stats:?}"
+    );
+
+    slow_view.follow(&mut slow, rv).await;
+    assert_eq!(
+        slow_view.resets,
+        ["Lapped"],
+        "the slow reader was reset, not skipped"
+    );
+    slow_view.assert_matches(&objects);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_status_body_and_harms_no_one() {
+    let env = spawn(seeded(5), test_config(&["pods"])).await;
+    env.synced("pods").await;
+    let (mut sse, mut view) = subscribed(&env, "/stream/pods").await;
+    let cases = [
+        ("/stream/podz", 404, "podz"),
+        ("/stream/secrets", 403, "allow-secrets"),
+        ("/stream/pods?namespace=Not_Valid", 400, "Not_Valid"),
+        ("/stream/pods?resourceVersion=ten", 400, "ten"),
+        ("/stream/pods?nmespace=web", 400, "nmespace"),
+        ("/stream/pods?%zz=1", 400, "query"),
+        ("/nothing/here", 404, "/nothing/here"),
+    ];
+    for (path, code, mentions) in cases {
+        let (status, body) = env.get_json(path).await;
+        assert_eq!(status, code, "{path}: {body}");
+        validate_status(&body);
+        assert_eq!(body["code"], code);
+        assert!(
+            body["message"].as_str().unwrap().contains(mentions),
+            "{path}: {body}"
+        );
+    }
+    let resp = env
+        .http
+        .get(format!("{}/stream/pods", env.base))
+        .header("Last-Event-ID", "yesterday")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    validate_status(&resp.json().await.unwrap());
+    // The subscriber already streaming is unaffected.
+    env.sim
+        .create("pods", pod("still-here").ns("web").build())
+        .unwrap();
+    let (objects, rv) = pods_of(&env.sim);
+    view.follow(&mut sse, rv).await;
+    view.assert_matches(&objects);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_waits_for_boot_resources_to_sync() {
+    let sim = seeded(5);
+    sim.fail_next(3);
+    let env = spawn(sim, test_config(&["pods"])).await;
+    let (status, body) = env.get_json("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["resources"][0]["ready"], false);
+    assert!(body["resources"][0]["reason"].is_string());
+    env.synced("pods").await;
+    let (status, body) = env.get_json("/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["resources"][0]["resource"], "pods");
+    let (status, _) = env.get_json("/healthz").await;
+    assert_eq!(status, 200);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_an_unknown_boot_resource() {
+    let env = spawn(seeded(1), test_config(&["pods", "gizmos"])).await;
+    env.synced("pods").await;
+    let (status, body) = env.get_json("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    let gizmos = body["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "gizmos")
+        .unwrap();
+    assert!(
+        gizmos["reason"]
+            .as_str()
+            .unwrap()
+            .contains("unknown resource"),
+        "{body}"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_headers_and_namespace_filter() {
+    let env = spawn(seeded(60), test_config(&[])).await;
+    // `po` is a short name; the informer starts lazily on first use.
+    let (mut sse, mut view) = subscribed(&env, "/stream/po?namespace=web,batch").await;
+    assert_eq!(sse.headers["content-type"], "text/event-stream");
+    assert_eq!(sse.headers["cache-control"], "no-cache");
+    assert_eq!(sse.headers["x-accel-buffering"], "no");
+    assert!(
+        sse.headers
+            .get("content-encoding")
+            .is_none_or(|v| v == "identity")
+    );
+    assert_eq!(sse.retry, Some(2000));
+    env.sim
+        .create("pods", pod("elsewhere").ns("default").build())
+        .unwrap();
+    env.sim
+        .create("pods", pod("here").ns("web").build())
+        .unwrap();
+    let (all, rv) = pods_of(&env.sim);
+    let wanted: Vec<Value> = all
+        .into_iter()
+        .filter(|o| matches!(o["metadata"]["namespace"].as_str(), Some("web" | "batch")))
+        .collect();
+    view.follow(&mut sse, rv).await;
+    view.assert_matches(&wanted);
+    assert_eq!(
+        view.changes.len(),
+        1,
+        "only the change in a selected namespace"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_resources_crds_and_redacted_secrets() {
+    let sim = seeded(0);
+    sim.register(
+        ResourceDef::new("example.com", "v1", "widgets", "Widget", true).with_short_names(&["wg"]),
+    );
+    sim.create(
+        "widgets.example.com",
+        json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1", "namespace": "default"}, "spec": {"size": 3}}),
+    )
+    .unwrap();
+    sim.create(
+        "deployments.apps",
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "d1", "namespace": "default"}, "spec": {"replicas": 2}}),
+    )
+    .unwrap();
+    sim.create(
+        "secrets",
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "s1", "namespace": "default"}, "data": {"password": "aHVudGVyMg=="}}),
+    )
+    .unwrap();
+    let mut cfg = test_config(&[]);
+    cfg.upstream.allow_secrets = true;
+    let env = spawn(sim, cfg).await;
+    for (path, name) in [
+        ("/stream/wg", "w1"),
+        ("/stream/deployments.apps", "d1"),
+        ("/stream/deploy", "d1"),
+    ] {
+        let (_sse, view) = subscribed(&env, path).await;
+        assert_eq!(
+            view.objects.keys().collect::<Vec<_>>(),
+            [&format!("default/{name}")],
+            "{path}"
+        );
+    }
+    let (_sse, view) = subscribed(&env, "/stream/secrets").await;
+    assert_eq!(
+        view.objects["default/s1"]["data"]["password"], "",
+        "secret values are redacted"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_tells_open_streams_to_reconnect() {
+    let env = spawn(seeded(3), test_config(&["pods"])).await;
+    env.synced("pods").await;
+    let (mut sse, _view) = subscribed(&env, "/stream/pods").await;
+    let support::TestEnv { app, server, .. } = env;
+    let stopping = tokio::spawn(app.stop());
+    let ev = sse.next().await.expect("a final event");
+    assert_eq!(ev.event, "ERROR");
+    assert_eq!(ev.data["object"]["code"], 503);
+    assert!(sse.next().await.is_none(), "the stream ends");
+    tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .unwrap()
+        .unwrap();
+    server.stop().await;
+}

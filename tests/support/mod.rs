@@ -1,0 +1,455 @@
+//! Test support: the real gateway app on port 0 against the simulated API
+//! server, an SSE client that checks every frame against
+//! `proto/kubefan.schema.json`, and a client-side view that applies events
+//! the way the protocol says a client must, failing on any gap, duplicate
+//! or out-of-order resourceVersion.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kubefan::app::App;
+use kubefan::config::Config;
+use kubefan::sim::{Sim, SimConfig, SimServer};
+use serde_json::Value;
+
+/// Every wait in the tests is bounded by this.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub struct TestEnv {
+    pub sim: Sim,
+    pub server: SimServer,
+    pub app: App,
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+/// Gateway settings for tests: port 0, quick back-off, fast keep-alives.
+pub fn test_config(boot: &[&str]) -> Config {
+    let mut cfg = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        workers: 2,
+        shutdown_grace: Duration::from_secs(5),
+        ..Config::default()
+    };
+    cfg.upstream.boot_resources = boot.iter().map(|s| s.to_string()).collect();
+    cfg.upstream.informer.backoff_min = Duration::from_millis(20);
+    cfg.upstream.informer.backoff_max = Duration::from_millis(200);
+    cfg.stream.sync_timeout = Duration::from_secs(10);
+    cfg
+}
+
+pub fn sim_config() -> SimConfig {
+    SimConfig {
+        bookmark_interval: Duration::from_millis(500),
+        ..SimConfig::default()
+    }
+}
+
+/// Starts a simulated API server and the gateway against it.
+pub async fn spawn(sim: Sim, cfg: Config) -> TestEnv {
+    let server = sim
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .expect("sim binds");
+    let client = kube::Client::try_from(server.client_config()).expect("kube client");
+    let app = App::build(cfg, client).await.expect("gateway starts");
+    let base = format!("http://{}", app.local_addr());
+    TestEnv {
+        sim,
+        server,
+        app,
+        base,
+        http: reqwest::Client::new(),
+    }
+}
+
+impl TestEnv {
+    /// Waits until the gateway's hub for `resource` has synced.
+    pub async fn synced(&self, resource: &str) {
+        let hub = self
+            .app
+            .informers()
+            .hub(resource)
+            .await
+            .expect("resource resolves");
+        assert!(hub.wait_synced(WAIT).await, "{resource} did not sync");
+    }
+
+    /// Waits until the gateway's hub for `resource` has taken in every
+    /// upstream change up to `rv`.
+    pub async fn caught_up(&self, resource: &str, rv: u64) {
+        let hub = self
+            .app
+            .informers()
+            .hub(resource)
+            .await
+            .expect("resource resolves");
+        let mut head = hub.head_rx();
+        tokio::time::timeout(WAIT, async {
+            while hub.resource_version() < rv {
+                head.changed().await.expect("hub alive");
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("gateway did not reach resourceVersion {rv}"));
+    }
+
+    pub async fn sse(&self, path_and_query: &str) -> SseClient {
+        self.sse_with(path_and_query, None).await
+    }
+
+    pub async fn sse_with(&self, path_and_query: &str, last_event_id: Option<&str>) -> SseClient {
+        let mut req = self.http.get(format!("{}{}", self.base, path_and_query));
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id);
+        }
+        let resp = tokio::time::timeout(WAIT, req.send())
+            .await
+            .expect("response in time")
+            .expect("request");
+        assert_eq!(resp.status(), 200, "GET {path_and_query}");
+        SseClient::new(resp)
+    }
+
+    pub async fn get_json(&self, path: &str) -> (u16, Value) {
+        let resp =
+            tokio::time::timeout(WAIT, self.http.get(format!("{}{}", self.base, path)).send())
+                .await
+                .expect("response in time")
+                .expect("request");
+        let status = resp.status().as_u16();
+        let body = resp.json::<Value>().await.expect("JSON body");
+        (status, body)
+    }
+
+    pub async fn stop(self) {
+        tokio::time::timeout(WAIT, self.app.stop())
+            .await
+            .expect("gateway stops in time");
+        self.server.stop().await;
+    }
+}
+
+/// One SSE event as sent: `id` is `None` without an `id:` line and
+/// `Some("")` for an `id:` that clears the last event id.
+#[derive(Debug, Clone)]
+pub struct SseEvent {
+    pub event: String,
+    pub id: Option<String>,
+    pub data: Value,
+}
+
+pub struct SseClient {
+    pub headers: reqwest::header::HeaderMap,
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buf: Vec<u8>,
+    pub retry: Option<u64>,
+    pub comments: usize,
+}
+
+impl SseClient {
+    pub fn new(resp: reqwest::Response) -> SseClient {
+        SseClient {
+            headers: resp.headers().clone(),
+            body: resp.bytes_stream().boxed(),
+            buf: Vec::new(),
+            retry: None,
+            comments: 0,
+        }
+    }
+
+    /// The next event (comments and `retry:` are recorded, not returned);
+    /// `None` when the stream ends. Panics after [`WAIT`].
+    pub async fn next(&mut self) -> Option<SseEvent> {
+        tokio::time::timeout(WAIT, self.next_unbounded())
+            .await
+            .expect("SSE event in time")
+    }
+
+    async fn next_unbounded(&mut self) -> Option<SseEvent> {
+        loop {
+            while let Some(end) = find(&self.buf, b"\n\n") {
+                let block: Vec<u8> = self.buf.drain(..end + 2).collect();
+                if let Some(ev) = self.parse_block(&block[..end]) {
+                    return Some(ev);
+                }
+            }
+            match self.body.next().await {
+                Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
+                Some(Err(err)) => panic!("SSE body error: {err}"),
+                None => {
+                    assert!(
+                        self.buf.is_empty(),
+                        "stream ended inside a frame: {:?}",
+                        String::from_utf8_lossy(&self.buf)
+                    );
+                    return None;
+                }
+            }
+        }
+    }
+
+    fn parse_block(&mut self, block: &[u8]) -> Option<SseEvent> {
+        let text = std::str::from_utf8(block).expect("SSE is UTF-8");
+        let (mut event, mut id, mut data) = (None, None, None);
+        for line in text.split('\n') {
+            if line.starts_with(':') {
+                self.comments += 1;
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "event" => event = Some(value.to_string()),
+                "id" => id = Some(value.to_string()),
+                "data" => {
+                    assert!(
+                        data.is_none(),
+                        "kubefan sends one data line per event: {text}"
+                    );
+                    data = Some(value.to_string());
+                }
+                "retry" => self.retry = Some(value.parse().expect("numeric retry")),
+                other => panic!("unknown SSE field {other:?} in {text}"),
+            }
+        }
+        let data = data?;
+        let event = event.expect("every kubefan event is named");
+        let data: Value = serde_json::from_str(&data).expect("data is JSON");
+        validate(&data);
+        assert_eq!(data["type"], event.as_str(), "event name equals data.type");
+        Some(SseEvent { event, id, data })
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn schema() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/proto/kubefan.schema.json"
+        ))
+        .unwrap();
+        serde_json::from_str(&text).unwrap()
+    })
+}
+
+/// Validates a stream message against the protocol schema.
+pub fn validate(message: &Value) {
+    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
+    let v = V.get_or_init(|| jsonschema::validator_for(schema()).expect("schema compiles"));
+    let errors: Vec<String> = v.iter_errors(message).map(|e| e.to_string()).collect();
+    assert!(
+        errors.is_empty(),
+        "message violates the schema: {errors:?}\n{message}"
+    );
+}
+
+/// Validates an HTTP error body against `$defs/status`.
+pub fn validate_status(body: &Value) {
+    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
+    let v = V.get_or_init(|| {
+        let mut s = schema().clone();
+        s.as_object_mut().unwrap().remove("oneOf");
+        s["$ref"] = Value::String("#/$defs/status".into());
+        jsonschema::validator_for(&s).expect("schema compiles")
+    });
+    let errors: Vec<String> = v.iter_errors(body).map(|e| e.to_string()).collect();
+    assert!(
+        errors.is_empty(),
+        "error body violates the schema: {errors:?}\n{body}"
+    );
+}
+
+/// What a protocol-abiding client holds, with checks on everything it is sent.
+#[derive(Debug, Default)]
+pub struct ClientView {
+    /// key → object, the client's state.
+    pub objects: BTreeMap<String, Value>,
+    snapshot: Option<BTreeMap<String, Value>>,
+    in_snapshot: bool,
+    /// The newest id received (what EventSource would send on reconnect).
+    pub last_id: Option<String>,
+    /// The resourceVersion position reached.
+    pub position: u64,
+    pub resets: Vec<String>,
+    pub snapshots: usize,
+    /// (type, resourceVersion) of every change received after a snapshot.
+    pub changes: Vec<(String, u64)>,
+    pub errors: usize,
+}
+
+pub fn key_of(obj: &Value) -> String {
+    let m = &obj["metadata"];
+    match m["namespace"].as_str() {
+        Some(ns) => format!("{ns}/{}", m["name"].as_str().unwrap()),
+        None => m["name"].as_str().unwrap().to_string(),
+    }
+}
+
+pub fn rv_of(obj: &Value) -> u64 {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+impl ClientView {
+    /// A view that starts from a stream's beginning.
+    pub fn new() -> ClientView {
+        ClientView {
+            in_snapshot: true,
+            ..Default::default()
+        }
+    }
+
+    /// Continues a view on a resumed stream (no snapshot expected first).
+    pub fn resume(&mut self) {
+        self.in_snapshot = false;
+        self.snapshot = None;
+    }
+
+    pub fn apply(&mut self, ev: &SseEvent) {
+        if let Some(id) = &ev.id {
+            if !id.is_empty() {
+                let n: u64 = id.parse().expect("ids are resourceVersions");
+                assert!(
+                    n >= self.position,
+                    "id {n} went back from {}",
+                    self.position
+                );
+                self.position = n;
+            }
+            self.last_id = Some(id.clone()).filter(|s| !s.is_empty());
+        }
+        let obj = &ev.data["object"];
+        match ev.event.as_str() {
+            "RESET" => {
+                self.resets
+                    .push(obj["reason"].as_str().unwrap().to_string());
+                self.in_snapshot = true;
+                self.snapshot = Some(BTreeMap::new());
+            }
+            "ADDED" if self.in_snapshot => {
+                assert!(ev.id.is_none(), "snapshot objects carry no id");
+                let prev = self
+                    .snapshot
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key_of(obj), obj.clone());
+                assert!(
+                    prev.is_none(),
+                    "object twice in one snapshot: {}",
+                    key_of(obj)
+                );
+            }
+            "BOOKMARK" => {
+                let end = obj["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true";
+                if end {
+                    assert!(self.in_snapshot, "snapshot end outside a snapshot");
+                    self.objects = self.snapshot.take().unwrap_or_default();
+                    self.in_snapshot = false;
+                    self.snapshots += 1;
+                } else {
+                    assert!(!self.in_snapshot, "progress bookmark inside a snapshot");
+                }
+            }
+            "ADDED" | "MODIFIED" | "DELETED" => {
+                let key = key_of(obj);
+                let rv = rv_of(obj);
+                match ev.event.as_str() {
+                    "ADDED" => {
+                        assert!(
+                            self.objects.insert(key.clone(), obj.clone()).is_none(),
+                            "duplicate ADDED {key}"
+                        );
+                    }
+                    "MODIFIED" => {
+                        let old = self
+                            .objects
+                            .insert(key.clone(), obj.clone())
+                            .unwrap_or_else(|| panic!("MODIFIED of unknown {key}"));
+                        assert!(rv > rv_of(&old), "MODIFIED {key} does not move forward");
+                    }
+                    _ => {
+                        assert!(
+                            self.objects.remove(&key).is_some(),
+                            "DELETED of unknown {key}"
+                        );
+                    }
+                }
+                let event_rv = ev.id.as_deref().and_then(|i| i.parse().ok()).unwrap_or(rv);
+                if let Some((_, last)) = self.changes.last() {
+                    assert!(event_rv >= *last, "changes out of order");
+                }
+                self.changes.push((ev.event.clone(), event_rv));
+            }
+            "ERROR" => self.errors += 1,
+            other => panic!("unknown event {other}"),
+        }
+    }
+
+    /// Reads events until the position reaches `rv` (and no snapshot is
+    /// half-received).
+    pub async fn follow(&mut self, sse: &mut SseClient, rv: u64) {
+        while self.position < rv || self.in_snapshot {
+            let ev = sse
+                .next()
+                .await
+                .unwrap_or_else(|| panic!("stream ended at {} before {rv}", self.position));
+            self.apply(&ev);
+        }
+    }
+
+    /// Compares with the simulated server's objects: same keys, and per
+    /// object the same resourceVersion, labels, uid, spec and status.
+    pub fn assert_matches(&self, upstream: &[Value]) {
+        let want: BTreeMap<String, Value> = upstream
+            .iter()
+            .map(|o| {
+                let mut o = o.clone();
+                o["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("managedFields");
+                (key_of(&o), o)
+            })
+            .collect();
+        let got_keys: Vec<&String> = self.objects.keys().collect();
+        let want_keys: Vec<&String> = want.keys().collect();
+        assert_eq!(
+            got_keys, want_keys,
+            "the client's objects differ from upstream"
+        );
+        for (k, o) in &want {
+            let got = &self.objects[k];
+            for path in [
+                "/metadata/resourceVersion",
+                "/metadata/labels",
+                "/metadata/uid",
+                "/spec",
+                "/status",
+                "/kind",
+                "/apiVersion",
+            ] {
+                assert_eq!(
+                    got.pointer(path),
+                    o.pointer(path),
+                    "object {k} differs at {path}"
+                );
+            }
+            assert!(
+                got["metadata"].get("managedFields").is_none(),
+                "managedFields were not stripped"
+            );
+        }
+    }
+}
