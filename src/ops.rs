@@ -196,13 +196,27 @@ impl Metrics {
         self.lapped.get_or_create(&res(resource)).inc();
     }
 
-    pub fn upstream_event(&self, resource: &str, kind: EventType) {
-        self.events_received
-            .get_or_create(&TypeLabels {
-                resource: resource.to_string(),
-                r#type: kind.as_str().to_string(),
-            })
-            .inc();
+    /// The metrics one hub records on every append, resolved once so an
+    /// append does no label lookup.
+    pub fn hub_metrics(&self, resource: &str) -> HubMetrics {
+        let received = |kind: EventType| {
+            self.events_received
+                .get_or_create(&TypeLabels {
+                    resource: resource.to_string(),
+                    r#type: kind.as_str().to_string(),
+                })
+                .clone()
+        };
+        let r = res(resource);
+        HubMetrics {
+            added: received(EventType::Added),
+            modified: received(EventType::Modified),
+            deleted: received(EventType::Deleted),
+            objects: self.cache_objects.get_or_create(&r).clone(),
+            log_events: self.log_events.get_or_create(&r).clone(),
+            log_bytes: self.log_bytes.get_or_create(&r).clone(),
+            synced: self.synced.get_or_create(&r).clone(),
+        }
     }
 
     pub fn upstream_list(&self, resource: &str) {
@@ -244,6 +258,35 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// One hub's metric handles (see [`Metrics::hub_metrics`]).
+#[derive(Clone)]
+pub struct HubMetrics {
+    added: Counter,
+    modified: Counter,
+    deleted: Counter,
+    objects: Gauge,
+    log_events: Gauge,
+    log_bytes: Gauge,
+    synced: Gauge,
+}
+
+impl HubMetrics {
+    pub fn event(&self, kind: EventType) {
+        match kind {
+            EventType::Added => self.added.inc(),
+            EventType::Modified => self.modified.inc(),
+            EventType::Deleted => self.deleted.inc(),
+        };
+    }
+
+    pub fn state(&self, stats: &HubStats) {
+        self.objects.set(stats.objects as i64);
+        self.log_events.set(stats.log_events as i64);
+        self.log_bytes.set(stats.log_bytes as i64);
+        self.synced.set(i64::from(stats.synced));
     }
 }
 

@@ -529,3 +529,59 @@ async fn shutdown_tells_open_streams_to_reconnect() {
         .unwrap();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriber_to_an_unsynced_resource_waits_then_gets_503() {
+    let sim = seeded(3);
+    // Every list fails: the informer never syncs.
+    sim.fail_next(usize::MAX);
+    let mut cfg = test_config(&[]);
+    cfg.stream.sync_timeout = Duration::from_millis(300);
+    let env = spawn(sim, cfg).await;
+    let resp = env
+        .http
+        .get(format!("{}/stream/pods", env.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    assert!(resp.headers().contains_key("retry-after"));
+    let body: Value = resp.json().await.unwrap();
+    validate_status(&body);
+    assert!(
+        body["message"].as_str().unwrap().contains("not synced"),
+        "{body}"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_streams_get_keepalives_and_progress_bookmarks() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.stream.keepalive = Duration::from_millis(200);
+    let env = spawn(seeded(10), cfg).await;
+    env.synced("pods").await;
+    let (mut sse, mut view) = subscribed(&env, "/stream/pods?namespace=web").await;
+    // A change in another namespace moves the stream's position without
+    // anything to send: the next keep-alive is a BOOKMARK carrying it.
+    let other = env
+        .sim
+        .create("pods", pod("elsewhere").ns("default").build())
+        .unwrap();
+    let rv = support::rv_of(&other);
+    let ev = sse.next().await.unwrap();
+    assert_eq!(ev.event, "BOOKMARK");
+    assert_eq!(ev.id, Some(rv.to_string()));
+    view.apply(&ev);
+    // Then, with nothing new, plain keep-alive comments.
+    sse.next_comment().await;
+    let mut idle = env.sse("/stream/pods?namespace=nobody-here").await;
+    let first = idle.next().await.unwrap();
+    assert_eq!(
+        first.event, "BOOKMARK",
+        "an empty snapshot is just its end marker"
+    );
+    idle.next_comment().await;
+    idle.next_comment().await;
+    env.stop().await;
+}

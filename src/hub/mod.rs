@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::ops::Metrics;
+use crate::ops::{HubMetrics, Metrics};
 pub use encode::{EventType, Frame};
 pub use filter::Filter;
 pub use object::{Event, Obj, ObjKey};
@@ -102,7 +102,7 @@ pub struct Hub {
     /// The next `seq` to be appended; changes wake subscribers.
     head_tx: watch::Sender<u64>,
     synced_tx: watch::Sender<bool>,
-    metrics: Arc<Metrics>,
+    metrics: HubMetrics,
 }
 
 struct State {
@@ -126,7 +126,6 @@ impl State {
 impl Hub {
     pub fn new(meta: ResourceMeta, limits: LogLimits, metrics: Arc<Metrics>) -> Arc<Hub> {
         Arc::new(Hub {
-            meta,
             limits,
             state: RwLock::new(State {
                 cache: HashMap::new(),
@@ -139,7 +138,8 @@ impl Hub {
             }),
             head_tx: watch::channel(0).0,
             synced_tx: watch::channel(false).0,
-            metrics,
+            metrics: metrics.hub_metrics(&meta.name),
+            meta,
         })
     }
 
@@ -197,7 +197,7 @@ impl Hub {
         self.push(&mut st, kind, obj, prev, rv, true);
         self.trim(&mut st);
         self.publish(st);
-        self.metrics.upstream_event(&self.meta.name, kind);
+        self.metrics.event(kind);
         true
     }
 
@@ -286,7 +286,7 @@ impl Hub {
                 EventType::Deleted => outcome.deleted += 1,
             }
             let has_id = rvs.get(i + 1) != Some(&rvs[i]);
-            self.metrics.upstream_event(&self.meta.name, kind);
+            self.metrics.event(kind);
             self.push(&mut st, kind, obj, prev, rvs[i], has_id);
         }
         st.cache = fresh;
@@ -339,7 +339,7 @@ impl Hub {
         let next = st.next_seq;
         drop(st);
         self.head_tx.send_replace(next);
-        self.metrics.hub_state(&self.meta.name, &stats);
+        self.metrics.state(&stats);
     }
 
     /// Joins a subscriber: a resume when `resume` is a position the log

@@ -81,7 +81,6 @@ pub struct Subscription {
     sent_rv: u64,
     /// The position reached (events read, filtered or not).
     pos_rv: u64,
-    read_buf: Vec<Arc<Event>>,
     finished: bool,
     metrics: Arc<Metrics>,
     transport: Transport,
@@ -126,7 +125,6 @@ impl Subscription {
             reset: None,
             sent_rv: 0,
             pos_rv: 0,
-            read_buf: Vec::new(),
             finished: false,
             metrics,
             transport,
@@ -195,11 +193,9 @@ impl Subscription {
             }
 
             self.head_rx.borrow_and_update();
-            self.read_buf.clear();
-            match self
-                .hub
-                .read(&mut self.cursor, READ_BATCH, &mut self.read_buf)
-            {
+            // A fresh vector per read: an idle subscriber holds no buffer.
+            let mut out = Vec::new();
+            match self.hub.read(&mut self.cursor, READ_BATCH, &mut out) {
                 Err(_lapped) => {
                     self.metrics.lapped(self.hub.name());
                     self.join(None);
@@ -207,18 +203,16 @@ impl Subscription {
                     continue;
                 }
                 Ok(caught_up) => {
-                    let mut out = Vec::new();
-                    for ev in self.read_buf.drain(..) {
+                    out.retain(|ev| {
                         if ev.has_id {
                             self.pos_rv = self.pos_rv.max(ev.rv);
                         }
-                        if self.filter.matches(&ev.obj) {
-                            if ev.has_id {
-                                self.sent_rv = ev.rv;
-                            }
-                            out.push(ev);
+                        let keep = self.filter.matches(&ev.obj);
+                        if keep && ev.has_id {
+                            self.sent_rv = ev.rv;
                         }
-                    }
+                        keep
+                    });
                     if let Some(rv) = caught_up {
                         self.pos_rv = self.pos_rv.max(rv);
                     }

@@ -135,12 +135,7 @@ impl SseBody {
                 );
                 // `id:` with no value clears the client's Last-Event-ID, so a
                 // reconnect during the snapshot asks for a fresh one.
-                frame(
-                    "RESET",
-                    None,
-                    &json!({"type": "RESET", "object": status}),
-                    true,
-                )
+                frame("RESET", None, &status.to_string(), true)
             }
             Item::Shutdown => {
                 let status = status_json(
@@ -148,12 +143,7 @@ impl SseBody {
                     "ServiceUnavailable",
                     "kubefan is shutting down; reconnect",
                 );
-                frame(
-                    "ERROR",
-                    None,
-                    &json!({"type": "ERROR", "object": status}),
-                    false,
-                )
+                frame("ERROR", None, &status.to_string(), false)
             }
         })
     }
@@ -162,25 +152,31 @@ impl SseBody {
 /// A BOOKMARK carrying a resume position; `initial_end` marks the end of
 /// a snapshot, as Kubernetes marks the end of `sendInitialEvents`.
 fn bookmark(meta: &ResourceMeta, rv: u64, initial_end: bool) -> Bytes {
-    let mut metadata = json!({"resourceVersion": rv.to_string()});
-    if initial_end {
-        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-    }
-    let event = json!({
-        "type": "BOOKMARK",
-        "object": {"kind": meta.kind, "apiVersion": meta.api_version, "metadata": metadata},
-    });
-    frame("BOOKMARK", Some(rv), &event, false)
+    let annotations = if initial_end {
+        r#","annotations":{"k8s.io/initial-events-end":"true"}"#
+    } else {
+        ""
+    };
+    let object = format!(
+        r#"{{"kind":{},"apiVersion":{},"metadata":{{"resourceVersion":"{rv}"{annotations}}}}}"#,
+        json!(meta.kind),
+        json!(meta.api_version),
+    );
+    frame("BOOKMARK", Some(rv), &object, false)
 }
 
-fn frame(name: &str, id: Option<u64>, data: &serde_json::Value, clear_id: bool) -> Bytes {
+/// An SSE frame `event: NAME` whose data is `{"type":NAME,"object":OBJECT}`,
+/// in the key order Kubernetes uses.
+fn frame(name: &str, id: Option<u64>, object: &str, clear_id: bool) -> Bytes {
     let mut out = format!("event: {name}\n");
     if let Some(id) = id {
         out.push_str(&format!("id: {id}\n"));
     } else if clear_id {
         out.push_str("id:\n");
     }
-    out.push_str(&format!("data: {data}\n\n"));
+    out.push_str(&format!(
+        "data: {{\"type\":\"{name}\",\"object\":{object}}}\n\n"
+    ));
     Bytes::from(out)
 }
 

@@ -65,19 +65,16 @@ pub struct Informers {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
-    catalog: tokio::sync::Mutex<CatalogState>,
+    catalog: std::sync::RwLock<Option<Arc<Catalog>>>,
+    /// Serialises refreshes and remembers the last one. Lookups of known
+    /// names never wait for it.
+    refreshed: tokio::sync::Mutex<Option<Instant>>,
     hubs: Mutex<HashMap<String, Arc<Hub>>>,
     boot: Mutex<Vec<BootResource>>,
 }
 
 /// A boot resource name → its hub, or why it has none yet.
 type BootResource = (String, Result<Arc<Hub>, String>);
-
-#[derive(Default)]
-struct CatalogState {
-    catalog: Option<Arc<Catalog>>,
-    refreshed: Option<Instant>,
-}
 
 impl Informers {
     pub fn new(
@@ -97,7 +94,8 @@ impl Informers {
             metrics,
             shutdown,
             tasks: TaskTracker::new(),
-            catalog: tokio::sync::Mutex::new(CatalogState::default()),
+            catalog: std::sync::RwLock::new(None),
+            refreshed: tokio::sync::Mutex::new(None),
             hubs: Mutex::new(HashMap::new()),
             boot: Mutex::new(boot),
         })
@@ -184,22 +182,25 @@ impl Informers {
     /// Resolves a name through discovery, refreshing it (rate-limited) when
     /// the name is not found, so new CRDs appear.
     pub async fn resolve(&self, name: &str) -> Result<ResourceInfo, Error> {
-        let mut state = self.catalog.lock().await;
-        if let Some(catalog) = &state.catalog
-            && let Some(info) = catalog.resolve(name)
-        {
-            return Ok(info.clone());
+        if let Some(info) = self.lookup(name) {
+            return Ok(info);
         }
-        let stale = state
-            .refreshed
-            .is_none_or(|t| t.elapsed() >= DISCOVERY_REFRESH);
-        if stale {
-            state.refreshed = Some(Instant::now());
+        let mut refreshed = self.refreshed.lock().await;
+        // A refresh that finished while we waited may have found it.
+        if let Some(info) = self.lookup(name) {
+            return Ok(info);
+        }
+        if refreshed.is_none_or(|t| t.elapsed() >= DISCOVERY_REFRESH) {
+            *refreshed = Some(Instant::now());
+            let have_catalog = self.current_catalog().is_some();
             match Catalog::discover(&self.client).await {
-                Ok(catalog) => state.catalog = Some(Arc::new(catalog)),
-                Err(err) if state.catalog.is_none() => {
+                Ok(catalog) => {
+                    *self.catalog.write().unwrap_or_else(PoisonError::into_inner) =
+                        Some(Arc::new(catalog));
+                }
+                Err(err) if !have_catalog => {
                     // Let the next request try again right away.
-                    state.refreshed = None;
+                    *refreshed = None;
                     return Err(Error::Discovery(err.to_string()));
                 }
                 Err(err) => {
@@ -207,12 +208,19 @@ impl Informers {
                 }
             }
         }
-        state
-            .catalog
-            .as_ref()
-            .and_then(|c| c.resolve(name))
-            .cloned()
+        self.lookup(name)
             .ok_or_else(|| Error::UnknownResource(name.to_string()))
+    }
+
+    fn current_catalog(&self) -> Option<Arc<Catalog>> {
+        self.catalog
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn lookup(&self, name: &str) -> Option<ResourceInfo> {
+        self.current_catalog()?.resolve(name).cloned()
     }
 
     /// Per boot-time resource: synced or not, and why not.

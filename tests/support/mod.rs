@@ -170,6 +170,31 @@ impl SseClient {
             .expect("SSE event in time")
     }
 
+    /// Waits for the next keep-alive comment; panics if an event comes
+    /// first or after [`WAIT`].
+    pub async fn next_comment(&mut self) {
+        let before = self.comments;
+        tokio::time::timeout(WAIT, async {
+            loop {
+                while let Some(end) = find(&self.buf, b"\n\n") {
+                    let block: Vec<u8> = self.buf.drain(..end + 2).collect();
+                    if let Some(ev) = self.parse_block(&block[..end]) {
+                        panic!("expected a keep-alive, got {ev:?}");
+                    }
+                    if self.comments > before {
+                        return;
+                    }
+                }
+                match self.body.next().await {
+                    Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
+                    other => panic!("stream ended or failed waiting for a keep-alive: {other:?}"),
+                }
+            }
+        })
+        .await
+        .expect("keep-alive in time")
+    }
+
     async fn next_unbounded(&mut self) -> Option<SseEvent> {
         loop {
             while let Some(end) = find(&self.buf, b"\n\n") {
