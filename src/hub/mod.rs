@@ -28,7 +28,7 @@ use crate::ops::{HubMetrics, Metrics};
 pub use encode::{EventType, Frame};
 pub use filter::Filter;
 pub use object::{Event, Obj, ObjKey};
-pub use subscription::{Item, ResetReason, Subscription, SubscriptionError};
+pub use subscription::{Delivery, Item, ResetReason, Subscription, SubscriptionError};
 
 /// Bounds of the event log. Whichever is hit first trims the oldest events.
 #[derive(Debug, Clone, Copy)]
@@ -102,6 +102,8 @@ pub struct Hub {
     /// The next `seq` to be appended; changes wake subscribers.
     head_tx: watch::Sender<u64>,
     synced_tx: watch::Sender<bool>,
+    /// Open subscriptions; the informer registry stops idle informers.
+    subscribers_tx: watch::Sender<usize>,
     metrics: HubMetrics,
 }
 
@@ -138,6 +140,7 @@ impl Hub {
             }),
             head_tx: watch::channel(0).0,
             synced_tx: watch::channel(false).0,
+            subscribers_tx: watch::channel(0).0,
             metrics: metrics.hub_metrics(&meta.name),
             meta,
         })
@@ -400,6 +403,17 @@ impl Hub {
         self.head_tx.subscribe()
     }
 
+    /// Counts a subscriber in (until the returned guard drops).
+    pub fn subscriber(self: &Arc<Self>) -> SubscriberGuard {
+        self.subscribers_tx.send_modify(|n| *n += 1);
+        SubscriberGuard(self.clone())
+    }
+
+    /// The number of open subscriptions, changing as they come and go.
+    pub fn subscribers_rx(&self) -> watch::Receiver<usize> {
+        self.subscribers_tx.subscribe()
+    }
+
     pub fn is_synced(&self) -> bool {
         *self.synced_tx.borrow()
     }
@@ -425,6 +439,17 @@ impl Hub {
     pub fn objects(&self) -> (Vec<Arc<Obj>>, u64) {
         let st = self.read_state();
         (st.cache.values().cloned().collect(), st.rv)
+    }
+}
+
+/// Keeps a hub's subscriber count up while alive.
+pub struct SubscriberGuard(Arc<Hub>);
+
+impl Drop for SubscriberGuard {
+    fn drop(&mut self) {
+        self.0
+            .subscribers_tx
+            .send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -555,26 +580,40 @@ mod tests {
                 Item::Events(evs) => {
                     assert!(pending.is_none(), "events inside a snapshot");
                     for ev in evs {
-                        assert!(ev.rv >= last_id, "resourceVersions went back");
-                        let key = format!("{:?}", ev.obj.key());
-                        match ev.kind {
-                            EventType::Added => assert!(
-                                view.insert(key, parse(&ev.obj)).is_none(),
-                                "duplicate ADDED"
-                            ),
-                            EventType::Modified => assert!(
-                                view.insert(key, parse(&ev.obj)).is_some(),
-                                "MODIFIED of unknown"
-                            ),
+                        assert!(ev.rv() >= last_id, "resourceVersions went back");
+                        let v: serde_json::Value =
+                            serde_json::from_slice(&ev.frame().object()).unwrap();
+                        let key = format!(
+                            "{:?}",
+                            ObjKey::new(
+                                v["metadata"]["namespace"].as_str(),
+                                v["metadata"]["name"].as_str().unwrap()
+                            )
+                        );
+                        let state = (
+                            v["metadata"]["resourceVersion"]
+                                .as_str()
+                                .unwrap()
+                                .parse()
+                                .unwrap(),
+                            v["status"]["phase"].as_str().unwrap_or("").to_string(),
+                        );
+                        match ev.kind() {
+                            EventType::Added => {
+                                assert!(view.insert(key, state).is_none(), "duplicate ADDED")
+                            }
+                            EventType::Modified => {
+                                assert!(view.insert(key, state).is_some(), "MODIFIED of unknown")
+                            }
                             EventType::Deleted => {
                                 assert!(view.remove(&key).is_some(), "DELETED of unknown")
                             }
                         }
-                        if ev.has_id {
-                            last_id = ev.rv;
+                        if ev.has_id() {
+                            last_id = ev.rv();
                         }
-                        position = position.max(ev.rv);
-                        seen.push(format!("{}:{}", ev.kind.as_str(), ev.rv));
+                        position = position.max(ev.rv());
+                        seen.push(format!("{}:{}", ev.kind().as_str(), ev.rv()));
                     }
                 }
                 Item::Progress { rv } => position = position.max(rv),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{Event, Filter, Hub, Joined, Obj};
+use super::{Event, EventType, Filter, Frame, Hub, Joined, Obj, SubscriberGuard};
 use crate::ops::{Metrics, Transport};
 
 /// Snapshot objects handed out per item.
@@ -52,13 +52,58 @@ pub enum Item {
     /// The snapshot is complete and reflects `rv`.
     SnapshotEnd { rv: u64 },
     /// Deltas, in log order, already filtered.
-    Events(Vec<Arc<Event>>),
+    Events(Vec<Delivery>),
     /// No event for this client, but its position advanced to `rv`.
     Progress { rv: u64 },
     /// Nothing happened for a keep-alive interval.
     KeepAlive,
     /// The server is shutting down; the stream ends after this.
     Shutdown,
+}
+
+/// One change as this subscription must see it: usually the hub's shared
+/// event; re-typed when the subscription's filter turns it into another
+/// kind (an object that starts matching is ADDED, one that stops is
+/// DELETED), encoded for this subscriber alone.
+#[derive(Debug, Clone)]
+pub enum Delivery {
+    Shared(Arc<Event>),
+    Retyped {
+        kind: EventType,
+        rv: u64,
+        has_id: bool,
+        frame: Frame,
+    },
+}
+
+impl Delivery {
+    pub fn frame(&self) -> &Frame {
+        match self {
+            Delivery::Shared(ev) => &ev.frame,
+            Delivery::Retyped { frame, .. } => frame,
+        }
+    }
+
+    pub fn kind(&self) -> EventType {
+        match self {
+            Delivery::Shared(ev) => ev.kind,
+            Delivery::Retyped { kind, .. } => *kind,
+        }
+    }
+
+    pub fn rv(&self) -> u64 {
+        match self {
+            Delivery::Shared(ev) => ev.rv,
+            Delivery::Retyped { rv, .. } => *rv,
+        }
+    }
+
+    pub fn has_id(&self) -> bool {
+        match self {
+            Delivery::Shared(ev) => ev.has_id,
+            Delivery::Retyped { has_id, .. } => *has_id,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +129,7 @@ pub struct Subscription {
     finished: bool,
     metrics: Arc<Metrics>,
     transport: Transport,
+    _counted: SubscriberGuard,
 }
 
 struct SnapshotProgress {
@@ -114,6 +160,7 @@ impl Subscription {
         let mut tick_rx = tick_rx;
         tick_rx.borrow_and_update();
         metrics.subscriber_joined(hub.name(), transport);
+        let counted = hub.subscriber();
         let mut sub = Subscription {
             hub,
             filter,
@@ -128,6 +175,7 @@ impl Subscription {
             finished: false,
             metrics,
             transport,
+            _counted: counted,
         };
         sub.join(resume);
         Ok(sub)
@@ -203,16 +251,19 @@ impl Subscription {
                     continue;
                 }
                 Ok(caught_up) => {
-                    out.retain(|ev| {
+                    let mut deliveries = Vec::new();
+                    for ev in out {
                         if ev.has_id {
                             self.pos_rv = self.pos_rv.max(ev.rv);
                         }
-                        let keep = self.filter.matches(&ev.obj);
-                        if keep && ev.has_id {
-                            self.sent_rv = ev.rv;
+                        if let Some(d) = self.filter.deliver(&ev) {
+                            if d.has_id() {
+                                self.sent_rv = d.rv();
+                            }
+                            deliveries.push(d);
                         }
-                        keep
-                    });
+                    }
+                    let out = deliveries;
                     if let Some(rv) = caught_up {
                         self.pos_rv = self.pos_rv.max(rv);
                     }

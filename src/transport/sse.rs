@@ -112,11 +112,11 @@ impl SseBody {
             Item::Events(events) => {
                 if let [single] = events.as_slice() {
                     self.sent.inc();
-                    return Some(single.frame.sse().clone());
+                    return Some(single.frame().sse().clone());
                 }
-                let mut buf = BytesMut::with_capacity(events.iter().map(|e| e.frame.len()).sum());
+                let mut buf = BytesMut::with_capacity(events.iter().map(|e| e.frame().len()).sum());
                 for ev in &events {
-                    buf.put_slice(ev.frame.sse());
+                    buf.put_slice(ev.frame().sse());
                 }
                 self.sent.inc_by(events.len() as u64);
                 buf.freeze()

@@ -1,16 +1,15 @@
-//! Integration tests: the real gateway app on port 0 against the simulated
-//! API server, through the real kube-rs client, spoken to over HTTP.
-
-mod support;
+//! The SSE transport, end to end.
 
 use std::time::Duration;
 
+use crate::support::{
+    ClientView, SseClient, WAIT, sim_config, spawn, test_config, validate_status,
+};
 use futures::future::join_all;
 use kubefan::sim::{ChurnConfig, ResourceDef, Sim, pod, seed_cluster};
 use serde_json::{Value, json};
-use support::{ClientView, SseClient, WAIT, sim_config, spawn, test_config, validate_status};
 
-fn seeded(pods: usize) -> Sim {
+pub(crate) fn seeded(pods: usize) -> Sim {
     let sim = Sim::new(sim_config());
     seed_cluster(
         &sim,
@@ -24,12 +23,15 @@ fn seeded(pods: usize) -> Sim {
     sim
 }
 
-fn pods_of(sim: &Sim) -> (Vec<Value>, u64) {
+pub(crate) fn pods_of(sim: &Sim) -> (Vec<Value>, u64) {
     sim.list("pods")
 }
 
 /// Opens a stream and reads its snapshot.
-async fn subscribed(env: &support::TestEnv, path: &str) -> (SseClient, ClientView) {
+pub(crate) async fn subscribed(
+    env: &crate::support::TestEnv,
+    path: &str,
+) -> (SseClient, ClientView) {
     let mut sse = env.sse(path).await;
     let mut view = ClientView::new();
     while view.snapshots == 0 {
@@ -139,7 +141,7 @@ async fn resume_with_last_event_id_inside_the_log_gets_exactly_the_missed_events
             .sim
             .create("pods", pod(&format!("m{i}")).ns("web").build())
             .unwrap();
-        missed.push(support::rv_of(&o));
+        missed.push(crate::support::rv_of(&o));
     }
     let (objects, rv) = pods_of(&env.sim);
     env.caught_up("pods", rv).await;
@@ -316,7 +318,7 @@ async fn slow_subscriber_is_lapped_and_reset_while_others_get_everything() {
                     &json!({"metadata": {"annotations": {"blob": format!("{batch}-{i}-{blob}")}}}),
                 )
                 .unwrap();
-            last = support::rv_of(&o);
+            last = crate::support::rv_of(&o);
         }
         fast_view.follow(&mut fast, last).await;
     }
@@ -517,7 +519,7 @@ async fn shutdown_tells_open_streams_to_reconnect() {
     let env = spawn(seeded(3), test_config(&["pods"])).await;
     env.synced("pods").await;
     let (mut sse, _view) = subscribed(&env, "/stream/pods").await;
-    let support::TestEnv { app, server, .. } = env;
+    let crate::support::TestEnv { app, server, .. } = env;
     let stopping = tokio::spawn(app.stop());
     let ev = sse.next().await.expect("a final event");
     assert_eq!(ev.event, "ERROR");
@@ -568,7 +570,7 @@ async fn idle_streams_get_keepalives_and_progress_bookmarks() {
         .sim
         .create("pods", pod("elsewhere").ns("default").build())
         .unwrap();
-    let rv = support::rv_of(&other);
+    let rv = crate::support::rv_of(&other);
     let ev = sse.next().await.unwrap();
     assert_eq!(ev.event, "BOOKMARK");
     assert_eq!(ev.id, Some(rv.to_string()));

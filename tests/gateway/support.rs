@@ -4,8 +4,6 @@
 //! the way the protocol says a client must, failing on any gap, duplicate
 //! or out-of-order resourceVersion.
 
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::Duration;
