@@ -117,6 +117,8 @@ struct State {
     next_seq: u64,
     log_bytes: usize,
     synced: bool,
+    /// Set once the hub will never change again (see [`Hub::close`]).
+    closed: Option<String>,
 }
 
 impl State {
@@ -137,6 +139,7 @@ impl Hub {
                 next_seq: 0,
                 log_bytes: 0,
                 synced: false,
+                closed: None,
             }),
             head_tx: watch::channel(0).0,
             synced_tx: watch::channel(false).0,
@@ -403,6 +406,26 @@ impl Hub {
         self.head_tx.subscribe()
     }
 
+    /// Ends the hub: its informer has stopped (the resource is gone
+    /// upstream, or it was stopped for lack of subscribers). Subscribers
+    /// are woken and receive [`Item::Closed`] with `reason`; new ones are
+    /// refused. Idempotent; the first reason wins.
+    pub fn close(&self, reason: &str) {
+        let mut st = self.write_state();
+        if st.closed.is_none() {
+            st.closed = Some(reason.to_string());
+        }
+        // Wake everyone, including joiners still waiting for the first sync.
+        st.synced = true;
+        self.publish(st);
+        self.synced_tx.send_replace(true);
+    }
+
+    /// Why the hub was closed, if it was.
+    pub fn closed(&self) -> Option<String> {
+        self.read_state().closed.clone()
+    }
+
     /// Counts a subscriber in (until the returned guard drops).
     pub fn subscriber(self: &Arc<Self>) -> SubscriberGuard {
         self.subscribers_tx.send_modify(|n| *n += 1);
@@ -618,7 +641,7 @@ mod tests {
                 }
                 Item::Progress { rv } => position = position.max(rv),
                 Item::KeepAlive => {}
-                Item::Shutdown => panic!("unexpected shutdown"),
+                Item::Shutdown | Item::Closed(_) => panic!("unexpected end: {item:?}"),
             }
         }
         seen
@@ -901,6 +924,66 @@ mod tests {
         )
         .await;
         assert!(matches!(res, Err(SubscriptionError::NotSynced(_))));
+    }
+
+    #[tokio::test]
+    async fn closing_a_hub_ends_its_subscriptions_and_refuses_new_ones() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(1).build()], 1);
+        let (mut sub, _t) = subscribe(&hub, Filter::default(), None).await;
+        let mut view = View::new();
+        drain(&mut sub, &mut view, 1).await;
+        hub.close("stopped: no subscribers");
+        let item = tokio::time::timeout(Duration::from_secs(1), sub.next())
+            .await
+            .unwrap();
+        assert!(
+            matches!(item, Some(Item::Closed(ref r)) if r.contains("no subscribers")),
+            "{item:?}"
+        );
+        assert!(sub.next().await.is_none());
+        let (_tx, rx) = watch::channel(0);
+        let again = Subscription::start(
+            hub.clone(),
+            Filter::default(),
+            None,
+            Duration::from_secs(1),
+            rx,
+            CancellationToken::new(),
+            Arc::new(Metrics::new()),
+            Transport::Sse,
+        )
+        .await;
+        assert!(matches!(again, Err(SubscriptionError::Closed(..))));
+        // A hub closed before it ever synced does not leave joiners waiting.
+        let never = super::tests::hub();
+        never.close("resource removed upstream");
+        let (_tx, rx) = watch::channel(0);
+        let res = Subscription::start(
+            never,
+            Filter::default(),
+            None,
+            Duration::from_secs(30),
+            rx,
+            CancellationToken::new(),
+            Arc::new(Metrics::new()),
+            Transport::Sse,
+        )
+        .await;
+        assert!(matches!(res, Err(SubscriptionError::Closed(..))));
+    }
+
+    #[tokio::test]
+    async fn subscriber_count_follows_subscriptions() {
+        let hub = hub();
+        hub.relist(vec![], 1);
+        let rx = hub.subscribers_rx();
+        let (a, _t1) = subscribe(&hub, Filter::default(), None).await;
+        let (b, _t2) = subscribe(&hub, Filter::default(), None).await;
+        assert_eq!(*rx.borrow(), 2);
+        drop(a);
+        drop(b);
+        assert_eq!(*rx.borrow(), 0);
     }
 
     #[tokio::test]

@@ -59,6 +59,9 @@ pub enum Item {
     KeepAlive,
     /// The server is shutting down; the stream ends after this.
     Shutdown,
+    /// The resource's hub was closed (see `Hub::close`); the stream ends
+    /// after this. A client may subscribe again.
+    Closed(String),
 }
 
 /// One change as this subscription must see it: usually the hub's shared
@@ -110,6 +113,8 @@ impl Delivery {
 pub enum SubscriptionError {
     #[error("resource {0} is not synced yet; retry shortly")]
     NotSynced(String),
+    #[error("resource {0} is no longer served: {1}")]
+    Closed(String, String),
 }
 
 pub struct Subscription {
@@ -154,6 +159,9 @@ impl Subscription {
     ) -> Result<Subscription, SubscriptionError> {
         if !hub.wait_synced(sync_timeout).await {
             return Err(SubscriptionError::NotSynced(hub.name().to_string()));
+        }
+        if let Some(reason) = hub.closed() {
+            return Err(SubscriptionError::Closed(hub.name().to_string(), reason));
         }
         let mut head_rx = hub.head_rx();
         head_rx.borrow_and_update();
@@ -238,6 +246,10 @@ impl Subscription {
             if self.shutdown.is_cancelled() {
                 self.finished = true;
                 return Some(Item::Shutdown);
+            }
+            if let Some(reason) = self.hub.closed() {
+                self.finished = true;
+                return Some(Item::Closed(reason));
             }
 
             self.head_rx.borrow_and_update();

@@ -79,6 +79,11 @@ impl From<upstream::Error> for ApiError {
 
 impl From<SubscriptionError> for ApiError {
     fn from(err: SubscriptionError) -> ApiError {
-        ApiError::Unavailable(err.to_string())
+        match err {
+            SubscriptionError::NotSynced(_) => ApiError::Unavailable(err.to_string()),
+            // Closed between lookup and join (stopped while idle, or removed
+            // upstream): the client may simply retry.
+            SubscriptionError::Closed(..) => ApiError::Unavailable(err.to_string()),
+        }
     }
 }

@@ -137,6 +137,14 @@ impl SseBody {
                 // reconnect during the snapshot asks for a fresh one.
                 frame("RESET", None, &status.to_string(), true)
             }
+            Item::Closed(reason) => {
+                let status = status_json(
+                    404,
+                    "NotFound",
+                    &format!("{} is no longer served: {reason}", self.meta.name),
+                );
+                frame("ERROR", None, &status.to_string(), false)
+            }
             Item::Shutdown => {
                 let status = status_json(
                     503,
