@@ -1,29 +1,168 @@
-//! What a subscription wants to see of a resource.
+//! What a subscription wants to see of a resource, and how each change
+//! reaches it.
+//!
+//! A filter is matched against the previous and the current version of an
+//! object, as kube-apiserver's watch cache does: one that starts matching
+//! arrives as ADDED, one that stops matching as DELETED (carrying its last
+//! matching state, stamped with the change's resourceVersion), one that
+//! matches both as MODIFIED, one that matches neither is not sent.
 
 use std::sync::Arc;
 
-use super::{Delivery, Event, Obj};
+use super::{Delivery, Event, EventType, Frame, Obj};
+use crate::selector::{FieldSelector, LabelSelector};
 
-/// A subscription's filter. Only namespaces for now; an object never
-/// changes namespace, so matching the current version is exact.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+/// A subscription's filter. The default matches everything.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Filter {
     /// Empty: every namespace (and cluster-scoped objects).
     pub namespaces: Vec<String>,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
 }
 
 impl Filter {
     pub fn matches(&self, obj: &Obj) -> bool {
-        self.namespaces.is_empty()
+        (self.namespaces.is_empty()
             || obj
                 .namespace()
-                .is_some_and(|ns| self.namespaces.iter().any(|n| n == ns))
+                .is_some_and(|ns| self.namespaces.iter().any(|n| n == ns)))
+            && self.labels.matches_with(|k| obj.label(k))
+            && self.fields.matches_with(|f| obj.field(f))
+    }
+
+    /// How an event reaches a subscriber with this filter, if at all.
+    pub fn deliver(&self, ev: &Arc<Event>) -> Option<Delivery> {
+        let now = self.matches(&ev.obj);
+        match ev.kind {
+            EventType::Added | EventType::Deleted => now.then(|| Delivery::Shared(ev.clone())),
+            EventType::Modified => {
+                let before = ev.prev.as_ref().is_some_and(|p| self.matches(p));
+                match (before, now) {
+                    (true, true) => Some(Delivery::Shared(ev.clone())),
+                    (false, true) => Some(retyped(ev, EventType::Added, &ev.obj.json())),
+                    (true, false) => {
+                        // Invariant: `before` is true only with a previous version.
+                        let prev = ev.prev.as_ref().expect("a matching previous version");
+                        Some(retyped(
+                            ev,
+                            EventType::Deleted,
+                            &restamp(&prev.json(), ev.rv),
+                        ))
+                    }
+                    (false, false) => None,
+                }
+            }
+        }
     }
 }
 
-impl Filter {
-    /// How an event reaches a subscriber with this filter, if at all.
-    pub fn deliver(&self, ev: &Arc<Event>) -> Option<Delivery> {
-        self.matches(&ev.obj).then(|| Delivery::Shared(ev.clone()))
+fn retyped(ev: &Event, kind: EventType, object: &[u8]) -> Delivery {
+    Delivery::Retyped {
+        kind,
+        rv: ev.rv,
+        has_id: ev.has_id,
+        frame: Frame::encode(
+            kind.as_str(),
+            kind.as_str(),
+            ev.has_id.then_some(ev.rv),
+            object,
+        ),
+    }
+}
+
+/// The object with `metadata.resourceVersion` set to `rv`.
+fn restamp(json: &[u8], rv: u64) -> Vec<u8> {
+    match serde_json::from_slice::<serde_json::Value>(json) {
+        Ok(mut v) => {
+            if let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+                meta.insert("resourceVersion".into(), rv.to_string().into());
+            }
+            serde_json::to_vec(&v).unwrap_or_else(|_| json.to_vec())
+        }
+        // The hub only holds JSON it encoded itself.
+        Err(_) => json.to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, rv: u64, app: &str, node: &str) -> Arc<Obj> {
+        let v = json!({"metadata": {"name": name, "namespace": "x", "resourceVersion": rv.to_string(), "labels": {"app": app}},
+            "spec": {"nodeName": node}});
+        Arc::new(
+            Obj::new(Some("x"), name, rv, &serde_json::to_vec(&v).unwrap()).with_selectors(
+                [("app".to_string(), app.to_string())],
+                [("spec.nodeName", node.to_string())],
+            ),
+        )
+    }
+
+    fn modified(prev: Arc<Obj>, obj: Arc<Obj>) -> Arc<Event> {
+        let rv = obj.resource_version();
+        Arc::new(Event {
+            seq: 0,
+            rv,
+            kind: EventType::Modified,
+            frame: Frame::encode("MODIFIED", "MODIFIED", Some(rv), &obj.json()),
+            obj,
+            prev: Some(prev),
+            has_id: true,
+        })
+    }
+
+    fn filter(labels: &str, fields: &str) -> Filter {
+        Filter {
+            namespaces: vec![],
+            labels: LabelSelector::parse(labels).unwrap(),
+            fields: FieldSelector::parse(fields, &["spec.nodeName".to_string()]).unwrap(),
+        }
+    }
+
+    #[test]
+    fn transitions_follow_the_watch_cache() {
+        let f = filter("app=web", "");
+        let web1 = pod("a", 1, "web", "n1");
+        let db2 = pod("a", 2, "db", "n1");
+        let web3 = pod("a", 3, "web", "n2");
+        let web4 = pod("a", 4, "web", "n3");
+        let d = f.deliver(&modified(web1.clone(), db2.clone())).unwrap();
+        assert_eq!(d.kind(), EventType::Deleted, "stops matching: DELETED");
+        let obj: serde_json::Value = serde_json::from_slice(&d.frame().object()).unwrap();
+        assert_eq!(
+            obj["metadata"]["labels"]["app"], "web",
+            "DELETED carries the last matching state"
+        );
+        assert_eq!(
+            obj["metadata"]["resourceVersion"], "2",
+            "stamped with the change's resourceVersion"
+        );
+        let d = f.deliver(&modified(db2.clone(), web3.clone())).unwrap();
+        assert_eq!(d.kind(), EventType::Added, "starts matching: ADDED");
+        assert!(matches!(
+            f.deliver(&modified(web3, web4)).unwrap(),
+            Delivery::Shared(_)
+        ));
+        assert!(
+            f.deliver(&modified(db2.clone(), pod("a", 5, "db", "n1")))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn fields_and_labels_combine() {
+        let f = filter("app in (web,db)", "spec.nodeName=n1");
+        assert!(f.matches(&pod("a", 1, "web", "n1")));
+        assert!(!f.matches(&pod("a", 1, "web", "n2")));
+        assert!(!f.matches(&pod("a", 1, "cache", "n1")));
+        let name = Filter {
+            fields: FieldSelector::parse("metadata.name!=a", &[]).unwrap(),
+            ..Filter::default()
+        };
+        assert!(!name.matches(&pod("a", 1, "web", "n1")));
+        assert!(name.matches(&pod("b", 1, "web", "n1")));
     }
 }

@@ -16,6 +16,11 @@ pub struct Obj {
     /// The snapshot encoding: an id-less `ADDED` frame. The object's JSON is
     /// a slice of it, so the object is stored once.
     frame: Frame,
+    /// `metadata.labels`, sorted by key, for label selectors.
+    labels: Box<[(Box<str>, Box<str>)]>,
+    /// The resource's selectable fields present on this object (see
+    /// `selector::selectable_fields`), for field selectors.
+    fields: Box<[(&'static str, Box<str>)]>,
 }
 
 impl Obj {
@@ -26,6 +31,44 @@ impl Obj {
             name: name.into(),
             rv,
             frame: Frame::encode("ADDED", "ADDED", None, json),
+            labels: Box::default(),
+            fields: Box::default(),
+        }
+    }
+
+    /// Attaches what selectors match on: labels and selectable fields.
+    pub fn with_selectors(
+        mut self,
+        labels: impl IntoIterator<Item = (String, String)>,
+        fields: impl IntoIterator<Item = (&'static str, String)>,
+    ) -> Obj {
+        let mut labels: Vec<(Box<str>, Box<str>)> = labels
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        labels.sort();
+        self.labels = labels.into();
+        self.fields = fields.into_iter().map(|(k, v)| (k, v.into())).collect();
+        self
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.labels[i].1)
+    }
+
+    /// A selectable field by dotted path (`metadata.name`, `spec.nodeName`).
+    pub fn field(&self, path: &str) -> Option<&str> {
+        match path {
+            "metadata.name" => Some(self.name()),
+            "metadata.namespace" => Some(self.namespace().unwrap_or("")),
+            _ => self
+                .fields
+                .iter()
+                .find(|(k, _)| *k == path)
+                .map(|(_, v)| &**v),
         }
     }
 
@@ -57,7 +100,15 @@ impl Obj {
 
     /// Bytes this object holds, for the log's byte bound.
     pub fn size(&self) -> usize {
-        self.frame.len() + self.name.len() + self.namespace.as_ref().map_or(0, |n| n.len())
+        self.frame.len()
+            + self.name.len()
+            + self.namespace.as_ref().map_or(0, |n| n.len())
+            + self
+                .labels
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 32)
+                .sum::<usize>()
+            + self.fields.iter().map(|(_, v)| v.len() + 32).sum::<usize>()
     }
 }
 

@@ -9,6 +9,7 @@ use kube::api::DynamicObject;
 use kube::core::{ApiResource, TypeMeta};
 
 use crate::hub::Obj;
+use crate::selector::{field_text, selectable_fields};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IngestOptions {
@@ -49,7 +50,14 @@ pub fn ingest(
         redact_secret(&mut o.data);
     }
     let json = serde_json::to_vec(&o).map_err(|e| IngestError::Encode(name.clone(), e))?;
-    Ok(Obj::new(o.metadata.namespace.as_deref(), &name, rv, &json))
+    let fields = selectable_fields(&api.group, &api.plural)
+        .iter()
+        .filter_map(|path| {
+            let value = o.data.pointer(&format!("/{}", path.replace('.', "/")));
+            value.map(|v| (*path, field_text(Some(v))))
+        });
+    let labels = o.metadata.labels.take().unwrap_or_default();
+    Ok(Obj::new(o.metadata.namespace.as_deref(), &name, rv, &json).with_selectors(labels, fields))
 }
 
 fn redact_secret(data: &mut serde_json::Value) {
@@ -80,7 +88,7 @@ mod tests {
         let api = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
         let o = dyn_obj(
             json!({"metadata": {"name": "a", "namespace": "x", "resourceVersion": "7",
-            "managedFields": [{"manager": "kubectl"}]}, "spec": {"nodeName": "n1"}}),
+            "labels": {"app": "web"}, "managedFields": [{"manager": "kubectl"}]}, "spec": {"nodeName": "n1"}}),
         );
         let obj = ingest(o, &api, IngestOptions::default()).unwrap();
         let v = parse(&obj);
@@ -88,8 +96,16 @@ mod tests {
         assert_eq!(v["apiVersion"], "v1");
         assert!(v["metadata"].get("managedFields").is_none());
         assert_eq!(v["spec"]["nodeName"], "n1");
+        assert_eq!(
+            v["metadata"]["labels"]["app"], "web",
+            "labels stay in the object"
+        );
+        assert_eq!(obj.label("app"), Some("web"));
         assert_eq!(obj.resource_version(), 7);
         assert_eq!(obj.namespace(), Some("x"));
+        assert_eq!(obj.field("spec.nodeName"), Some("n1"));
+        assert_eq!(obj.field("metadata.namespace"), Some("x"));
+        assert_eq!(obj.field("status.phase"), None);
     }
 
     #[test]

@@ -1,15 +1,21 @@
-//! Label and field selectors, parsed from query strings and matched against
-//! JSON objects.
+//! Kubernetes label and field selectors: parsed once, matched many times.
 //!
 //! Label syntax is the full Kubernetes one: `a=b`, `a==b`, `a!=b`,
 //! `a in (x,y)`, `a notin (x)`, `a`, `!a`, `a>1`, `a<1`, comma = AND. Field
 //! selectors support `=`, `==`, `!=` on `metadata.name`, `metadata.namespace`
-//! and a resource's declared selectable fields. Parse errors are
-//! `SimError::BadRequest`, which the HTTP face answers with 400.
+//! and the fields a resource declares selectable. Matching goes through
+//! accessors, so callers match JSON objects (the simulator) or labels and
+//! fields extracted once at ingest (the hub) alike. No maintained crate
+//! implements this grammar, hence this module.
 
 use serde_json::Value;
 
-use super::SimError;
+/// A selector that does not parse, with the reason (answered with 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Error(pub String);
+
+type SimError = Error;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Op {
@@ -34,7 +40,7 @@ struct Requirement {
 pub struct LabelSelector(Vec<Requirement>);
 
 fn bad(sel: &str, why: &str) -> SimError {
-    SimError::BadRequest(format!(
+    Error(format!(
         "unable to parse requirement: {why} in selector {sel:?}"
     ))
 }
@@ -175,8 +181,17 @@ impl LabelSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels");
+        self.matches_with(|key| labels.and_then(|l| l.get(key)).and_then(Value::as_str))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Matches labels read through `label(key)`.
+    pub fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| {
-            let v = labels.and_then(|l| l.get(&r.key)).and_then(Value::as_str);
+            let v = label(&r.key);
             match (&r.op, v) {
                 (Op::Eq(want), Some(v)) => v == want,
                 (Op::Eq(_), None) => false,
@@ -199,6 +214,8 @@ impl LabelSelector {
 
 #[derive(Debug, Clone, PartialEq)]
 struct FieldRequirement {
+    /// The dotted field path, as written.
+    field: String,
     /// JSON pointer to the field.
     pointer: String,
     value: String,
@@ -226,20 +243,17 @@ impl FieldSelector {
             } else if let Some((f, v)) = part.split_once('=') {
                 (f, v, true)
             } else {
-                return Err(SimError::BadRequest(format!(
-                    "invalid field selector: {part:?}"
-                )));
+                return Err(Error(format!("invalid field selector: {part:?}")));
             };
             let field = field.trim();
             let known = field == "metadata.name"
                 || field == "metadata.namespace"
                 || extra_fields.iter().any(|f| f == field);
             if !known {
-                return Err(SimError::BadRequest(format!(
-                    "field label not supported: {field}"
-                )));
+                return Err(Error(format!("field label not supported: {field}")));
             }
             reqs.push(FieldRequirement {
+                field: field.to_owned(),
                 pointer: format!("/{}", field.replace('.', "/")),
                 value: value.trim().to_owned(),
                 equal,
@@ -250,13 +264,68 @@ impl FieldSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|r| {
-            let actual = match obj.pointer(&r.pointer) {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Null) | None => String::new(),
-                Some(v) => v.to_string(),
-            };
+            let actual = field_text(obj.pointer(&r.pointer));
             (actual == r.value) == r.equal
         })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Matches fields read through `field(dotted_path)`; a missing field
+    /// reads as the empty string, as in Kubernetes.
+    pub fn matches_with<'a>(&self, field: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.0
+            .iter()
+            .all(|r| (field(&r.field).unwrap_or("") == r.value) == r.equal)
+    }
+}
+
+/// A field's value as a field selector compares it: strings as they are,
+/// other scalars in their JSON form, absent or null as "".
+pub fn field_text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(v) => v.to_string(),
+    }
+}
+
+/// Fields Kubernetes lets a resource be selected by, besides
+/// `metadata.name` and `metadata.namespace` (the field labels kube-apiserver
+/// registers for built-in types). kubefan extracts exactly these at ingest.
+pub fn selectable_fields(group: &str, plural: &str) -> &'static [&'static str] {
+    match (group, plural) {
+        ("", "pods") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        ("", "nodes") => &["spec.unschedulable"],
+        ("", "namespaces") => &["status.phase"],
+        ("", "secrets") => &["type"],
+        ("", "replicationcontrollers") | ("apps", "replicasets") => &["status.replicas"],
+        ("batch", "jobs") => &["status.successful"],
+        ("", "events") | ("events.k8s.io", "events") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        _ => &[],
     }
 }
 
