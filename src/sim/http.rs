@@ -16,10 +16,10 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use super::resource::{self, ResourceDef};
-use super::selector::{FieldSelector, LabelSelector};
 use super::store::{Filter, WatchFrom};
 use super::watch::{self, WatchTiming};
 use super::{Sim, SimError};
+use crate::selector::{FieldSelector, LabelSelector};
 
 const JSON: &str = "application/json";
 const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";

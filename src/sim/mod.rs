@@ -25,7 +25,6 @@ mod cli;
 mod http;
 mod patch;
 mod resource;
-mod selector;
 mod store;
 mod watch;
 
@@ -100,6 +99,12 @@ pub enum SimError {
     Internal(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+}
+
+impl From<crate::selector::Error> for SimError {
+    fn from(err: crate::selector::Error) -> SimError {
+        SimError::BadRequest(err.0)
+    }
 }
 
 impl SimError {
@@ -232,6 +237,14 @@ impl Sim {
     /// Adds a resource type (a CRD), served and discoverable from now on.
     pub fn register(&self, def: ResourceDef) {
         self.store().register(def);
+    }
+
+    /// Removes a resource type (a deleted CRD): its lists and watches get
+    /// 404 from now on, its open watch streams end, discovery no longer
+    /// lists it, and its counters in [`Sim::stats`] are gone. `key` is like
+    /// "widgets.example.com". False if it was not registered.
+    pub fn unregister(&self, key: &str) -> bool {
+        self.store().unregister(key)
     }
 
     /// Binds `listen` and serves the simulator until `SimServer::stop`.

@@ -28,8 +28,8 @@ use tokio::sync::mpsc;
 use super::SimError;
 use super::patch::merge_patch;
 use super::resource::ResourceDef;
-use super::selector::{FieldSelector, LabelSelector};
 use super::watch::{bookmark_line, event_line};
+use crate::selector::{FieldSelector, LabelSelector};
 
 /// Counters for one resource.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -120,6 +120,8 @@ struct Resource {
     floor: u64,
     watchers: Vec<Watcher>,
     stats: ResourceStats,
+    /// Watcher ids below this belong to an earlier registration of the key.
+    first_id: u64,
 }
 
 struct Snapshot {
@@ -236,10 +238,19 @@ impl Store {
                         floor: 0,
                         watchers: Vec::new(),
                         stats: ResourceStats::default(),
+                        first_id: self.next_id,
                     },
                 );
             }
         }
+    }
+
+    /// Removes a resource type with its objects, history, counters and list
+    /// snapshots, as deleting a CRD does. Its watchers are dropped, so their
+    /// streams end. False if no such resource was registered.
+    pub fn unregister(&mut self, key: &str) -> bool {
+        self.snapshots.retain(|s| s.key != key);
+        self.resources.remove(key).is_some()
     }
 
     pub fn defs(&self) -> Vec<&ResourceDef> {
@@ -739,7 +750,11 @@ impl Store {
     pub fn unwatch(&mut self, key: &str, id: u64) {
         if let Some(r) = self.resources.get_mut(key) {
             r.watchers.retain(|w| w.id != id);
-            r.stats.open_watches = r.stats.open_watches.saturating_sub(1);
+            // A watcher of a resource unregistered and registered again
+            // meanwhile was never counted here.
+            if id >= r.first_id {
+                r.stats.open_watches = r.stats.open_watches.saturating_sub(1);
+            }
         }
     }
 }

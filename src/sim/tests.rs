@@ -351,6 +351,61 @@ async fn discovery_finds_builtins_and_registered_crds() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn unregistered_resource_ends_its_watches_and_answers_404() {
+    let (sim, server, client) = start(SimConfig::default()).await;
+    sim.register(ResourceDef::new(
+        "example.com",
+        "v1",
+        "widgets",
+        "Widget",
+        true,
+    ));
+    let ar = ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let widgets: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let rv = widgets
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut stream = widgets
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    assert!(sim.unregister("widgets.example.com"));
+    assert!(!sim.unregister("widgets.example.com"));
+    assert!(next(&mut stream).await.is_none(), "the open watch ends");
+    let err = widgets.list(&ListParams::default()).await.unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err:?}"
+    );
+    let d = Discovery::new(client.clone()).run().await.unwrap();
+    assert!(!d.groups().any(|g| g.name() == "example.com"));
+    // Registered again, it starts empty with fresh counters.
+    sim.register(ResourceDef::new(
+        "example.com",
+        "v1",
+        "widgets",
+        "Widget",
+        true,
+    ));
+    assert_eq!(
+        sim.stats().resource("widgets.example.com"),
+        Default::default()
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn merge_patch_over_http_follows_rfc7386_and_checks_rv() {
     let (sim, server, client) = start(SimConfig::default()).await;
     let created = sim

@@ -4,7 +4,9 @@
 //! bookmarks. A watch that ends is resumed from the last resourceVersion
 //! seen (no relist); a 410 Expired relists, and the hub turns the new list
 //! into synthetic events. Errors back off exponentially with jitter. The
-//! loop ends only when the shutdown token is cancelled.
+//! loop ends when its token is cancelled (shutdown, or the registry stopped
+//! it), or when the upstream answers 404 NotFound: the registry then checks
+//! discovery and either removes the resource or runs the informer again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,7 +55,22 @@ pub struct Informer {
     pub resource: ApiResource,
     pub cfg: InformerConfig,
     pub metrics: Arc<Metrics>,
+    /// Cancelled at shutdown or when the registry stops this informer.
     pub shutdown: CancellationToken,
+}
+
+/// Why [`Informer::run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Its token was cancelled.
+    Stopped,
+    /// The upstream answered a LIST or WATCH with 404: the resource may
+    /// have been removed (a deleted CRD).
+    NotFound,
+}
+
+fn is_not_found(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 404)
 }
 
 enum WatchEnd {
@@ -63,27 +80,34 @@ enum WatchEnd {
     Failed,
     /// The resourceVersion is gone: list again.
     Expired,
+    /// 404: the resource is not served any more.
+    NotFound,
     Shutdown,
 }
 
 impl Informer {
-    pub async fn run(self) {
+    pub async fn run(self) -> Exit {
         let name = self.hub.name().to_string();
         let mut backoff = self.new_backoff();
-        let mut first = true;
+        let mut first = !self.hub.is_synced();
         'relist: loop {
             self.metrics.upstream_list(&name);
             let listed = tokio::select! {
-                _ = self.shutdown.cancelled() => return,
+                _ = self.shutdown.cancelled() => return Exit::Stopped,
                 listed = self.list_all() => listed,
             };
             let (objects, mut rv) = match listed {
                 Ok(listed) => listed,
+                Err(err) if is_not_found(&err) => {
+                    self.metrics.upstream_error(&name, "not_found");
+                    tracing::info!(resource = %name, "upstream list answered 404 NotFound");
+                    return Exit::NotFound;
+                }
                 Err(err) => {
                     self.metrics.upstream_error(&name, "list");
                     tracing::warn!(resource = %name, error = %err, "upstream list failed");
                     if !self.pause(&mut backoff).await {
-                        return;
+                        return Exit::Stopped;
                     }
                     continue 'relist;
                 }
@@ -109,7 +133,7 @@ impl Informer {
                     WatchEnd::Resume => {}
                     WatchEnd::Failed => {
                         if !self.pause(&mut backoff).await {
-                            return;
+                            return Exit::Stopped;
                         }
                     }
                     WatchEnd::Expired => {
@@ -117,7 +141,12 @@ impl Informer {
                         tracing::info!(resource = %name, resource_version = rv, "watch expired (410); relisting");
                         continue 'relist;
                     }
-                    WatchEnd::Shutdown => return,
+                    WatchEnd::NotFound => {
+                        self.metrics.upstream_error(&name, "not_found");
+                        tracing::info!(resource = %name, "upstream watch answered 404 NotFound");
+                        return Exit::NotFound;
+                    }
+                    WatchEnd::Shutdown => return Exit::Stopped,
                 }
             }
         }
@@ -198,6 +227,7 @@ impl Informer {
             Err(kube::Error::Api(status)) if status.code == 410 => {
                 return (WatchEnd::Expired, false);
             }
+            Err(err) if is_not_found(&err) => return (WatchEnd::NotFound, false),
             Err(err) => {
                 self.metrics.upstream_error(name, "watch");
                 tracing::warn!(resource = %name, error = %err, "upstream watch failed");
@@ -231,6 +261,9 @@ impl Informer {
                 }
                 Some(Ok(WatchEvent::Error(status))) if status.code == 410 => {
                     return (WatchEnd::Expired, delivered);
+                }
+                Some(Ok(WatchEvent::Error(status))) if status.code == 404 => {
+                    return (WatchEnd::NotFound, delivered);
                 }
                 Some(Ok(WatchEvent::Error(status))) => {
                     self.metrics.upstream_error(name, "watch");

@@ -1,17 +1,59 @@
 //! Upstream: one informer per resource, shared by every subscriber.
 //!
-//! [`Informers`] resolves the names clients use through discovery, applies
-//! the resource policy (Secrets refused unless allowed), and starts one
-//! informer task per resource: at boot for configured resources, on first
-//! subscription for the others. The hub it feeds lives as long as the
-//! process; the API server sees exactly one list+watch per resource.
+//! [`Informers`] is the registry. It resolves the names clients use through
+//! discovery, applies the resource policy, and runs one informer task per
+//! resource, so the API server sees exactly one list+watch per resource.
+//!
+//! # Policy
+//! A resource is served when the upstream serves it (CRDs included) and
+//! the policy allows it, checked in this order: Secrets are refused unless
+//! `allow_secrets` (even when listed in the allow list); a resource named
+//! by `deny_resources` is refused; a non-empty `allow_resources` refuses
+//! everything it does not name. Configured names are resolved through the
+//! current discovery catalog like client names (`po` is `pods`), so a name
+//! for a CRD installed later takes effect once it appears. Refusals are
+//! [`Error::Forbidden`] naming the flag.
+//!
+//! # Lifecycle
+//! - Boot resources start at start-up and run until shutdown.
+//! - Any other resource starts on first use ([`Informers::hub`]) with a
+//!   fresh hub, and stops after `idle_grace` without users: a supervisor
+//!   task follows the hub's user count ([`Hub::subscribers_rx`]); once it
+//!   has stayed at 0, unchanged, for the whole grace period, the hub is
+//!   closed ([`Hub::close_if_unused`], atomic with [`Hub::enter`]) and
+//!   removed from the registry under its lock, and the informer is
+//!   cancelled. The next user starts a new informer and hub.
+//! - Users are counted by [`Hub::enter`]: every [`crate::hub::Subscription`]
+//!   enters on start; a one-off reader (a LIST served from `hub.objects()`)
+//!   holds `hub.enter()?` while it reads. The grace period therefore runs
+//!   from the last user leaving, and any entry or exit restarts it: "last
+//!   used" time without a clock of its own.
+//! - A request that fetched a hub just before it was stopped gets
+//!   `SubscriptionError::Closed` from it; [`Informers::with_hub`] retries
+//!   such a request once on a fresh hub. A hub is removed from the
+//!   registry no later than it is closed, so the retry never sees it.
+//! - A LIST or WATCH answered with 404 makes the registry re-read
+//!   discovery. If the resource is gone (a deleted CRD), its hub is closed
+//!   ("resource removed upstream": subscribers get an error and their
+//!   streams end), removed, its informer stopped, and the new catalog no
+//!   longer resolves it (404 to new requests). A boot resource removed so
+//!   reports not ready with that reason; it starts again, still as a boot
+//!   resource, on its next request after it reappears. A resource that
+//!   appears later is found by the rate-limited discovery refresh on an
+//!   unknown name.
+//!
+//! # Locks
+//! `registry` (std mutex, never held across an await) is taken before a
+//! hub's state lock, never the other way round.
 
 pub mod discovery;
 pub mod informer;
 pub mod ingest;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use kube::Client;
@@ -19,15 +61,11 @@ use kube::api::Api;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::hub::{Hub, LogLimits, ResourceMeta};
+use crate::hub::{Hub, LogLimits, ResourceMeta, SubscriptionError};
 use crate::ops::Metrics;
 pub use discovery::{Catalog, ResourceInfo};
 pub use informer::InformerConfig;
 pub use ingest::IngestOptions;
-
-/// Discovery is refreshed at most this often when a name is not found, so
-/// CRDs installed after start are found without a discovery storm.
-const DISCOVERY_REFRESH: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -40,15 +78,42 @@ pub enum Error {
 }
 
 /// Resource policy and informer settings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct UpstreamConfig {
     /// Resources whose informers start at boot; `/readyz` waits for them.
+    /// They never stop for lack of subscribers.
     pub boot_resources: Vec<String>,
+    /// Resources served (names as clients use them); empty: everything the
+    /// upstream serves.
+    pub allow_resources: Vec<String>,
+    /// Resources refused even when allowed.
+    pub deny_resources: Vec<String>,
     /// Serve Secrets at all (values are still blanked unless
     /// `informer.ingest.reveal_secret_data`).
     pub allow_secrets: bool,
+    /// How long an on-demand informer runs on without users.
+    pub idle_grace: Duration,
+    /// Discovery is refreshed at most this often when a name is not
+    /// found, so CRDs installed after start are found without a
+    /// discovery storm.
+    pub discovery_refresh: Duration,
     pub informer: InformerConfig,
     pub log_limits: LogLimits,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            boot_resources: Vec::new(),
+            allow_resources: Vec::new(),
+            deny_resources: Vec::new(),
+            allow_secrets: false,
+            idle_grace: Duration::from_secs(300),
+            discovery_refresh: Duration::from_secs(5),
+            informer: InformerConfig::default(),
+            log_limits: LogLimits::default(),
+        }
+    }
 }
 
 /// Readiness of one boot-time resource.
@@ -60,21 +125,83 @@ pub struct Readiness {
 }
 
 pub struct Informers {
+    /// `Informers` is only built by [`Informers::new`], inside an `Arc`;
+    /// tasks it spawns hold a strong reference taken from this.
+    me: Weak<Informers>,
     client: Client,
     cfg: UpstreamConfig,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     catalog: std::sync::RwLock<Option<Arc<Catalog>>>,
-    /// Serialises refreshes and remembers the last one. Lookups of known
-    /// names never wait for it.
+    /// Serialises refreshes and remembers when the last one started.
+    /// Lookups of known names never wait for it.
     refreshed: tokio::sync::Mutex<Option<Instant>>,
-    hubs: Mutex<HashMap<String, Arc<Hub>>>,
+    registry: Mutex<Registry>,
     boot: Mutex<Vec<BootResource>>,
+    /// The allow/deny names were checked against discovery.
+    policy_checked: AtomicBool,
 }
 
 /// A boot resource name → its hub, or why it has none yet.
 type BootResource = (String, Result<Arc<Hub>, String>);
+
+#[derive(Default)]
+struct Registry {
+    running: HashMap<String, Running>,
+    /// Canonical names of boot resources, once resolved.
+    boot: HashSet<String>,
+}
+
+/// A started informer. Its tasks (informer, idle supervisor) share a
+/// child of the shutdown token, which stopping it cancels.
+struct Running {
+    hub: Arc<Hub>,
+    boot: bool,
+}
+
+const SECRETS_REFUSED: &str = " (Secrets are refused unless --allow-secrets)";
+const DENIED: &str = " (refused by --deny-resources)";
+const NOT_ALLOWED: &str = " (not listed in --allow-resources)";
+
+/// Why the policy refuses a resource (the text of [`Error::Forbidden`]),
+/// or `None` when it is served.
+fn refusal(cfg: &UpstreamConfig, catalog: &Catalog, info: &ResourceInfo) -> Option<&'static str> {
+    let key = info.canonical_name();
+    if info.api.group.is_empty() && info.api.plural == "secrets" && !cfg.allow_secrets {
+        return Some(SECRETS_REFUSED);
+    }
+    let named = |list: &[String]| {
+        list.iter().any(|entry| {
+            let entry = entry.trim().to_ascii_lowercase();
+            entry == key
+                || catalog
+                    .resolve(&entry)
+                    .is_some_and(|r| r.canonical_name() == key)
+        })
+    };
+    if named(&cfg.deny_resources) {
+        return Some(DENIED);
+    }
+    if !cfg.allow_resources.is_empty() && !named(&cfg.allow_resources) {
+        return Some(NOT_ALLOWED);
+    }
+    None
+}
+
+/// Policy names the catalog does not resolve, with the flag naming them.
+fn unknown_policy_names<'a>(
+    cfg: &'a UpstreamConfig,
+    catalog: &Catalog,
+) -> Vec<(&'static str, &'a str)> {
+    let allow = cfg.allow_resources.iter().map(|n| ("--allow-resources", n));
+    let deny = cfg.deny_resources.iter().map(|n| ("--deny-resources", n));
+    allow
+        .chain(deny)
+        .filter(|(_, n)| catalog.resolve(n).is_none())
+        .map(|(flag, n)| (flag, n.as_str()))
+        .collect()
+}
 
 impl Informers {
     pub fn new(
@@ -88,7 +215,8 @@ impl Informers {
             .iter()
             .map(|r| (r.clone(), Err("not started".to_string())))
             .collect();
-        Arc::new(Informers {
+        Arc::new_cyclic(|me| Informers {
+            me: me.clone(),
             client,
             cfg,
             metrics,
@@ -96,26 +224,34 @@ impl Informers {
             tasks: TaskTracker::new(),
             catalog: std::sync::RwLock::new(None),
             refreshed: tokio::sync::Mutex::new(None),
-            hubs: Mutex::new(HashMap::new()),
+            registry: Mutex::new(Registry::default()),
             boot: Mutex::new(boot),
+            policy_checked: AtomicBool::new(false),
         })
     }
 
-    /// Starts the boot-time informers in the background. Discovery
-    /// failures are retried with back-off; unknown or refused names stay
-    /// not-ready in `/readyz` with the reason.
+    fn arc(&self) -> Arc<Informers> {
+        // See `me`: whoever holds `&self` holds the `Arc` it lives in.
+        self.me.upgrade().expect("Informers lives in an Arc")
+    }
+
+    /// Starts the boot-time informers in the background, and checks the
+    /// allow/deny names against discovery (unknown names are logged, not
+    /// fatal: a CRD may be installed later). Discovery failures are
+    /// retried with back-off; unknown or refused boot names stay not-ready
+    /// in `/readyz` with the reason.
     pub fn start_boot(self: &Arc<Self>) {
         let this = self.clone();
         self.tasks.spawn(async move {
             let mut delay = this.cfg.informer.backoff_min;
             loop {
-                let mut pending = false;
+                let mut pending = !this.check_policy_names().await;
                 let names: Vec<String> = this.lock_boot().iter().map(|(n, _)| n.clone()).collect();
                 for (i, name) in names.iter().enumerate() {
                     if this.lock_boot()[i].1.is_ok() {
                         continue;
                     }
-                    let state = match this.hub(name).await {
+                    let state = match this.start(name, true).await {
                         Ok(hub) => Ok(hub),
                         Err(err) => {
                             pending |= matches!(err, Error::Discovery(_));
@@ -137,23 +273,85 @@ impl Informers {
         });
     }
 
-    fn lock_boot(&self) -> std::sync::MutexGuard<'_, Vec<BootResource>> {
+    /// Warns about allow/deny names discovery does not know. False when
+    /// discovery failed (try again later).
+    async fn check_policy_names(&self) -> bool {
+        let cfg = &self.cfg;
+        if (cfg.allow_resources.is_empty() && cfg.deny_resources.is_empty())
+            || self.policy_checked.load(Ordering::Relaxed)
+        {
+            return true;
+        }
+        let catalog = match self.current_catalog() {
+            Some(catalog) => catalog,
+            None => match self.refresh(Instant::now()).await {
+                Ok(catalog) => catalog,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot check the resource policy against discovery yet");
+                    return false;
+                }
+            },
+        };
+        for (flag, name) in unknown_policy_names(cfg, &catalog) {
+            tracing::warn!(flag, resource = %name,
+                "the upstream does not serve this resource (yet); the rule applies if it appears");
+        }
+        self.policy_checked.store(true, Ordering::Relaxed);
+        true
+    }
+
+    fn lock_boot(&self) -> MutexGuard<'_, Vec<BootResource>> {
         self.boot.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn lock_registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The hub for a resource name, starting its informer on first use.
+    /// The hub returned may be closed at any moment after (stopped while
+    /// idle, or removed upstream): use [`Informers::with_hub`] to join it.
     pub async fn hub(&self, name: &str) -> Result<Arc<Hub>, Error> {
-        let info = self.resolve(name).await?;
-        if info.api.group.is_empty() && info.api.plural == "secrets" && !self.cfg.allow_secrets {
-            return Err(Error::Forbidden(
-                info.canonical_name(),
-                " (Secrets are refused unless --allow-secrets)",
-            ));
+        self.start(name, false).await
+    }
+
+    /// Runs `join` (a subscription start, or a read under `hub.enter()`)
+    /// on the resource's hub. If that hub was closed in between (stopped
+    /// for idleness just as this request fetched it), runs it once more on
+    /// a fresh hub; a resource removed upstream then answers
+    /// [`Error::UnknownResource`].
+    pub async fn with_hub<T, E, F, Fut>(&self, name: &str, mut join: F) -> Result<T, E>
+    where
+        F: FnMut(Arc<Hub>) -> Fut,
+        Fut: Future<Output = Result<T, SubscriptionError>>,
+        E: From<Error> + From<SubscriptionError>,
+    {
+        let hub = self.hub(name).await?;
+        match join(hub).await {
+            Err(SubscriptionError::Closed(..)) => {
+                let hub = self.hub(name).await?;
+                Ok(join(hub).await?)
+            }
+            other => Ok(other?),
         }
+    }
+
+    async fn start(&self, name: &str, boot: bool) -> Result<Arc<Hub>, Error> {
+        let info = self.resolve(name).await?;
         let key = info.canonical_name();
-        let mut hubs = self.hubs.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(hub) = hubs.get(&key) {
-            return Ok(hub.clone());
+        // `resolve` succeeded, so there is a catalog.
+        let catalog = self.current_catalog().unwrap_or_default();
+        if let Some(why) = refusal(&self.cfg, &catalog, &info) {
+            return Err(Error::Forbidden(key, why));
+        }
+        let mut reg = self.lock_registry();
+        if boot {
+            reg.boot.insert(key.clone());
+        }
+        let boot = reg.boot.contains(&key);
+        if let Some(running) = reg.running.get_mut(&key) {
+            running.boot |= boot;
+            return Ok(running.hub.clone());
         }
         let hub = Hub::new(
             ResourceMeta {
@@ -164,19 +362,145 @@ impl Informers {
             self.cfg.log_limits,
             self.metrics.clone(),
         );
-        hubs.insert(key.clone(), hub.clone());
-        drop(hubs);
-        tracing::info!(resource = %key, "starting informer");
-        let informer = informer::Informer {
-            hub: hub.clone(),
-            api: Api::all_with(self.client.clone(), &info.api),
-            resource: info.api.clone(),
-            cfg: self.cfg.informer,
-            metrics: self.metrics.clone(),
-            shutdown: self.shutdown.clone(),
-        };
-        self.tasks.spawn(informer.run());
+        let stop = self.shutdown.child_token();
+        reg.running.insert(
+            key.clone(),
+            Running {
+                hub: hub.clone(),
+                boot,
+            },
+        );
+        drop(reg);
+        if boot {
+            // A boot resource started again after it was removed upstream.
+            for (_, state) in self.lock_boot().iter_mut() {
+                if matches!(state, Ok(old) if old.name() == key) {
+                    *state = Ok(hub.clone());
+                }
+            }
+        }
+        tracing::info!(resource = %key, on_demand = !boot, "starting informer");
+        self.metrics.informer_running(&key, true);
+        let this = self.arc();
+        self.tasks
+            .spawn(this.clone().run_informer(info, hub.clone(), stop.clone()));
+        if !boot {
+            self.tasks.spawn(this.stop_when_idle(hub.clone(), stop));
+        }
         Ok(hub)
+    }
+
+    /// Runs the informer until stopped. On 404 it re-reads discovery: a
+    /// resource that is gone is retired, one still listed is retried.
+    async fn run_informer(
+        self: Arc<Self>,
+        info: ResourceInfo,
+        hub: Arc<Hub>,
+        stop: CancellationToken,
+    ) {
+        let mut delay = self.cfg.informer.backoff_min;
+        loop {
+            let informer = informer::Informer {
+                hub: hub.clone(),
+                api: Api::all_with(self.client.clone(), &info.api),
+                resource: info.api.clone(),
+                cfg: self.cfg.informer,
+                metrics: self.metrics.clone(),
+                shutdown: stop.clone(),
+            };
+            if informer.run().await == informer::Exit::Stopped {
+                return;
+            }
+            let key = hub.name();
+            match self.refresh(Instant::now()).await {
+                Ok(catalog)
+                    if !catalog
+                        .resources()
+                        .iter()
+                        .any(|r| r.canonical_name() == key) =>
+                {
+                    self.retire(&hub, &stop, "resource removed upstream");
+                    return;
+                }
+                Ok(_) => {
+                    tracing::warn!(resource = %key, "upstream answered 404 but still lists the resource; retrying")
+                }
+                Err(err) => {
+                    tracing::warn!(resource = %key, error = %err, "upstream answered 404 and discovery failed; retrying")
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(self.cfg.informer.backoff_max);
+        }
+    }
+
+    /// Closes an on-demand hub once its user count has stayed at 0,
+    /// unchanged, for `idle_grace`.
+    async fn stop_when_idle(self: Arc<Self>, hub: Arc<Hub>, stop: CancellationToken) {
+        let grace = self.cfg.idle_grace;
+        let mut users = hub.subscribers_rx();
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                idle = users.wait_for(|n| *n == 0) => if idle.is_err() { return },
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                // Anyone entering (even entering and leaving again)
+                // restarts the grace period.
+                changed = users.changed() => {
+                    if changed.is_err() { return }
+                    continue;
+                }
+                _ = tokio::time::sleep(grace) => {}
+            }
+            if self.stop_if_idle(&hub, &stop, grace) {
+                return;
+            }
+        }
+    }
+
+    /// Stops an idle informer; false if a user came in meanwhile. True
+    /// also when there is nothing left to supervise (the hub was replaced
+    /// or became a boot resource).
+    fn stop_if_idle(&self, hub: &Arc<Hub>, stop: &CancellationToken, grace: Duration) -> bool {
+        let key = hub.name();
+        let mut reg = self.lock_registry();
+        match reg.running.get(key) {
+            Some(running) if Arc::ptr_eq(&running.hub, hub) && !running.boot => {}
+            _ => return true,
+        }
+        if !hub.close_if_unused(&format!("stopped after {grace:?} without subscribers")) {
+            return false;
+        }
+        reg.running.remove(key);
+        drop(reg);
+        stop.cancel();
+        self.metrics.informer_running(key, false);
+        tracing::info!(resource = %key, idle = ?grace, "stopped informer without subscribers");
+        true
+    }
+
+    /// Closes a hub for good (its resource is gone upstream) and stops its
+    /// informer.
+    fn retire(&self, hub: &Arc<Hub>, stop: &CancellationToken, reason: &str) {
+        let key = hub.name();
+        let mut reg = self.lock_registry();
+        if reg
+            .running
+            .get(key)
+            .is_some_and(|running| Arc::ptr_eq(&running.hub, hub))
+        {
+            reg.running.remove(key);
+        }
+        hub.close(reason);
+        drop(reg);
+        stop.cancel();
+        self.metrics.informer_running(key, false);
+        tracing::info!(resource = %key, reason, "stopped informer");
     }
 
     /// Resolves a name through discovery, refreshing it (rate-limited) when
@@ -190,19 +514,11 @@ impl Informers {
         if let Some(info) = self.lookup(name) {
             return Ok(info);
         }
-        if refreshed.is_none_or(|t| t.elapsed() >= DISCOVERY_REFRESH) {
-            *refreshed = Some(Instant::now());
+        if refreshed.is_none_or(|t| t.elapsed() >= self.cfg.discovery_refresh) {
             let have_catalog = self.current_catalog().is_some();
-            match Catalog::discover(&self.client).await {
-                Ok(catalog) => {
-                    *self.catalog.write().unwrap_or_else(PoisonError::into_inner) =
-                        Some(Arc::new(catalog));
-                }
-                Err(err) if !have_catalog => {
-                    // Let the next request try again right away.
-                    *refreshed = None;
-                    return Err(Error::Discovery(err.to_string()));
-                }
+            match self.discover(&mut refreshed).await {
+                Ok(_) => {}
+                Err(err) if !have_catalog => return Err(err),
                 Err(err) => {
                     tracing::warn!(error = %err, "discovery refresh failed; keeping the previous catalog")
                 }
@@ -210,6 +526,40 @@ impl Informers {
         }
         self.lookup(name)
             .ok_or_else(|| Error::UnknownResource(name.to_string()))
+    }
+
+    /// A catalog read no earlier than `since`: the current one if a
+    /// refresh started since, otherwise a fresh one.
+    async fn refresh(&self, since: Instant) -> Result<Arc<Catalog>, Error> {
+        let mut refreshed = self.refreshed.lock().await;
+        if let (Some(last), Some(catalog)) = (*refreshed, self.current_catalog())
+            && last >= since
+        {
+            return Ok(catalog);
+        }
+        self.discover(&mut refreshed).await
+    }
+
+    /// Reads discovery and installs the catalog; the caller holds the
+    /// refresh lock (`refreshed`). A failure keeps the previous catalog;
+    /// without one, the next lookup retries at once.
+    async fn discover(&self, refreshed: &mut Option<Instant>) -> Result<Arc<Catalog>, Error> {
+        let have_catalog = self.current_catalog().is_some();
+        *refreshed = Some(Instant::now());
+        match Catalog::discover(&self.client).await {
+            Ok(catalog) => {
+                let catalog = Arc::new(catalog);
+                *self.catalog.write().unwrap_or_else(PoisonError::into_inner) =
+                    Some(catalog.clone());
+                Ok(catalog)
+            }
+            Err(err) => {
+                if !have_catalog {
+                    *refreshed = None;
+                }
+                Err(Error::Discovery(err.to_string()))
+            }
+        }
     }
 
     fn current_catalog(&self) -> Option<Arc<Catalog>> {
@@ -223,20 +573,53 @@ impl Informers {
         self.current_catalog()?.resolve(name).cloned()
     }
 
+    /// The upstream's discovery catalog, discovering it on first use.
+    pub async fn catalog(&self) -> Result<Arc<Catalog>, Error> {
+        if let Some(catalog) = self.current_catalog() {
+            return Ok(catalog);
+        }
+        // Resolving any name fills the catalog (or reports why it cannot).
+        match self.resolve("pods").await {
+            Ok(_) | Err(Error::UnknownResource(_)) => {}
+            Err(err) => return Err(err),
+        }
+        self.current_catalog()
+            .ok_or_else(|| Error::Discovery("no discovery information".into()))
+    }
+
+    /// Whether the policy lets clients use this resource (what the
+    /// Kubernetes face's discovery advertises).
+    pub fn serves(&self, info: &ResourceInfo) -> bool {
+        let catalog = self.current_catalog().unwrap_or_default();
+        refusal(&self.cfg, &catalog, info).is_none()
+    }
+
+    /// The Kubernetes client kubefan uses upstream.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Per boot-time resource: synced or not, and why not.
     pub fn readiness(&self) -> Vec<Readiness> {
         self.lock_boot()
             .iter()
             .map(|(name, state)| match state {
-                Ok(hub) if hub.is_synced() => Readiness {
-                    resource: hub.name().to_string(),
-                    ready: true,
-                    reason: None,
-                },
-                Ok(hub) => Readiness {
-                    resource: hub.name().to_string(),
-                    ready: false,
-                    reason: Some("waiting for the first list from the API server".into()),
+                Ok(hub) => match hub.closed() {
+                    Some(reason) => Readiness {
+                        resource: hub.name().to_string(),
+                        ready: false,
+                        reason: Some(reason),
+                    },
+                    None if hub.is_synced() => Readiness {
+                        resource: hub.name().to_string(),
+                        ready: true,
+                        reason: None,
+                    },
+                    None => Readiness {
+                        resource: hub.name().to_string(),
+                        ready: false,
+                        reason: Some("waiting for the first list from the API server".into()),
+                    },
                 },
                 Err(reason) => Readiness {
                     resource: name.clone(),
@@ -247,13 +630,12 @@ impl Informers {
             .collect()
     }
 
-    /// Hubs started so far, by canonical name.
+    /// Hubs running now, in no order.
     pub fn hubs(&self) -> Vec<Arc<Hub>> {
-        self.hubs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.lock_registry()
+            .running
             .values()
-            .cloned()
+            .map(|running| running.hub.clone())
             .collect()
     }
 
@@ -261,5 +643,96 @@ impl Informers {
     pub async fn stopped(&self) {
         self.tasks.close();
         self.tasks.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::ApiResource;
+
+    fn info(group: &str, plural: &str, kind: &str, short: &[&str]) -> ResourceInfo {
+        ResourceInfo {
+            api: ApiResource {
+                group: group.into(),
+                version: "v1".into(),
+                api_version: if group.is_empty() {
+                    "v1".into()
+                } else {
+                    format!("{group}/v1")
+                },
+                kind: kind.into(),
+                plural: plural.into(),
+            },
+            namespaced: true,
+            singular: kind.to_ascii_lowercase(),
+            short_names: short.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn catalog() -> Catalog {
+        Catalog::from_resources(vec![
+            info("", "pods", "Pod", &["po"]),
+            info("", "secrets", "Secret", &[]),
+            info("", "services", "Service", &["svc"]),
+            info("apps", "deployments", "Deployment", &["deploy"]),
+            info("metrics.k8s.io", "pods", "PodMetrics", &[]),
+        ])
+    }
+
+    fn policy(allow: &[&str], deny: &[&str], secrets: bool) -> UpstreamConfig {
+        UpstreamConfig {
+            allow_resources: allow.iter().map(|s| s.to_string()).collect(),
+            deny_resources: deny.iter().map(|s| s.to_string()).collect(),
+            allow_secrets: secrets,
+            ..UpstreamConfig::default()
+        }
+    }
+
+    fn verdicts(cfg: &UpstreamConfig) -> Vec<(String, Option<&'static str>)> {
+        let c = catalog();
+        c.resources()
+            .iter()
+            .map(|r| (r.canonical_name(), refusal(cfg, &c, r)))
+            .collect()
+    }
+
+    #[test]
+    fn deny_wins_over_allow_and_secrets_need_their_own_flag() {
+        let cfg = policy(&["po", "Secrets", "deploy", "svc"], &["services"], false);
+        let got = verdicts(&cfg);
+        let want = [
+            ("pods", None),
+            ("secrets", Some(SECRETS_REFUSED)),
+            ("services", Some(DENIED)),
+            ("deployments.apps", None),
+            // `po` resolves to the core group's pods, not to these.
+            ("pods.metrics.k8s.io", Some(NOT_ALLOWED)),
+        ];
+        let want: Vec<_> = want.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        assert_eq!(got, want);
+        let cfg = policy(&[], &["deployments.apps", "pods.metrics.k8s.io"], true);
+        let refused: Vec<_> = verdicts(&cfg)
+            .into_iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(refused, ["deployments.apps", "pods.metrics.k8s.io"]);
+    }
+
+    #[test]
+    fn unknown_policy_names_are_reported_with_their_flag() {
+        let cfg = policy(
+            &["pods", "widgets.example.com"],
+            &["gadgets", "deploy"],
+            false,
+        );
+        assert_eq!(
+            unknown_policy_names(&cfg, &catalog()),
+            [
+                ("--allow-resources", "widgets.example.com"),
+                ("--deny-resources", "gadgets")
+            ]
+        );
     }
 }
