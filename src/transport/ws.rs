@@ -1,0 +1,753 @@
+//! WebSocket: `GET /stream/{resource}` upgraded (one subscription per
+//! socket) and `GET /ws` (many subscriptions on one socket, named by
+//! client-chosen ids). The protocol is specified in `proto/PROTOCOL.md`.
+//!
+//! Frames only, as SSE does: a message is the SSE `data` JSON the hub
+//! already encoded, with `"id"` spliced in where SSE sends an `id:` line
+//! and, on `/ws`, `{"sub":ID,` spliced in front; one copy, no
+//! re-serialisation.
+//!
+//! # Never waiting on a client, never buffering without bound
+//! Each subscription is a task that pulls its [`Subscription`] and pushes
+//! text frames into the socket's outbox, a channel of [`OUTBOX`] messages
+//! drained by one writer task into actix-ws (itself a 32-message channel in
+//! front of the HTTP write buffer). A socket that is not read fills those and
+//! its subscription tasks wait with their cursors in place; the hub never
+//! waits for them and, if they stay behind, laps them: RESET and a fresh
+//! snapshot, as on SSE. The control loop (client frames, pings, idle
+//! timeout) only ever *tries* to queue a ping or pong, and waits at most the
+//! idle timeout to queue anything else, so a stuck socket cannot pin it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use actix_ws::{AggregatedMessage, CloseCode, CloseReason, Message, ProtocolError, Session};
+use bytes::{BufMut, Bytes, BytesMut};
+use bytestring::ByteString;
+use futures::StreamExt;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::error::{ApiError, status_json};
+use super::sse::{bookmark_object, closed_status, reset_status, shutdown_status};
+use super::{StreamParams, parse_stream_params, parse_stream_query};
+use crate::app::AppState;
+use crate::hub::{Item, Subscription};
+use crate::ops::Transport;
+
+/// Messages a socket's subscriptions may have queued for its writer.
+const OUTBOX: usize = 64;
+/// Longest subscription id a client may choose, in bytes.
+const MAX_SUB_ID: usize = 128;
+/// Time a Close frame gets to be queued behind a stuck socket.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// `GET /stream/{resource}` with `Upgrade: websocket`: the SSE stream's
+/// messages, one JSON text frame each. The subscription starts before the
+/// upgrade, so every refusal is a plain HTTP error with a `Status` body.
+pub async fn stream(
+    req: HttpRequest,
+    resource: web::Path<String>,
+    body: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let params = parse_stream_query(req.query_string())?;
+    let sub = start(&state, &resource, &params).await?;
+    let (resp, session, msgs) = handshake(&req, body, &state)?;
+    let (socket, done_rx) = Socket::new(state, session, 1);
+    actix_web::rt::spawn(socket.run(done_rx, msgs, Some(sub)));
+    Ok(resp)
+}
+
+/// `GET /ws`: one socket, any number of subscriptions (up to
+/// `max_subscriptions_per_socket`), opened and closed by client messages.
+pub async fn mux(
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let (resp, session, msgs) = handshake(&req, body, &state)?;
+    let max = state.stream.max_subscriptions_per_socket.max(1);
+    let (socket, done_rx) = Socket::new(state, session, max);
+    actix_web::rt::spawn(socket.run(done_rx, msgs, None));
+    Ok(resp)
+}
+
+fn handshake(
+    req: &HttpRequest,
+    body: web::Payload,
+    state: &AppState,
+) -> Result<(HttpResponse, Session, actix_ws::AggregatedMessageStream), ApiError> {
+    let (resp, session, msgs) = actix_ws::handle(req, body)
+        .map_err(|e| ApiError::BadRequest(format!("not a WebSocket handshake: {e}")))?;
+    let max = state.stream.ws_max_message;
+    let msgs = msgs
+        .max_frame_size(max)
+        .aggregate_continuations()
+        .max_continuation_size(max);
+    Ok((resp, session, msgs))
+}
+
+async fn start(
+    state: &AppState,
+    resource: &str,
+    params: &StreamParams,
+) -> Result<Subscription, ApiError> {
+    // `with_hub` retries once if the hub was stopped for idleness just now.
+    state
+        .informers
+        .with_hub::<_, ApiError, _, _>(resource, |hub| {
+            Subscription::start(
+                hub,
+                params.filter(),
+                params.resume,
+                state.stream.sync_timeout,
+                state.ticks.clone(),
+                state.shutdown.clone(),
+                state.metrics.clone(),
+                Transport::WebSocket,
+            )
+        })
+        .await
+}
+
+/// The `id` a message carries: where SSE sends `id:`, and empty where SSE
+/// clears the client's id (RESET).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Id {
+    None,
+    Clear,
+    Rv(u64),
+}
+
+/// `json` (a `{"type":..}` object), with `prefix` (`{"sub":ID,`) spliced in
+/// front and `"id"` at the end. Without either it is `json` itself, shared.
+fn message(prefix: Option<&[u8]>, json: Bytes, id: Id) -> ByteString {
+    debug_assert!(json.len() >= 2 && json[0] == b'{' && json[json.len() - 1] == b'}');
+    if prefix.is_none() && id == Id::None {
+        return text(json);
+    }
+    let mut buf = BytesMut::with_capacity(json.len() + prefix.map_or(0, <[u8]>::len) + 32);
+    match prefix {
+        Some(prefix) => {
+            buf.put_slice(prefix);
+            buf.put_slice(&json[1..json.len() - 1]);
+        }
+        None => buf.put_slice(&json[..json.len() - 1]),
+    }
+    match id {
+        Id::None => {}
+        Id::Clear => buf.put_slice(br#","id":"""#),
+        Id::Rv(rv) => {
+            buf.put_slice(br#","id":""#);
+            buf.put_slice(rv.to_string().as_bytes());
+            buf.put_u8(b'"');
+        }
+    }
+    buf.put_u8(b'}');
+    text(buf.freeze())
+}
+
+/// Every message is built from serde_json output and ASCII, so it is UTF-8;
+/// the lossy path only exists so that a broken invariant cannot panic.
+fn text(bytes: Bytes) -> ByteString {
+    ByteString::try_from(bytes.clone())
+        .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned().into())
+}
+
+fn event_json(kind: &str, object: &str) -> Bytes {
+    Bytes::from(format!(r#"{{"type":"{kind}","object":{object}}}"#))
+}
+
+fn error_message(prefix: Option<&[u8]>, status: &Value) -> ByteString {
+    message(prefix, event_json("ERROR", &status.to_string()), Id::None)
+}
+
+/// `{"sub":ID,` for a client's subscription id.
+fn sub_prefix(id: &str) -> Bytes {
+    Bytes::from(format!(r#"{{"sub":{},"#, Value::from(id)))
+}
+
+const NULL_PREFIX: &[u8] = br#"{"sub":null,"#;
+
+/// A subscription task's view of its socket.
+struct Outlet {
+    out_tx: mpsc::Sender<Message>,
+    prefix: Option<Bytes>,
+    done_tx: mpsc::Sender<(String, u64)>,
+    key: (String, u64),
+}
+
+impl Outlet {
+    /// Queues a message; waits while the socket is slow. False once the
+    /// socket is gone.
+    async fn send(&self, msg: ByteString) -> bool {
+        self.out_tx.send(Message::Text(msg)).await.is_ok()
+    }
+
+    async fn send_error(&self, status: &Value) -> bool {
+        self.send(error_message(self.prefix.as_deref(), status))
+            .await
+    }
+}
+
+/// What a subscription task starts from.
+enum Start {
+    /// Started before the upgrade (single stream).
+    Ready(Subscription),
+    /// Started by the task (`/ws`); refusals become ERROR messages.
+    Request {
+        resource: String,
+        params: StreamParams,
+    },
+}
+
+/// One subscription: frames its items into the socket's outbox until the
+/// stream ends (hub closed, shutdown) or the socket goes away.
+async fn run_subscription(state: web::Data<AppState>, outlet: Outlet, start: Start) {
+    let sub = match start {
+        Start::Ready(sub) => Ok(sub),
+        Start::Request { resource, params } => tokio::select! {
+            biased;
+            _ = state.shutdown.cancelled() => Err(shutdown_status()),
+            started = self::start(&state, &resource, &params) => started.map_err(|e| e.status()),
+        },
+    };
+    let mut sub = match sub {
+        Ok(sub) => sub,
+        Err(status) => {
+            if outlet.send_error(&status).await {
+                let _ = outlet.done_tx.send(outlet.key).await;
+            }
+            return;
+        }
+    };
+    let meta = sub.hub().meta().clone();
+    let sent = state
+        .metrics
+        .events_sent(sub.hub().name(), Transport::WebSocket);
+    let prefix = outlet.prefix.as_deref();
+    while let Some(item) = sub.next().await {
+        let ok = match item {
+            Item::Snapshot(objects) => {
+                let mut ok = true;
+                for obj in &objects {
+                    ok = outlet
+                        .send(message(prefix, obj.snapshot_frame().json(), Id::None))
+                        .await;
+                    if !ok {
+                        break;
+                    }
+                    sent.inc();
+                }
+                ok
+            }
+            Item::Events(events) => {
+                let mut ok = true;
+                for ev in &events {
+                    let id = if ev.has_id() {
+                        Id::Rv(ev.rv())
+                    } else {
+                        Id::None
+                    };
+                    ok = outlet.send(message(prefix, ev.frame().json(), id)).await;
+                    if !ok {
+                        break;
+                    }
+                    sent.inc();
+                }
+                ok
+            }
+            Item::SnapshotEnd { rv } => {
+                let json = event_json("BOOKMARK", &bookmark_object(&meta, rv, true));
+                outlet.send(message(prefix, json, Id::Rv(rv))).await
+            }
+            Item::Progress { rv } => {
+                let json = event_json("BOOKMARK", &bookmark_object(&meta, rv, false));
+                outlet.send(message(prefix, json, Id::Rv(rv))).await
+            }
+            // The control loop pings on the same tick.
+            Item::KeepAlive => true,
+            Item::Reset(reason) => {
+                let json = event_json("RESET", &reset_status(reason).to_string());
+                outlet.send(message(prefix, json, Id::Clear)).await
+            }
+            Item::Closed(reason) => outlet.send_error(&closed_status(&meta, &reason)).await,
+            Item::Shutdown => outlet.send_error(&shutdown_status()).await,
+        };
+        if !ok {
+            return;
+        }
+    }
+    let _ = outlet.done_tx.send(outlet.key).await;
+}
+
+struct Running {
+    generation: u64,
+    task: JoinHandle<()>,
+}
+
+/// One WebSocket connection: its writer, its subscriptions, its control loop.
+struct Socket {
+    state: web::Data<AppState>,
+    out_tx: mpsc::Sender<Message>,
+    subs: HashMap<String, Running>,
+    max_subs: usize,
+    done_tx: mpsc::Sender<(String, u64)>,
+    generation: u64,
+    idle_timeout: Duration,
+}
+
+/// Why the control loop ended: the Close frame to send, if any.
+type Ending = Option<CloseReason>;
+
+fn close(code: CloseCode, description: &str) -> Ending {
+    Some(CloseReason {
+        code,
+        description: Some(description.to_string()),
+    })
+}
+
+impl Socket {
+    /// The socket and the receiver of its subscriptions' end notices.
+    fn new(
+        state: web::Data<AppState>,
+        session: Session,
+        max_subs: usize,
+    ) -> (Socket, mpsc::Receiver<(String, u64)>) {
+        let (out_tx, out_rx) = mpsc::channel(OUTBOX);
+        tokio::spawn(write(session, out_rx));
+        // Each task sends one notice, at its end; the loop reads them first
+        // of all, so this hardly ever holds more than a few (and a full
+        // one only delays a task that has already finished).
+        let (done_tx, done_rx) = mpsc::channel(max_subs);
+        let idle_timeout = state.stream.effective_ws_idle_timeout();
+        let socket = Socket {
+            state,
+            out_tx,
+            subs: HashMap::new(),
+            max_subs,
+            done_tx,
+            generation: 0,
+            idle_timeout,
+        };
+        (socket, done_rx)
+    }
+
+    /// Runs the socket: `single` is the pre-started subscription of a
+    /// single-stream socket; `None` makes it a `/ws` socket.
+    async fn run(
+        mut self,
+        mut done_rx: mpsc::Receiver<(String, u64)>,
+        mut msgs: actix_ws::AggregatedMessageStream,
+        single: Option<Subscription>,
+    ) {
+        let is_single = single.is_some();
+        if let Some(sub) = single {
+            self.spawn(String::new(), None, Start::Ready(sub));
+        }
+        let shutdown = self.state.shutdown.clone();
+        let mut ticks = self.state.ticks.clone();
+        ticks.borrow_and_update();
+        let mut ticking = true;
+        let idle = tokio::time::sleep(self.idle_timeout);
+        tokio::pin!(idle);
+        let ending: Ending = loop {
+            tokio::select! {
+                // Ordered: an ended subscription frees its id before the
+                // next client message is read.
+                biased;
+                _ = shutdown.cancelled(), if self.subs.is_empty() => {
+                    break close(CloseCode::Away, "kubefan is shutting down; reconnect");
+                }
+                Some((id, generation)) = done_rx.recv() => {
+                    if self.subs.get(&id).is_some_and(|r| r.generation == generation) {
+                        self.subs.remove(&id);
+                    }
+                    if is_single {
+                        break if shutdown.is_cancelled() {
+                            close(CloseCode::Away, "kubefan is shutting down; reconnect")
+                        } else {
+                            close(CloseCode::Normal, "the stream ended")
+                        };
+                    }
+                }
+                ticked = ticks.changed(), if ticking => {
+                    match ticked {
+                        Ok(()) => { let _ = self.out_tx.try_send(Message::Ping(Bytes::new())); }
+                        Err(_) => ticking = false,
+                    }
+                }
+                _ = &mut idle => {
+                    break close(CloseCode::Policy, "no pong or message within the idle timeout");
+                }
+                msg = msgs.next() => {
+                    idle.as_mut().reset(Instant::now() + self.idle_timeout);
+                    match msg {
+                        // The connection is gone: nobody to send a Close to.
+                        None => break None,
+                        Some(Err(err)) => break protocol_close(&err),
+                        Some(Ok(AggregatedMessage::Ping(payload))) => {
+                            // Dropped if the socket is backed up: a peer that
+                            // reads nothing needs no pong.
+                            let _ = self.out_tx.try_send(Message::Pong(payload));
+                        }
+                        Some(Ok(AggregatedMessage::Pong(_))) => {}
+                        Some(Ok(AggregatedMessage::Close(reason))) => {
+                            break Some(CloseReason {
+                                code: reason.map_or(CloseCode::Normal, |r| r.code),
+                                description: None,
+                            });
+                        }
+                        Some(Ok(AggregatedMessage::Binary(_))) => {
+                            break close(CloseCode::Unsupported, "kubefan accepts JSON text messages only");
+                        }
+                        // A single stream takes no messages: text only
+                        // proves the peer alive.
+                        Some(Ok(AggregatedMessage::Text(_))) if is_single => {}
+                        Some(Ok(AggregatedMessage::Text(text))) => {
+                            if !self.handle(&text).await {
+                                break close(CloseCode::Policy, "not reading");
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        self.finish(ending).await;
+    }
+
+    /// Stops every subscription, then queues the Close frame (at most
+    /// [`CLOSE_WAIT`] behind a stuck socket) and lets the writer drain.
+    async fn finish(self, ending: Ending) {
+        for running in self.subs.values() {
+            running.task.abort();
+        }
+        if let Some(reason) = ending {
+            let _ =
+                tokio::time::timeout(CLOSE_WAIT, self.out_tx.send(Message::Close(Some(reason))))
+                    .await;
+        }
+        // Without a Close (the peer is gone) the writer ends once the
+        // aborted tasks have dropped their senders.
+    }
+
+    fn spawn(&mut self, id: String, prefix: Option<Bytes>, start: Start) {
+        self.generation += 1;
+        let outlet = Outlet {
+            out_tx: self.out_tx.clone(),
+            prefix,
+            done_tx: self.done_tx.clone(),
+            key: (id.clone(), self.generation),
+        };
+        let task = tokio::spawn(run_subscription(self.state.clone(), outlet, start));
+        self.subs.insert(
+            id,
+            Running {
+                generation: self.generation,
+                task,
+            },
+        );
+    }
+
+    /// Queues a reply from the control loop; false if the socket accepted
+    /// nothing for the idle timeout.
+    async fn reply(&self, msg: ByteString) -> bool {
+        tokio::time::timeout(self.idle_timeout, self.out_tx.send(Message::Text(msg)))
+            .await
+            .is_ok_and(|sent| sent.is_ok())
+    }
+
+    /// Acts on one client message of a `/ws` socket.
+    async fn handle(&mut self, text: &str) -> bool {
+        let op = match parse_op(text) {
+            Ok(op) => op,
+            Err(OpError::Socket(msg)) => {
+                let status = status_json(400, "BadRequest", &msg);
+                return self.reply(error_message(Some(NULL_PREFIX), &status)).await;
+            }
+            Err(OpError::Sub(id, err)) => {
+                return self
+                    .reply(error_message(Some(&sub_prefix(&id)), &err.status()))
+                    .await;
+            }
+        };
+        match op {
+            Op::Subscribe {
+                id,
+                resource,
+                params,
+            } => {
+                let prefix = sub_prefix(&id);
+                let refusal = if self.subs.contains_key(&id) {
+                    Some(status_json(
+                        409,
+                        "AlreadyExists",
+                        &format!("subscription {id:?} is already active on this socket"),
+                    ))
+                } else if self.subs.len() >= self.max_subs {
+                    Some(status_json(
+                        429,
+                        "TooManyRequests",
+                        &format!(
+                            "this socket already holds {} subscriptions, the most allowed",
+                            self.max_subs
+                        ),
+                    ))
+                } else {
+                    None
+                };
+                match refusal {
+                    Some(status) => self.reply(error_message(Some(&prefix), &status)).await,
+                    None => {
+                        self.spawn(id, Some(prefix), Start::Request { resource, params });
+                        true
+                    }
+                }
+            }
+            Op::Unsubscribe { id } => {
+                let prefix = sub_prefix(&id);
+                match self.subs.remove(&id) {
+                    Some(running) => {
+                        running.task.abort();
+                        // Whatever it queued is ahead of the reply; nothing
+                        // of it can follow.
+                        let _ = running.task.await;
+                        let json = Bytes::from_static(br#"{"type":"UNSUBSCRIBED"}"#);
+                        self.reply(message(Some(&prefix), json, Id::None)).await
+                    }
+                    None => {
+                        let status = status_json(
+                            404,
+                            "NotFound",
+                            &format!("no active subscription {id:?} on this socket"),
+                        );
+                        self.reply(error_message(Some(&prefix), &status)).await
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The socket's one writer: outbox → actix-ws, until a Close or the peer
+/// is gone.
+async fn write(mut session: Session, mut out_rx: mpsc::Receiver<Message>) {
+    while let Some(msg) = out_rx.recv().await {
+        let sent = match msg {
+            Message::Close(reason) => {
+                let _ = session.close(reason).await;
+                return;
+            }
+            Message::Text(text) => session.text(text).await,
+            Message::Ping(payload) => session.ping(&payload).await,
+            Message::Pong(payload) => session.pong(&payload).await,
+            // Never queued.
+            Message::Binary(_) | Message::Continuation(_) | Message::Nop => Ok(()),
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+    let _ = session.close(None).await;
+}
+
+/// The Close frame for a frame the server cannot take.
+fn protocol_close(err: &ProtocolError) -> Ending {
+    match err {
+        ProtocolError::Overflow => close(CloseCode::Size, "message too big"),
+        ProtocolError::Io(io) if io.to_string().contains("continuation size") => {
+            close(CloseCode::Size, "message too big")
+        }
+        ProtocolError::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+            close(CloseCode::Invalid, "text is not UTF-8")
+        }
+        ProtocolError::Io(_) => None,
+        other => close(CloseCode::Protocol, &other.to_string()),
+    }
+}
+
+/// A `/ws` client message.
+#[derive(Debug, PartialEq, Eq)]
+enum Op {
+    Subscribe {
+        id: String,
+        resource: String,
+        params: StreamParams,
+    },
+    Unsubscribe {
+        id: String,
+    },
+}
+
+#[derive(Debug)]
+enum OpError {
+    /// Not attributable to a subscription: answered with `"sub":null`.
+    Socket(String),
+    /// Refused for this subscription id.
+    Sub(String, ApiError),
+}
+
+fn parse_op(text: &str) -> Result<Op, OpError> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| OpError::Socket(format!("malformed JSON: {e}")))?;
+    let Value::Object(mut fields) = value else {
+        return Err(OpError::Socket(
+            "a client message is a JSON object with \"op\" and \"id\"".into(),
+        ));
+    };
+    let op = match fields.remove("op") {
+        Some(Value::String(op)) => op,
+        _ => {
+            return Err(OpError::Socket(
+                "missing \"op\" (\"subscribe\" or \"unsubscribe\")".into(),
+            ));
+        }
+    };
+    let id = match fields.remove("id") {
+        Some(Value::String(id)) if !id.is_empty() && id.len() <= MAX_SUB_ID => id,
+        _ => {
+            return Err(OpError::Socket(format!(
+                "missing \"id\": a string of 1 to {MAX_SUB_ID} bytes naming the subscription"
+            )));
+        }
+    };
+    match op.as_str() {
+        "subscribe" => {
+            let resource = match fields.remove("resource") {
+                Some(Value::String(r)) if !r.is_empty() => r,
+                _ => {
+                    return Err(OpError::Sub(
+                        id,
+                        ApiError::BadRequest("missing \"resource\" (e.g. \"pods\")".into()),
+                    ));
+                }
+            };
+            match options(fields).and_then(|pairs| parse_stream_params(pairs, "field")) {
+                Ok(params) => Ok(Op::Subscribe {
+                    id,
+                    resource,
+                    params,
+                }),
+                Err(err) => Err(OpError::Sub(id, err)),
+            }
+        }
+        "unsubscribe" => match fields.keys().next() {
+            None => Ok(Op::Unsubscribe { id }),
+            Some(key) => Err(OpError::Sub(
+                id.clone(),
+                ApiError::BadRequest(format!("unknown field {key:?} in unsubscribe")),
+            )),
+        },
+        other => Err(OpError::Socket(format!(
+            "unknown op {other:?} (known: subscribe, unsubscribe)"
+        ))),
+    }
+}
+
+/// A subscribe message's options as the query string's key/value pairs:
+/// a string or number is one value, a list of them repeats the key.
+fn options(fields: Map<String, Value>) -> Result<Vec<(String, String)>, ApiError> {
+    let mut pairs = Vec::new();
+    for (key, value) in fields {
+        let values = match value {
+            Value::Array(items) => items,
+            one => vec![one],
+        };
+        for value in values {
+            let value = match value {
+                Value::String(s) => s,
+                Value::Number(n) => n.to_string(),
+                _ => {
+                    return Err(ApiError::BadRequest(format!(
+                        "field {key:?} must be a string or a list of strings"
+                    )));
+                }
+            };
+            pairs.push((key.clone(), value));
+        }
+    }
+    Ok(pairs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(b: ByteString) -> String {
+        b.to_string()
+    }
+
+    #[test]
+    fn messages_splice_sub_and_id_into_the_shared_json() {
+        let json = Bytes::from_static(br#"{"type":"ADDED","object":{"a":1}}"#);
+        assert_eq!(
+            s(message(None, json.clone(), Id::None)),
+            std::str::from_utf8(&json).unwrap()
+        );
+        assert_eq!(
+            s(message(None, json.clone(), Id::Rv(42))),
+            r#"{"type":"ADDED","object":{"a":1},"id":"42"}"#
+        );
+        assert_eq!(
+            s(message(Some(&sub_prefix("a\"b")), json.clone(), Id::Clear)),
+            r#"{"sub":"a\"b","type":"ADDED","object":{"a":1},"id":""}"#
+        );
+        assert_eq!(
+            s(message(Some(NULL_PREFIX), json, Id::None)),
+            r#"{"sub":null,"type":"ADDED","object":{"a":1}}"#
+        );
+    }
+
+    #[test]
+    fn subscribe_takes_the_query_string_options() {
+        let op = parse_op(
+            r#"{"op":"subscribe","id":"a","resource":"pods","namespace":["web","db"],"resourceVersion":"12"}"#,
+        )
+        .unwrap();
+        let Op::Subscribe {
+            id,
+            resource,
+            params,
+        } = op
+        else {
+            panic!("{op:?}")
+        };
+        assert_eq!((id.as_str(), resource.as_str()), ("a", "pods"));
+        assert_eq!(params.namespaces, ["web", "db"]);
+        assert_eq!(params.resume, Some(12));
+        assert_eq!(
+            parse_op(r#"{"op":"unsubscribe","id":"a"}"#).unwrap(),
+            Op::Unsubscribe { id: "a".into() }
+        );
+    }
+
+    #[test]
+    fn bad_messages_are_refused_for_the_socket_or_the_id() {
+        for text in [
+            "{",
+            "[]",
+            r#"{"id":"a"}"#,
+            r#"{"op":"subscribe"}"#,
+            r#"{"op":"subscribe","id":""}"#,
+            r#"{"op":"dance","id":"a"}"#,
+        ] {
+            assert!(matches!(parse_op(text), Err(OpError::Socket(_))), "{text}");
+        }
+        for text in [
+            r#"{"op":"subscribe","id":"a"}"#,
+            r#"{"op":"subscribe","id":"a","resource":"pods","nmespace":"x"}"#,
+            r#"{"op":"subscribe","id":"a","resource":"pods","namespace":"Bad_NS"}"#,
+            r#"{"op":"subscribe","id":"a","resource":"pods","namespace":{"x":1}}"#,
+            r#"{"op":"unsubscribe","id":"a","resource":"pods"}"#,
+        ] {
+            match parse_op(text) {
+                Err(OpError::Sub(id, ApiError::BadRequest(_))) => assert_eq!(id, "a"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,735 @@
+//! The WebSocket transport, end to end: single streams on
+//! `/stream/{resource}`, multiplexed subscriptions on `/ws`, heartbeat,
+//! limits and close codes. Every server message is validated against the
+//! schema (`$defs/wsMessage` or `$defs/muxMessage`).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use kubefan::sim::pod;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::sse::{pods_of, seeded};
+use crate::support::{
+    ClientView, SseEvent, TestEnv, WAIT, rv_of, spawn, test_config, validate_def, validate_status,
+};
+
+/// A WebSocket client that checks every message against `$defs/{def}`.
+struct WsClient {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    def: &'static str,
+    pub pings: usize,
+}
+
+/// How a socket ended: the Close frame's code, or `None` without one.
+type Closed = Option<u16>;
+
+impl WsClient {
+    async fn connect(env: &TestEnv, path: &str) -> WsClient {
+        let url = format!("ws://{}{}", env.app.local_addr(), path);
+        let (ws, resp) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
+            .await
+            .expect("handshake in time")
+            .unwrap_or_else(|e| panic!("WebSocket {path}: {e}"));
+        assert_eq!(resp.status(), 101);
+        let def = if path.starts_with("/ws") {
+            "muxMessage"
+        } else {
+            "wsMessage"
+        };
+        WsClient { ws, def, pings: 0 }
+    }
+
+    /// The next JSON message (pings are counted and answered); panics if
+    /// the socket closes or nothing comes within [`WAIT`].
+    async fn next(&mut self) -> Value {
+        match self.next_or_close().await {
+            Ok(v) => v,
+            Err(closed) => panic!("socket closed ({closed:?}) while a message was expected"),
+        }
+    }
+
+    async fn next_or_close(&mut self) -> Result<Value, Closed> {
+        tokio::time::timeout(WAIT, async {
+            loop {
+                match self.ws.next().await {
+                    Some(Ok(Message::Text(text))) => {
+                        let v: Value = serde_json::from_str(&text).expect("messages are JSON");
+                        validate_def(self.def, &v);
+                        return Ok(v);
+                    }
+                    Some(Ok(Message::Ping(_))) => self.pings += 1,
+                    Some(Ok(Message::Pong(_))) => {}
+                    Some(Ok(Message::Close(frame))) => {
+                        return Err(Some(frame.map_or(1005, |f| u16::from(f.code))));
+                    }
+                    Some(Ok(other)) => panic!("unexpected frame {other:?}"),
+                    Some(Err(_)) | None => return Err(None),
+                }
+            }
+        })
+        .await
+        .expect("a message or a close in time")
+    }
+
+    /// Reads until the server's Close frame; returns its code.
+    async fn closed(&mut self) -> u16 {
+        loop {
+            match self.next_or_close().await {
+                Ok(_) => {}
+                Err(Some(code)) => return code,
+                Err(None) => panic!("the connection ended without a Close frame"),
+            }
+        }
+    }
+
+    async fn send(&mut self, msg: Message) {
+        tokio::time::timeout(WAIT, self.ws.send(msg))
+            .await
+            .expect("send in time")
+            .expect("send");
+    }
+
+    async fn send_json(&mut self, v: Value) {
+        self.send(Message::text(v.to_string())).await;
+    }
+
+    async fn subscribe(&mut self, msg: Value) {
+        validate_def("clientMessage", &msg);
+        self.send_json(msg).await;
+    }
+}
+
+/// A single-stream message as the SSE event it mirrors.
+fn event(v: &Value) -> SseEvent {
+    SseEvent {
+        event: v["type"].as_str().expect("a type").to_string(),
+        id: v
+            .get("id")
+            .map(|id| id.as_str().expect("ids are strings").to_string()),
+        data: v.clone(),
+    }
+}
+
+/// Applies messages to `view` until it has reached `rv` with no snapshot
+/// half-received.
+async fn follow(ws: &mut WsClient, view: &mut ClientView, rv: u64) {
+    while !view.settled(rv) {
+        let msg = ws.next().await;
+        view.apply(&event(&msg));
+    }
+}
+
+async fn subscribed(env: &TestEnv, path: &str) -> (WsClient, ClientView) {
+    let mut ws = WsClient::connect(env, path).await;
+    let mut view = ClientView::new();
+    while view.snapshots == 0 {
+        let msg = ws.next().await;
+        view.apply(&event(&msg));
+    }
+    (ws, view)
+}
+
+/// A `/ws` socket's messages, sorted into one view per subscription.
+#[derive(Default)]
+struct Mux {
+    views: HashMap<String, ClientView>,
+    /// (sub, message) of everything that is not a stream message.
+    other: Vec<(Value, Value)>,
+}
+
+impl Mux {
+    fn apply(&mut self, msg: Value) {
+        let sub = msg["sub"].clone();
+        let kind = msg["type"].as_str().unwrap();
+        if kind == "UNSUBSCRIBED" || kind == "ERROR" || sub.is_null() {
+            self.other.push((sub, msg));
+            return;
+        }
+        #[allow(
+            clippy::unwrap_or_default,
+            reason = "new() expects a snapshot; default() does not"
+        )]
+        self.views
+            .entry(sub.as_str().unwrap().to_string())
+            .or_insert_with(ClientView::new)
+            .apply(&event(&msg));
+    }
+
+    /// Reads until `done` holds.
+    async fn until(&mut self, ws: &mut WsClient, done: impl Fn(&Mux) -> bool) {
+        while !done(self) {
+            let msg = ws.next().await;
+            self.apply(msg);
+        }
+    }
+
+    fn settled(&self, sub: &str, rv: u64) -> bool {
+        self.views.get(sub).is_some_and(|v| v.settled(rv))
+    }
+
+    /// The non-stream message for `sub` of type `kind`, if received.
+    fn find(&self, sub: Value, kind: &str) -> Option<&Value> {
+        self.other
+            .iter()
+            .find(|(s, m)| *s == sub && m["type"] == kind)
+            .map(|(_, m)| m)
+    }
+}
+
+fn ws_config() -> kubefan::config::Config {
+    let mut cfg = test_config(&["pods", "nodes"]);
+    cfg.stream.keepalive = Duration::from_millis(200);
+    cfg.stream.ws_idle_timeout = Duration::from_millis(600);
+    cfg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_stream_converges_resumes_and_refuses_before_upgrading() {
+    let mut cfg = ws_config();
+    cfg.upstream.log_limits.max_events = 50;
+    let env = spawn(seeded(20), cfg).await;
+    env.synced("pods").await;
+    let (mut ws, mut view) = subscribed(&env, "/stream/pods").await;
+    let snapshot_end = view
+        .last_id
+        .clone()
+        .expect("the snapshot end carries an id");
+    env.sim
+        .create("pods", pod("ws-new").ns("web").build())
+        .unwrap();
+    env.sim
+        .merge_patch(
+            "pods",
+            Some("web"),
+            "ws-new",
+            &json!({"status": {"phase": "Running"}}),
+        )
+        .unwrap();
+    let (objects, _) = pods_of(&env.sim);
+    let victim = &objects[0]["metadata"];
+    env.sim
+        .delete(
+            "pods",
+            victim["namespace"].as_str(),
+            victim["name"].as_str().unwrap(),
+        )
+        .unwrap();
+    let (objects, rv) = pods_of(&env.sim);
+    follow(&mut ws, &mut view, rv).await;
+    view.assert_matches(&objects);
+    let kinds: Vec<&str> = view.changes.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(kinds, ["ADDED", "MODIFIED", "DELETED"]);
+    drop(ws);
+
+    // Resume inside the log: exactly the missed events, no snapshot.
+    let mut missed = Vec::new();
+    for i in 0..3 {
+        let o = env
+            .sim
+            .create("pods", pod(&format!("missed-{i}")).ns("web").build())
+            .unwrap();
+        missed.push(rv_of(&o));
+    }
+    let (objects, rv) = pods_of(&env.sim);
+    env.caught_up("pods", rv).await;
+    let last = view.last_id.clone().unwrap();
+    let mut ws = WsClient::connect(&env, &format!("/stream/pods?resourceVersion={last}")).await;
+    view.resume();
+    let before = view.changes.len();
+    follow(&mut ws, &mut view, rv).await;
+    assert_eq!(view.snapshots, 1, "a resume sends no snapshot");
+    let got: Vec<u64> = view.changes[before..].iter().map(|(_, rv)| *rv).collect();
+    assert_eq!(got, missed, "exactly the missed events");
+    view.assert_matches(&objects);
+
+    // Resume from before the log's tail: RESET with an empty id, then a snapshot.
+    for i in 0..60 {
+        env.sim
+            .create("pods", pod(&format!("flood-{i}")).ns("web").build())
+            .unwrap();
+    }
+    let (objects, rv) = pods_of(&env.sim);
+    env.caught_up("pods", rv).await;
+    let mut ws = WsClient::connect(
+        &env,
+        &format!("/stream/pods?resourceVersion={snapshot_end}"),
+    )
+    .await;
+    let first = ws.next().await;
+    assert_eq!(first["type"], "RESET");
+    assert_eq!(first["id"], "", "a reset clears the client's position");
+    assert_eq!(first["object"]["reason"], "Expired");
+    view.apply(&event(&first));
+    follow(&mut ws, &mut view, rv).await;
+    view.assert_matches(&objects);
+
+    let metrics = env
+        .http
+        .get(format!("{}/metrics", env.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"kubefan_subscribers{resource="pods",transport="WebSocket"}"#),
+        "{metrics}"
+    );
+    // Refusals are plain HTTP with a Status body, before any upgrade.
+    for (path, code) in [
+        ("/stream/podz", 404),
+        ("/stream/secrets", 403),
+        ("/stream/pods?namespace=Not_Valid", 400),
+        ("/stream/pods?resourceVersion=ten", 400),
+    ] {
+        let resp = env
+            .http
+            .get(format!("{}{}", env.base, path))
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), code, "{path}");
+        let body: Value = resp.json().await.unwrap();
+        validate_status(&body);
+        assert_eq!(body["code"], code);
+    }
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_socket_carries_tagged_subscriptions_and_unsubscribe_stops_one() {
+    let env = spawn(seeded(30), ws_config()).await;
+    env.synced("pods").await;
+    env.synced("nodes").await;
+    let mut ws = WsClient::connect(&env, "/ws").await;
+    ws.subscribe(json!({"op": "subscribe", "id": "all-pods", "resource": "pods"}))
+        .await;
+    ws.subscribe(json!({"op": "subscribe", "id": "web", "resource": "po", "namespace": "web"}))
+        .await;
+    ws.subscribe(
+        json!({"op": "subscribe", "id": "nodes", "resource": "nodes", "resourceVersion": "0"}),
+    )
+    .await;
+    let mut mux = Mux::default();
+    mux.until(&mut ws, |m| {
+        ["all-pods", "web", "nodes"]
+            .iter()
+            .all(|s| m.views.get(*s).is_some_and(|v| v.snapshots == 1))
+    })
+    .await;
+    env.sim
+        .create("pods", pod("in-web").ns("web").build())
+        .unwrap();
+    env.sim
+        .create("pods", pod("in-default").ns("default").build())
+        .unwrap();
+    let (pods, rv) = pods_of(&env.sim);
+    let (nodes, _) = env.sim.list("nodes");
+    mux.until(&mut ws, |m| {
+        m.settled("all-pods", rv) && m.settled("web", rv)
+    })
+    .await;
+    mux.views["all-pods"].assert_matches(&pods);
+    let web: Vec<Value> = pods
+        .iter()
+        .filter(|o| o["metadata"]["namespace"] == "web")
+        .cloned()
+        .collect();
+    mux.views["web"].assert_matches(&web);
+    mux.views["nodes"].assert_matches(&nodes);
+    assert!(mux.views["nodes"].changes.is_empty());
+
+    ws.send_json(json!({"op": "unsubscribe", "id": "web"}))
+        .await;
+    mux.until(&mut ws, |m| m.find(json!("web"), "UNSUBSCRIBED").is_some())
+        .await;
+    let web_changes = mux.views["web"].changes.len();
+    let o = env
+        .sim
+        .create("pods", pod("after").ns("web").build())
+        .unwrap();
+    mux.until(&mut ws, |m| m.settled("all-pods", rv_of(&o)))
+        .await;
+    assert_eq!(
+        mux.views["web"].changes.len(),
+        web_changes,
+        "nothing for an unsubscribed id"
+    );
+    // The id is free again.
+    ws.subscribe(json!({"op": "subscribe", "id": "web", "resource": "pods", "namespace": "web"}))
+        .await;
+    mux.views.remove("web");
+    mux.until(&mut ws, |m| {
+        m.views.get("web").is_some_and(|v| v.snapshots == 1)
+    })
+    .await;
+    assert_eq!(mux.views["web"].objects.len(), web.len() + 1);
+    assert!(mux.other.iter().all(|(_, m)| m["type"] != "ERROR"));
+    ws.send(Message::Close(None)).await;
+    assert_eq!(ws.closed().await, 1000);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_on_ws_get_errors_for_their_id_and_the_socket_keeps_flowing() {
+    let mut cfg = ws_config();
+    cfg.stream.max_subscriptions_per_socket = 3;
+    let env = spawn(seeded(5), cfg).await;
+    env.synced("pods").await;
+    let mut ws = WsClient::connect(&env, "/ws").await;
+    ws.subscribe(json!({"op": "subscribe", "id": "ok", "resource": "pods"}))
+        .await;
+    let mut mux = Mux::default();
+    mux.until(&mut ws, |m| {
+        m.views.get("ok").is_some_and(|v| v.snapshots == 1)
+    })
+    .await;
+    let refused = [
+        (
+            json!({"op": "subscribe", "id": "podz", "resource": "podz"}),
+            404,
+        ),
+        (
+            json!({"op": "subscribe", "id": "sec", "resource": "secrets"}),
+            403,
+        ),
+        (
+            json!({"op": "subscribe", "id": "ns", "resource": "pods", "namespace": "Bad_NS"}),
+            400,
+        ),
+        (
+            json!({"op": "subscribe", "id": "rv", "resource": "pods", "resourceVersion": "ten"}),
+            400,
+        ),
+        (
+            json!({"op": "subscribe", "id": "typo", "resource": "pods", "nmespace": "web"}),
+            400,
+        ),
+        (json!({"op": "subscribe", "id": "nores"}), 400),
+        (
+            json!({"op": "subscribe", "id": "ok", "resource": "nodes"}),
+            409,
+        ),
+        (json!({"op": "unsubscribe", "id": "never"}), 404),
+    ];
+    for (msg, _) in &refused {
+        ws.send_json(msg.clone()).await;
+    }
+    mux.until(&mut ws, |m| {
+        refused
+            .iter()
+            .all(|(msg, _)| m.find(msg["id"].clone(), "ERROR").is_some())
+    })
+    .await;
+    for (msg, code) in &refused {
+        let err = mux.find(msg["id"].clone(), "ERROR").unwrap();
+        assert_eq!(err["object"]["code"], *code, "{msg}: {err}");
+    }
+    // Up to the limit (3), then 429 for that id only.
+    for id in ["n2", "n3", "n4"] {
+        ws.subscribe(json!({"op": "subscribe", "id": id, "resource": "nodes"}))
+            .await;
+    }
+    mux.until(&mut ws, |m| m.find(json!("n4"), "ERROR").is_some())
+        .await;
+    let err = mux.find(json!("n4"), "ERROR").unwrap();
+    assert_eq!(err["object"]["code"], 429);
+    assert_eq!(err["object"]["reason"], "TooManyRequests");
+    // Messages that name no subscription get "sub": null.
+    for text in [
+        "{not json",
+        r#"{"op":"dance","id":"x"}"#,
+        r#"{"op":"subscribe","resource":"pods"}"#,
+        "[1,2]",
+    ] {
+        let before = mux.other.len();
+        ws.send(Message::text(text)).await;
+        mux.until(&mut ws, |m| m.other.len() > before).await;
+        let (sub, err) = mux.other.last().unwrap();
+        assert!(sub.is_null(), "{text}: {err}");
+        assert_eq!(err["type"], "ERROR");
+        assert_eq!(err["object"]["code"], 400);
+    }
+    // The good subscription still flows, on the same socket.
+    let o = env
+        .sim
+        .create("pods", pod("still-flowing").ns("web").build())
+        .unwrap();
+    let (pods, _) = pods_of(&env.sim);
+    mux.until(&mut ws, |m| m.settled("ok", rv_of(&o))).await;
+    mux.views["ok"].assert_matches(&pods);
+
+    // A closed hub ends that subscription with an ERROR, not the socket;
+    // a single stream gets the ERROR, then a normal close.
+    let (mut single, _view) = subscribed(&env, "/stream/pods").await;
+    let hub = env.app.informers().hub("pods").await.unwrap();
+    hub.close("removed upstream");
+    let err = single.next().await;
+    assert_eq!(err["type"], "ERROR");
+    assert_eq!(err["object"]["code"], 404);
+    assert_eq!(single.closed().await, 1000);
+    let errors_for_ok = |m: &Mux| -> Vec<Value> {
+        m.other
+            .iter()
+            .filter(|(s, msg)| s == "ok" && msg["type"] == "ERROR")
+            .map(|(_, msg)| msg.clone())
+            .collect()
+    };
+    mux.until(&mut ws, |m| errors_for_ok(m).len() == 2).await;
+    assert_eq!(errors_for_ok(&mux)[1]["object"]["code"], 404);
+    ws.send_json(json!({"op": "unsubscribe", "id": "n2"})).await;
+    mux.until(&mut ws, |m| m.find(json!("n2"), "UNSUBSCRIBED").is_some())
+        .await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_and_binary_frames_close_the_socket_with_their_codes() {
+    let mut cfg = ws_config();
+    cfg.stream.ws_max_message = 1024;
+    let env = spawn(seeded(1), cfg).await;
+    env.synced("pods").await;
+    let mut ws = WsClient::connect(&env, "/ws").await;
+    let big = json!({"op": "subscribe", "id": "x".repeat(2000), "resource": "pods"});
+    ws.send_json(big).await;
+    assert_eq!(ws.closed().await, 1009, "too big");
+
+    let mut ws = WsClient::connect(&env, "/ws").await;
+    ws.send(Message::binary(vec![1, 2, 3])).await;
+    assert_eq!(ws.closed().await, 1003, "binary is unsupported");
+
+    let (mut ws, _view) = subscribed(&env, "/stream/pods").await;
+    ws.send(Message::binary(vec![1, 2, 3])).await;
+    assert_eq!(ws.closed().await, 1003, "binary is unsupported");
+    env.stop().await;
+}
+
+/// A WebSocket client that reads frames but never answers a ping.
+struct SilentPeer {
+    tcp: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl SilentPeer {
+    async fn connect(env: &TestEnv, path: &str) -> SilentPeer {
+        let mut tcp = TcpStream::connect(env.app.local_addr()).await.unwrap();
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            env.app.local_addr()
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut peer = SilentPeer {
+            tcp,
+            buf: Vec::new(),
+        };
+        let end = loop {
+            if let Some(end) = peer.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end;
+            }
+            peer.fill().await;
+        };
+        let head = String::from_utf8_lossy(&peer.buf[..end]).to_string();
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        peer.buf.drain(..end + 4);
+        peer
+    }
+
+    async fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(WAIT, self.tcp.read(&mut chunk))
+            .await
+            .expect("bytes in time")
+            .unwrap_or(0);
+        self.buf.extend_from_slice(&chunk[..n]);
+        n > 0
+    }
+
+    /// The next frame's opcode and payload; `None` at end of stream.
+    async fn frame(&mut self) -> Option<(u8, Vec<u8>)> {
+        loop {
+            if self.buf.len() >= 2 {
+                let opcode = self.buf[0] & 0x0f;
+                let (len, header) = match self.buf[1] & 0x7f {
+                    126 if self.buf.len() >= 4 => {
+                        (u16::from_be_bytes([self.buf[2], self.buf[3]]) as usize, 4)
+                    }
+                    127 if self.buf.len() >= 10 => (
+                        u64::from_be_bytes(self.buf[2..10].try_into().unwrap()) as usize,
+                        10,
+                    ),
+                    126 | 127 => (usize::MAX, 0),
+                    n => (n as usize, 2),
+                };
+                if len != usize::MAX && self.buf.len() >= header + len {
+                    let payload = self.buf[header..header + len].to_vec();
+                    self.buf.drain(..header + len);
+                    return Some((opcode, payload));
+                }
+            }
+            if !self.fill().await {
+                return None;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_answers_pings_is_closed_while_a_live_one_stays() {
+    let env = spawn(seeded(1), ws_config()).await;
+    env.synced("pods").await;
+    let (mut live, _view) = subscribed(&env, "/stream/pods?namespace=nobody-here").await;
+    let mut silent = SilentPeer::connect(&env, "/stream/pods?namespace=nobody-here").await;
+    let started = tokio::time::Instant::now();
+    let silent = tokio::spawn(async move {
+        let mut pings = 0;
+        loop {
+            match silent.frame().await {
+                Some((0x9, _)) => pings += 1,
+                Some((0x8, payload)) => {
+                    break (u16::from_be_bytes([payload[0], payload[1]]), pings);
+                }
+                Some(_) => {}
+                None => panic!("closed without a Close frame"),
+            }
+        }
+    });
+    tokio::pin!(silent);
+    // Meanwhile the live client keeps reading, so it answers every ping.
+    let (code, pings) = tokio::time::timeout(WAIT, async {
+        loop {
+            tokio::select! {
+                done = &mut silent => break done.unwrap(),
+                frame = live.ws.next() => match frame {
+                    Some(Ok(Message::Ping(_))) => live.pings += 1,
+                    other => panic!("the live client got {other:?}"),
+                },
+            }
+        }
+    })
+    .await
+    .expect("the silent peer is closed in time");
+    assert_eq!(code, 1008, "heartbeat timeout is a policy close");
+    assert!(pings >= 2, "the server pinged ({pings})");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "closed after the idle timeout, not before: {:?}",
+        started.elapsed()
+    );
+    // The live client answers pings (tungstenite pongs as it reads) and
+    // is still served.
+    let o = env
+        .sim
+        .create("pods", pod("late").ns("nobody-here").build())
+        .unwrap();
+    let msg = live.next().await;
+    assert_eq!(msg["type"], "ADDED");
+    assert_eq!(msg["id"], rv_of(&o).to_string());
+    assert!(live.pings >= 2, "the live client was pinged too");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_reader_is_lapped_and_reset_while_a_fast_one_gets_everything() {
+    let mut cfg = test_config(&["pods"]);
+    let log_bytes = 2 << 20;
+    cfg.upstream.log_limits.max_bytes = log_bytes;
+    let env = spawn(seeded(5), cfg).await;
+    env.synced("pods").await;
+    let (mut slow, mut slow_view) = subscribed(&env, "/stream/pods").await;
+    let (mut fast, mut fast_view) = subscribed(&env, "/stream/pods").await;
+    env.sim
+        .create("pods", pod("big").ns("web").build())
+        .unwrap();
+    // ~19 MB of changes: more than the slow reader's socket buffers, its
+    // outbox and the 2 MB log hold. The fast reader keeps up batch by batch.
+    let blob = "x".repeat(16 << 10);
+    for batch in 0..24 {
+        let mut last = 0;
+        for i in 0..50 {
+            let o = env
+                .sim
+                .merge_patch(
+                    "pods",
+                    Some("web"),
+                    "big",
+                    &json!({"metadata": {"annotations": {"blob": format!("{batch}-{i}-{blob}")}}}),
+                )
+                .unwrap();
+            last = rv_of(&o);
+        }
+        follow(&mut fast, &mut fast_view, last).await;
+    }
+    let (objects, rv) = pods_of(&env.sim);
+    assert!(
+        fast_view.resets.is_empty(),
+        "the fast reader was never reset"
+    );
+    assert_eq!(fast_view.changes.len(), 1 + 24 * 50, "every change");
+    fast_view.assert_matches(&objects);
+
+    follow(&mut slow, &mut slow_view, rv).await;
+    assert_eq!(
+        slow_view.resets,
+        ["Lapped"],
+        "the slow reader was reset, not skipped"
+    );
+    assert_eq!(slow_view.snapshots, 2);
+    slow_view.assert_matches(&objects);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_sends_an_error_per_subscription_then_going_away() {
+    let env = spawn(seeded(3), ws_config()).await;
+    env.synced("pods").await;
+    env.synced("nodes").await;
+    let (mut single, _view) = subscribed(&env, "/stream/pods").await;
+    let mut ws = WsClient::connect(&env, "/ws").await;
+    ws.subscribe(json!({"op": "subscribe", "id": "a", "resource": "pods"}))
+        .await;
+    ws.subscribe(json!({"op": "subscribe", "id": "b", "resource": "nodes"}))
+        .await;
+    let mut mux = Mux::default();
+    mux.until(&mut ws, |m| {
+        ["a", "b"]
+            .iter()
+            .all(|s| m.views.get(*s).is_some_and(|v| v.snapshots == 1))
+    })
+    .await;
+    let TestEnv { app, server, .. } = env;
+    let stopping = tokio::spawn(app.stop());
+
+    let err = single.next().await;
+    assert_eq!(err["type"], "ERROR");
+    assert_eq!(err["object"]["code"], 503);
+    assert_eq!(single.closed().await, 1001);
+
+    let mut codes = Vec::new();
+    let code = loop {
+        match ws.next_or_close().await {
+            Ok(msg) => {
+                assert_eq!(msg["type"], "ERROR", "{msg}");
+                assert_eq!(msg["object"]["code"], 503);
+                codes.push(msg["sub"].as_str().unwrap().to_string());
+            }
+            Err(code) => break code,
+        }
+    };
+    codes.sort();
+    assert_eq!(codes, ["a", "b"], "one ERROR per subscription");
+    assert_eq!(code, Some(1001));
+    tokio::time::timeout(WAIT, stopping).await.unwrap().unwrap();
+    server.stop().await;
+}
