@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use actix_web::dev::ServerHandle;
-use actix_web::{HttpResponse, HttpServer, web};
+use actix_web::{HttpResponse, HttpServer, guard, web};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, StreamConfig};
 use crate::ops::{self, Metrics};
 use crate::transport::error::status_json;
-use crate::transport::sse;
+use crate::transport::kube as kube_face;
+use crate::transport::{sse, ws};
 use crate::upstream::Informers;
 
 /// What every request handler can reach.
@@ -25,6 +26,8 @@ pub struct AppState {
     /// Changes every keep-alive interval; one timer for all subscribers.
     pub ticks: watch::Receiver<u64>,
     pub shutdown: CancellationToken,
+    /// Snapshots behind the Kubernetes face's `continue` tokens.
+    pub kube_pages: kube_face::Pages,
 }
 
 pub struct App {
@@ -69,6 +72,7 @@ impl App {
             stream: cfg.stream.clone(),
             ticks,
             shutdown: shutdown.clone(),
+            kube_pages: kube_face::Pages::default(),
         });
         let informers_data = web::Data::new(informers.clone());
         let metrics_data = web::Data::new(metrics.clone());
@@ -79,10 +83,20 @@ impl App {
                 .app_data(state.clone())
                 .app_data(informers_data.clone())
                 .app_data(metrics_data.clone())
-                .route("/stream/{resource}", web::get().to(sse::stream))
+                .service(
+                    web::resource("/stream/{resource}")
+                        .route(
+                            web::get()
+                                .guard(guard::fn_guard(|ctx| ctx.head().upgrade()))
+                                .to(ws::stream),
+                        )
+                        .route(web::get().to(sse::stream)),
+                )
+                .route("/ws", web::get().to(ws::mux))
                 .route("/healthz", web::get().to(ops::healthz))
                 .route("/readyz", web::get().to(ops::readyz))
                 .route("/metrics", web::get().to(ops::metrics))
+                .configure(kube_face::configure)
                 .default_service(web::to(not_found))
         })
         .workers(cfg.workers.max(1))

@@ -19,6 +19,23 @@ pub struct StreamConfig {
     pub keepalive: Duration,
     /// The SSE `retry:` hint.
     pub retry: Duration,
+    /// A WebSocket peer that sends nothing (not even a pong) for this long
+    /// is closed. Never less than twice `keepalive`, the ping interval (see
+    /// [`StreamConfig::effective_ws_idle_timeout`]).
+    pub ws_idle_timeout: Duration,
+    /// Largest WebSocket message accepted from a client, in bytes (a frame,
+    /// or a message in continuation frames); a larger one closes with 1009.
+    pub ws_max_message: usize,
+    /// Subscriptions one `/ws` socket may hold at once.
+    pub max_subscriptions_per_socket: usize,
+}
+
+impl StreamConfig {
+    /// `ws_idle_timeout`, raised to at least two ping intervals and a half,
+    /// so that a live peer always has a ping to answer in time.
+    pub fn effective_ws_idle_timeout(&self) -> Duration {
+        self.ws_idle_timeout.max(self.keepalive * 5 / 2)
+    }
 }
 
 impl Default for StreamConfig {
@@ -27,6 +44,9 @@ impl Default for StreamConfig {
             sync_timeout: Duration::from_secs(10),
             keepalive: Duration::from_secs(15),
             retry: Duration::from_secs(2),
+            ws_idle_timeout: Duration::from_secs(45),
+            ws_max_message: 64 << 10,
+            max_subscriptions_per_socket: 100,
         }
     }
 }
@@ -66,9 +86,20 @@ pub struct GatewayArgs {
     /// on first subscription.
     #[arg(long, env = "KUBEFAN_RESOURCES", value_delimiter = ',')]
     pub resources: Vec<String>,
+    /// Serve only these resources (comma-separated: plural, `plural.group`
+    /// or short name); empty: everything the upstream serves.
+    #[arg(long, env = "KUBEFAN_ALLOW_RESOURCES", value_delimiter = ',')]
+    pub allow_resources: Vec<String>,
+    /// Never serve these resources, even when allowed.
+    #[arg(long, env = "KUBEFAN_DENY_RESOURCES", value_delimiter = ',')]
+    pub deny_resources: Vec<String>,
     /// Serve Secrets (their data/stringData values are still blanked).
     #[arg(long, env = "KUBEFAN_ALLOW_SECRETS")]
     pub allow_secrets: bool,
+    /// Seconds an on-demand informer (not started at boot) runs on after
+    /// its last subscriber left.
+    #[arg(long, env = "KUBEFAN_IDLE_GRACE_SECS", default_value_t = 300)]
+    pub idle_grace_secs: u64,
     /// With --allow-secrets, serve Secret values unredacted.
     #[arg(long, env = "KUBEFAN_REVEAL_SECRET_DATA", requires = "allow_secrets")]
     pub reveal_secret_data: bool,
@@ -87,6 +118,16 @@ pub struct GatewayArgs {
     /// SSE reconnection delay hint (`retry:`), in milliseconds.
     #[arg(long, env = "KUBEFAN_RETRY_MS", default_value_t = 2000)]
     pub retry_ms: u64,
+    /// Seconds without any frame from a WebSocket peer (pongs count) before
+    /// it is closed; at least 2.5 keep-alive intervals.
+    #[arg(long, env = "KUBEFAN_WS_IDLE_TIMEOUT_SECS", default_value_t = 45, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub ws_idle_timeout_secs: u64,
+    /// Largest WebSocket message accepted from a client, in bytes.
+    #[arg(long, env = "KUBEFAN_WS_MAX_MESSAGE_BYTES", default_value_t = 64 << 10, value_parser = clap::value_parser!(u64).range(128..=(16 << 20)))]
+    pub ws_max_message_bytes: u64,
+    /// Subscriptions one multiplexed WebSocket (`/ws`) may hold at once.
+    #[arg(long, env = "KUBEFAN_WS_MAX_SUBSCRIPTIONS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub ws_max_subscriptions: u64,
     /// Seconds a new subscriber waits for a resource's first list before 503.
     #[arg(long, env = "KUBEFAN_SYNC_TIMEOUT_SECS", default_value_t = 10)]
     pub sync_timeout_secs: u64,
@@ -111,13 +152,11 @@ impl GatewayArgs {
             workers: usize::from(self.workers),
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
             upstream: UpstreamConfig {
-                boot_resources: self
-                    .resources
-                    .into_iter()
-                    .map(|r| r.trim().to_string())
-                    .filter(|r| !r.is_empty())
-                    .collect(),
+                boot_resources: names(self.resources),
+                allow_resources: names(self.allow_resources),
+                deny_resources: names(self.deny_resources),
                 allow_secrets: self.allow_secrets,
+                idle_grace: Duration::from_secs(self.idle_grace_secs),
                 informer: InformerConfig {
                     page_size: self.page_size,
                     watch_timeout: Duration::from_secs(self.watch_timeout_secs),
@@ -131,12 +170,24 @@ impl GatewayArgs {
                     max_events: self.log_max_events.max(1),
                     max_bytes: self.log_max_bytes.max(1),
                 },
+                ..UpstreamConfig::default()
             },
             stream: StreamConfig {
                 sync_timeout: Duration::from_secs(self.sync_timeout_secs),
                 keepalive: Duration::from_secs(self.keepalive_secs),
                 retry: Duration::from_millis(self.retry_ms),
+                ws_idle_timeout: Duration::from_secs(self.ws_idle_timeout_secs),
+                ws_max_message: self.ws_max_message_bytes as usize,
+                max_subscriptions_per_socket: self.ws_max_subscriptions as usize,
             },
         }
     }
+}
+
+/// A comma-separated list of resource names, trimmed, without empties.
+fn names(list: Vec<String>) -> Vec<String> {
+    list.into_iter()
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty())
+        .collect()
 }

@@ -14,12 +14,14 @@
 //! - [`ops`]: metrics, health and readiness.
 //! - [`app`]: wires everything onto one HTTP server.
 //! - [`config`]: the configuration tree and its flags.
+//! - [`selector`]: Kubernetes label and field selectors.
 //! - [`sim`]: the simulated API server used by the demo, tests and load tests.
 
 pub mod app;
 pub mod config;
 pub mod hub;
 pub mod ops;
+pub mod selector;
 pub mod sim;
 pub mod transport;
 pub mod upstream;

@@ -191,6 +191,7 @@ async fn demo(mut args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result
     println!("  pods as SSE           curl -N {base}/stream/pods");
     println!("  one namespace         curl -N '{base}/stream/pods?namespace=web'");
     println!("  nodes                 curl -N {base}/stream/nodes");
+    println!("  as a Kubernetes API   kubectl --server {base} get pods --all-namespaces --watch");
     println!("  readiness, metrics    {base}/readyz  {base}/metrics");
     println!("Ctrl-C to stop.");
     shutdown.cancelled().await;

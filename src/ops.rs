@@ -65,6 +65,7 @@ pub struct Metrics {
     log_events: Family<ResourceLabel, Gauge>,
     log_bytes: Family<ResourceLabel, Gauge>,
     synced: Family<ResourceLabel, Gauge>,
+    informers_running: Family<ResourceLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -91,6 +92,7 @@ impl Metrics {
             log_events: Family::default(),
             log_bytes: Family::default(),
             synced: Family::default(),
+            informers_running: Family::default(),
             registry: Registry::default(),
         };
         registry.register("subscribers", "Open subscriptions", m.subscribers.clone());
@@ -159,6 +161,11 @@ impl Metrics {
             "1 once a resource's first list is loaded",
             m.synced.clone(),
         );
+        registry.register(
+            "informers_running",
+            "1 while a resource's informer runs (lazily started ones stop when idle or removed upstream)",
+            m.informers_running.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -217,6 +224,12 @@ impl Metrics {
             log_bytes: self.log_bytes.get_or_create(&r).clone(),
             synced: self.synced.get_or_create(&r).clone(),
         }
+    }
+
+    pub fn informer_running(&self, resource: &str, running: bool) {
+        self.informers_running
+            .get_or_create(&res(resource))
+            .set(i64::from(running));
     }
 
     pub fn upstream_list(&self, resource: &str) {

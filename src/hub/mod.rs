@@ -102,7 +102,8 @@ pub struct Hub {
     /// The next `seq` to be appended; changes wake subscribers.
     head_tx: watch::Sender<u64>,
     synced_tx: watch::Sender<bool>,
-    /// Open subscriptions; the informer registry stops idle informers.
+    /// Users counted in ([`Hub::enter`]): open subscriptions and readers.
+    /// The informer registry stops an on-demand hub that stays at 0.
     subscribers_tx: watch::Sender<usize>,
     metrics: HubMetrics,
 }
@@ -177,7 +178,7 @@ impl Hub {
         let obj = Arc::new(obj);
         let rv = obj.resource_version();
         let mut st = self.write_state();
-        if !st.synced || rv <= st.rv {
+        if !st.synced || rv <= st.rv || st.closed.is_some() {
             return false;
         }
         let key = obj.key();
@@ -210,7 +211,7 @@ impl Hub {
     /// The upstream says nothing changed up to `rv` (a watch BOOKMARK).
     pub fn bookmark(&self, rv: u64) {
         let mut st = self.write_state();
-        if st.synced && rv > st.rv {
+        if st.synced && rv > st.rv && st.closed.is_none() {
             st.rv = rv;
             // A subscriber that is caught up now sits at `rv`; no event is
             // appended, so waking anyone is unnecessary.
@@ -233,6 +234,9 @@ impl Hub {
             .collect();
         let mut st = self.write_state();
         let mut outcome = RelistOutcome::default();
+        if st.closed.is_some() {
+            return outcome;
+        }
         if !st.synced || rv < st.rv {
             outcome.rewound = st.synced;
             st.cache = fresh;
@@ -339,13 +343,14 @@ impl Hub {
         }
     }
 
-    /// Releases the lock, then wakes subscribers and updates gauges.
+    /// Updates gauges, releases the lock, then wakes subscribers. Gauges
+    /// are set under the lock (a few atomic stores) so that a concurrent
+    /// [`Hub::close`] reliably has the last word on them.
     fn publish(&self, st: RwLockWriteGuard<'_, State>) {
-        let stats = stats_of(&st);
+        self.metrics.state(&stats_of(&st));
         let next = st.next_seq;
         drop(st);
         self.head_tx.send_replace(next);
-        self.metrics.state(&stats);
     }
 
     /// Joins a subscriber: a resume when `resume` is a position the log
@@ -401,7 +406,8 @@ impl Hub {
         *self.head_tx.borrow()
     }
 
-    /// A receiver that changes whenever an event is appended.
+    /// A receiver that changes whenever an event is appended or the
+    /// resourceVersion advances.
     pub fn head_rx(&self) -> watch::Receiver<u64> {
         self.head_tx.subscribe()
     }
@@ -409,15 +415,41 @@ impl Hub {
     /// Ends the hub: its informer has stopped (the resource is gone
     /// upstream, or it was stopped for lack of subscribers). Subscribers
     /// are woken and receive [`Item::Closed`] with `reason`; new ones are
-    /// refused. Idempotent; the first reason wins.
+    /// refused; later upstream changes are ignored. Its gauges are reset
+    /// (no objects, not synced), since a hub started later for the same
+    /// resource shares them. Idempotent; the first reason wins.
     pub fn close(&self, reason: &str) {
-        let mut st = self.write_state();
+        self.close_locked(self.write_state(), reason);
+    }
+
+    /// Closes the hub only if no one is counted in (see [`Hub::enter`]),
+    /// atomically with respect to `enter`: either the joiner is counted
+    /// first and the hub stays open, or the joiner sees it closed.
+    pub fn close_if_unused(&self, reason: &str) -> bool {
+        let st = self.write_state();
+        if *self.subscribers_tx.borrow() > 0 {
+            return false;
+        }
+        self.close_locked(st, reason);
+        true
+    }
+
+    fn close_locked(&self, mut st: RwLockWriteGuard<'_, State>, reason: &str) {
         if st.closed.is_none() {
             st.closed = Some(reason.to_string());
         }
         // Wake everyone, including joiners still waiting for the first sync.
         st.synced = true;
-        self.publish(st);
+        self.metrics.state(&HubStats {
+            objects: 0,
+            log_events: 0,
+            log_bytes: 0,
+            resource_version: 0,
+            synced: false,
+        });
+        let next = st.next_seq;
+        drop(st);
+        self.head_tx.send_replace(next);
         self.synced_tx.send_replace(true);
     }
 
@@ -430,6 +462,23 @@ impl Hub {
     pub fn subscriber(self: &Arc<Self>) -> SubscriberGuard {
         self.subscribers_tx.send_modify(|n| *n += 1);
         SubscriberGuard(self.clone())
+    }
+
+    /// Counts a user in, unless the hub is closed: while the guard lives,
+    /// an idle stop ([`Hub::close_if_unused`]) leaves the hub open.
+    /// Subscriptions enter on start; a one-off reader (a LIST) holds a
+    /// guard while it reads.
+    pub fn enter(self: &Arc<Self>) -> Result<SubscriberGuard, SubscriptionError> {
+        let st = self.read_state();
+        if let Some(reason) = &st.closed {
+            return Err(SubscriptionError::Closed(
+                self.name().to_string(),
+                reason.clone(),
+            ));
+        }
+        let guard = self.subscriber();
+        drop(st);
+        Ok(guard)
     }
 
     /// The number of open subscriptions, changing as they come and go.
@@ -456,6 +505,34 @@ impl Hub {
 
     pub fn stats(&self) -> HubStats {
         stats_of(&self.read_state())
+    }
+
+    /// One object by namespace and name.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<Obj>> {
+        self.read_state()
+            .cache
+            .get(&ObjKey::new(namespace, name))
+            .cloned()
+    }
+
+    /// Waits until the hub has reached `rv`, at most `timeout`.
+    pub async fn wait_for_rv(&self, rv: u64, timeout: Duration) -> bool {
+        let mut head = self.head_rx();
+        let reached = async {
+            loop {
+                head.borrow_and_update();
+                if self.resource_version() >= rv {
+                    return true;
+                }
+                // The sender lives in `self`, so this only ends by timeout.
+                if head.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, reached)
+            .await
+            .unwrap_or(false)
     }
 
     /// The current objects (no order), for tests and lists.
@@ -852,6 +929,7 @@ mod tests {
         );
         let filter = Filter {
             namespaces: vec!["x".into()],
+            ..Filter::default()
         };
         let (mut sub, tick) = subscribe(&hub, filter, None).await;
         let mut view = View::new();
@@ -971,6 +1049,20 @@ mod tests {
         )
         .await;
         assert!(matches!(res, Err(SubscriptionError::Closed(..))));
+    }
+
+    #[tokio::test]
+    async fn idle_close_spares_a_hub_in_use_and_turns_later_joiners_away() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(1).build()], 1);
+        let reader = hub.enter().unwrap();
+        assert!(!hub.close_if_unused("idle"));
+        drop(reader);
+        assert!(hub.close_if_unused("idle"));
+        assert!(matches!(hub.enter(), Err(SubscriptionError::Closed(..))));
+        assert_eq!(*hub.subscribers_rx().borrow(), 0);
+        assert!(!hub.apply(EventType::Added, pod("b").rv(2).build()));
+        assert_eq!(hub.resource_version(), 1, "a closed hub takes no changes");
     }
 
     #[tokio::test]

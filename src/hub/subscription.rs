@@ -157,6 +157,9 @@ impl Subscription {
         metrics: Arc<Metrics>,
         transport: Transport,
     ) -> Result<Subscription, SubscriptionError> {
+        // Counted in before waiting, so an idle stop cannot close the hub
+        // between this check and the join.
+        let counted = hub.enter()?;
         if !hub.wait_synced(sync_timeout).await {
             return Err(SubscriptionError::NotSynced(hub.name().to_string()));
         }
@@ -168,7 +171,6 @@ impl Subscription {
         let mut tick_rx = tick_rx;
         tick_rx.borrow_and_update();
         metrics.subscriber_joined(hub.name(), transport);
-        let counted = hub.subscriber();
         let mut sub = Subscription {
             hub,
             filter,

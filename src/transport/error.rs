@@ -21,15 +21,28 @@ pub enum ApiError {
     Forbidden(String),
     #[error("{0}")]
     Unavailable(String),
+    /// Any other Kubernetes `Status`: code, reason, message.
+    #[error("{2}")]
+    Status(u16, &'static str, String),
 }
 
 impl ApiError {
+    /// This error as a Kubernetes `Status` object (what the HTTP body holds).
+    pub fn status(&self) -> serde_json::Value {
+        status_json(
+            self.status_code().as_u16(),
+            self.reason(),
+            &self.to_string(),
+        )
+    }
+
     fn reason(&self) -> &'static str {
         match self {
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::NotFound(_) => "NotFound",
             ApiError::Forbidden(_) => "Forbidden",
             ApiError::Unavailable(_) => "ServiceUnavailable",
+            ApiError::Status(_, reason, _) => reason,
         }
     }
 }
@@ -54,6 +67,9 @@ impl ResponseError for ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Status(code, ..) => {
+                StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            }
         }
     }
 
@@ -63,7 +79,7 @@ impl ResponseError for ApiError {
         if matches!(self, ApiError::Unavailable(_)) {
             resp.insert_header(("Retry-After", "1"));
         }
-        resp.json(status_json(code.as_u16(), self.reason(), &self.to_string()))
+        resp.json(self.status())
     }
 }
 

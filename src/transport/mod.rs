@@ -2,7 +2,9 @@
 //! what the hub already encoded; none keeps state of its own.
 
 pub mod error;
+pub mod kube;
 pub mod sse;
+pub mod ws;
 
 use actix_web::web;
 
@@ -21,6 +23,7 @@ impl StreamParams {
     pub fn filter(&self) -> Filter {
         Filter {
             namespaces: self.namespaces.clone(),
+            ..Filter::default()
         }
     }
 }
@@ -33,6 +36,16 @@ pub fn parse_stream_query(query: &str) -> Result<StreamParams, ApiError> {
     let pairs = web::Query::<Vec<(String, String)>>::from_query(query)
         .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))?
         .into_inner();
+    parse_stream_params(pairs, "query parameter")
+}
+
+/// Validates stream options given as key/value pairs: the query string's,
+/// or the fields of a WebSocket `subscribe` message (see [`ws`]). `noun`
+/// names a key in errors ("query parameter", "field").
+pub fn parse_stream_params(
+    pairs: Vec<(String, String)>,
+    noun: &str,
+) -> Result<StreamParams, ApiError> {
     let mut params = StreamParams::default();
     for (key, value) in pairs {
         match key.as_str() {
@@ -60,7 +73,7 @@ pub fn parse_stream_query(query: &str) -> Result<StreamParams, ApiError> {
             }
             other => {
                 return Err(ApiError::BadRequest(format!(
-                    "unknown query parameter {other:?} (known: {KNOWN_PARAMS})"
+                    "unknown {noun} {other:?} (known: {KNOWN_PARAMS})"
                 )));
             }
         }

@@ -21,7 +21,7 @@ use serde_json::json;
 use super::error::{ApiError, status_json};
 use super::parse_stream_query;
 use crate::app::AppState;
-use crate::hub::{Item, ResourceMeta, Subscription};
+use crate::hub::{Item, ResetReason, ResourceMeta, Subscription};
 use crate::ops::Transport;
 
 /// `GET /stream/{resource}`: a snapshot, its end marker, then every change.
@@ -38,18 +38,22 @@ pub async fn stream(
             params.resume = Some(rv);
         }
     }
-    let hub = state.informers.hub(&resource).await?;
-    let sub = Subscription::start(
-        hub,
-        params.filter(),
-        params.resume,
-        state.stream.sync_timeout,
-        state.ticks.clone(),
-        state.shutdown.clone(),
-        state.metrics.clone(),
-        Transport::Sse,
-    )
-    .await?;
+    // `with_hub` retries once if the hub was stopped for idleness just now.
+    let sub: Subscription = state
+        .informers
+        .with_hub::<_, ApiError, _, _>(&resource, |hub| {
+            Subscription::start(
+                hub,
+                params.filter(),
+                params.resume,
+                state.stream.sync_timeout,
+                state.ticks.clone(),
+                state.shutdown.clone(),
+                state.metrics.clone(),
+                Transport::Sse,
+            )
+        })
+        .await?;
     let sent = state.metrics.events_sent(sub.hub().name(), Transport::Sse);
     let meta = sub.hub().meta().clone();
     let preamble = Bytes::from(format!("retry: {}\n\n", state.stream.retry.as_millis()));
@@ -125,52 +129,74 @@ impl SseBody {
             Item::Progress { rv } => bookmark(&self.meta, rv, false),
             Item::KeepAlive => Bytes::from_static(b": keep-alive\n\n"),
             Item::Reset(reason) => {
-                let status = status_json(
-                    410,
-                    reason.as_str(),
-                    &format!(
-                        "{}: your position is gone; a fresh snapshot follows and replaces your state",
-                        reason.as_str()
-                    ),
-                );
                 // `id:` with no value clears the client's Last-Event-ID, so a
                 // reconnect during the snapshot asks for a fresh one.
-                frame("RESET", None, &status.to_string(), true)
+                frame("RESET", None, &reset_status(reason).to_string(), true)
             }
-            Item::Closed(reason) => {
-                let status = status_json(
-                    404,
-                    "NotFound",
-                    &format!("{} is no longer served: {reason}", self.meta.name),
-                );
-                frame("ERROR", None, &status.to_string(), false)
-            }
-            Item::Shutdown => {
-                let status = status_json(
-                    503,
-                    "ServiceUnavailable",
-                    "kubefan is shutting down; reconnect",
-                );
-                frame("ERROR", None, &status.to_string(), false)
-            }
+            Item::Closed(reason) => frame(
+                "ERROR",
+                None,
+                &closed_status(&self.meta, &reason).to_string(),
+                false,
+            ),
+            Item::Shutdown => frame("ERROR", None, &shutdown_status().to_string(), false),
         })
     }
+}
+
+/// The `object` of a RESET message.
+pub(super) fn reset_status(reason: ResetReason) -> serde_json::Value {
+    status_json(
+        410,
+        reason.as_str(),
+        &format!(
+            "{}: your position is gone; a fresh snapshot follows and replaces your state",
+            reason.as_str()
+        ),
+    )
+}
+
+/// The `object` of the ERROR that ends a stream whose hub was closed.
+pub(super) fn closed_status(meta: &ResourceMeta, reason: &str) -> serde_json::Value {
+    status_json(
+        404,
+        "NotFound",
+        &format!("{} is no longer served: {reason}", meta.name),
+    )
+}
+
+/// The `object` of the ERROR that ends every stream at shutdown.
+pub(super) fn shutdown_status() -> serde_json::Value {
+    status_json(
+        503,
+        "ServiceUnavailable",
+        "kubefan is shutting down; reconnect",
+    )
 }
 
 /// A BOOKMARK carrying a resume position; `initial_end` marks the end of
 /// a snapshot, as Kubernetes marks the end of `sendInitialEvents`.
 fn bookmark(meta: &ResourceMeta, rv: u64, initial_end: bool) -> Bytes {
+    frame(
+        "BOOKMARK",
+        Some(rv),
+        &bookmark_object(meta, rv, initial_end),
+        false,
+    )
+}
+
+/// The `object` of a BOOKMARK.
+pub(super) fn bookmark_object(meta: &ResourceMeta, rv: u64, initial_end: bool) -> String {
     let annotations = if initial_end {
         r#","annotations":{"k8s.io/initial-events-end":"true"}"#
     } else {
         ""
     };
-    let object = format!(
+    format!(
         r#"{{"kind":{},"apiVersion":{},"metadata":{{"resourceVersion":"{rv}"{annotations}}}}}"#,
         json!(meta.kind),
         json!(meta.api_version),
-    );
-    frame("BOOKMARK", Some(rv), &object, false)
+    )
 }
 
 /// An SSE frame `event: NAME` whose data is `{"type":NAME,"object":OBJECT}`,

@@ -4,8 +4,8 @@
 //! the way the protocol says a client must, failing on any gap, duplicate
 //! or out-of-order resourceVersion.
 
-use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -278,22 +278,39 @@ pub fn validate(message: &Value) {
 
 /// Validates an HTTP error body against `$defs/status`.
 pub fn validate_status(body: &Value) {
-    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
-    let v = V.get_or_init(|| {
-        let mut s = schema().clone();
-        s.as_object_mut().unwrap().remove("oneOf");
-        s["$ref"] = Value::String("#/$defs/status".into());
-        jsonschema::validator_for(&s).expect("schema compiles")
-    });
-    let errors: Vec<String> = v.iter_errors(body).map(|e| e.to_string()).collect();
+    validate_def("status", body);
+}
+
+/// Validates `value` against the schema's `$defs/{name}` (e.g. `wsMessage`,
+/// `muxMessage`, `clientMessage`).
+pub fn validate_def(name: &str, value: &Value) {
+    static VALIDATORS: OnceLock<Mutex<HashMap<String, Arc<jsonschema::Validator>>>> =
+        OnceLock::new();
+    let v = VALIDATORS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(name.to_string())
+        .or_insert_with(|| {
+            let mut s = schema().clone();
+            assert!(
+                s["$defs"].get(name).is_some(),
+                "the schema has no $defs/{name}"
+            );
+            s.as_object_mut().unwrap().remove("oneOf");
+            s["$ref"] = Value::String(format!("#/$defs/{name}"));
+            Arc::new(jsonschema::validator_for(&s).expect("schema compiles"))
+        })
+        .clone();
+    let errors: Vec<String> = v.iter_errors(value).map(|e| e.to_string()).collect();
     assert!(
         errors.is_empty(),
-        "error body violates the schema: {errors:?}\n{body}"
+        "message violates $defs/{name}: {errors:?}\n{value}"
     );
 }
 
 /// What a protocol-abiding client holds, with checks on everything it is sent.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ClientView {
     /// key → object, the client's state.
     pub objects: BTreeMap<String, Value>,
@@ -326,12 +343,25 @@ pub fn rv_of(obj: &Value) -> u64 {
         .unwrap()
 }
 
+impl Default for ClientView {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl ClientView {
     /// A view that starts from a stream's beginning.
     pub fn new() -> ClientView {
         ClientView {
+            objects: BTreeMap::new(),
+            snapshot: None,
             in_snapshot: true,
-            ..Default::default()
+            last_id: None,
+            position: 0,
+            resets: Vec::new(),
+            snapshots: 0,
+            changes: Vec::new(),
+            errors: 0,
         }
     }
 
@@ -418,6 +448,11 @@ impl ClientView {
             "ERROR" => self.errors += 1,
             other => panic!("unknown event {other}"),
         }
+    }
+
+    /// Whether the position has reached `rv` with no snapshot half-received.
+    pub fn settled(&self, rv: u64) -> bool {
+        self.position >= rv && !self.in_snapshot
     }
 
     /// Reads events until the position reaches `rv` (and no snapshot is

@@ -1,0 +1,216 @@
+//! The Kubernetes-compatible, read-only face: `/api`, `/apis`, `/version`.
+//!
+//! Ordinary Kubernetes clients (client-go, kube-rs, kubectl, another
+//! kubefan) list and watch through it and get the shared cache. It speaks
+//! kube-apiserver's protocol: `...List` objects with `limit`/`continue`,
+//! newline-delimited watch events with `resourceVersion`,
+//! `allowWatchBookmarks`, `sendInitialEvents`, selectors and
+//! `timeoutSeconds`, 410 Expired for positions the log no longer holds, and
+//! `Status` bodies for every error. Writes are refused with 405. Deviations
+//! from kube-apiserver are listed in `proto/PROTOCOL.md`.
+
+mod discovery;
+mod list;
+pub use list::Pages;
+mod params;
+mod watch;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+
+use super::error::ApiError;
+use crate::app::AppState;
+use crate::hub::Filter;
+use crate::upstream::{self, ResourceInfo};
+use params::KubeQuery;
+
+/// Registers the Kubernetes face's routes.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/version", web::get().to(discovery::version))
+        .route("/api", web::get().to(discovery::api_versions))
+        .route("/api/", web::get().to(discovery::api_versions))
+        .route("/apis", web::get().to(discovery::api_groups))
+        .route("/apis/", web::get().to(discovery::api_groups))
+        .route("/api/{version}", web::get().to(discovery::core_resources))
+        .route("/apis/{group}", web::get().to(discovery::api_group))
+        .route(
+            "/apis/{group}/{version}",
+            web::get().to(discovery::group_resources),
+        )
+        .route("/api/{version}/{tail:.*}", web::get().to(core_request))
+        .route(
+            "/apis/{group}/{version}/{tail:.*}",
+            web::get().to(group_request),
+        )
+        .route("/api/{tail:.*}", web::route().to(read_only))
+        .route("/apis/{tail:.*}", web::route().to(read_only));
+}
+
+/// Any write: kubefan is a read-only cache.
+async fn read_only(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::Status(
+        405,
+        "MethodNotAllowed",
+        format!(
+            "kubefan is a read-only cache of the Kubernetes API: {} is not allowed on {}; send writes to the API server itself",
+            req.method(),
+            req.path()
+        ),
+    ))
+}
+
+/// What a resource path names.
+#[derive(Debug, PartialEq, Eq)]
+struct Target {
+    plural: String,
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+/// Parses what follows `/api/v1/` or `/apis/{g}/{v}/`.
+fn parse_tail(tail: &str) -> Result<Target, ApiError> {
+    let segs: Vec<&str> = tail.trim_end_matches('/').split('/').collect();
+    let target = |plural: &str, namespace: Option<&str>, name: Option<&str>| Target {
+        plural: plural.to_string(),
+        namespace: namespace.map(str::to_string),
+        name: name.map(str::to_string),
+    };
+    match segs.as_slice() {
+        [plural] if !plural.is_empty() => Ok(target(plural, None, None)),
+        ["namespaces", ns, plural] => Ok(target(plural, Some(ns), None)),
+        ["namespaces", ns, plural, name] => Ok(target(plural, Some(ns), Some(name))),
+        [plural, name] => Ok(target(plural, None, Some(name))),
+        _ => Err(ApiError::NotFound(format!(
+            "the server could not find the requested resource: {tail:?} (subresources are not served by kubefan)"
+        ))),
+    }
+}
+
+async fn core_request(
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let (version, tail) = path.into_inner();
+    serve(req, String::new(), version, tail, state).await
+}
+
+async fn group_request(
+    req: HttpRequest,
+    path: web::Path<(String, String, String)>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let (group, version, tail) = path.into_inner();
+    serve(req, group, version, tail, state).await
+}
+
+async fn serve(
+    req: HttpRequest,
+    group: String,
+    version: String,
+    tail: String,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let target = parse_tail(&tail)?;
+    let query = KubeQuery::parse(req.query_string())?;
+    let info = resolve(&state, &group, &version, &target.plural).await?;
+    if target.namespace.is_some() && !info.namespaced {
+        return Err(not_found(&group, &version, &target.plural));
+    }
+    let fields = crate::selector::selectable_fields(&info.api.group, &info.api.plural);
+    let filter = Filter {
+        namespaces: target.namespace.iter().cloned().collect(),
+        labels: query.label_selector()?,
+        fields: query.field_selector(fields)?,
+    };
+    // Counted as a user of the hub while serving, so an on-demand informer
+    // is not stopped mid-request; retried once if it was stopped just now.
+    let (hub, _in_use) = state
+        .informers
+        .with_hub::<_, ApiError, _, _>(&info.canonical_name(), |hub| async move {
+            let guard = hub.enter()?;
+            Ok((hub, guard))
+        })
+        .await?;
+    if let Some(name) = &target.name {
+        if query.watch {
+            return Err(ApiError::BadRequest(
+                "watching a single object by path is not supported; watch the collection with fieldSelector=metadata.name=NAME".into(),
+            ));
+        }
+        return list::get(&state, &hub, target.namespace.as_deref(), name, &info).await;
+    }
+    if query.watch {
+        watch::watch(&state, hub, filter, &query).await
+    } else {
+        list::list(&state, &hub, filter, &query, &info).await
+    }
+}
+
+/// Finds the resource a `group/version/plural` path names, exactly.
+async fn resolve(
+    state: &AppState,
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Result<ResourceInfo, ApiError> {
+    let name = if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{version}.{group}")
+    };
+    match state.informers.resolve(&name).await {
+        Ok(info)
+            if info.api.group == group
+                && info.api.version == version
+                && info.api.plural == plural =>
+        {
+            Ok(info)
+        }
+        Ok(_) | Err(upstream::Error::UnknownResource(_)) => Err(not_found(group, version, plural)),
+        Err(err) => Err(err.into()),
+    }
+}
+
+fn not_found(group: &str, version: &str, plural: &str) -> ApiError {
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    ApiError::NotFound(format!(
+        "the server could not find the requested resource: {plural} in {gv} (not served by the upstream, or not its preferred version)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_paths_parse_like_kube_apiserver() {
+        let t = |p: &str, ns: Option<&str>, name: Option<&str>| Target {
+            plural: p.into(),
+            namespace: ns.map(Into::into),
+            name: name.map(Into::into),
+        };
+        assert_eq!(parse_tail("pods").unwrap(), t("pods", None, None));
+        assert_eq!(
+            parse_tail("namespaces/web/pods").unwrap(),
+            t("pods", Some("web"), None)
+        );
+        assert_eq!(
+            parse_tail("namespaces/web/pods/a").unwrap(),
+            t("pods", Some("web"), Some("a"))
+        );
+        assert_eq!(
+            parse_tail("nodes/n1").unwrap(),
+            t("nodes", None, Some("n1"))
+        );
+        assert_eq!(
+            parse_tail("namespaces/web").unwrap(),
+            t("namespaces", None, Some("web"))
+        );
+        assert!(parse_tail("namespaces/web/pods/a/status").is_err());
+        assert!(parse_tail("").is_err());
+    }
+}

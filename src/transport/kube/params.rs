@@ -1,0 +1,149 @@
+//! Query parameters of the Kubernetes face, validated like kube-apiserver
+//! validates them. Unknown parameters are refused, so a client relying on
+//! something kubefan does not implement learns it at once.
+
+use actix_web::web;
+
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::transport::error::ApiError;
+
+/// Parameters accepted and ignored: they do not change what is returned.
+const IGNORED: &[&str] = &["pretty", "timeout"];
+
+#[derive(Debug, Default)]
+pub struct KubeQuery {
+    pub watch: bool,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+    label_selector: String,
+    field_selector: String,
+    pub allow_bookmarks: bool,
+    pub send_initial_events: Option<bool>,
+    pub timeout_seconds: Option<u64>,
+}
+
+fn boolean(key: &str, value: &str) -> Result<bool, ApiError> {
+    match value {
+        "" | "true" | "1" | "True" => Ok(true),
+        "false" | "0" | "False" => Ok(false),
+        _ => Err(ApiError::BadRequest(format!(
+            "{key}={value:?} is not a boolean"
+        ))),
+    }
+}
+
+fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ApiError> {
+    value
+        .parse()
+        .map_err(|_| ApiError::BadRequest(format!("{key}={value:?} is not a non-negative integer")))
+}
+
+impl KubeQuery {
+    pub fn parse(query: &str) -> Result<KubeQuery, ApiError> {
+        let pairs = web::Query::<Vec<(String, String)>>::from_query(query)
+            .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))?
+            .into_inner();
+        let mut q = KubeQuery::default();
+        for (key, value) in pairs {
+            match key.as_str() {
+                "watch" => q.watch = boolean(&key, &value)?,
+                "resourceVersion" => q.resource_version = Some(value).filter(|v| !v.is_empty()),
+                "resourceVersionMatch" => match value.as_str() {
+                    "" => {}
+                    "NotOlderThan" | "Exact" => q.resource_version_match = Some(value),
+                    other => {
+                        return Err(ApiError::Status(
+                            422,
+                            "Invalid",
+                            format!(
+                                "resourceVersionMatch: Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+                            ),
+                        ));
+                    }
+                },
+                "limit" => q.limit = Some(number::<usize>(&key, &value)?).filter(|l| *l > 0),
+                "continue" => q.continue_token = Some(value).filter(|v| !v.is_empty()),
+                "labelSelector" => q.label_selector = value,
+                "fieldSelector" => q.field_selector = value,
+                "allowWatchBookmarks" => q.allow_bookmarks = boolean(&key, &value)?,
+                "sendInitialEvents" => q.send_initial_events = Some(boolean(&key, &value)?),
+                "timeoutSeconds" => q.timeout_seconds = Some(number(&key, &value)?),
+                k if IGNORED.contains(&k) => {}
+                other => {
+                    return Err(ApiError::BadRequest(format!(
+                        "unsupported query parameter {other:?} on kubefan's read-only Kubernetes API"
+                    )));
+                }
+            }
+        }
+        Ok(q)
+    }
+
+    pub fn label_selector(&self) -> Result<LabelSelector, ApiError> {
+        LabelSelector::parse(&self.label_selector).map_err(|e| ApiError::BadRequest(e.0))
+    }
+
+    /// Parses `fieldSelector`, accepting the fields Kubernetes supports for
+    /// the resource.
+    pub fn field_selector(&self, selectable: &[&str]) -> Result<FieldSelector, ApiError> {
+        let fields: Vec<String> = selectable.iter().map(|f| f.to_string()).collect();
+        FieldSelector::parse(&self.field_selector, &fields).map_err(|e| ApiError::BadRequest(e.0))
+    }
+
+    /// `resourceVersion` as a number; `None` for unset, "" and "0".
+    pub fn resource_version_number(&self) -> Result<Option<u64>, ApiError> {
+        match self.resource_version.as_deref() {
+            None | Some("0") => Ok(None),
+            Some(v) => v.parse().map(Some).map_err(|_| {
+                ApiError::BadRequest(format!(
+                    "resourceVersion {v:?} is not a valid resourceVersion"
+                ))
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_what_kube_clients_send() {
+        let q = KubeQuery::parse(
+            "watch=1&resourceVersion=42&allowWatchBookmarks=true&timeoutSeconds=290&labelSelector=app%3Dweb&fieldSelector=spec.nodeName%3Dn1",
+        )
+        .unwrap();
+        assert!(q.watch && q.allow_bookmarks);
+        assert_eq!(q.resource_version_number().unwrap(), Some(42));
+        assert_eq!(q.timeout_seconds, Some(290));
+        assert!(q.label_selector().is_ok());
+        assert!(q.field_selector(&["spec.nodeName"]).is_ok());
+        assert!(
+            q.field_selector(&[]).is_err(),
+            "spec.nodeName is not selectable everywhere"
+        );
+        let q = KubeQuery::parse("limit=500&continue=abc&pretty=true").unwrap();
+        assert_eq!(q.limit, Some(500));
+        assert_eq!(q.continue_token.as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn refuses_what_it_does_not_implement() {
+        for bad in [
+            "watch=maybe",
+            "limit=-1",
+            "resourceVersionMatch=Newest",
+            "dryRun=All",
+            "labelSelector=a%20b",
+        ] {
+            let q = KubeQuery::parse(bad);
+            let err = q.and_then(|q| q.label_selector().map(|_| ())).unwrap_err();
+            assert!(
+                matches!(err, ApiError::BadRequest(_) | ApiError::Status(422, ..)),
+                "{bad}: {err}"
+            );
+        }
+    }
+}

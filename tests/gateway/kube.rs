@@ -1,0 +1,558 @@
+//! The Kubernetes-compatible face, end to end: kube-rs's own watcher and
+//! reflector as the compatibility oracle, lists, selectors, errors, and a
+//! kubefan whose upstream is another kubefan.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::config::{Cluster, Context, KubeConfigOptions, Kubeconfig, NamedCluster, NamedContext};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+use serde_json::{Value, json};
+
+use crate::sse::{pods_of, seeded, subscribed};
+use crate::support::{TestEnv, WAIT, spawn, test_config, validate, validate_status};
+use kubefan::sim::pod;
+
+/// A kube client configured by a kubeconfig whose server is kubefan.
+async fn client_for(env: &TestEnv) -> kube::Client {
+    let kc = Kubeconfig {
+        clusters: vec![NamedCluster {
+            name: "kubefan".into(),
+            cluster: Some(Cluster {
+                server: Some(env.base.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        contexts: vec![NamedContext {
+            name: "kubefan".into(),
+            context: Some(Context {
+                cluster: "kubefan".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        current_context: Some("kubefan".into()),
+        ..Default::default()
+    };
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// name → resourceVersion of the simulated server's pods.
+fn upstream_state(env: &TestEnv) -> BTreeMap<String, String> {
+    pods_of(&env.sim)
+        .0
+        .iter()
+        .map(|o| {
+            (
+                format!(
+                    "{}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap(),
+                    o["metadata"]["name"].as_str().unwrap()
+                ),
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+fn store_state(store: &reflector::Store<Pod>) -> BTreeMap<String, String> {
+    store
+        .state()
+        .iter()
+        .map(|p| {
+            (
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap(),
+                    p.metadata.name.as_deref().unwrap()
+                ),
+                p.metadata.resource_version.clone().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Drives the reflector stream until its store equals upstream.
+async fn converge(
+    stream: &mut (impl futures::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Unpin),
+    store: &reflector::Store<Pod>,
+    env: &TestEnv,
+) {
+    let want = upstream_state(env);
+    tokio::time::timeout(WAIT, async {
+        while store_state(store) != want {
+            // Errors (410 Expired) are part of the path: the watcher relists.
+            let _ = stream.next().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        let got = store_state(store);
+        let diff: Vec<_> = want
+            .iter()
+            .filter(|(k, v)| got.get(*k) != Some(v))
+            .map(|(k, v)| (k, v, got.get(k)))
+            .take(5)
+            .collect();
+        panic!(
+            "reflector did not converge: {} vs {} objects; differing (key, want, got): {diff:?}",
+            got.len(),
+            want.len()
+        )
+    });
+}
+
+fn churn(env: &TestEnv, round: u32, n: u32) {
+    for i in 0..n {
+        let name = format!("k-{}", (round * n + i) % 40);
+        match env.sim.get("pods", Some("web"), &name) {
+            None => {
+                env.sim
+                    .create("pods", pod(&name).ns("web").label("app", "churn").build())
+                    .unwrap();
+            }
+            Some(_) if i % 4 == 0 => {
+                env.sim.delete("pods", Some("web"), &name).unwrap();
+            }
+            Some(_) => {
+                env.sim
+                    .merge_patch(
+                        "pods",
+                        Some("web"),
+                        &name,
+                        &json!({"metadata": {"labels": {"round": round.to_string()}}}),
+                    )
+                    .unwrap();
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_reflector_converges_through_churn_watch_restarts_and_410() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.upstream.log_limits.max_bytes = 1 << 20;
+    let env = spawn(seeded(50), cfg).await;
+    env.synced("pods").await;
+    let client = client_for(&env).await;
+    let api: Api<Pod> = Api::all(client);
+    let (store, writer) = reflector::store();
+    // Watches end every second: every restart resumes from the last
+    // resourceVersion, against kubefan's log.
+    let mut stream = Box::pin(
+        reflector(writer, watcher(api, watcher::Config::default().timeout(1))).default_backoff(),
+    );
+    converge(&mut stream, &store, &env).await;
+    for round in 0..5 {
+        churn(&env, round, 30);
+        converge(&mut stream, &store, &env).await;
+    }
+    let stats = env.sim.stats().resource("pods");
+
+    // Not polling the watcher while ~20 MB of changes pass a 1 MB log: its
+    // watch is lapped and answered 410 Expired; the watcher relists from
+    // kubefan and converges again.
+    let blob = "x".repeat(16 << 10);
+    env.sim
+        .create("pods", pod("big").ns("web").build())
+        .unwrap();
+    for i in 0..1200 {
+        env.sim
+            .merge_patch(
+                "pods",
+                Some("web"),
+                "big",
+                &json!({"metadata": {"annotations": {"blob": format!("{i}-{blob}")}}}),
+            )
+            .unwrap();
+    }
+    converge(&mut stream, &store, &env).await;
+    let metrics = env
+        .http
+        .get(format!("{}/metrics", env.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // Lapped mid-stream, or (when a 1 s watch timed out meanwhile) its resume
+    // fell out of the log: either way it was answered 410 and relisted.
+    assert!(
+        metrics.contains("kubefan_resets_total{resource=\"pods\",reason=\"Lapped\"}")
+            || metrics.contains("kubefan_resets_total{resource=\"pods\",reason=\"Expired\"}"),
+        "the watcher got a 410: {metrics}"
+    );
+    let after = env.sim.stats().resource("pods");
+    assert_eq!(
+        after.list_requests, stats.list_requests,
+        "kubefan never relisted upstream"
+    );
+    assert_eq!(after.open_watches, 1);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_paginate_consistently_and_select() {
+    let env = spawn(seeded(0), test_config(&["pods"])).await;
+    for i in 0..25 {
+        let node = if i % 2 == 0 { "node-a" } else { "node-b" };
+        let app = if i % 5 == 0 { "db" } else { "web" };
+        env.sim
+            .create(
+                "pods",
+                pod(&format!("p{i:02}"))
+                    .ns("web")
+                    .node(node)
+                    .label("app", app)
+                    .build(),
+            )
+            .unwrap();
+    }
+    env.caught_up("pods", env.sim.resource_version()).await;
+    let client = client_for(&env).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), "web");
+    let first = api.list(&ListParams::default().limit(10)).await.unwrap();
+    assert_eq!(first.items.len(), 10);
+    let rv = first.metadata.resource_version.clone().unwrap();
+    // A change between pages does not show in the paginated list.
+    env.sim.delete("pods", Some("web"), "p24").unwrap();
+    let mut names: Vec<String> = first
+        .items
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    let mut token = first.metadata.continue_.clone();
+    while let Some(t) = token.filter(|t| !t.is_empty()) {
+        let page = api
+            .list(&ListParams::default().limit(10).continue_token(&t))
+            .await
+            .unwrap();
+        assert_eq!(
+            page.metadata.resource_version.as_deref(),
+            Some(rv.as_str()),
+            "one snapshot"
+        );
+        names.extend(page.items.iter().map(|p| p.metadata.name.clone().unwrap()));
+        token = page.metadata.continue_;
+    }
+    let want: Vec<String> = (0..25).map(|i| format!("p{i:02}")).collect();
+    assert_eq!(names, want, "every object once, in order");
+
+    let selected = api
+        .list(
+            &ListParams::default()
+                .labels("app in (db)")
+                .fields("spec.nodeName=node-a"),
+        )
+        .await
+        .unwrap();
+    let names: Vec<_> = selected
+        .items
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["p00", "p10", "p20"]);
+    let one = api.get("p03").await.unwrap();
+    assert_eq!(one.spec.unwrap().node_name.as_deref(), Some("node-b"));
+    let missing = api.get("nope").await.unwrap_err();
+    assert!(matches!(missing, kube::Error::Api(s) if s.code == 404));
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_selectors_send_transitions_and_initial_events() {
+    let env = spawn(seeded(0), test_config(&["pods"])).await;
+    env.sim
+        .create("pods", pod("a").ns("web").label("app", "web").build())
+        .unwrap();
+    env.sim
+        .create("pods", pod("b").ns("web").label("app", "db").build())
+        .unwrap();
+    env.caught_up("pods", env.sim.resource_version()).await;
+    let api: Api<Pod> = Api::namespaced(client_for(&env).await, "web");
+    let wp = WatchParams::default().labels("app=web").initial_events();
+    let mut events = Box::pin(api.watch(&wp, "0").await.unwrap());
+    let mut next = async || {
+        tokio::time::timeout(WAIT, events.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+    };
+    assert!(
+        matches!(next().await, WatchEvent::Added(p) if p.metadata.name.as_deref() == Some("a"))
+    );
+    match next().await {
+        WatchEvent::Bookmark(b) => assert_eq!(
+            b.metadata
+                .annotations
+                .get("k8s.io/initial-events-end")
+                .map(String::as_str),
+            Some("true")
+        ),
+        other => panic!("expected the initial-events-end bookmark, got {other:?}"),
+    }
+    env.sim
+        .merge_patch(
+            "pods",
+            Some("web"),
+            "b",
+            &json!({"metadata": {"labels": {"app": "web"}}}),
+        )
+        .unwrap();
+    assert!(
+        matches!(next().await, WatchEvent::Added(p) if p.metadata.name.as_deref() == Some("b")),
+        "starts matching: ADDED"
+    );
+    let o = env
+        .sim
+        .merge_patch(
+            "pods",
+            Some("web"),
+            "a",
+            &json!({"metadata": {"labels": {"app": "gone"}}}),
+        )
+        .unwrap();
+    match next().await {
+        WatchEvent::Deleted(p) => {
+            assert_eq!(p.metadata.name.as_deref(), Some("a"));
+            assert_eq!(
+                p.metadata.resource_version,
+                o["metadata"]["resourceVersion"].as_str().map(String::from)
+            );
+        }
+        other => panic!("stops matching: DELETED, got {other:?}"),
+    }
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_watch_lines_resume_expire_and_validate() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.upstream.log_limits.max_events = 10;
+    cfg.stream.keepalive = Duration::from_millis(200);
+    let env = spawn(seeded(3), cfg).await;
+    env.synced("pods").await;
+    let rv = env
+        .app
+        .informers()
+        .hub("pods")
+        .await
+        .unwrap()
+        .resource_version();
+    let url = |q: &str| format!("{}/api/v1/pods?watch=1&{q}", env.base);
+    // Resume inside the log: exactly the later events, then bookmarks.
+    let mut resp = env
+        .http
+        .get(url(&format!(
+            "resourceVersion={rv}&allowWatchBookmarks=true"
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let created = env.sim.create("pods", pod("w1").ns("web").build()).unwrap();
+    let mut lines = Vec::new();
+    let mut buf = Vec::new();
+    while lines.len() < 2 {
+        let chunk = tokio::time::timeout(WAIT, resp.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        buf.extend_from_slice(&chunk);
+        while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+            let line: Value = serde_json::from_slice(&buf[..i]).unwrap();
+            buf.drain(..=i);
+            validate(&line);
+            lines.push(line);
+        }
+    }
+    assert_eq!(lines[0]["type"], "ADDED");
+    assert_eq!(
+        lines[0]["object"]["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+    assert_eq!(lines[1]["type"], "BOOKMARK");
+    drop(resp);
+    // Resume from a position the log no longer holds: 200, then an in-stream 410.
+    for i in 0..20 {
+        env.sim
+            .create("pods", pod(&format!("x{i}")).ns("web").build())
+            .unwrap();
+    }
+    env.caught_up("pods", env.sim.resource_version()).await;
+    let resp = env
+        .http
+        .get(url(&format!("resourceVersion={rv}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = tokio::time::timeout(WAIT, resp.text())
+        .await
+        .unwrap()
+        .unwrap();
+    let line: Value = serde_json::from_str(body.trim()).unwrap();
+    validate(&line);
+    assert_eq!(line["type"], "ERROR");
+    assert_eq!(line["object"]["code"], 410);
+    assert_eq!(line["object"]["reason"], "Expired");
+    // timeoutSeconds ends the stream.
+    let resp = env.http.get(url("timeoutSeconds=1")).send().await.unwrap();
+    let body = tokio::time::timeout(WAIT, resp.text())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        body.lines().count() >= 24,
+        "initial ADDED events for every pod before the timeout"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_writes_and_bad_requests() {
+    let env = spawn(seeded(1), test_config(&["pods"])).await;
+    let (status, core) = env.get_json("/api/v1").await;
+    assert_eq!(status, 200);
+    let pods = core["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "pods")
+        .unwrap();
+    assert_eq!(pods["verbs"], json!(["get", "list", "watch"]));
+    assert!(
+        !core["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "secrets"),
+        "Secrets are not advertised"
+    );
+    let (status, groups) = env.get_json("/apis").await;
+    assert_eq!(status, 200);
+    assert!(
+        groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["name"] == "apps")
+    );
+    let (status, apps) = env.get_json("/apis/apps/v1").await;
+    assert_eq!(status, 200);
+    assert!(
+        apps["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "deployments")
+    );
+    let (status, versions) = env.get_json("/api").await;
+    assert_eq!((status, &versions["versions"]), (200, &json!(["v1"])));
+    // kube-rs discovery finds its way.
+    let discovery = kube::Discovery::new(client_for(&env).await)
+        .run()
+        .await
+        .unwrap();
+    assert!(discovery.has_group("apps"));
+
+    for method in [
+        reqwest::Method::POST,
+        reqwest::Method::PUT,
+        reqwest::Method::PATCH,
+        reqwest::Method::DELETE,
+    ] {
+        let resp = env
+            .http
+            .request(
+                method.clone(),
+                format!("{}/api/v1/namespaces/web/pods/x", env.base),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 405, "{method}");
+        let body: Value = resp.json().await.unwrap();
+        validate_status(&body);
+        assert!(body["message"].as_str().unwrap().contains("read-only"));
+    }
+    for (path, code) in [
+        ("/api/v1/podz", 404),
+        ("/apis/apps/v2/deployments", 404),
+        ("/api/v1/nodes?labelSelector=a%20b", 400),
+        ("/api/v1/pods?fieldSelector=spec.color%3Dred", 400),
+        ("/api/v1/pods?dryRun=All", 400),
+        ("/api/v1/pods?watch=1&sendInitialEvents=true", 422),
+        ("/api/v1/namespaces/web/nodes", 404),
+        ("/api/v1/namespaces/web/pods/x/status", 404),
+        ("/api/v1/secrets", 403),
+    ] {
+        let (status, body) = env.get_json(path).await;
+        assert_eq!(status, code, "{path}: {body}");
+        validate_status(&body);
+    }
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubefan_behind_kubefan_serves_consistent_streams_with_one_upstream_watch() {
+    let tier1 = spawn(seeded(40), test_config(&["pods"])).await;
+    tier1.synced("pods").await;
+    // Tier 2's upstream is tier 1's Kubernetes face.
+    let tier2_app = kubefan::app::App::build(test_config(&["pods"]), client_for(&tier1).await)
+        .await
+        .unwrap();
+    let tier2_base = format!("http://{}", tier2_app.local_addr());
+    let hub2 = tier2_app.informers().hub("pods").await.unwrap();
+    assert!(hub2.wait_synced(WAIT).await);
+    let tier2 = TestEnv {
+        sim: tier1.sim.clone(),
+        server: kubefan::sim::Sim::new(Default::default())
+            .serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap(),
+        app: tier2_app,
+        base: tier2_base,
+        http: reqwest::Client::new(),
+    };
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(subscribed(&tier2, "/stream/pods").await);
+    }
+    for round in 0..4 {
+        churn(&tier1, round, 25);
+    }
+    let (objects, rv) = pods_of(&tier1.sim);
+    for (sse, view) in &mut clients {
+        view.follow(sse, rv).await;
+        view.assert_matches(&objects);
+        assert!(view.resets.is_empty());
+    }
+    let stats = tier1.sim.stats().resource("pods");
+    assert_eq!(
+        (
+            stats.list_requests,
+            stats.watch_requests,
+            stats.open_watches
+        ),
+        (1, 1, 1),
+        "{stats:?}"
+    );
+    drop(clients);
+    tier2.stop().await;
+    tier1.stop().await;
+}
