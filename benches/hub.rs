@@ -9,8 +9,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use kubefan::hub::{EventType, Hub, LogLimits, Obj, ResourceMeta};
+use kubefan::hub::projection::Projection;
+use kubefan::hub::{EventType, Filter, Hub, LogLimits, Obj, ResourceMeta, ViewSpec};
 use kubefan::ops::Metrics;
+use kubefan::selector::LabelSelector;
 
 fn pod(i: u64, rv: u64) -> Obj {
     let labels: String = (0..20)
@@ -20,7 +22,11 @@ fn pod(i: u64, rv: u64) -> Obj {
         "{{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{{\"name\":\"pod-{i}\",\"namespace\":\"default\",\"resourceVersion\":\"{rv}\",\"labels\":{{{}}}}},\"spec\":{{\"nodeName\":\"node-1\"}},\"status\":{{\"phase\":\"Running\"}}}}",
         labels.trim_end_matches(',')
     );
-    Obj::new(Some("default"), &format!("pod-{i}"), rv, json.as_bytes())
+    let labels = (0..20).map(|l| (format!("label-{l}"), format!("value-{l}-xxxxxxxx")));
+    Obj::new(Some("default"), &format!("pod-{i}"), rv, json.as_bytes()).with_selectors(
+        labels.chain([("app".to_string(), format!("app-{}", i % 10))]),
+        [],
+    )
 }
 
 fn hub() -> Arc<Hub> {
@@ -94,5 +100,52 @@ fn append_only(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, append_only, append_and_fan_out);
+/// 1,000 subscriptions over 10 distinct views (a label selector and a
+/// projection each): per event, the hub appends once, each view filters,
+/// projects and encodes once, and every cursor picks up its view's bytes.
+fn views_fan_out(c: &mut Criterion) {
+    c.bench_function("views_1000_subscriptions_10_views", |b| {
+        let hub = hub();
+        let views: Vec<_> = (0..10)
+            .map(|v| {
+                hub.view(ViewSpec {
+                    filter: Filter {
+                        labels: LabelSelector::parse(&format!(
+                            "app in (app-{v},app-{})",
+                            (v + 1) % 10
+                        ))
+                        .unwrap(),
+                        ..Filter::default()
+                    },
+                    projection: Some(Projection::parse("spec.nodeName,status.phase").unwrap()),
+                    ..ViewSpec::default()
+                })
+            })
+            .collect();
+        let mut cursors: Vec<(usize, u64)> = (0..1000).map(|i| (i % 10, hub.head())).collect();
+        let mut rv = 1;
+        let next = move || {
+            rv += 1;
+            pod(rv % 1000, rv)
+        };
+        b.iter_batched(
+            next,
+            |obj| {
+                hub.apply(EventType::Modified, obj);
+                let mut delivered = 0;
+                for (view, cursor) in cursors.iter_mut() {
+                    let mut out = Vec::with_capacity(4);
+                    if hub.read(cursor, 16, &mut out).is_err() {
+                        *cursor = hub.head();
+                    }
+                    delivered += views[*view].deliver(out).len();
+                }
+                black_box(delivered)
+            },
+            BatchSize::SmallInput,
+        );
+    });
+}
+
+criterion_group!(benches, append_only, append_and_fan_out, views_fan_out);
 criterion_main!(benches);

@@ -8,7 +8,36 @@
 //! fields extracted once at ingest (the hub) alike. No maintained crate
 //! implements this grammar, hence this module.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
+
+/// Longest selector accepted, in bytes: selectors are parsed per request
+/// and matched per event, so their size is bounded.
+pub const MAX_SELECTOR_LEN: usize = 4096;
+
+fn check_len(sel: &str) -> Result<(), Error> {
+    if sel.len() > MAX_SELECTOR_LEN {
+        return Err(Error(format!(
+            "selector is {} bytes long; the limit is {MAX_SELECTOR_LEN}",
+            sel.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A dotted path into an object (`spec.nodeName`): non-empty segments of
+/// letters, digits, `-` and `_`.
+pub fn valid_path(path: &str) -> bool {
+    !path.is_empty()
+        && path.len() <= 256
+        && path.split('.').all(|seg| {
+            !seg.is_empty()
+                && seg
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
 
 /// A selector that does not parse, with the reason (answered with 400).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -108,6 +137,7 @@ fn parse_set(sel: &str, rest: &str) -> Result<Vec<String>, SimError> {
 
 impl LabelSelector {
     pub fn parse(sel: &str) -> Result<Self, SimError> {
+        check_len(sel)?;
         if sel.trim().is_empty() {
             return Ok(Self::default());
         }
@@ -230,6 +260,37 @@ impl FieldSelector {
     /// Parses `sel`, accepting only `metadata.name`, `metadata.namespace` and
     /// the given extra fields, like the real server's per-resource field labels.
     pub fn parse(sel: &str, extra_fields: &[String]) -> Result<Self, SimError> {
+        Self::parse_checked(sel, |field| {
+            if field == "metadata.name"
+                || field == "metadata.namespace"
+                || extra_fields.iter().any(|f| f == field)
+            {
+                Ok(())
+            } else {
+                Err(Error(format!("field label not supported: {field}")))
+            }
+        })
+    }
+
+    /// Parses `sel` accepting any dotted path into the object, as kubefan's
+    /// own transports (SSE, WebSocket) do.
+    pub fn parse_any(sel: &str) -> Result<Self, SimError> {
+        Self::parse_checked(sel, |field| {
+            if valid_path(field) {
+                Ok(())
+            } else {
+                Err(Error(format!(
+                    "invalid field path {field:?} in field selector: expected dotted names like spec.nodeName"
+                )))
+            }
+        })
+    }
+
+    fn parse_checked(
+        sel: &str,
+        check: impl Fn(&str) -> Result<(), Error>,
+    ) -> Result<Self, SimError> {
+        check_len(sel)?;
         if sel.trim().is_empty() {
             return Ok(Self::default());
         }
@@ -246,12 +307,7 @@ impl FieldSelector {
                 return Err(Error(format!("invalid field selector: {part:?}")));
             };
             let field = field.trim();
-            let known = field == "metadata.name"
-                || field == "metadata.namespace"
-                || extra_fields.iter().any(|f| f == field);
-            if !known {
-                return Err(Error(format!("field label not supported: {field}")));
-            }
+            check(field)?;
             reqs.push(FieldRequirement {
                 field: field.to_owned(),
                 pointer: format!("/{}", field.replace('.', "/")),
@@ -279,6 +335,19 @@ impl FieldSelector {
         self.0
             .iter()
             .all(|r| (field(&r.field).unwrap_or("") == r.value) == r.equal)
+    }
+
+    /// Matches fields read through `value(dotted_path, json_pointer)`,
+    /// which returns the field's text ("" when absent).
+    pub fn matches_by<'a>(&self, value: impl Fn(&str, &str) -> Cow<'a, str>) -> bool {
+        self.0
+            .iter()
+            .all(|r| (value(&r.field, &r.pointer) == r.value) == r.equal)
+    }
+
+    /// The dotted paths this selector reads.
+    pub fn fields(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|r| r.field.as_str())
     }
 }
 
@@ -390,5 +459,147 @@ mod tests {
         assert!(!sel("spec.nodeName!="));
         assert!(FieldSelector::parse("spec.other=x", &extra).is_err());
         assert!(FieldSelector::parse("metadata.name", &extra).is_err());
+    }
+
+    /// A reference model of one requirement, rendered with random spacing
+    /// and evaluated directly, against which the parser is checked.
+    #[derive(Debug, Clone)]
+    enum Model {
+        Eq(String, String, &'static str),
+        NotEq(String, String),
+        In(String, Vec<String>),
+        NotIn(String, Vec<String>),
+        Exists(String),
+        NotExists(String),
+    }
+
+    const KEYS: &[&str] = &["app", "tier", "example.com/role", "a.b-c_d", "k8s.io/x"];
+    const VALUES: &[&str] = &["web", "db", "v1.2", "a_b-c", "x"];
+
+    fn pick<'a>(rng: &mut impl rand::Rng, xs: &[&'a str]) -> &'a str {
+        xs[rng.random_range(0..xs.len())]
+    }
+
+    fn space(rng: &mut impl rand::Rng) -> &'static str {
+        ["", " ", "  ", "\t"][rng.random_range(0..4)]
+    }
+
+    impl Model {
+        fn random(rng: &mut impl rand::Rng) -> Model {
+            let k = pick(rng, KEYS).to_string();
+            let set = |rng: &mut dyn rand::RngCore| -> Vec<String> {
+                let n = 1 + (rng.next_u32() % 3) as usize;
+                (0..n)
+                    .map(|_| VALUES[(rng.next_u32() as usize) % VALUES.len()].to_string())
+                    .collect()
+            };
+            match rng.random_range(0..6) {
+                0 => Model::Eq(
+                    k,
+                    pick(rng, VALUES).into(),
+                    ["=", "=="][rng.random_range(0..2)],
+                ),
+                1 => Model::NotEq(k, pick(rng, VALUES).into()),
+                2 => Model::In(k, set(rng)),
+                3 => Model::NotIn(k, set(rng)),
+                4 => Model::Exists(k),
+                _ => Model::NotExists(k),
+            }
+        }
+
+        fn render(&self, rng: &mut impl rand::Rng) -> String {
+            let (a, b) = (space(rng), space(rng));
+            match self {
+                Model::Eq(k, v, op) => format!("{a}{k}{b}{op}{a}{v}{b}"),
+                Model::NotEq(k, v) => format!("{a}{k}{b}!={a}{v}{b}"),
+                Model::In(k, vs) => format!("{a}{k} in {b}({}){a}", vs.join(&format!("{b},{a}"))),
+                Model::NotIn(k, vs) => format!("{a}{k} notin{b}({}){a}", vs.join(",")),
+                Model::Exists(k) => format!("{a}{k}{b}"),
+                Model::NotExists(k) => format!("{a}!{k}{b}"),
+            }
+        }
+
+        fn eval(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+            match self {
+                Model::Eq(k, v, _) => labels.get(k) == Some(v),
+                Model::NotEq(k, v) => labels.get(k) != Some(v),
+                Model::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
+                Model::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
+                Model::Exists(k) => labels.contains_key(k),
+                Model::NotExists(k) => !labels.contains_key(k),
+            }
+        }
+    }
+
+    #[test]
+    fn random_selectors_match_the_reference_model() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x5e1ec7);
+        for _ in 0..2000 {
+            let reqs: Vec<Model> = (0..rng.random_range(0..4))
+                .map(|_| Model::random(&mut rng))
+                .collect();
+            let text = reqs
+                .iter()
+                .map(|r| r.render(&mut rng))
+                .collect::<Vec<_>>()
+                .join(",");
+            let parsed = LabelSelector::parse(&text)
+                .unwrap_or_else(|e| panic!("{text:?} should parse: {e}"));
+            for _ in 0..8 {
+                let mut labels = std::collections::BTreeMap::new();
+                for k in KEYS {
+                    if rng.random_bool(0.5) {
+                        labels.insert(k.to_string(), pick(&mut rng, VALUES).to_string());
+                    }
+                }
+                let want = reqs.iter().all(|r| r.eval(&labels));
+                let got = parsed.matches_with(|k| labels.get(k).map(String::as_str));
+                assert_eq!(got, want, "selector {text:?} on {labels:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn edge_cases_of_the_grammar() {
+        let none = std::collections::BTreeMap::<String, String>::new();
+        for empty in ["", " ", "\t"] {
+            let s = LabelSelector::parse(empty).unwrap();
+            assert!(
+                s.is_empty() && s.matches_with(|k| none.get(k).map(String::as_str)),
+                "{empty:?}"
+            );
+        }
+        for bad in [
+            ",",
+            "app=web,",
+            ",app",
+            "!",
+            "!app=web",
+            "app=web=x",
+            "app notin",
+            "-app",
+            "app/",
+        ] {
+            assert!(LabelSelector::parse(bad).is_err(), "{bad:?} must not parse");
+        }
+        // Empty values are valid, as in Kubernetes.
+        let labels: std::collections::BTreeMap<String, String> =
+            [("app".to_string(), String::new())].into();
+        for ok in ["app==", "app in (a,,b)", "app="] {
+            let s = LabelSelector::parse(ok).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+            assert!(
+                s.matches_with(|k| labels.get(k).map(String::as_str)),
+                "{ok:?}"
+            );
+        }
+        assert!(
+            FieldSelector::parse_any("metadata.labels.tier!=backend, spec.nodeName=n-1.x").is_ok()
+        );
+        assert!(FieldSelector::parse_any("spec nodeName=x").is_err());
+        assert!(
+            FieldSelector::parse("spec.nodeName=x", &[]).is_err(),
+            "Kubernetes rules refuse unknown fields"
+        );
     }
 }

@@ -41,13 +41,26 @@ pub struct Frame {
     buf: Bytes,
     json_start: u32,
     object_start: u32,
+    object_end: u32,
 }
 
 impl Frame {
     /// Encodes `{"type":T,"object":OBJECT}` as an SSE frame named `event_name`,
     /// with an `id:` line when `id` is given. `object` must be one JSON value.
     pub fn encode(event_name: &str, json_type: &str, id: Option<u64>, object: &[u8]) -> Frame {
-        let mut buf = BytesMut::with_capacity(object.len() + 64);
+        Frame::encode_with(event_name, json_type, id, object, b"")
+    }
+
+    /// As [`Frame::encode`], with `extra` (`,"key":value` pairs) after the
+    /// object inside the event: `{"type":T,"object":OBJECT<extra>}`.
+    pub fn encode_with(
+        event_name: &str,
+        json_type: &str,
+        id: Option<u64>,
+        object: &[u8],
+        extra: &[u8],
+    ) -> Frame {
+        let mut buf = BytesMut::with_capacity(object.len() + extra.len() + 64);
         buf.put_slice(b"event: ");
         buf.put_slice(event_name.as_bytes());
         buf.put_u8(b'\n');
@@ -63,11 +76,14 @@ impl Frame {
         buf.put_slice(b"\",\"object\":");
         let object_start = buf.len();
         buf.put_slice(object);
+        let object_end = buf.len();
+        buf.put_slice(extra);
         buf.put_slice(b"}\n\n");
         Frame {
             buf: buf.freeze(),
             json_start: json_start as u32,
             object_start: object_start as u32,
+            object_end: object_end as u32,
         }
     }
 
@@ -89,7 +105,7 @@ impl Frame {
     /// The object alone.
     pub fn object(&self) -> Bytes {
         self.buf
-            .slice(self.object_start as usize..self.buf.len() - 3)
+            .slice(self.object_start as usize..self.object_end as usize)
     }
 
     /// Bytes held by this frame (for the log's byte bound).
@@ -119,6 +135,22 @@ mod tests {
             b"{\"type\":\"MODIFIED\",\"object\":{\"a\":1}}\n"
         );
         assert_eq!(&f.object()[..], br#"{"a":1}"#);
+    }
+
+    #[test]
+    fn extra_fields_follow_the_object() {
+        let f = Frame::encode_with(
+            "MODIFIED",
+            "MODIFIED",
+            Some(3),
+            br#"{"b":2}"#,
+            br#","patch":"merge""#,
+        );
+        assert_eq!(
+            &f.json()[..],
+            br#"{"type":"MODIFIED","object":{"b":2},"patch":"merge"}"#
+        );
+        assert_eq!(&f.object()[..], br#"{"b":2}"#);
     }
 
     #[test]

@@ -7,10 +7,13 @@
 //! matching state, stamped with the change's resourceVersion), one that
 //! matches both as MODIFIED, one that matches neither is not sent.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
+use serde_json::Value;
+
 use super::{Delivery, Event, EventType, Frame, Obj};
-use crate::selector::{FieldSelector, LabelSelector};
+use crate::selector::{FieldSelector, LabelSelector, field_text};
 
 /// A subscription's filter. The default matches everything.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -29,6 +32,46 @@ impl Filter {
                 .is_some_and(|ns| self.namespaces.iter().any(|n| n == ns)))
             && self.labels.matches_with(|k| obj.label(k))
             && self.fields.matches_with(|f| obj.field(f))
+    }
+
+    /// Whether the namespaces and labels match (what can be decided
+    /// without the object's JSON).
+    pub fn matches_labels(&self, obj: &Obj) -> bool {
+        (self.namespaces.is_empty()
+            || obj
+                .namespace()
+                .is_some_and(|ns| self.namespaces.iter().any(|n| n == ns)))
+            && self.labels.matches_with(|k| obj.label(k))
+    }
+
+    /// Whether the field selector reads a path not in `precomputed` (the
+    /// resource's selectable fields), so matching needs the object's JSON.
+    pub fn needs_json(&self, precomputed: &[&str]) -> bool {
+        self.fields
+            .fields()
+            .any(|f| f != "metadata.name" && f != "metadata.namespace" && !precomputed.contains(&f))
+    }
+
+    /// Full match: selectable fields from the object, any other path from
+    /// its JSON (`json`, parsed by the caller when [`Filter::needs_json`]).
+    pub fn matches_full(&self, obj: &Obj, json: Option<&Value>, precomputed: &[&str]) -> bool {
+        self.matches_labels(obj)
+            && self.fields.matches_by(|path, pointer| {
+                if path == "metadata.name"
+                    || path == "metadata.namespace"
+                    || precomputed.contains(&path)
+                {
+                    Cow::Borrowed(obj.field(path).unwrap_or(""))
+                } else {
+                    Cow::Owned(field_text(json.and_then(|j| j.pointer(pointer))))
+                }
+            })
+    }
+
+    /// Whether the filter is only namespaces: no transition is possible
+    /// (an object never changes namespace).
+    pub fn is_namespaces_only(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
     }
 
     /// How an event reaches a subscriber with this filter, if at all.

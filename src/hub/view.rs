@@ -1,0 +1,325 @@
+//! Views: what one kind of subscription sees of a hub, encoded once.
+//!
+//! A view is a filter, a projection and a delta mode. Every subscription
+//! with the same view on the same hub shares one [`View`], and the view
+//! caches its encodings of events (by log `seq`) and of snapshot objects
+//! (by key and resourceVersion): a thousand identical dashboards cost one
+//! projection, one diff and one serialisation per event, and one per
+//! object for their snapshots. The frames serve every wire format (SSE,
+//! WebSocket, NDJSON are slices of one buffer), so the format is not part
+//! of the key.
+//!
+//! A view that only restricts namespaces, with no projection and full
+//! objects, needs no work: it hands out the hub's own frames.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use serde_json::Value;
+
+use super::projection::{Projection, merge_diff};
+use super::{Delivery, Event, EventType, Filter, Frame, Obj, ObjKey};
+
+/// Event encodings a view keeps (subscribers of a view read within a few
+/// batches of each other; one further behind recomputes).
+const EVENT_CACHE: usize = 4096;
+
+/// How MODIFIED events carry the object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Delta {
+    /// The whole (projected) object.
+    #[default]
+    Full,
+    /// An RFC 7386 merge patch against the previous version sent.
+    MergePatch,
+}
+
+/// What a subscription asks to see.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ViewSpec {
+    pub filter: Filter,
+    pub projection: Option<Projection>,
+    pub delta: Delta,
+}
+
+impl ViewSpec {
+    pub fn new(filter: Filter) -> ViewSpec {
+        ViewSpec {
+            filter,
+            ..ViewSpec::default()
+        }
+    }
+
+    /// Identifies equal views (parsed selectors and paths, not their
+    /// spelling).
+    pub(super) fn key(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+pub struct View {
+    spec: ViewSpec,
+    /// The resource's selectable fields (read from objects, not JSON).
+    precomputed: &'static [&'static str],
+    needs_json: bool,
+    /// Namespaces only, full objects: the hub's frames as they are.
+    passthrough: bool,
+    cache: Mutex<Cache>,
+    encodings: Counter,
+    live_views: Gauge,
+}
+
+#[derive(Default)]
+struct Cache {
+    events: BTreeMap<u64, Option<Delivery>>,
+    /// key → (resourceVersion, frame if the object matches).
+    objects: HashMap<ObjKey, (u64, Option<Frame>)>,
+}
+
+impl View {
+    pub(super) fn new(
+        spec: ViewSpec,
+        precomputed: &'static [&'static str],
+        encodings: Counter,
+        live_views: Gauge,
+    ) -> View {
+        let needs_json = spec.projection.is_some()
+            || spec.delta == Delta::MergePatch
+            || spec.filter.needs_json(precomputed);
+        let passthrough = spec.filter.is_namespaces_only()
+            && spec.projection.is_none()
+            && spec.delta == Delta::Full;
+        live_views.inc();
+        View {
+            spec,
+            precomputed,
+            needs_json,
+            passthrough,
+            cache: Mutex::new(Cache::default()),
+            encodings,
+            live_views,
+        }
+    }
+
+    pub fn spec(&self) -> &ViewSpec {
+        &self.spec
+    }
+
+    /// The part of the filter decidable cheaply, used under the hub's lock
+    /// when taking a snapshot; [`View::snapshot`] finishes the job.
+    pub fn prefilter(&self, obj: &Obj) -> bool {
+        self.spec.filter.matches_labels(obj)
+    }
+
+    /// Snapshot frames (id-less ADDED) for the objects this view shows.
+    pub fn snapshot(&self, objects: &[Arc<Obj>]) -> Vec<Frame> {
+        if self.passthrough {
+            return objects
+                .iter()
+                .filter(|o| self.spec.filter.matches(o))
+                .map(|o| o.snapshot_frame().clone())
+                .collect();
+        }
+        let mut cache = self.lock();
+        if cache.objects.len() > 2 * objects.len().max(EVENT_CACHE) {
+            // Entries of deleted objects accumulate; start over.
+            cache.objects.clear();
+        }
+        let mut out = Vec::with_capacity(objects.len());
+        for obj in objects {
+            let key = obj.key();
+            let rv = obj.resource_version();
+            let frame = match cache.objects.get(&key) {
+                Some((cached_rv, frame)) if *cached_rv == rv => frame.clone(),
+                _ => {
+                    let frame = self.encode_object(obj);
+                    cache.objects.insert(key, (rv, frame.clone()));
+                    frame
+                }
+            };
+            out.extend(frame);
+        }
+        out
+    }
+
+    fn encode_object(&self, obj: &Obj) -> Option<Frame> {
+        let json = self.parse(obj);
+        if !self
+            .spec
+            .filter
+            .matches_full(obj, json.as_ref(), self.precomputed)
+        {
+            return None;
+        }
+        self.encodings.inc();
+        Some(match (&self.spec.projection, json) {
+            (Some(p), Some(json)) => {
+                Frame::encode("ADDED", "ADDED", None, &to_vec(&p.apply(&json)))
+            }
+            _ => Frame::encode("ADDED", "ADDED", None, &obj.json()),
+        })
+    }
+
+    /// What this view's subscribers receive for `events` (in order).
+    pub fn deliver(&self, events: Vec<Arc<Event>>) -> Vec<Delivery> {
+        if self.passthrough {
+            return events
+                .iter()
+                .filter_map(|ev| self.spec.filter.deliver(ev))
+                .collect();
+        }
+        let mut cache = self.lock();
+        let mut out = Vec::with_capacity(events.len());
+        for ev in &events {
+            let delivery = match cache.events.get(&ev.seq) {
+                Some(d) => d.clone(),
+                None => {
+                    let d = self.encode_event(ev);
+                    cache.events.insert(ev.seq, d.clone());
+                    while cache.events.len() > EVENT_CACHE {
+                        cache.events.pop_first();
+                    }
+                    d
+                }
+            };
+            out.extend(delivery);
+        }
+        out
+    }
+
+    fn encode_event(&self, ev: &Arc<Event>) -> Option<Delivery> {
+        let filter = &self.spec.filter;
+        // Namespaces and labels rule most events out without parsing JSON.
+        if !filter.matches_labels(&ev.obj)
+            && !ev.prev.as_deref().is_some_and(|p| filter.matches_labels(p))
+        {
+            return None;
+        }
+        let cur_json = self.parse(&ev.obj);
+        let now = filter.matches_full(&ev.obj, cur_json.as_ref(), self.precomputed);
+        let prev_json = ev.prev.as_deref().and_then(|p| self.parse(p));
+        let before = ev
+            .prev
+            .as_deref()
+            .is_some_and(|p| filter.matches_full(p, prev_json.as_ref(), self.precomputed));
+        let whole = self.spec.projection.is_none() && self.spec.delta == Delta::Full;
+        if whole
+            && matches!(
+                (ev.kind, before, now),
+                (EventType::Added | EventType::Deleted, _, true)
+                    | (EventType::Modified, true, true)
+            )
+        {
+            // Shown as the hub encoded it.
+            return Some(Delivery::Shared(ev.clone()));
+        }
+        let (kind, object, patch) = match (ev.kind, before, now) {
+            (EventType::Added, _, true) => (
+                EventType::Added,
+                self.shown(&ev.obj, cur_json.as_ref()),
+                false,
+            ),
+            (EventType::Deleted, _, true) => (
+                EventType::Deleted,
+                self.shown(&ev.obj, cur_json.as_ref()),
+                false,
+            ),
+            (EventType::Modified, false, true) => (
+                EventType::Added,
+                self.shown(&ev.obj, cur_json.as_ref()),
+                false,
+            ),
+            (EventType::Modified, true, false) => {
+                // Stops matching: its last matching state, at this change's
+                // resourceVersion, as the watch cache sends it.
+                let prev = ev.prev.as_deref()?;
+                let mut shown = self.shown_value(prev, prev_json.as_ref());
+                if let Some(meta) = shown.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.insert("resourceVersion".into(), ev.rv.to_string().into());
+                }
+                (EventType::Deleted, to_vec(&shown), false)
+            }
+            (EventType::Modified, true, true) => {
+                let prev = ev.prev.as_deref()?;
+                let (old, new) = (
+                    self.shown_value(prev, prev_json.as_ref()),
+                    self.shown_value(&ev.obj, cur_json.as_ref()),
+                );
+                let mut old_without_rv = old.clone();
+                let mut new_without_rv = new.clone();
+                for v in [&mut old_without_rv, &mut new_without_rv] {
+                    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+                        meta.remove("resourceVersion");
+                    }
+                }
+                if self.spec.projection.is_some() && old_without_rv == new_without_rv {
+                    // Nothing this view shows changed: not sent (the
+                    // subscription's position still advances).
+                    return None;
+                }
+                match self.spec.delta {
+                    Delta::MergePatch => {
+                        (EventType::Modified, to_vec(&merge_diff(&old, &new)?), true)
+                    }
+                    Delta::Full => (EventType::Modified, to_vec(&new), false),
+                }
+            }
+            _ => return None,
+        };
+        self.encodings.inc();
+        let kind_name = kind.as_str();
+        let id = ev.has_id.then_some(ev.rv);
+        let frame = if patch {
+            Frame::encode_with(kind_name, kind_name, id, &object, br#","patch":"merge""#)
+        } else {
+            Frame::encode(kind_name, kind_name, id, &object)
+        };
+        Some(Delivery::Retyped {
+            kind,
+            rv: ev.rv,
+            has_id: ev.has_id,
+            frame,
+        })
+    }
+
+    fn parse(&self, obj: &Obj) -> Option<Value> {
+        // The hub only holds JSON it encoded itself; a failure means no
+        // JSON-based matching or projection for that object.
+        self.needs_json
+            .then(|| serde_json::from_slice(&obj.json()).ok())
+            .flatten()
+    }
+
+    /// The object as this view shows it, encoded.
+    fn shown(&self, obj: &Obj, json: Option<&Value>) -> Vec<u8> {
+        match (&self.spec.projection, json) {
+            (Some(p), Some(json)) => to_vec(&p.apply(json)),
+            _ => obj.json().to_vec(),
+        }
+    }
+
+    fn shown_value(&self, obj: &Obj, json: Option<&Value>) -> Value {
+        match (&self.spec.projection, json) {
+            (Some(p), Some(json)) => p.apply(json),
+            (None, Some(json)) => json.clone(),
+            _ => serde_json::from_slice(&obj.json()).unwrap_or(Value::Null),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        self.live_views.dec();
+    }
+}
+
+fn to_vec(v: &Value) -> Vec<u8> {
+    // Serialising a Value cannot fail.
+    serde_json::to_vec(v).unwrap_or_default()
+}
