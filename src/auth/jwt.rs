@@ -1,0 +1,340 @@
+//! JWT verification: HS* from a secret file, RS*/PS*/ES*/EdDSA from PEM
+//! public keys or a JWKS file (keys chosen by `kid`, the file re-read when
+//! its modification time changes, checked at most once a second).
+//!
+//! A key only verifies tokens of its own algorithm family (an HMAC secret
+//! never verifies an `RS256` token, and the reverse), which rules out
+//! algorithm confusion. The signature is checked before any claim; then
+//! `exp` (required), `nbf`, `iss` and `aud`, with the configured leeway.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
+use serde_json::{Map, Value};
+
+use super::{Access, Error, Grant, Principal};
+use crate::config::JwtConfig;
+
+/// The JWKS file is checked for changes at most this often.
+const JWKS_CHECK: Duration = Duration::from_secs(1);
+
+/// A key and the `kid` it answers to, if any.
+struct Key {
+    kid: Option<String>,
+    /// The JWK's own `alg`, when it names one.
+    alg: Option<Algorithm>,
+    key: DecodingKey,
+}
+
+pub struct Verifier {
+    cfg: JwtConfig,
+    /// The secret and PEM keys, loaded once.
+    fixed: Vec<Key>,
+    jwks: Option<Jwks>,
+}
+
+struct Jwks {
+    path: PathBuf,
+    state: Mutex<JwksState>,
+}
+
+struct JwksState {
+    keys: std::sync::Arc<Vec<Key>>,
+    modified: Option<SystemTime>,
+    checked: Instant,
+}
+
+impl Verifier {
+    pub fn new(cfg: &JwtConfig) -> Result<Verifier, Error> {
+        let mut fixed = Vec::new();
+        if let Some(path) = &cfg.secret_file {
+            let secret = read(path)?;
+            let secret = secret.trim_ascii();
+            if secret.is_empty() {
+                return Err(Error::Key(
+                    path.display().to_string(),
+                    "empty secret".into(),
+                ));
+            }
+            fixed.push(Key {
+                kid: None,
+                alg: None,
+                key: DecodingKey::from_secret(secret),
+            });
+        }
+        for path in &cfg.public_key_files {
+            let pem = read(path)?;
+            let key = DecodingKey::from_rsa_pem(&pem)
+                .or_else(|_| DecodingKey::from_ec_pem(&pem))
+                .or_else(|_| DecodingKey::from_ed_pem(&pem))
+                .map_err(|_| {
+                    Error::Key(
+                        path.display().to_string(),
+                        "not a PEM RSA, EC or Ed25519 public key".into(),
+                    )
+                })?;
+            fixed.push(Key {
+                kid: None,
+                alg: None,
+                key,
+            });
+        }
+        let jwks = match &cfg.jwks_file {
+            Some(path) => {
+                let (keys, modified) = load_jwks(path)?;
+                Some(Jwks {
+                    path: path.clone(),
+                    state: Mutex::new(JwksState {
+                        keys: std::sync::Arc::new(keys),
+                        modified,
+                        checked: Instant::now(),
+                    }),
+                })
+            }
+            None => None,
+        };
+        Ok(Verifier {
+            cfg: cfg.clone(),
+            fixed,
+            jwks,
+        })
+    }
+
+    /// Verifies `token` and turns its claims into a principal.
+    pub fn verify(&self, token: &str) -> Result<Principal, Error> {
+        let header = decode_header(token).map_err(|_| Error::Malformed)?;
+        let family = header.alg.family();
+        let jwks = self.jwks.as_ref().map(Jwks::current).unwrap_or_default();
+        let mut candidates: Vec<&Key> = Vec::new();
+        match &header.kid {
+            Some(kid) if self.jwks.is_some() => {
+                candidates.extend(jwks.iter().filter(|k| k.kid.as_deref() == Some(kid)));
+                if candidates.is_empty() && self.fixed.is_empty() {
+                    return Err(Error::UnknownKey(kid.clone()));
+                }
+            }
+            _ => candidates.extend(jwks.iter()),
+        }
+        candidates.extend(self.fixed.iter());
+        let mut validation = Validation::new(header.alg);
+        validation.leeway = self.cfg.leeway.as_secs();
+        validation.validate_nbf = true;
+        validation.set_required_spec_claims(&["exp"]);
+        if self.cfg.issuers.is_empty() {
+            validation.iss = None;
+        } else {
+            validation.set_issuer(&self.cfg.issuers);
+            validation.required_spec_claims.insert("iss".into());
+        }
+        if self.cfg.audiences.is_empty() {
+            validation.validate_aud = false;
+        } else {
+            validation.set_audience(&self.cfg.audiences);
+            validation.required_spec_claims.insert("aud".into());
+        }
+        let mut last = Error::BadSignature;
+        for key in candidates {
+            if key.key.family() != family || key.alg.is_some_and(|a| a != header.alg) {
+                continue;
+            }
+            match decode::<Map<String, Value>>(token, &key.key, &validation) {
+                Ok(data) => return Ok(self.principal(&data.claims)),
+                Err(err) => match err.kind() {
+                    ErrorKind::InvalidSignature => last = Error::BadSignature,
+                    ErrorKind::ExpiredSignature => return Err(Error::Expired),
+                    ErrorKind::ImmatureSignature => return Err(Error::NotYetValid),
+                    ErrorKind::InvalidIssuer => return Err(Error::Issuer),
+                    ErrorKind::InvalidAudience => return Err(Error::Audience),
+                    ErrorKind::MissingRequiredClaim(c) => {
+                        return Err(Error::Invalid(format!("missing claim {c:?}")));
+                    }
+                    ErrorKind::InvalidToken
+                    | ErrorKind::Base64(_)
+                    | ErrorKind::Json(_)
+                    | ErrorKind::Utf8(_) => return Err(Error::Malformed),
+                    _ => last = Error::BadSignature,
+                },
+            }
+        }
+        Err(last)
+    }
+
+    fn principal(&self, claims: &Map<String, Value>) -> Principal {
+        let name = claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .unwrap_or("unnamed")
+            .to_string();
+        let expires = claims
+            .get("exp")
+            .and_then(Value::as_u64)
+            .map(|exp| UNIX_EPOCH + Duration::from_secs(exp) + self.cfg.leeway);
+        Principal::new(
+            name,
+            expires,
+            Access::Claims {
+                namespaces: Grant::from_claim(claims.get(&self.cfg.namespaces_claim)),
+                resources: Grant::from_claim(claims.get(&self.cfg.resources_claim)),
+            },
+        )
+    }
+}
+
+impl Jwks {
+    /// The keys, re-read first if the file changed (checked at most every
+    /// [`JWKS_CHECK`]). A file that cannot be read or parsed keeps the
+    /// previous keys, with a warning.
+    fn current(&self) -> std::sync::Arc<Vec<Key>> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.checked.elapsed() >= JWKS_CHECK {
+            state.checked = Instant::now();
+            let modified = std::fs::metadata(&self.path)
+                .and_then(|m| m.modified())
+                .ok();
+            if modified != state.modified {
+                match load_jwks(&self.path) {
+                    Ok((keys, modified)) => {
+                        tracing::info!(path = %self.path.display(), keys = keys.len(), "JWKS reloaded");
+                        state.keys = std::sync::Arc::new(keys);
+                        state.modified = modified;
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "JWKS not reloaded; keeping the previous keys")
+                    }
+                }
+            }
+        }
+        state.keys.clone()
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|e| Error::Key(path.display().to_string(), e.to_string()))
+}
+
+fn load_jwks(path: &Path) -> Result<(Vec<Key>, Option<SystemTime>), Error> {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let text = read(path)?;
+    let set: JwkSet = serde_json::from_slice(&text)
+        .map_err(|e| Error::Key(path.display().to_string(), format!("not a JWKS: {e}")))?;
+    let mut keys = Vec::new();
+    for jwk in &set.keys {
+        let kid = jwk.common.key_id.clone();
+        match DecodingKey::from_jwk(jwk) {
+            Ok(key) => keys.push(Key {
+                alg: jwk
+                    .common
+                    .key_algorithm
+                    .and_then(|a| a.to_string().parse::<Algorithm>().ok()),
+                kid,
+                key,
+            }),
+            Err(err) => {
+                tracing::warn!(path = %path.display(), kid = ?kid, error = %err, "JWKS key skipped")
+            }
+        }
+    }
+    Ok((keys, modified))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    use serde_json::json;
+
+    fn now() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    fn verifier(secret: &str) -> (Verifier, tempdir::Dir) {
+        let dir = tempdir::Dir::new();
+        let path = dir.file("secret", secret.as_bytes());
+        let cfg = JwtConfig {
+            secret_file: Some(path),
+            issuers: vec!["iss".into()],
+            audiences: vec!["kubefan".into()],
+            leeway: Duration::ZERO,
+            ..JwtConfig::default()
+        };
+        (Verifier::new(&cfg).unwrap(), dir)
+    }
+
+    /// Proves the crypto backend is there: without one, this panics.
+    #[test]
+    fn hs256_verifies_and_claims_grant() {
+        let (v, _dir) = verifier("s3cret\n");
+        let claims = json!({"sub": "alice", "iss": "iss", "aud": "kubefan", "exp": now() + 60,
+            "kubefan/namespaces": ["a"], "kubefan/resources": "*"});
+        let token = encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(b"s3cret"),
+        )
+        .unwrap();
+        let p = v.verify(&token).unwrap();
+        assert_eq!(p.name(), "alice");
+        let Access::Claims {
+            namespaces,
+            resources,
+        } = p.access()
+        else {
+            panic!()
+        };
+        assert_eq!(*namespaces, Grant::Only(vec!["a".into()]));
+        assert_eq!(*resources, Grant::All);
+
+        let wrong = encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(b"other"),
+        )
+        .unwrap();
+        assert!(matches!(v.verify(&wrong), Err(Error::BadSignature)));
+        assert!(matches!(v.verify("a.b.c"), Err(Error::Malformed)));
+        let mut expired = claims.clone();
+        expired["exp"] = json!(now() - 10);
+        let expired = encode(
+            &Header::new(Algorithm::HS256),
+            &expired,
+            &EncodingKey::from_secret(b"s3cret"),
+        )
+        .unwrap();
+        assert!(matches!(v.verify(&expired), Err(Error::Expired)));
+    }
+
+    /// Minimal temporary directory, removed on drop.
+    mod tempdir {
+        use std::path::PathBuf;
+
+        pub struct Dir(PathBuf);
+
+        impl Dir {
+            pub fn new() -> Dir {
+                let path =
+                    std::env::temp_dir().join(format!("kubefan-jwt-{}", uuid::Uuid::new_v4()));
+                std::fs::create_dir_all(&path).unwrap();
+                Dir(path)
+            }
+
+            pub fn file(&self, name: &str, contents: &[u8]) -> PathBuf {
+                let path = self.0.join(name);
+                std::fs::write(&path, contents).unwrap();
+                path
+            }
+        }
+
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The gate every request passes before a handler (`/healthz` and
+//! `/readyz` excepted), in this order:
+//!
+//! 1. size bounds: request target (414) and headers (431);
+//! 2. CORS preflights, answered here for allowed origins;
+//! 3. WebSocket upgrades from a foreign, unlisted `Origin`: 403
+//!    (cross-site WebSocket hijacking);
+//! 4. new requests per second per client address (429);
+//! 5. authentication ([`crate::auth`]): 401; the [`Principal`] goes into
+//!    the request's extensions for handlers;
+//! 6. connection limits ([`crate::limits`]): 503 when full, 429 per
+//!    principal or address; the permit is held by the response body, so a
+//!    stream holds its place until it ends;
+//! 7. CORS headers on responses to allowed origins.
+//!
+//! Refusals are `Status` bodies like every other error.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use actix_web::body::{BodySize, BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::Method;
+use actix_web::http::header::{self, HeaderMap, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::{HttpMessage, HttpResponse, ResponseError, web};
+use bytes::Bytes;
+
+use crate::app::AppState;
+use crate::auth::Principal;
+use crate::limits::Permit;
+use crate::transport::error::ApiError;
+
+/// Paths that are never gated: probes must work without credentials, and
+/// the dashboard page carries no data (it asks for a token when its
+/// streams are refused).
+const OPEN: &[&str] = &["/healthz", "/readyz", "/"];
+
+pub async fn gate(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    if OPEN.contains(&req.path()) {
+        return Ok(next.call(req).await?.map_into_boxed_body());
+    }
+    let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
+        return Ok(next.call(req).await?.map_into_boxed_body());
+    };
+    let refuse = |req: ServiceRequest, err: ApiError| Ok(req.into_response(err.error_response()));
+
+    let limits = state.limits.config();
+    let uri_len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
+    if uri_len > limits.max_uri_bytes {
+        let msg = format!(
+            "the request target is {uri_len} bytes, more than {}",
+            limits.max_uri_bytes
+        );
+        return refuse(req, ApiError::Status(414, "RequestURITooLong", msg));
+    }
+    let header_len: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len())
+        .sum();
+    if header_len > limits.max_header_bytes {
+        let msg = format!(
+            "the request headers are {header_len} bytes, more than {}",
+            limits.max_header_bytes
+        );
+        return refuse(
+            req,
+            ApiError::Status(431, "RequestHeaderFieldsTooLarge", msg),
+        );
+    }
+
+    let origin = origin(req.headers());
+    let listed = origin
+        .as_deref()
+        .is_some_and(|o| state.allowed_origins.iter().any(|a| a == o));
+    if req.method() == Method::OPTIONS
+        && req
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+    {
+        if !listed {
+            return refuse(
+                req,
+                ApiError::Forbidden("this origin is not allowed (--allowed-origins)".into()),
+            );
+        }
+        let mut resp = HttpResponse::NoContent().finish();
+        cors(resp.headers_mut(), origin.as_deref());
+        let h = resp.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, OPTIONS"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("Authorization, Last-Event-ID"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+        return Ok(req.into_response(resp));
+    }
+    if req.head().upgrade()
+        && let Some(o) = origin.as_deref()
+        && !listed
+        && !same_origin(o, req.headers())
+    {
+        tracing::debug!(origin = %o, "cross-origin WebSocket upgrade refused");
+        return refuse(
+            req,
+            ApiError::Forbidden(format!(
+                "WebSocket upgrades from origin {o:?} are not allowed (--allowed-origins)"
+            )),
+        );
+    }
+
+    let peer = req.peer_addr().map(|a| a.ip());
+    if let Err(err) = state.limits.rate(peer) {
+        state.metrics.limit_hit("requests_per_second");
+        return refuse(req, err);
+    }
+    let principal: Principal = match state
+        .auth
+        .authenticate(req.headers(), req.query_string())
+        .await
+    {
+        Ok(p) => p,
+        Err(err) => {
+            tracing::debug!(path = %req.path(), reason = %err, "request not authenticated");
+            state.metrics.auth_failure(err.kind());
+            return refuse(req, err.into());
+        }
+    };
+    let permit = match state.limits.admit(principal.name(), peer) {
+        Ok(permit) => permit,
+        Err(err) => {
+            tracing::debug!(principal = %principal.name(), reason = %err, "request refused by a limit");
+            state.metrics.limit_hit("connections");
+            return refuse(req, err);
+        }
+    };
+    req.extensions_mut().insert(principal);
+    let mut res = next.call(req).await?.map_body(|_, body| Held {
+        body: body.boxed(),
+        _permit: permit,
+    });
+    if listed {
+        cors(res.headers_mut(), origin.as_deref());
+    }
+    Ok(res.map_into_boxed_body())
+}
+
+/// The `Origin` header, unless absent or `null`.
+fn origin(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .filter(|o| !o.is_empty() && *o != "null")
+        .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+}
+
+/// Whether `origin` (`scheme://host[:port]`) names the host the request
+/// was sent to (its `Host` header).
+fn same_origin(origin: &str, headers: &HeaderMap) -> bool {
+    let Some(authority) = origin.split_once("://").map(|(_, a)| a) else {
+        return false;
+    };
+    headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|host| host.eq_ignore_ascii_case(authority))
+}
+
+/// CORS headers for a listed origin: that origin, with credentials.
+fn cors(headers: &mut HeaderMap, origin: Option<&str>) {
+    let Some(value) = origin.and_then(|o| HeaderValue::from_str(o).ok()) else {
+        return;
+    };
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+        HeaderValue::from_static("true"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Retry-After, WWW-Authenticate"),
+    );
+    headers.append(header::VARY, HeaderValue::from_static("Origin"));
+}
+
+/// A response body that holds a connection permit until it is dropped.
+struct Held {
+    body: BoxBody,
+    _permit: Permit,
+}
+
+impl MessageBody for Held {
+    type Error = Box<dyn std::error::Error>;
+
+    fn size(&self) -> BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_next(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_origin_compares_the_host_header() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::HOST,
+            HeaderValue::from_static("kubefan.example:8080"),
+        );
+        assert!(same_origin("http://kubefan.example:8080", &h));
+        assert!(same_origin("https://KUBEFAN.example:8080", &h));
+        assert!(!same_origin("http://evil.example", &h));
+        assert!(!same_origin("kubefan.example:8080", &h));
+        h.insert(header::ORIGIN, HeaderValue::from_static("null"));
+        assert_eq!(origin(&h), None);
+    }
+}

@@ -1,0 +1,224 @@
+//! Connection limits: requests in flight (streams included) in total, per
+//! principal and per client address, and new requests per second per
+//! client address. A [`Permit`] is held for as long as a response is
+//! being sent (for a stream, its whole life) and gives its place back on
+//! drop.
+//!
+//! Counting is one `std` mutex around a few maps, taken once when a
+//! request starts and once when it ends; nothing is awaited under it. Maps
+//! only hold addresses and principals with something in flight, plus rate
+//! buckets that are pruned once they have refilled.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use crate::config::LimitsConfig;
+use crate::transport::error::ApiError;
+
+/// Seconds a client refused by a per-principal or per-address limit is
+/// told to wait.
+const RETRY_AFTER_SECS: u64 = 5;
+/// Rate buckets kept before full ones are pruned.
+const MAX_BUCKETS: usize = 10_000;
+
+pub struct Limits {
+    cfg: LimitsConfig,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    total: usize,
+    principals: HashMap<String, usize>,
+    addresses: HashMap<IpAddr, usize>,
+    buckets: HashMap<IpAddr, Bucket>,
+}
+
+/// A token bucket: `per_second_per_address` tokens a second, as many at most.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// A place in the limits, given back on drop.
+pub struct Permit {
+    limits: Arc<Limits>,
+    principal: String,
+    addr: Option<IpAddr>,
+}
+
+impl Limits {
+    pub fn new(cfg: LimitsConfig) -> Arc<Limits> {
+        Arc::new(Limits {
+            cfg,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    pub fn config(&self) -> &LimitsConfig {
+        &self.cfg
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes one token of `addr`'s bucket: 429 when it is empty.
+    pub fn rate(&self, addr: Option<IpAddr>) -> Result<(), ApiError> {
+        let rate = self.cfg.per_second_per_address;
+        let Some(addr) = addr.filter(|_| rate > 0) else {
+            return Ok(());
+        };
+        let rate = f64::from(rate);
+        let now = Instant::now();
+        let mut state = self.lock();
+        if state.buckets.len() >= MAX_BUCKETS {
+            state
+                .buckets
+                .retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * rate < rate);
+        }
+        let bucket = state.buckets.entry(addr).or_insert(Bucket {
+            tokens: rate,
+            at: now,
+        });
+        bucket.tokens =
+            (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate).min(rate);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            return Ok(());
+        }
+        let wait = ((1.0 - bucket.tokens) / rate).ceil().max(1.0) as u64;
+        Err(ApiError::TooManyRequests(
+            format!(
+                "too many new connections from your address (at most {} a second)",
+                self.cfg.per_second_per_address
+            ),
+            wait,
+        ))
+    }
+
+    /// A place for one request of `principal` from `addr`: 503 when the
+    /// gateway is full, 429 when this principal or address is.
+    pub fn admit(
+        self: &Arc<Self>,
+        principal: &str,
+        addr: Option<IpAddr>,
+    ) -> Result<Permit, ApiError> {
+        let cfg = &self.cfg;
+        let mut state = self.lock();
+        if cfg.max_connections > 0 && state.total >= cfg.max_connections {
+            return Err(ApiError::Unavailable(format!(
+                "kubefan is serving {} connections, the most allowed; retry shortly",
+                cfg.max_connections
+            )));
+        }
+        let per_principal = state.principals.get(principal).copied().unwrap_or(0);
+        if cfg.max_per_principal > 0 && per_principal >= cfg.max_per_principal {
+            return Err(ApiError::TooManyRequests(
+                format!(
+                    "{principal} already has {} connections open, the most allowed",
+                    cfg.max_per_principal
+                ),
+                RETRY_AFTER_SECS,
+            ));
+        }
+        if let Some(addr) = addr {
+            let per_address = state.addresses.get(&addr).copied().unwrap_or(0);
+            if cfg.max_per_address > 0 && per_address >= cfg.max_per_address {
+                return Err(ApiError::TooManyRequests(
+                    format!(
+                        "your address already has {} connections open, the most allowed",
+                        cfg.max_per_address
+                    ),
+                    RETRY_AFTER_SECS,
+                ));
+            }
+            *state.addresses.entry(addr).or_default() += 1;
+        }
+        *state.principals.entry(principal.to_string()).or_default() += 1;
+        state.total += 1;
+        Ok(Permit {
+            limits: self.clone(),
+            principal: principal.to_string(),
+            addr,
+        })
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> usize {
+        self.lock().total
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut state = self.limits.lock();
+        state.total = state.total.saturating_sub(1);
+        if let Some(n) = state.principals.get_mut(&self.principal) {
+            *n -= 1;
+            if *n == 0 {
+                state.principals.remove(&self.principal);
+            }
+        }
+        if let Some(addr) = self.addr
+            && let Some(n) = state.addresses.get_mut(&addr)
+        {
+            *n -= 1;
+            if *n == 0 {
+                state.addresses.remove(&addr);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(f: impl FnOnce(&mut LimitsConfig)) -> Arc<Limits> {
+        let mut cfg = LimitsConfig::default();
+        f(&mut cfg);
+        Limits::new(cfg)
+    }
+
+    #[test]
+    fn permits_count_and_give_back() {
+        let l = limits(|c| {
+            c.max_connections = 3;
+            c.max_per_principal = 2;
+            c.max_per_address = 2;
+        });
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let p1 = l.admit("alice", Some(a)).unwrap();
+        let _p2 = l.admit("alice", Some(b)).unwrap();
+        assert!(matches!(
+            l.admit("alice", Some(b)),
+            Err(ApiError::TooManyRequests(..))
+        ));
+        let _p3 = l.admit("bob", Some(a)).unwrap();
+        assert!(matches!(
+            l.admit("carol", None),
+            Err(ApiError::Unavailable(_))
+        ));
+        drop(p1);
+        let _p4 = l.admit("carol", Some(a)).unwrap();
+        assert_eq!(l.in_flight(), 3);
+    }
+
+    #[test]
+    fn rate_allows_a_burst_then_refuses() {
+        let l = limits(|c| c.per_second_per_address = 2);
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        l.rate(Some(a)).unwrap();
+        l.rate(Some(a)).unwrap();
+        assert!(matches!(
+            l.rate(Some(a)),
+            Err(ApiError::TooManyRequests(_, 1))
+        ));
+        l.rate(Some("10.0.0.2".parse().unwrap())).unwrap();
+    }
+}
