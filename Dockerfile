@@ -5,19 +5,26 @@
 
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
+#
+# The build is `cargo build --release --locked --package kubefan`: the
+# package and Cargo.lock that CI (`.ci/run`, a debug `cargo test`) tests;
+# tests/gateway/deploy.rs checks that this file keeps to that, copies every
+# workspace member's manifest and stubs every bench target.
 # Dependency layer: manifests plus empty targets.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src benches \
+COPY loadtest/Cargo.toml loadtest/
+RUN mkdir -p src benches loadtest/src \
     && echo 'fn main() {}' > src/main.rs \
     && echo '' > src/lib.rs \
     && echo 'fn main() {}' > benches/hub.rs \
-    && cargo build --release --locked \
+    && echo 'fn main() {}' > loadtest/src/main.rs \
+    && cargo build --release --locked --package kubefan \
     && rm -rf src benches
 COPY src src
 COPY benches benches
 COPY proto proto
 # Make sure cargo sees the real sources as newer than the dummy build.
-RUN touch src/main.rs src/lib.rs && cargo build --release --locked
+RUN touch src/main.rs src/lib.rs && cargo build --release --locked --package kubefan
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/kubefan /usr/local/bin/kubefan

@@ -1,0 +1,700 @@
+//! `deploy/` and the `Dockerfile`, checked without a cluster or a Docker
+//! engine: every manifest parses into the k8s-openapi type of its kind and
+//! survives a round trip unchanged (k8s-openapi ignores unknown fields, so a
+//! misspelt field shows up as a difference), the security properties hold,
+//! the container names only flags `kubefan serve --help` knows, its config
+//! file is one kubefan accepts, and the Grafana dashboard queries metrics
+//! kubefan exports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kubefan::sim::{Sim, pod};
+use serde::Serialize;
+use serde::de::{Deserialize, DeserializeOwned};
+use serde_json::Value;
+
+use crate::support::{WAIT, sim_config, spawn, test_config};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kubefan");
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every document of every `deploy/*.yaml`, as (file, document).
+fn documents() -> Vec<(String, Value)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("deploy"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    let mut docs = Vec::new();
+    for path in files {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for doc in serde_norway::Deserializer::from_str(&text) {
+            let value = Value::deserialize(doc).unwrap_or_else(|e| panic!("{name}: {e}"));
+            if !value.is_null() {
+                docs.push((name.clone(), value));
+            }
+        }
+    }
+    docs
+}
+
+/// Parses `doc` as `T` and checks that serialising it again gives the same
+/// document: no field was dropped as unknown, none changed.
+fn typed<T: DeserializeOwned + Serialize>(file: &str, doc: &Value) -> T {
+    let t: T = serde_json::from_value(doc.clone())
+        .unwrap_or_else(|e| panic!("{file}: not a valid {}: {e}", doc["kind"]));
+    let back = serde_json::to_value(&t).unwrap();
+    if let Some(diff) = difference(doc, &back, "") {
+        panic!(
+            "{file}: {} {} does not survive a round trip through k8s-openapi (a misspelt or misplaced field?): {diff}",
+            doc["kind"], doc["metadata"]["name"]
+        );
+    }
+    t
+}
+
+fn difference(want: &Value, got: &Value, at: &str) -> Option<String> {
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => {
+            for (k, v) in w {
+                let here = format!("{at}.{k}");
+                match g.get(k) {
+                    None => return Some(format!("{here} is unknown")),
+                    Some(gv) => {
+                        if let Some(d) = difference(v, gv, &here) {
+                            return Some(d);
+                        }
+                    }
+                }
+            }
+            g.keys()
+                .find(|k| !w.contains_key(*k))
+                .map(|k| format!("{at}.{k} appeared"))
+        }
+        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => w
+            .iter()
+            .zip(g)
+            .enumerate()
+            .find_map(|(i, (w, g))| difference(w, g, &format!("{at}[{i}]"))),
+        _ if want == got => None,
+        _ => Some(format!("{at}: {want} became {got}")),
+    }
+}
+
+/// The manifests, typed.
+#[derive(Default)]
+struct Manifests {
+    namespaces: Vec<Namespace>,
+    service_accounts: Vec<ServiceAccount>,
+    cluster_roles: Vec<ClusterRole>,
+    bindings: Vec<ClusterRoleBinding>,
+    config_maps: Vec<ConfigMap>,
+    deployments: Vec<Deployment>,
+    services: Vec<Service>,
+    pdbs: Vec<PodDisruptionBudget>,
+    ingresses: Vec<Ingress>,
+    /// (file, kind, namespace) of every object.
+    objects: Vec<(String, String, Option<String>)>,
+}
+
+fn manifests() -> Manifests {
+    let mut m = Manifests::default();
+    for (file, doc) in documents() {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+        if kind == "Kustomization" {
+            continue;
+        }
+        let ns = doc["metadata"]["namespace"].as_str().map(str::to_string);
+        m.objects.push((file.clone(), kind.clone(), ns));
+        match kind.as_str() {
+            "Namespace" => m.namespaces.push(typed(&file, &doc)),
+            "ServiceAccount" => m.service_accounts.push(typed(&file, &doc)),
+            "ClusterRole" => m.cluster_roles.push(typed(&file, &doc)),
+            "ClusterRoleBinding" => m.bindings.push(typed(&file, &doc)),
+            "ConfigMap" => m.config_maps.push(typed(&file, &doc)),
+            "Deployment" => m.deployments.push(typed(&file, &doc)),
+            "Service" => m.services.push(typed(&file, &doc)),
+            "PodDisruptionBudget" => m.pdbs.push(typed(&file, &doc)),
+            "Ingress" => m.ingresses.push(typed(&file, &doc)),
+            other => panic!("{file}: no check for kind {other:?}"),
+        }
+    }
+    m
+}
+
+fn one<'a, T>(items: &'a [T], what: &str) -> &'a T {
+    assert_eq!(items.len(), 1, "expected one {what}");
+    &items[0]
+}
+
+/// The long flags `kubefan serve --help` lists.
+fn serve_flags() -> BTreeSet<String> {
+    let out = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let flags: BTreeSet<String> = help
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("--"))
+        .map(|w| {
+            w.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    assert!(
+        flags.contains("listen") && flags.contains("config"),
+        "{flags:?}"
+    );
+    flags
+}
+
+/// The `--config` file the Deployment mounts, parsed.
+fn config_file(m: &Manifests) -> (String, BTreeMap<String, Value>) {
+    let cm = one(&m.config_maps, "ConfigMap");
+    let data = cm.data.as_ref().expect("ConfigMap data");
+    assert_eq!(data.len(), 1, "one config file");
+    let (name, text) = data.iter().next().unwrap();
+    let map: BTreeMap<String, Value> = serde_norway::from_str(text).unwrap();
+    (format!("{name}\n{text}"), map)
+}
+
+fn shutdown_grace_secs(config: &BTreeMap<String, Value>) -> i64 {
+    config
+        .get("shutdown-grace-secs")
+        .map_or(10, |v| v.as_i64().expect("a number"))
+}
+
+#[test]
+fn every_manifest_parses_into_its_kubernetes_type_and_round_trips() {
+    let m = manifests();
+    assert_eq!(m.namespaces.len(), 1);
+    let ns = m.namespaces[0].metadata.name.clone().unwrap();
+    for (file, kind, namespace) in &m.objects {
+        let cluster_scoped = matches!(
+            kind.as_str(),
+            "Namespace" | "ClusterRole" | "ClusterRoleBinding"
+        );
+        if cluster_scoped {
+            assert_eq!(namespace, &None, "{file}: {kind} is cluster-scoped");
+        } else {
+            assert_eq!(namespace.as_deref(), Some(ns.as_str()), "{file}: {kind}");
+        }
+    }
+    // kustomization.yaml lists every manifest except the examples.
+    let text = std::fs::read_to_string(root().join("deploy/kustomization.yaml")).unwrap();
+    let k: Value = serde_norway::from_str(&text).unwrap();
+    let listed: BTreeSet<&str> = k["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let files: BTreeSet<&str> = m
+        .objects
+        .iter()
+        .map(|(f, _, _)| f.as_str())
+        .filter(|f| !f.starts_with("ingress"))
+        .collect();
+    assert_eq!(listed, files, "kustomization.yaml resources");
+}
+
+#[test]
+fn the_deployment_runs_locked_down_with_probes_and_a_long_enough_grace_period() {
+    let m = manifests();
+    let d = one(&m.deployments, "Deployment");
+    let spec = d.spec.as_ref().unwrap();
+    let pod = spec.template.spec.as_ref().unwrap();
+    let psc = pod.security_context.as_ref().expect("pod securityContext");
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(psc.run_as_user, Some(65532));
+    assert_eq!(
+        psc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+        Some("RuntimeDefault")
+    );
+    let c = one(&pod.containers, "container");
+    let sc = c
+        .security_context
+        .as_ref()
+        .expect("container securityContext");
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_ne!(sc.privileged, Some(true));
+    let caps = sc.capabilities.as_ref().unwrap();
+    assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
+    assert!(caps.add.is_none());
+    assert_eq!(
+        c.image.as_deref(),
+        Some(format!("kubefan:{}", env!("CARGO_PKG_VERSION")).as_str()),
+        "the image the Dockerfile builds, at this version"
+    );
+
+    let res = c.resources.as_ref().expect("resources");
+    for key in ["cpu", "memory"] {
+        assert!(
+            res.requests.as_ref().unwrap().contains_key(key),
+            "requests.{key}"
+        );
+    }
+    assert!(
+        res.limits.as_ref().unwrap().contains_key("memory"),
+        "limits.memory"
+    );
+
+    let http = c
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|p| p.name.as_deref() == Some("http"))
+        .expect("a port named http");
+    assert_eq!(http.container_port, 8080, "the image's KUBEFAN_LISTEN port");
+    for (probe, path) in [
+        (c.liveness_probe.as_ref(), "/healthz"),
+        (c.readiness_probe.as_ref(), "/readyz"),
+    ] {
+        let get = probe.and_then(|p| p.http_get.as_ref()).expect("HTTP probe");
+        assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(get.port, IntOrString::String("http".into()));
+    }
+
+    let (_, config) = config_file(&m);
+    let pre_stop = c
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.pre_stop.as_ref())
+        .and_then(|h| h.sleep.as_ref())
+        .map_or(0, |s| s.seconds);
+    let grace = pod.termination_grace_period_seconds.expect("grace period");
+    assert!(
+        grace > pre_stop + shutdown_grace_secs(&config),
+        "terminationGracePeriodSeconds {grace} must exceed preStop {pre_stop} s + shutdown-grace-secs"
+    );
+    assert!(spec.replicas.unwrap_or(1) >= 2, "several replicas");
+
+    // The PodDisruptionBudget and the Service select these pods.
+    let labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    let selects =
+        |sel: &BTreeMap<String, String>| sel.iter().all(|(k, v)| labels.get(k) == Some(v));
+    let pdb = one(&m.pdbs, "PodDisruptionBudget").spec.as_ref().unwrap();
+    assert!(selects(
+        pdb.selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()
+    ));
+    assert_eq!(pdb.min_available, Some(IntOrString::Int(1)));
+    let svc = one(&m.services, "Service").spec.as_ref().unwrap();
+    assert!(selects(svc.selector.as_ref().unwrap()));
+    let port = one(svc.ports.as_deref().unwrap(), "Service port");
+    assert_eq!(port.target_port, Some(IntOrString::String("http".into())));
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        one(&m.service_accounts, "ServiceAccount")
+            .metadata
+            .name
+            .as_deref()
+    );
+}
+
+#[test]
+fn the_container_names_only_flags_kubefan_knows_and_mounts_an_accepted_config_file() {
+    let m = manifests();
+    let flags = serve_flags();
+    let d = one(&m.deployments, "Deployment");
+    let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let c = one(&pod.containers, "container");
+    let args = c.args.clone().unwrap();
+    assert_eq!(args[0], "serve");
+    let mut config_arg = None;
+    for (i, a) in args.iter().enumerate().skip(1) {
+        if let Some(flag) = a.strip_prefix("--") {
+            let name = flag.split('=').next().unwrap();
+            assert!(
+                flags.contains(name),
+                "--{name} is not a flag of kubefan serve"
+            );
+            if name == "config" {
+                config_arg = Some(args[i + 1].clone());
+            }
+        }
+    }
+    for var in c.env.iter().flatten() {
+        if let Some(flag) = var.name.strip_prefix("KUBEFAN_") {
+            let flag = flag.to_ascii_lowercase().replace('_', "-");
+            assert!(flags.contains(&flag), "{} names no flag", var.name);
+        }
+    }
+
+    // --config names the file the ConfigMap mounts.
+    let config_arg = config_arg.expect("--config FILE");
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|v| config_arg.starts_with(&format!("{}/", v.mount_path)))
+        .expect("the --config file is on a mounted volume");
+    assert_eq!(mount.read_only, Some(true));
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap();
+    let cm = one(&m.config_maps, "ConfigMap");
+    assert_eq!(
+        volume.config_map.as_ref().unwrap().name,
+        cm.metadata.name.clone().unwrap()
+    );
+    let (text, config) = config_file(&m);
+    let key = Path::new(&config_arg)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap();
+    assert!(
+        text.starts_with(&format!("{key}\n")),
+        "the ConfigMap holds {key}"
+    );
+    for k in config.keys() {
+        assert!(flags.contains(k), "config key {k:?} is not a flag");
+    }
+
+    // kubefan itself accepts the file (unknown keys are refused at start).
+    let dir = std::env::temp_dir().join(format!("kubefan-deploy-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(key);
+    std::fs::write(&file, text.split_once('\n').unwrap().1).unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&file)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&file, "resources: [pods]\nkeepalive: 20\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown key \"keepalive\""), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn rbac_grants_only_reads_of_the_served_resources_and_the_auth_reviews() {
+    let m = manifests();
+    let (_, config) = config_file(&m);
+    let list = |key: &str| -> BTreeSet<String> {
+        config
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    let served: BTreeSet<String> = list("resources")
+        .union(&list("allow-resources"))
+        .cloned()
+        .collect();
+    assert!(!list("allow-resources").is_empty(), "serve a fixed set");
+
+    let role = one(&m.cluster_roles, "ClusterRole");
+    let mut readable = BTreeSet::new();
+    for rule in role.rules.iter().flatten() {
+        let resources = rule.resources.clone().unwrap_or_default();
+        let groups = rule.api_groups.clone().unwrap_or_default();
+        assert!(
+            !resources.iter().any(|r| r.contains('*')),
+            "no wildcard resources"
+        );
+        assert!(!groups.iter().any(|g| g == "*"), "no wildcard groups");
+        assert!(rule.non_resource_urls.is_none());
+        match resources.as_slice() {
+            [r] if r == "tokenreviews" || r == "subjectaccessreviews" => {
+                assert_eq!(rule.verbs, ["create"], "{r}");
+                let group = if r == "tokenreviews" {
+                    "authentication.k8s.io"
+                } else {
+                    "authorization.k8s.io"
+                };
+                assert_eq!(groups, [group]);
+            }
+            _ => {
+                for verb in &rule.verbs {
+                    assert!(
+                        ["get", "list", "watch"].contains(&verb.as_str()),
+                        "verb {verb} on {resources:?}"
+                    );
+                }
+                for r in resources {
+                    let name = match groups.as_slice() {
+                        [g] if g.is_empty() => r,
+                        [g] => format!("{r}.{g}"),
+                        _ => panic!("one API group per rule"),
+                    };
+                    readable.insert(name);
+                }
+            }
+        }
+    }
+    assert_eq!(readable, served, "RBAC reads exactly what kubefan serves");
+    if config.get("auth").and_then(Value::as_str) == Some("kubernetes") {
+        let has = |r: &str| {
+            role.rules
+                .iter()
+                .flatten()
+                .any(|rule| rule.resources.iter().flatten().any(|x| x == r))
+        };
+        assert!(has("tokenreviews") && has("subjectaccessreviews"));
+    }
+
+    let binding = one(&m.bindings, "ClusterRoleBinding");
+    assert_eq!(binding.role_ref.kind, "ClusterRole");
+    assert_eq!(Some(&binding.role_ref.name), role.metadata.name.as_ref());
+    let sa = one(&m.service_accounts, "ServiceAccount");
+    let subject = one(binding.subjects.as_deref().unwrap(), "subject");
+    assert_eq!(subject.kind, "ServiceAccount");
+    assert_eq!(Some(&subject.name), sa.metadata.name.as_ref());
+    assert_eq!(subject.namespace, sa.metadata.namespace);
+}
+
+#[test]
+fn the_ingress_example_keeps_streams_unbuffered_and_open() {
+    let m = manifests();
+    let (_, config) = config_file(&m);
+    let keepalive = config
+        .get("keepalive-secs")
+        .map_or(15, |v| v.as_i64().unwrap());
+    let ing = one(&m.ingresses, "Ingress");
+    let ann = ing.metadata.annotations.clone().unwrap();
+    let a = |k: &str| {
+        ann.get(&format!("nginx.ingress.kubernetes.io/{k}"))
+            .cloned()
+    };
+    assert_eq!(a("proxy-buffering").as_deref(), Some("off"));
+    for k in ["proxy-read-timeout", "proxy-send-timeout"] {
+        let secs: i64 = a(k).unwrap_or_else(|| panic!("{k}")).parse().unwrap();
+        assert!(
+            secs >= 4 * keepalive,
+            "{k} {secs} s is too close to the keep-alive"
+        );
+    }
+    let svc = one(&m.services, "Service");
+    let backend = ing.spec.as_ref().unwrap().rules.as_ref().unwrap()[0]
+        .http
+        .as_ref()
+        .unwrap()
+        .paths[0]
+        .backend
+        .service
+        .clone()
+        .unwrap();
+    assert_eq!(Some(&backend.name), svc.metadata.name.as_ref());
+    let port = backend.port.unwrap();
+    let svc_port = &svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
+    assert!(port.name == svc_port.name || port.number == Some(svc_port.port));
+}
+
+#[test]
+fn the_dockerfile_builds_what_ci_builds_locked_with_every_workspace_member() {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let builds: Vec<&str> = dockerfile
+        .split("&&")
+        .flat_map(|s| s.lines())
+        .map(|l| {
+            l.trim()
+                .trim_start_matches("RUN ")
+                .trim()
+                .trim_end_matches('\\')
+                .trim()
+        })
+        .filter(|l| l.starts_with("cargo build"))
+        .collect();
+    assert!(
+        builds.len() >= 2,
+        "a dependency layer and the real build: {builds:?}"
+    );
+    for b in &builds {
+        let words: Vec<&str> = b.split_whitespace().collect();
+        assert!(
+            words.contains(&"--locked"),
+            "{b}: the lockfile CI tests with"
+        );
+        assert!(words.contains(&"--release"), "{b}");
+        // The package CI tests (`cargo test` in the root builds `kubefan`).
+        if let Some(i) = words.iter().position(|w| *w == "--package" || *w == "-p") {
+            assert_eq!(words[i + 1], "kubefan", "{b}");
+        }
+        assert!(
+            !words
+                .iter()
+                .any(|w| w.starts_with("--features") || *w == "--all-features"),
+            "{b}: CI builds default features"
+        );
+    }
+    // Every workspace member's manifest is in the image's build context, and
+    // every target the dependency layer stubs exists.
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    if let Some(line) = manifest
+        .lines()
+        .find(|l| l.trim_start().starts_with("members"))
+    {
+        for member in line.split('"').skip(1).step_by(2).filter(|m| *m != ".") {
+            assert!(
+                dockerfile.contains(&format!("COPY {member}/Cargo.toml")),
+                "the Dockerfile must copy workspace member {member}'s Cargo.toml"
+            );
+        }
+    }
+    let mut lines = manifest.lines();
+    while let Some(l) = lines.next() {
+        if l.trim() == "[[bench]]" {
+            let name = lines.next().unwrap().split('"').nth(1).unwrap();
+            assert!(
+                dockerfile.contains(&format!("benches/{name}.rs")),
+                "the Dockerfile's dependency layer must stub benches/{name}.rs"
+            );
+        }
+    }
+    assert!(
+        dockerfile.contains("USER 65532:65532"),
+        "the Deployment's runAsUser"
+    );
+    assert!(
+        dockerfile.contains("ENV KUBEFAN_LISTEN=0.0.0.0:8080"),
+        "the Deployment's port"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_grafana_dashboard_queries_only_metrics_kubefan_exports_and_they_carry_values() {
+    let text = std::fs::read_to_string(root().join("deploy/grafana-dashboard.json")).unwrap();
+    let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let mut exprs = Vec::new();
+    fn walk(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(e)) = m.get("expr") {
+                    out.push(e.clone());
+                }
+                m.values().for_each(|v| walk(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    walk(&dashboard, &mut exprs);
+    assert!(exprs.len() >= 8, "{} queries", exprs.len());
+
+    // The metric families a gateway with a subscriber exports.
+    let sim = Sim::new(sim_config());
+    sim.create("pods", pod("one").ns("web").build()).unwrap();
+    let env = spawn(sim, test_config(&["pods"])).await;
+    env.synced("pods").await;
+    let mut sse = env.sse("/stream/pods").await;
+    while sse.next().await.unwrap().event != "BOOKMARK" {}
+    let body = tokio::time::timeout(WAIT, async {
+        env.http
+            .get(format!("{}/metrics", env.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let exported: BTreeSet<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    // Families with no series yet (no reset has happened) are not in the
+    // exposition: those must at least be registered in src/ops.rs.
+    let ops = std::fs::read_to_string(root().join("src/ops.rs")).unwrap();
+    let registered: BTreeSet<String> = ops
+        .split("registry.register(")
+        .skip(1)
+        .filter_map(|s| s.split('"').nth(1))
+        .map(|n| format!("kubefan_{n}"))
+        .collect();
+    assert!(registered.contains("kubefan_subscribers"), "{registered:?}");
+    for expr in &exprs {
+        for (i, _) in expr.match_indices("kubefan_") {
+            let name: String = expr[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let family = ["_total", "_bucket", "_sum", "_count", "_created"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(&name);
+            assert!(
+                exported.contains(family)
+                    || exported.contains(name.as_str())
+                    || registered.contains(family),
+                "the dashboard queries {name}, which kubefan does not export: {expr}"
+            );
+        }
+    }
+    // The operator's additions carry values: bytes out, snapshot sizes,
+    // and when the upstream last spoke.
+    let value = |series: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(series))
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no {series} in\n{body}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(value("kubefan_bytes_sent_total{resource=\"pods\",transport=\"Sse\"}") > 0.0);
+    assert_eq!(
+        value("kubefan_snapshot_objects_count{resource=\"pods\"}"),
+        1.0
+    );
+    assert!(value("kubefan_snapshot_bytes_sum{resource=\"pods\"}") > 0.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let last = value("kubefan_upstream_last_sync_timestamp_seconds{resource=\"pods\"}");
+    assert!((now - last).abs() < 60.0, "last sync {last}, now {now}");
+    drop(sse);
+    env.stop().await;
+}
