@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs the comparison matrix: kubefan and nginx+nchan, side by side.
+# Each point three times with a fresh server process, the server pinned to
+# core 0 and the load generator to core 1. Results: loadtest/results/*.json;
+# then `python3 loadtest/summarise.py` writes the table and charts.
+#
+#   bash loadtest/run-points.sh            # full matrix (~15 min)
+#   POINTS="1000:sse" REPS=1 bash loadtest/run-points.sh   # one quick point
+set -euo pipefail
+cd "$(dirname "$0")/.."
+POINTS=${POINTS:-"1000:sse 5000:sse 10000:sse 10000:ws"}
+REPS=${REPS:-3}
+DURATION=${DURATION:-20}
+RATE=${RATE:-10}
+SERVERS=${SERVERS:-"kubefan nchan"}
+OUT=loadtest/results
+mkdir -p "$OUT" /tmp/kubefan-nchan
+cargo build --release --locked -p kubefan -p loadtest
+BIN=target/release
+ulimit -n 20000
+
+wait_http() { for _ in $(seq 100); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "no answer from $1" >&2; return 1; }
+
+for point in $POINTS; do
+  n=${point%%:*}; transport=${point##*:}
+  workers=$(( (n + 2499) / 2500 )); [ "$workers" -lt 2 ] && workers=2
+  for server in $SERVERS; do
+    for rep in $(seq "$REPS"); do
+      file="$OUT/$server-$transport-$n-$rep.json"
+      if [ "$server" = kubefan ]; then
+        taskset -c 0 "$BIN/kubefan" sim --listen 127.0.0.1:18001 --kubeconfig-out /tmp/lt.kubeconfig \
+          --churn-rate 0 --pods 100 >/tmp/lt-sim.log 2>&1 &
+        sim=$!
+        wait_http http://127.0.0.1:18001/version
+        taskset -c 0 "$BIN/kubefan" serve --kubeconfig /tmp/lt.kubeconfig --listen 127.0.0.1:18080 \
+          --resources pods --workers 1 >/tmp/lt-gw.log 2>&1 &
+        srv=$!
+        wait_http http://127.0.0.1:18080/readyz
+        pid=$srv; base=http://127.0.0.1:18080
+      else
+        taskset -c 0 nginx -c "$PWD/loadtest/nchan.conf" -p /tmp/kubefan-nchan/ >/tmp/nchan.log 2>&1 &
+        srv=$!
+        wait_http http://127.0.0.1:8090/sub/none -m 1 || true
+        sleep 0.5
+        pid=$(pgrep -P "$srv" -f "nginx: worker" | head -1)
+        base=http://127.0.0.1:8090
+        sim=""
+      fi
+      taskset -c 1 "$BIN/loadtest" run --server "$server" --base "$base" --sim http://127.0.0.1:18001 \
+        --pid "$pid" --transport "$transport" --subscribers "$n" --rate "$RATE" \
+        --duration-secs "$DURATION" --workers "$workers" --out "$file" >/dev/null
+      kill "$srv" ${sim:+"$sim"} 2>/dev/null || true
+      wait 2>/dev/null || true
+    done
+  done
+done

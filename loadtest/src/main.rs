@@ -1,0 +1,461 @@
+//! kubefan's load generator. See `loadtest/README.md` for scenarios and
+//! `loadtest/RESULTS.md` for the figures. Every loop is bounded in count
+//! and time, and every address is on loopback.
+
+mod subscriber;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use subscriber::{Target, Transport, client_for, connect, now_nanos, read};
+
+#[derive(Parser)]
+#[command(about = "Load generator for kubefan and nginx+nchan")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// N subscribers, R changes per second for D seconds; prints a JSON report.
+    Run(RunArgs),
+    /// N subscribers connecting at once; time until the last has its snapshot.
+    Herd(HerdArgs),
+    /// Internal: one worker process's share of subscribers.
+    Worker { config: String },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// `kubefan` or `nchan`.
+    #[arg(long, default_value = "kubefan")]
+    server: String,
+    /// The server under test.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    base: String,
+    /// kubefan: the simulated API server changes are driven through.
+    #[arg(long, default_value = "http://127.0.0.1:8001")]
+    sim: String,
+    /// The server's process id, for memory and CPU figures.
+    #[arg(long)]
+    pid: Option<u32>,
+    #[arg(long, value_enum, default_value = "sse")]
+    transport: Transport,
+    #[arg(long, default_value_t = 1000)]
+    subscribers: usize,
+    /// Changes per second (open loop).
+    #[arg(long, default_value_t = 10.0)]
+    rate: f64,
+    #[arg(long, default_value_t = 30)]
+    duration_secs: u64,
+    /// nchan message size in bytes (kubefan's events are whole pods, ~1 KB).
+    #[arg(long, default_value_t = 1024)]
+    payload: usize,
+    /// Worker processes (each holds at most ~5,000 connections: the
+    /// machine allows 20,000 open files per process).
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Loopback source addresses to spread connections over (127.0.0.2..).
+    #[arg(long, default_value_t = 8)]
+    addresses: u8,
+    /// Write the JSON report here too.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct HerdArgs {
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    base: String,
+    #[arg(long, default_value_t = 100)]
+    subscribers: usize,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WorkerConfig {
+    target: Target,
+    subscribers: usize,
+    first_address: u8,
+    addresses: u8,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct WorkerReport {
+    /// (latency µs, count) of every delivery.
+    histogram: Vec<(u64, u64)>,
+    /// Per change: deliveries and the latest one (µs).
+    per_change: Vec<(u64, u32)>,
+    duplicates: u64,
+    resets: u64,
+    failed_connections: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Command::Run(args) => rt.block_on(run(args)),
+        Command::Herd(args) => rt.block_on(herd(args)),
+        Command::Worker { config } => rt.block_on(worker(serde_json::from_str(&config)?)),
+    }
+}
+
+fn local_address(i: usize, first: u8, count: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(
+        127,
+        0,
+        0,
+        first + (i % count.max(1) as usize) as u8,
+    ))
+}
+
+async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
+    let clients: Vec<reqwest::Client> = (0..cfg.addresses.max(1) as usize)
+        .map(|i| client_for(local_address(i, cfg.first_address, cfg.addresses)))
+        .collect::<anyhow::Result<_>>()?;
+    let started = Instant::now();
+    let mut conns = Vec::with_capacity(cfg.subscribers);
+    let mut failed = 0;
+    // At most 256 handshakes in flight.
+    let mut pending = FuturesUnordered::new();
+    for i in 0..cfg.subscribers {
+        let (target, client) = (cfg.target.clone(), clients[i % clients.len()].clone());
+        let local = local_address(i, cfg.first_address, cfg.addresses);
+        pending.push(async move {
+            tokio::time::timeout(Duration::from_secs(60), connect(&target, &client, local)).await
+        });
+        if pending.len() >= 256 {
+            match pending.next().await {
+                Some(Ok(Ok(c))) => conns.push(c),
+                _ => failed += 1,
+            }
+        }
+    }
+    while let Some(r) = pending.next().await {
+        match r {
+            Ok(Ok(c)) => conns.push(c),
+            _ => failed += 1,
+        }
+    }
+    let mut out = tokio::io::stdout();
+    out.write_all(format!("READY {} {}\n", started.elapsed().as_millis(), failed).as_bytes())
+        .await?;
+    out.flush().await?;
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    let line = stdin.next_line().await?.context("coordinator went away")?;
+    let mut words = line.split_whitespace().skip(1);
+    let changes: usize = words.next().context("GO changes")?.parse()?;
+    let deadline_ms: u64 = words.next().context("GO deadline")?.parse()?;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(deadline_ms);
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|c| tokio::spawn(read(c, changes, deadline)))
+        .collect();
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 2)?;
+    let mut report = WorkerReport {
+        per_change: vec![(0, 0); changes],
+        failed_connections: failed,
+        ..WorkerReport::default()
+    };
+    for t in tasks {
+        let seen = t.await?;
+        report.duplicates += seen.duplicates;
+        report.resets += seen.resets;
+        for (i, l) in seen.latency_us.iter().enumerate() {
+            if *l != u32::MAX {
+                hist.saturating_record(u64::from(*l).max(1));
+                report.per_change[i].0 += 1;
+                report.per_change[i].1 = report.per_change[i].1.max(*l);
+            }
+        }
+    }
+    report.histogram = hist
+        .iter_recorded()
+        .map(|v| (v.value_iterated_to(), v.count_at_value()))
+        .collect();
+    out.write_all(format!("{}\n", serde_json::to_string(&report)?).as_bytes())
+        .await?;
+    out.flush().await?;
+    Ok(())
+}
+
+/// RSS (KiB) and CPU time (ms) of a process, from /proc.
+fn proc_stats(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 (1-based), in clock ticks (100/s).
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some((rss, ticks * 10))
+}
+
+async fn setup_kubefan(http: &reqwest::Client, sim: &str) -> anyhow::Result<()> {
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "target", "namespace": "loadtest", "annotations": {"loadtest/sent": "none"}},
+        "spec": {"nodeName": "node-0", "containers": [{"name": "main", "image": "registry.example/app:1"}]},
+        "status": {"phase": "Running"}});
+    let resp = http
+        .post(format!("{sim}/api/v1/namespaces/loadtest/pods"))
+        .json(&pod)
+        .send()
+        .await?;
+    if !(resp.status().is_success() || resp.status() == 409) {
+        bail!("creating the target pod: HTTP {}", resp.status());
+    }
+    Ok(())
+}
+
+/// What a change is sent to.
+#[derive(Clone)]
+struct Publisher {
+    http: reqwest::Client,
+    server: String,
+    base: String,
+    sim: String,
+    payload: usize,
+}
+
+async fn publish(p: Publisher, seq: usize) -> anyhow::Result<()> {
+    let (http, args) = (&p.http, &p);
+    let mark = format!("{seq}:{}", now_nanos());
+    let resp = if args.server == "nchan" {
+        let body = serde_json::json!({"metadata": {"annotations": {"loadtest/sent": mark,
+            "loadtest/pad": "x".repeat(args.payload.saturating_sub(80))}}});
+        http.post(format!("{}/pub/loadtest", args.base))
+            .body(body.to_string())
+            .send()
+            .await?
+    } else {
+        let patch = serde_json::json!({"metadata": {"annotations": {"loadtest/sent": mark}}});
+        http.patch(format!(
+            "{}/api/v1/namespaces/loadtest/pods/target",
+            args.sim
+        ))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(patch.to_string())
+        .send()
+        .await?
+    };
+    if !resp.status().is_success() {
+        bail!("publishing change {seq}: HTTP {}", resp.status());
+    }
+    Ok(())
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    if args.server == "kubefan" {
+        setup_kubefan(&http, &args.sim).await?;
+    }
+    let before = args.pid.and_then(proc_stats);
+    let target = Target {
+        server: args.server.clone(),
+        base: args.base.clone(),
+        transport: args.transport,
+        path: None,
+    };
+    let workers = args.workers.max(1);
+    let exe = std::env::current_exe()?;
+    let mut children = Vec::new();
+    let connect_started = Instant::now();
+    for w in 0..workers {
+        let share = args.subscribers / workers + usize::from(w < args.subscribers % workers);
+        let cfg = WorkerConfig {
+            target: target.clone(),
+            subscribers: share,
+            first_address: 2 + (w as u8 * args.addresses) % 200,
+            addresses: args.addresses,
+        };
+        let mut child = tokio::process::Command::new(&exe)
+            .arg("worker")
+            .arg(serde_json::to_string(&cfg)?)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdout = BufReader::new(child.stdout.take().context("worker stdout")?).lines();
+        children.push((child, stdout));
+    }
+    let mut failed = 0u64;
+    for (_, stdout) in children.iter_mut() {
+        let line = tokio::time::timeout(Duration::from_secs(300), stdout.next_line())
+            .await
+            .context("workers connect in time")??
+            .context("worker exited")?;
+        failed += line
+            .split_whitespace()
+            .nth(2)
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(0);
+    }
+    let connect_ms = connect_started.elapsed().as_millis();
+    let connected = args.pid.and_then(proc_stats);
+
+    let changes = (args.rate * args.duration_secs as f64).round() as usize;
+    let drain = Duration::from_secs(10);
+    let deadline_ms = args.duration_secs * 1000 + drain.as_millis() as u64;
+    for (child, _) in children.iter_mut() {
+        let stdin = child.stdin.as_mut().context("worker stdin")?;
+        stdin
+            .write_all(format!("GO {changes} {deadline_ms}\n").as_bytes())
+            .await?;
+        stdin.flush().await?;
+    }
+    // Give workers a moment to start their readers before the first change.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let cpu_start = args.pid.and_then(proc_stats);
+    let mut interval = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let publisher = Publisher {
+        http: http.clone(),
+        server: args.server.clone(),
+        base: args.base.clone(),
+        sim: args.sim.clone(),
+        payload: args.payload,
+    };
+    let mut sends = Vec::with_capacity(changes);
+    for seq in 0..changes {
+        interval.tick().await;
+        sends.push(tokio::spawn(publish(publisher.clone(), seq)));
+    }
+    let mut publish_errors = 0;
+    for s in sends {
+        if !matches!(s.await, Ok(Ok(()))) {
+            publish_errors += 1;
+        }
+    }
+    let mut total = Histogram::<u64>::new_with_bounds(1, 600_000_000, 2)?;
+    let mut per_change = vec![(0u64, 0u32); changes];
+    let (mut dups, mut resets) = (0, 0);
+    for (mut child, mut stdout) in children {
+        let line = tokio::time::timeout(
+            Duration::from_secs(deadline_ms / 1000 + 60),
+            stdout.next_line(),
+        )
+        .await
+        .context("worker report in time")??
+        .context("worker report")?;
+        let report: WorkerReport = serde_json::from_str(&line)?;
+        for (v, c) in report.histogram {
+            total.record_n(v.max(1), c)?;
+        }
+        for (i, (n, m)) in report.per_change.into_iter().enumerate() {
+            per_change[i].0 += n;
+            per_change[i].1 = per_change[i].1.max(m);
+        }
+        dups += report.duplicates;
+        resets += report.resets;
+        let _ = child.wait().await;
+    }
+    let cpu_end = args.pid.and_then(proc_stats);
+    let expected = (args.subscribers as u64 - failed) * changes as u64;
+    let delivered: u64 = per_change.iter().map(|(n, _)| n).sum();
+    let mut last: Vec<u32> = per_change.iter().map(|(_, m)| *m).collect();
+    last.sort_unstable();
+    let pct = |p: f64| {
+        last.get(((last.len() as f64 * p) as usize).min(last.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    let cpu_ms = match (cpu_start, cpu_end) {
+        (Some(a), Some(b)) => Some(b.1 - a.1),
+        _ => None,
+    };
+    let report = serde_json::json!({
+        "server": args.server, "transport": args.transport, "subscribers": args.subscribers,
+        "rate": args.rate, "duration_secs": args.duration_secs, "changes": changes,
+        "failed_connections": failed, "publish_errors": publish_errors,
+        "expected": expected, "delivered": delivered, "lost": expected.saturating_sub(delivered),
+        "duplicates": dups, "resets": resets,
+        "latency_ms": {"p50": total.value_at_quantile(0.5) as f64 / 1000.0,
+            "p99": total.value_at_quantile(0.99) as f64 / 1000.0, "max": total.max() as f64 / 1000.0},
+        "last_subscriber_ms": {"p50": pct(0.5) as f64 / 1000.0, "p99": pct(0.99) as f64 / 1000.0,
+            "max": last.last().copied().unwrap_or(0) as f64 / 1000.0},
+        "connect_all_ms": connect_ms,
+        "rss_kib": {"before": before.map(|s| s.0), "connected": connected.map(|s| s.0), "after": cpu_end.map(|s| s.0)},
+        "rss_per_subscriber_bytes": match (before, connected) {
+            (Some(b), Some(c)) => Some((c.0 as f64 - b.0 as f64) * 1024.0 / args.subscribers as f64), _ => None },
+        "server_cpu_ms": cpu_ms,
+        "server_cpu_us_per_delivery": cpu_ms.map(|ms| ms as f64 * 1000.0 / delivered.max(1) as f64),
+    });
+    let text = serde_json::to_string_pretty(&report)?;
+    println!("{text}");
+    if let Some(out) = &args.out {
+        std::fs::write(out, &text)?;
+    }
+    eprintln!(
+        "{} {:?} N={} R={}: delivered {}/{} (lost {}, dup {}, resets {}), p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {}/subscriber, {} CPU/delivery",
+        args.server,
+        args.transport,
+        args.subscribers,
+        args.rate,
+        delivered,
+        expected,
+        expected.saturating_sub(delivered),
+        dups,
+        resets,
+        report["latency_ms"]["p50"].as_f64().unwrap_or(0.0),
+        report["latency_ms"]["p99"].as_f64().unwrap_or(0.0),
+        report["latency_ms"]["max"].as_f64().unwrap_or(0.0),
+        report["rss_per_subscriber_bytes"]
+            .as_f64()
+            .map_or("?".into(), |b| format!("{:.1} KB", b / 1000.0)),
+        report["server_cpu_us_per_delivery"]
+            .as_f64()
+            .map_or("?".into(), |u| format!("{u:.2} µs")),
+    );
+    Ok(())
+}
+
+async fn herd(args: HerdArgs) -> anyhow::Result<()> {
+    let target = Target {
+        server: "kubefan".into(),
+        base: args.base.clone(),
+        transport: Transport::Sse,
+        path: Some("/stream/pods".into()),
+    };
+    let started = Instant::now();
+    let mut all = FuturesUnordered::new();
+    for i in 0..args.subscribers {
+        let target = target.clone();
+        let local = local_address(i, 2, 8);
+        all.push(async move {
+            let client = client_for(local)?;
+            // `connect` returns once the snapshot's end marker has arrived.
+            connect(&target, &client, local)
+                .await
+                .map(|_| started.elapsed())
+        });
+    }
+    let mut times = Vec::new();
+    while let Some(r) = tokio::time::timeout(Duration::from_secs(120), all.next()).await? {
+        times.push(r?);
+    }
+    times.sort();
+    println!(
+        "{}",
+        serde_json::json!({"subscribers": args.subscribers,
+            "first_complete_ms": times.first().map(|t| t.as_millis()),
+            "last_complete_ms": times.last().map(|t| t.as_millis())})
+    );
+    Ok(())
+}

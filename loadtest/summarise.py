@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Turns loadtest/results/*.json into the RESULTS.md table (medians of the
+repetitions) and PNG charts (latency and memory per subscriber against N,
+kubefan beside nginx+nchan).  Usage: python3 loadtest/summarise.py"""
+import glob, json, os, statistics, sys
+from collections import defaultdict
+
+here = os.path.dirname(os.path.abspath(__file__))
+runs = defaultdict(list)
+for f in glob.glob(os.path.join(here, "results", "*.json")):
+    r = json.load(open(f))
+    runs[(r["server"], r["transport"], r["subscribers"])].append(r)
+
+def med(rs, *path):
+    vals = []
+    for r in rs:
+        v = r
+        for p in path:
+            v = v.get(p) if isinstance(v, dict) else None
+        if v is not None:
+            vals.append(v)
+    return statistics.median(vals) if vals else None
+
+rows = []
+print("| server | transport | N | delivered / expected | lost | dup | p50 ms | p99 ms | max ms | last subscriber p99 ms | memory / subscriber | CPU / delivery | runs |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for key in sorted(runs, key=lambda k: (k[1], k[2], k[0])):
+    rs = runs[key]
+    server, transport, n = key
+    mem = med(rs, "rss_per_subscriber_bytes")
+    cpu = med(rs, "server_cpu_us_per_delivery")
+    row = dict(server=server, transport=transport, n=n, p99=med(rs, "latency_ms", "p99"), mem=mem)
+    rows.append(row)
+    print(f"| {server} | {transport} | {n} | {int(med(rs,'delivered'))} / {int(med(rs,'expected'))} | "
+          f"{sum(r['lost'] for r in rs)} | {sum(r['duplicates'] for r in rs)} | {med(rs,'latency_ms','p50'):.1f} | "
+          f"{med(rs,'latency_ms','p99'):.1f} | {med(rs,'latency_ms','max'):.1f} | {med(rs,'last_subscriber_ms','p99'):.1f} | "
+          f"{'%.1f KB' % (mem/1000) if mem is not None else '?'} | {'%.2f µs' % cpu if cpu is not None else '?'} | {len(rs)} |")
+
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    sys.exit("charts need matplotlib: pip install matplotlib")
+for metric, label, fname in [("p99", "p99 delivery latency (ms)", "latency.png"), ("mem", "memory per subscriber (KB)", "memory.png")]:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for server in sorted({r["server"] for r in rows}):
+        pts = sorted((r["n"], r[metric]) for r in rows if r["server"] == server and r["transport"] == "Sse" and r[metric] is not None)
+        if pts:
+            ys = [y / 1000 if metric == "mem" else y for _, y in pts]
+            ax.plot([x for x, _ in pts], ys, marker="o", label=server)
+    ax.set_xlabel("SSE subscribers (N), 10 changes/s")
+    ax.set_ylabel(label)
+    ax.set_xscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(here, fname), dpi=110)
+    print(f"wrote loadtest/{fname}", file=sys.stderr)
