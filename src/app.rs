@@ -11,7 +11,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, StreamConfig};
+use crate::auth::Auth;
+use crate::config::{AuthMode, Config, StreamConfig};
+use crate::limits::Limits;
 use crate::ops::{self, Metrics};
 use crate::transport::error::status_json;
 use crate::transport::kube as kube_face;
@@ -28,6 +30,10 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Snapshots behind the Kubernetes face's `continue` tokens.
     pub kube_pages: kube_face::Pages,
+    pub auth: Arc<Auth>,
+    pub limits: Arc<Limits>,
+    /// Origins allowed cross-origin (lowercase, no trailing slash).
+    pub allowed_origins: Vec<String>,
 }
 
 pub struct App {
@@ -42,6 +48,9 @@ pub struct App {
 impl App {
     /// Starts the boot-time informers, binds `cfg.listen` and serves.
     pub async fn build(cfg: Config, client: kube::Client) -> std::io::Result<App> {
+        let auth = Auth::new(&cfg.auth, client.clone())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        log_exposure(&cfg);
         let shutdown = CancellationToken::new();
         let metrics = Arc::new(Metrics::new());
         let informers = Informers::new(
@@ -73,6 +82,13 @@ impl App {
             ticks,
             shutdown: shutdown.clone(),
             kube_pages: kube_face::Pages::default(),
+            auth: Arc::new(auth),
+            limits: Limits::new(cfg.limits.clone()),
+            allowed_origins: cfg
+                .allowed_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+                .collect(),
         });
         let informers_data = web::Data::new(informers.clone());
         let metrics_data = web::Data::new(metrics.clone());
@@ -80,6 +96,7 @@ impl App {
         let addr = listener.local_addr()?;
         let server = HttpServer::new(move || {
             actix_web::App::new()
+                .wrap(actix_web::middleware::from_fn(crate::gate::gate))
                 .app_data(state.clone())
                 .app_data(informers_data.clone())
                 .app_data(metrics_data.clone())
@@ -92,6 +109,7 @@ impl App {
                         )
                         .route(web::get().to(sse::stream)),
                 )
+                .route("/", web::get().to(crate::web::dashboard))
                 .route("/ws", web::get().to(ws::mux))
                 .route("/healthz", web::get().to(ops::healthz))
                 .route("/readyz", web::get().to(ops::readyz))
@@ -151,4 +169,29 @@ async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
         "NotFound",
         &format!("no route for {} {}", req.method(), req.path()),
     ))
+}
+
+/// Says at start-up what is exposed: the auth mode and what happens to
+/// Secrets.
+fn log_exposure(cfg: &Config) {
+    let mode = match cfg.auth.mode {
+        AuthMode::None => "none",
+        AuthMode::Jwt => "jwt",
+        AuthMode::Kubernetes => "kubernetes",
+    };
+    if cfg.auth.mode == AuthMode::None && !cfg.listen.ip().is_loopback() {
+        tracing::warn!(listen = %cfg.listen, "serving without authentication on a non-loopback address (--allow-unauthenticated)");
+    } else {
+        tracing::info!(auth = mode, "authentication");
+    }
+    let upstream = &cfg.upstream;
+    if !upstream.allow_secrets {
+        tracing::info!("Secrets are not served (--allow-secrets serves them, redacted)");
+    } else if upstream.informer.ingest.reveal_secret_data {
+        tracing::warn!("Secrets are served WITH their data and stringData values (--secret-data)");
+    } else {
+        tracing::info!(
+            "Secrets are served with data and stringData redacted (--secret-data reveals them)"
+        );
+    }
 }

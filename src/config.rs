@@ -5,6 +5,7 @@
 //! tests build directly.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::hub::LogLimits;
@@ -51,6 +52,124 @@ impl Default for StreamConfig {
     }
 }
 
+/// How clients prove who they are (see `crate::auth`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    /// Everyone may see everything the gateway serves: loopback only,
+    /// unless `allow_unauthenticated`.
+    #[default]
+    None,
+    /// Signed JWTs whose claims grant namespaces and resources.
+    Jwt,
+    /// Kubernetes bearer tokens: TokenReview, then SubjectAccessReview.
+    Kubernetes,
+}
+
+/// JWT verification settings.
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    /// A file holding the HS256/384/512 shared secret (surrounding
+    /// whitespace is trimmed).
+    pub secret_file: Option<PathBuf>,
+    /// PEM public keys (RSA, EC or Ed25519), tried in turn.
+    pub public_key_files: Vec<PathBuf>,
+    /// A JWKS file; keys are chosen by `kid`, and the file is re-read when
+    /// its modification time changes.
+    pub jwks_file: Option<PathBuf>,
+    /// Accepted issuers (`iss`); empty: not checked.
+    pub issuers: Vec<String>,
+    /// Accepted audiences (`aud`); empty: not checked.
+    pub audiences: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`.
+    pub leeway: Duration,
+    /// The claim listing granted namespaces (`"*"`: all).
+    pub namespaces_claim: String,
+    /// The claim listing granted resources (`"*"`: all).
+    pub resources_claim: String,
+}
+
+impl Default for JwtConfig {
+    fn default() -> Self {
+        JwtConfig {
+            secret_file: None,
+            public_key_files: Vec::new(),
+            jwks_file: None,
+            issuers: Vec::new(),
+            audiences: Vec::new(),
+            leeway: Duration::from_secs(30),
+            namespaces_claim: "kubefan/namespaces".into(),
+            resources_claim: "kubefan/resources".into(),
+        }
+    }
+}
+
+/// Authentication and authorization.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    pub mode: AuthMode,
+    pub jwt: JwtConfig,
+    /// The cookie a token may be read from.
+    pub cookie: String,
+    /// How long TokenReview / SubjectAccessReview answers are reused.
+    pub cache_ttl: Duration,
+    /// Allow `AuthMode::None` on a non-loopback address.
+    pub allow_unauthenticated: bool,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            mode: AuthMode::None,
+            jwt: JwtConfig::default(),
+            cookie: "kubefan_token".into(),
+            cache_ttl: Duration::from_secs(10),
+            allow_unauthenticated: false,
+        }
+    }
+}
+
+/// Bounds on what clients may open and send (see `crate::gate`). A limit
+/// of 0 is no limit.
+#[derive(Debug, Clone)]
+pub struct LimitsConfig {
+    /// Requests in flight at once, streams included (503 beyond).
+    pub max_connections: usize,
+    /// Requests in flight per principal (429 beyond).
+    pub max_per_principal: usize,
+    /// Requests in flight per client address (429 beyond).
+    pub max_per_address: usize,
+    /// New requests per second per client address (429 beyond).
+    pub per_second_per_address: u32,
+    /// Longest request target (path and query), in bytes (414 beyond).
+    pub max_uri_bytes: usize,
+    /// Largest sum of request header names and values, in bytes (431 beyond).
+    pub max_header_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_connections: 15_000,
+            max_per_principal: 0,
+            max_per_address: 0,
+            per_second_per_address: 0,
+            max_uri_bytes: 8 << 10,
+            max_header_bytes: 16 << 10,
+        }
+    }
+}
+
+/// A configuration kubefan refuses to start with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "refusing to serve {0} without authentication: anyone who can reach that address would see everything the service account can list. Use --auth jwt or --auth kubernetes, listen on loopback, or pass --allow-unauthenticated if something in front of kubefan authenticates"
+    )]
+    Unauthenticated(SocketAddr),
+    #[error("--auth jwt needs a key: --jwt-secret-file, --jwt-public-key-file or --jwks-file")]
+    NoJwtKeys,
+}
+
 /// Everything the gateway needs besides a Kubernetes client.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -61,6 +180,11 @@ pub struct Config {
     pub shutdown_grace: Duration,
     pub upstream: UpstreamConfig,
     pub stream: StreamConfig,
+    pub auth: AuthConfig,
+    pub limits: LimitsConfig,
+    /// Origins (`scheme://host[:port]`) allowed cross-origin: WebSocket
+    /// upgrades, and CORS with credentials. Same-origin is always allowed.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for Config {
@@ -71,6 +195,32 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             upstream: UpstreamConfig::default(),
             stream: StreamConfig::default(),
+            auth: AuthConfig::default(),
+            limits: LimitsConfig::default(),
+            allowed_origins: Vec::new(),
+        }
+    }
+}
+
+impl Config {
+    /// Refuses configurations that would expose the cluster: no
+    /// authentication on a non-loopback address (unless
+    /// `allow_unauthenticated`), JWT mode without a key.
+    pub fn validate(&self) -> Result<(), Error> {
+        match self.auth.mode {
+            AuthMode::None
+                if !self.listen.ip().is_loopback() && !self.auth.allow_unauthenticated =>
+            {
+                Err(Error::Unauthenticated(self.listen))
+            }
+            AuthMode::Jwt
+                if self.auth.jwt.secret_file.is_none()
+                    && self.auth.jwt.public_key_files.is_empty()
+                    && self.auth.jwt.jwks_file.is_none() =>
+            {
+                Err(Error::NoJwtKeys)
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -93,16 +243,23 @@ pub struct GatewayArgs {
     /// Never serve these resources, even when allowed.
     #[arg(long, env = "KUBEFAN_DENY_RESOURCES", value_delimiter = ',')]
     pub deny_resources: Vec<String>,
-    /// Serve Secrets (their data/stringData values are still blanked).
+    /// Serve Secrets (their data/stringData values are still blanked
+    /// unless --secret-data).
     #[arg(long, env = "KUBEFAN_ALLOW_SECRETS")]
     pub allow_secrets: bool,
     /// Seconds an on-demand informer (not started at boot) runs on after
     /// its last subscriber left.
     #[arg(long, env = "KUBEFAN_IDLE_GRACE_SECS", default_value_t = 300)]
     pub idle_grace_secs: u64,
-    /// With --allow-secrets, serve Secret values unredacted.
-    #[arg(long, env = "KUBEFAN_REVEAL_SECRET_DATA", requires = "allow_secrets")]
-    pub reveal_secret_data: bool,
+    /// With --allow-secrets, serve Secret values unredacted
+    /// (--reveal-secret-data is an older name).
+    #[arg(
+        long = "secret-data",
+        alias = "reveal-secret-data",
+        env = "KUBEFAN_SECRET_DATA",
+        requires = "allow_secrets"
+    )]
+    pub secret_data: bool,
     /// Keep metadata.managedFields (dropped by default: 20-40% of an object).
     #[arg(long, env = "KUBEFAN_KEEP_MANAGED_FIELDS")]
     pub keep_managed_fields: bool,
@@ -143,6 +300,76 @@ pub struct GatewayArgs {
     /// Upstream WATCH timeoutSeconds (at most 290).
     #[arg(long, env = "KUBEFAN_WATCH_TIMEOUT_SECS", default_value_t = 290, value_parser = clap::value_parser!(u64).range(1..=290))]
     pub watch_timeout_secs: u64,
+    /// Authentication: none (loopback only, unless
+    /// --allow-unauthenticated), jwt, or kubernetes (TokenReview and
+    /// SubjectAccessReview).
+    #[arg(long, env = "KUBEFAN_AUTH", value_enum, default_value_t = AuthMode::None)]
+    pub auth: AuthMode,
+    /// Serve without authentication on a non-loopback address.
+    #[arg(long, env = "KUBEFAN_ALLOW_UNAUTHENTICATED")]
+    pub allow_unauthenticated: bool,
+    /// File holding the HS256/384/512 secret.
+    #[arg(long, env = "KUBEFAN_JWT_SECRET_FILE")]
+    pub jwt_secret_file: Option<PathBuf>,
+    /// PEM public key file (RSA, EC or Ed25519); repeatable.
+    #[arg(long, env = "KUBEFAN_JWT_PUBLIC_KEY_FILE", value_delimiter = ',')]
+    pub jwt_public_key_file: Vec<PathBuf>,
+    /// JWKS file; keys chosen by `kid`, re-read when the file changes.
+    #[arg(long, env = "KUBEFAN_JWKS_FILE")]
+    pub jwks_file: Option<PathBuf>,
+    /// Accepted `iss` (comma-separated); unchecked when empty.
+    #[arg(long, env = "KUBEFAN_JWT_ISSUER", value_delimiter = ',')]
+    pub jwt_issuer: Vec<String>,
+    /// Accepted `aud` (comma-separated); unchecked when empty.
+    #[arg(long, env = "KUBEFAN_JWT_AUDIENCE", value_delimiter = ',')]
+    pub jwt_audience: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds.
+    #[arg(long, env = "KUBEFAN_JWT_LEEWAY_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub jwt_leeway_secs: u64,
+    /// Claim listing the namespaces a token grants ("*": all).
+    #[arg(
+        long,
+        env = "KUBEFAN_JWT_NAMESPACES_CLAIM",
+        default_value = "kubefan/namespaces"
+    )]
+    pub jwt_namespaces_claim: String,
+    /// Claim listing the resources a token grants ("*": all).
+    #[arg(
+        long,
+        env = "KUBEFAN_JWT_RESOURCES_CLAIM",
+        default_value = "kubefan/resources"
+    )]
+    pub jwt_resources_claim: String,
+    /// Cookie a token may be read from.
+    #[arg(long, env = "KUBEFAN_AUTH_COOKIE", default_value = "kubefan_token")]
+    pub auth_cookie: String,
+    /// Seconds TokenReview / SubjectAccessReview answers are reused.
+    #[arg(long, env = "KUBEFAN_AUTH_CACHE_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub auth_cache_secs: u64,
+    /// Origins (`https://dash.example.com`) allowed cross-origin: WebSocket
+    /// upgrades and CORS with credentials. Same-origin is always allowed.
+    #[arg(long, env = "KUBEFAN_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+    /// Requests in flight at once, open streams included (503 beyond; 0: no limit).
+    #[arg(long, env = "KUBEFAN_MAX_CONNECTIONS", default_value_t = 15_000)]
+    pub max_connections: usize,
+    /// Requests in flight per principal (429 beyond; 0: no limit).
+    #[arg(
+        long,
+        env = "KUBEFAN_MAX_CONNECTIONS_PER_PRINCIPAL",
+        default_value_t = 0
+    )]
+    pub max_connections_per_principal: usize,
+    /// Requests in flight per client address (429 beyond; 0: no limit).
+    #[arg(long, env = "KUBEFAN_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = 0)]
+    pub max_connections_per_address: usize,
+    /// New requests per second per client address (429 beyond; 0: no limit).
+    #[arg(
+        long,
+        env = "KUBEFAN_CONNECTIONS_PER_SECOND_PER_ADDRESS",
+        default_value_t = 0
+    )]
+    pub connections_per_second_per_address: u32,
 }
 
 impl GatewayArgs {
@@ -162,7 +389,7 @@ impl GatewayArgs {
                     watch_timeout: Duration::from_secs(self.watch_timeout_secs),
                     ingest: IngestOptions {
                         keep_managed_fields: self.keep_managed_fields,
-                        reveal_secret_data: self.reveal_secret_data,
+                        reveal_secret_data: self.secret_data,
                     },
                     ..InformerConfig::default()
                 },
@@ -180,6 +407,30 @@ impl GatewayArgs {
                 ws_max_message: self.ws_max_message_bytes as usize,
                 max_subscriptions_per_socket: self.ws_max_subscriptions as usize,
             },
+            auth: AuthConfig {
+                mode: self.auth,
+                jwt: JwtConfig {
+                    secret_file: self.jwt_secret_file,
+                    public_key_files: self.jwt_public_key_file,
+                    jwks_file: self.jwks_file,
+                    issuers: names(self.jwt_issuer),
+                    audiences: names(self.jwt_audience),
+                    leeway: Duration::from_secs(self.jwt_leeway_secs),
+                    namespaces_claim: self.jwt_namespaces_claim,
+                    resources_claim: self.jwt_resources_claim,
+                },
+                cookie: self.auth_cookie,
+                cache_ttl: Duration::from_secs(self.auth_cache_secs),
+                allow_unauthenticated: self.allow_unauthenticated,
+            },
+            limits: LimitsConfig {
+                max_connections: self.max_connections,
+                max_per_principal: self.max_connections_per_principal,
+                max_per_address: self.max_connections_per_address,
+                per_second_per_address: self.connections_per_second_per_address,
+                ..LimitsConfig::default()
+            },
+            allowed_origins: names(self.allowed_origins),
         }
     }
 }
@@ -190,4 +441,53 @@ fn names(list: Vec<String>) -> Vec<String> {
         .map(|r| r.trim().to_string())
         .filter(|r| !r.is_empty())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_auth_on_a_public_address_is_refused_with_the_reason() {
+        let mut cfg = Config {
+            listen: "0.0.0.0:8080".parse().unwrap(),
+            ..Config::default()
+        };
+        let err = cfg.validate().unwrap_err();
+        assert!(matches!(err, Error::Unauthenticated(_)));
+        assert!(err.to_string().contains("--allow-unauthenticated"), "{err}");
+        cfg.auth.allow_unauthenticated = true;
+        cfg.validate().unwrap();
+        cfg.auth.allow_unauthenticated = false;
+        cfg.listen = "[::1]:8080".parse().unwrap();
+        cfg.validate().unwrap();
+        cfg.listen = "10.0.0.1:8080".parse().unwrap();
+        cfg.auth.mode = AuthMode::Kubernetes;
+        cfg.validate().unwrap();
+        cfg.auth.mode = AuthMode::Jwt;
+        assert!(matches!(cfg.validate(), Err(Error::NoJwtKeys)));
+        cfg.auth.jwt.secret_file = Some("/s".into());
+        cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn the_old_secret_flag_name_still_works() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            gateway: GatewayArgs,
+        }
+        use clap::Parser;
+        for flag in ["--secret-data", "--reveal-secret-data"] {
+            let cli = Cli::try_parse_from(["kubefan", "--allow-secrets", flag]).unwrap();
+            assert!(
+                cli.gateway
+                    .into_config()
+                    .upstream
+                    .informer
+                    .ingest
+                    .reveal_secret_data
+            );
+        }
+    }
 }

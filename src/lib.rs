@@ -11,17 +11,25 @@
 //!   are cursors into it. The one place that owns consistency.
 //! - [`transport`]: SSE framing and request errors; transports only frame
 //!   what the hub encoded once.
+//! - [`auth`]: principals, JWT and Kubernetes authentication, grants.
+//! - [`gate`]: what every request passes first: size bounds, origins,
+//!   CORS, authentication, connection limits ([`limits`]).
 //! - [`ops`]: metrics, health and readiness.
 //! - [`app`]: wires everything onto one HTTP server.
 //! - [`config`]: the configuration tree and its flags.
 //! - [`selector`]: Kubernetes label and field selectors.
 //! - [`sim`]: the simulated API server used by the demo, tests and load tests.
+//! - [`web`]: the dashboard page at `/`, compiled into the binary.
 
 pub mod app;
+pub mod auth;
 pub mod config;
+pub mod gate;
 pub mod hub;
+pub mod limits;
 pub mod ops;
 pub mod selector;
 pub mod sim;
 pub mod transport;
 pub mod upstream;
+pub mod web;

@@ -1,9 +1,17 @@
 //! The `kubefan` command: `serve` (default), `demo`, `sim`.
+//!
+//! Settings come from flags, `KUBEFAN_*` environment variables and a
+//! `--config FILE`, in that order of precedence. The file is applied before
+//! clap parses anything: each key (a long flag name) becomes its flag's
+//! environment variable unless that variable is already set, so clap's own
+//! flag-over-environment rule does the rest.
 
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 
@@ -26,6 +34,11 @@ struct Cli {
     /// Log format.
     #[arg(long, global = true, env = "KUBEFAN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Settings file (YAML or JSON): keys are long flag names
+    /// (`keepalive-secs: 20`, `resources: [pods, nodes]`). Flags and
+    /// KUBEFAN_* variables win over it; an unknown key is an error.
+    #[arg(long, global = true, env = "KUBEFAN_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -48,10 +61,10 @@ enum LogFormat {
 struct ServeArgs {
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the
     /// in-cluster service account).
-    #[arg(long)]
-    kubeconfig: Option<std::path::PathBuf>,
+    #[arg(long, env = "KUBEFAN_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
     /// Kubeconfig context (default: the current context).
-    #[arg(long)]
+    #[arg(long, env = "KUBEFAN_CONTEXT")]
     context: Option<String>,
     #[command(flatten)]
     gateway: GatewayArgs,
@@ -72,10 +85,37 @@ struct DemoArgs {
     gateway: GatewayArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let from_file = match config_path(std::env::args_os(), std::env::var_os("KUBEFAN_CONFIG")) {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading --config {}", path.display()))?;
+            config_settings(&path, &text, &Cli::command())?
+        }
+        None => Vec::new(),
+    };
+    let mut applied = Vec::new();
+    for (key, var, value) in from_file {
+        if std::env::var_os(&var).is_none() {
+            // SAFETY: no other thread exists yet (the runtime starts below),
+            // so nothing reads the environment concurrently.
+            unsafe { std::env::set_var(&var, value) };
+            applied.push(key);
+        }
+    }
     let cli = Cli::parse();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?
+        .block_on(run(cli, applied))
+}
+
+async fn run(cli: Cli, from_file: Vec<String>) -> anyhow::Result<()> {
     init_logging(cli.log_format);
+    if let Some(path) = &cli.config {
+        tracing::info!(file = %path.display(), keys = ?from_file, "settings read from --config (flags and KUBEFAN_* variables win)");
+    }
     let shutdown = CancellationToken::new();
     tokio::spawn(forward_signals(shutdown.clone()));
     match cli.command.unwrap_or(Command::Serve(cli.serve)) {
@@ -149,6 +189,8 @@ async fn run_gateway(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let cfg = args.into_config();
+    cfg.validate()?;
+    log_config(&cfg);
     let app = App::build(cfg, client)
         .await
         .context("starting the gateway")?;
@@ -179,6 +221,8 @@ async fn demo(mut args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result
     }
     let client = kube::Client::try_from(server.client_config())?;
     let cfg = args.gateway.into_config();
+    cfg.validate()?;
+    log_config(&cfg);
     let app = App::build(cfg, client)
         .await
         .context("starting the gateway")?;
@@ -199,4 +243,199 @@ async fn demo(mut args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result
     let _ = churner.await;
     server.stop().await;
     Ok(())
+}
+
+/// States the configuration in effect, once, at start-up. `Config` holds
+/// no secret values, only the paths of files that hold them.
+fn log_config(cfg: &kubefan::config::Config) {
+    tracing::info!(config = ?cfg, "effective configuration");
+}
+
+/// The `--config` file named on the command line (`--config FILE` or
+/// `--config=FILE`, before any `--`), else by `KUBEFAN_CONFIG`.
+fn config_path(args: impl IntoIterator<Item = OsString>, env: Option<OsString>) -> Option<PathBuf> {
+    let mut args = args.into_iter().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            break;
+        }
+        if arg == "--config" {
+            return args.next().map(PathBuf::from);
+        }
+        if let Some(path) = arg.to_str().and_then(|a| a.strip_prefix("--config=")) {
+            return Some(PathBuf::from(path));
+        }
+    }
+    env.filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// Reads a `--config` file (YAML, so JSON too): a map from long flag names
+/// of `cmd` to values (a string, number or boolean, or a list for
+/// comma-separated flags). Returns (key, environment variable, value) for
+/// each setting; an unknown key, or one whose flag reads no environment
+/// variable, is an error naming it.
+fn config_settings(
+    path: &Path,
+    text: &str,
+    cmd: &clap::Command,
+) -> anyhow::Result<Vec<(String, String, String)>> {
+    let file = path.display();
+    let doc: serde_json::Value =
+        serde_norway::from_str(text).with_context(|| format!("--config {file}: not YAML"))?;
+    let map = match doc {
+        serde_json::Value::Null => return Ok(Vec::new()),
+        serde_json::Value::Object(map) => map,
+        _ => anyhow::bail!("--config {file}: expected a map of flag names to values"),
+    };
+    let mut settings = Vec::new();
+    for (key, value) in map {
+        let arg = cmd
+            .get_arguments()
+            .filter(|a| !matches!(a.get_id().as_str(), "config" | "help" | "version"))
+            .find(|a| {
+                a.get_long() == Some(key.as_str())
+                    || a.get_all_aliases()
+                        .is_some_and(|aliases| aliases.contains(&key.as_str()))
+            })
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--config {file}: unknown key {key:?} (keys are the long flag names of `kubefan serve --help`)"
+                )
+            })?;
+        let var = arg
+            .get_env()
+            .and_then(|v| v.to_str())
+            .ok_or_else(|| anyhow::anyhow!("--config {file}: {key:?} cannot be set from a file"))?;
+        let scalar = |v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => Ok(s.clone()),
+            serde_json::Value::Number(n) => Ok(n.to_string()),
+            serde_json::Value::Bool(b) => Ok(b.to_string()),
+            _ => Err(anyhow::anyhow!(
+                "--config {file}: {key:?} takes a string, number, boolean or a list of them"
+            )),
+        };
+        let value = match &value {
+            serde_json::Value::Array(items) => items
+                .iter()
+                .map(scalar)
+                .collect::<anyhow::Result<Vec<_>>>()?
+                .join(","),
+            v => scalar(v)?,
+        };
+        settings.push((key, var.to_string(), value));
+    }
+    Ok(settings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(text: &str) -> anyhow::Result<Vec<(String, String, String)>> {
+        config_settings(Path::new("kubefan.yaml"), text, &Cli::command())
+    }
+
+    #[test]
+    fn a_config_file_maps_flag_names_to_their_environment_variables() {
+        let got = settings(
+            "listen: 0.0.0.0:9090\nresources: [pods, deployments.apps]\nkeepalive-secs: 20\n\
+             allow-secrets: true\nauth: jwt\nlog-format: json\nreveal-secret-data: false\n\
+             kubeconfig: /etc/kube/config\n",
+        )
+        .unwrap();
+        let want = [
+            ("listen", "KUBEFAN_LISTEN", "0.0.0.0:9090"),
+            ("resources", "KUBEFAN_RESOURCES", "pods,deployments.apps"),
+            ("keepalive-secs", "KUBEFAN_KEEPALIVE_SECS", "20"),
+            ("allow-secrets", "KUBEFAN_ALLOW_SECRETS", "true"),
+            ("auth", "KUBEFAN_AUTH", "jwt"),
+            ("log-format", "KUBEFAN_LOG_FORMAT", "json"),
+            ("reveal-secret-data", "KUBEFAN_SECRET_DATA", "false"),
+            ("kubeconfig", "KUBEFAN_KUBECONFIG", "/etc/kube/config"),
+        ];
+        let mut got: Vec<_> = got
+            .iter()
+            .map(|(k, v, x)| (k.as_str(), v.as_str(), x.as_str()))
+            .collect();
+        got.sort();
+        let mut want = want.to_vec();
+        want.sort();
+        assert_eq!(got, want);
+        // JSON is YAML too; an empty file sets nothing.
+        assert_eq!(settings(r#"{"workers": 4}"#).unwrap().len(), 1);
+        assert!(settings("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_unknown_or_malformed_key_in_a_config_file_is_an_error_naming_it() {
+        let err = settings("listen: 127.0.0.1:1\nkeepalive: 20\n").unwrap_err();
+        assert!(
+            err.to_string().contains("unknown key \"keepalive\""),
+            "{err}"
+        );
+        for text in ["config: other.yaml", "help: true", "- a list"] {
+            assert!(settings(text).is_err(), "{text}");
+        }
+        let err = settings("listen: {host: a}").unwrap_err();
+        assert!(err.to_string().contains("\"listen\""), "{err}");
+    }
+
+    #[test]
+    fn the_config_file_is_named_by_the_flag_first_then_the_environment() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        let env = Some(OsString::from("/env.yaml"));
+        assert_eq!(
+            config_path(
+                args(&["kubefan", "serve", "--config", "/a.yaml"]),
+                env.clone()
+            ),
+            Some(PathBuf::from("/a.yaml"))
+        );
+        assert_eq!(
+            config_path(args(&["kubefan", "--config=/b.yaml", "serve"]), env.clone()),
+            Some(PathBuf::from("/b.yaml"))
+        );
+        assert_eq!(
+            config_path(args(&["kubefan", "serve"]), env.clone()),
+            Some(PathBuf::from("/env.yaml"))
+        );
+        assert_eq!(
+            config_path(args(&["kubefan", "--", "--config", "x"]), None),
+            None
+        );
+    }
+
+    #[test]
+    fn values_written_from_a_file_parse_as_their_flags_would() {
+        // clap parses a variable as it parses the flag's value (a list split
+        // on commas; a switch as `true`/`false`), so the same values given
+        // as flags must parse.
+        let cmd = Cli::command();
+        let got = settings(
+            "allow-secrets: false\nkeep-managed-fields: true\nresources: [pods, nodes]\n\
+             keepalive-secs: 20\nauth: kubernetes\nlog-format: json\n",
+        )
+        .unwrap();
+        let mut argv = vec!["kubefan".to_string()];
+        for (key, _, value) in got {
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(key.as_str()))
+                .unwrap();
+            if arg.get_action().takes_values() {
+                argv.push(format!("--{key}={value}"));
+            } else {
+                assert!(value == "true" || value == "false", "{key}: {value}");
+                if value == "true" {
+                    argv.push(format!("--{key}"));
+                }
+            }
+        }
+        let cli = Cli::try_parse_from(&argv).unwrap();
+        let cfg = cli.serve.gateway.into_config();
+        assert_eq!(cfg.upstream.boot_resources, ["pods", "nodes"]);
+        assert_eq!(cfg.stream.keepalive, Duration::from_secs(20));
+        assert!(cfg.upstream.informer.ingest.keep_managed_fields);
+        assert!(!cfg.upstream.allow_secrets);
+    }
 }

@@ -11,6 +11,7 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 
@@ -66,6 +67,36 @@ pub struct Metrics {
     log_bytes: Family<ResourceLabel, Gauge>,
     synced: Family<ResourceLabel, Gauge>,
     informers_running: Family<ResourceLabel, Gauge>,
+    view_encodings: Family<ResourceLabel, Counter>,
+    views: Family<ResourceLabel, Gauge>,
+    bytes_sent: Family<TransportLabels, Counter>,
+    snapshot_objects: Family<ResourceLabel, Histogram, fn() -> Histogram>,
+    snapshot_bytes: Family<ResourceLabel, Histogram, fn() -> Histogram>,
+    last_sync: Family<ResourceLabel, Gauge>,
+    auth_failures: Family<KindLabel, Counter>,
+    limits_hit: Family<KindLabel, Counter>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+fn object_buckets() -> Histogram {
+    // 1 to ~1M objects.
+    Histogram::new(exponential_buckets(1.0, 4.0, 11))
+}
+
+fn byte_buckets() -> Histogram {
+    // 256 B to ~1 GiB.
+    Histogram::new(exponential_buckets(256.0, 4.0, 12))
+}
+
+/// Seconds since the Unix epoch, for timestamp gauges.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 impl Default for Metrics {
@@ -93,6 +124,14 @@ impl Metrics {
             log_bytes: Family::default(),
             synced: Family::default(),
             informers_running: Family::default(),
+            view_encodings: Family::default(),
+            views: Family::default(),
+            auth_failures: Family::default(),
+            limits_hit: Family::default(),
+            bytes_sent: Family::default(),
+            snapshot_objects: Family::new_with_constructor(object_buckets),
+            snapshot_bytes: Family::new_with_constructor(byte_buckets),
+            last_sync: Family::default(),
             registry: Registry::default(),
         };
         registry.register("subscribers", "Open subscriptions", m.subscribers.clone());
@@ -166,7 +205,82 @@ impl Metrics {
             "1 while a resource's informer runs (lazily started ones stop when idle or removed upstream)",
             m.informers_running.clone(),
         );
+        registry.register(
+            "view_encodings",
+            "Events and snapshot objects encoded for a filtered or projected view (once per view, shared by its subscribers)",
+            m.view_encodings.clone(),
+        );
+        registry.register(
+            "views",
+            "Distinct views (filter, projection, delta) in use",
+            m.views.clone(),
+        );
+        registry.register(
+            "auth_failures",
+            "Requests refused as unauthenticated, by kind (no_token, expired, bad_signature, ...)",
+            m.auth_failures.clone(),
+        );
+        registry.register(
+            "limits_hit",
+            "Requests refused by a limit (requests_per_second, connections)",
+            m.limits_hit.clone(),
+        );
+        registry.register(
+            "bytes_sent",
+            "Bytes written to SSE and Kubernetes-watch subscribers (WebSocket not yet counted)",
+            m.bytes_sent.clone(),
+        );
+        registry.register(
+            "snapshot_objects",
+            "Objects per snapshot served (after filters)",
+            m.snapshot_objects.clone(),
+        );
+        registry.register(
+            "snapshot_bytes",
+            "Encoded bytes per snapshot served (after filters and projection)",
+            m.snapshot_bytes.clone(),
+        );
+        registry.register(
+            "upstream_last_sync_timestamp_seconds",
+            "When a resource's hub last heard from upstream (list, event or bookmark); age: time() minus this",
+            m.last_sync.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// The counter of bytes written on one resource and transport; callers
+    /// keep it to avoid a lookup per write.
+    pub fn bytes_sent(&self, resource: &str, transport: Transport) -> Counter {
+        self.bytes_sent
+            .get_or_create(&tl(resource, transport))
+            .clone()
+    }
+
+    /// A snapshot was served: how many objects, how many encoded bytes.
+    pub fn snapshot_size(&self, resource: &str, objects: u64, bytes: u64) {
+        let r = res(resource);
+        self.snapshot_objects
+            .get_or_create(&r)
+            .observe(objects as f64);
+        self.snapshot_bytes.get_or_create(&r).observe(bytes as f64);
+    }
+
+    /// `kind`: a bounded word (see `auth::Error::kind`).
+    pub fn auth_failure(&self, kind: &str) {
+        self.auth_failures
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// `kind`: `requests_per_second` or `connections`.
+    pub fn limit_hit(&self, kind: &str) {
+        self.limits_hit
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
+            .inc();
     }
 
     pub fn subscriber_joined(&self, resource: &str, transport: Transport) {
@@ -223,6 +337,9 @@ impl Metrics {
             log_events: self.log_events.get_or_create(&r).clone(),
             log_bytes: self.log_bytes.get_or_create(&r).clone(),
             synced: self.synced.get_or_create(&r).clone(),
+            view_encodings: self.view_encodings.get_or_create(&r).clone(),
+            views: self.views.get_or_create(&r).clone(),
+            last_sync: self.last_sync.get_or_create(&r).clone(),
         }
     }
 
@@ -284,9 +401,25 @@ pub struct HubMetrics {
     log_events: Gauge,
     log_bytes: Gauge,
     synced: Gauge,
+    view_encodings: Counter,
+    views: Gauge,
+    last_sync: Gauge,
 }
 
 impl HubMetrics {
+    /// The upstream spoke (a list, an event or a bookmark).
+    pub fn heard_from_upstream(&self) {
+        self.last_sync.set(unix_now());
+    }
+
+    pub fn view_encodings(&self) -> Counter {
+        self.view_encodings.clone()
+    }
+
+    pub fn views(&self) -> Gauge {
+        self.views.clone()
+    }
+
     pub fn event(&self, kind: EventType) {
         match kind {
             EventType::Added => self.added.inc(),
@@ -296,6 +429,9 @@ impl HubMetrics {
     }
 
     pub fn state(&self, stats: &HubStats) {
+        if stats.synced {
+            self.heard_from_upstream();
+        }
         self.objects.set(stats.objects as i64);
         self.log_events.set(stats.log_events as i64);
         self.log_bytes.set(stats.log_bytes as i64);

@@ -16,7 +16,9 @@
 pub mod encode;
 mod filter;
 mod object;
+pub mod projection;
 mod subscription;
+mod view;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -29,6 +31,7 @@ pub use encode::{EventType, Frame};
 pub use filter::Filter;
 pub use object::{Event, Obj, ObjKey};
 pub use subscription::{Delivery, Item, ResetReason, Subscription, SubscriptionError};
+pub use view::{Delta, View, ViewSpec};
 
 /// Bounds of the event log. Whichever is hit first trims the oldest events.
 #[derive(Debug, Clone, Copy)]
@@ -105,6 +108,8 @@ pub struct Hub {
     /// Users counted in ([`Hub::enter`]): open subscriptions and readers.
     /// The informer registry stops an on-demand hub that stays at 0.
     subscribers_tx: watch::Sender<usize>,
+    /// Live views by key (see [`Hub::view`]).
+    views: std::sync::Mutex<HashMap<String, std::sync::Weak<View>>>,
     metrics: HubMetrics,
 }
 
@@ -145,6 +150,7 @@ impl Hub {
             head_tx: watch::channel(0).0,
             synced_tx: watch::channel(false).0,
             subscribers_tx: watch::channel(0).0,
+            views: std::sync::Mutex::new(HashMap::new()),
             metrics: metrics.hub_metrics(&meta.name),
             meta,
         })
@@ -210,6 +216,7 @@ impl Hub {
 
     /// The upstream says nothing changed up to `rv` (a watch BOOKMARK).
     pub fn bookmark(&self, rv: u64) {
+        self.metrics.heard_from_upstream();
         let mut st = self.write_state();
         if st.synced && rv > st.rv && st.closed.is_none() {
             st.rv = rv;
@@ -404,6 +411,29 @@ impl Hub {
     /// The `seq` the next event will get: a cursor here is caught up.
     pub fn head(&self) -> u64 {
         *self.head_tx.borrow()
+    }
+
+    /// The view for `spec`, shared with every subscription asking the same.
+    pub fn view(&self, spec: ViewSpec) -> Arc<View> {
+        let key = spec.key();
+        let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(view) = views.get(&key).and_then(std::sync::Weak::upgrade) {
+            return view;
+        }
+        views.retain(|_, v| v.strong_count() > 0);
+        let (plural, group) = self
+            .meta
+            .name
+            .split_once('.')
+            .unwrap_or((&self.meta.name, ""));
+        let view = Arc::new(View::new(
+            spec,
+            crate::selector::selectable_fields(group, plural),
+            self.metrics.view_encodings(),
+            self.metrics.views(),
+        ));
+        views.insert(key, Arc::downgrade(&view));
+        view
     }
 
     /// A receiver that changes whenever an event is appended or the
@@ -668,8 +698,21 @@ mod tests {
                 }
                 Item::Snapshot(objs) => {
                     let p = pending.get_or_insert_with(View::new);
-                    for o in objs {
-                        p.insert(format!("{:?}", o.key()), parse(&o));
+                    for f in objs {
+                        let v: serde_json::Value = serde_json::from_slice(&f.object()).unwrap();
+                        let key = ObjKey::new(
+                            v["metadata"]["namespace"].as_str(),
+                            v["metadata"]["name"].as_str().unwrap(),
+                        );
+                        let state = (
+                            v["metadata"]["resourceVersion"]
+                                .as_str()
+                                .unwrap()
+                                .parse()
+                                .unwrap(),
+                            v["status"]["phase"].as_str().unwrap_or("").to_string(),
+                        );
+                        p.insert(format!("{key:?}"), state);
                     }
                 }
                 Item::SnapshotEnd { rv } => {
@@ -732,7 +775,7 @@ mod tests {
         let (tick_tx, tick_rx) = watch::channel(0);
         let sub = Subscription::start(
             hub.clone(),
-            filter,
+            ViewSpec::new(filter),
             resume,
             Duration::from_secs(1),
             tick_rx,
@@ -992,7 +1035,7 @@ mod tests {
         let (_tx, rx) = watch::channel(0);
         let res = Subscription::start(
             hub.clone(),
-            Filter::default(),
+            ViewSpec::default(),
             None,
             Duration::from_secs(3),
             rx,
@@ -1023,7 +1066,7 @@ mod tests {
         let (_tx, rx) = watch::channel(0);
         let again = Subscription::start(
             hub.clone(),
-            Filter::default(),
+            ViewSpec::default(),
             None,
             Duration::from_secs(1),
             rx,
@@ -1039,7 +1082,7 @@ mod tests {
         let (_tx, rx) = watch::channel(0);
         let res = Subscription::start(
             never,
-            Filter::default(),
+            ViewSpec::default(),
             None,
             Duration::from_secs(30),
             rx,
@@ -1079,6 +1122,92 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_thousand_identical_subscriptions_cost_one_encoding_per_event() {
+        let metrics = Arc::new(Metrics::new());
+        let hub = Hub::new(
+            ResourceMeta {
+                name: "pods".into(),
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+            },
+            LogLimits::default(),
+            metrics.clone(),
+        );
+        hub.relist(
+            (0..50)
+                .map(|i| pod(&format!("p{i}")).rv(1).build())
+                .collect(),
+            1,
+        );
+        let spec = || ViewSpec {
+            projection: Some(projection::Projection::parse("status.phase").unwrap()),
+            ..ViewSpec::default()
+        };
+        let encodings = || {
+            let text = metrics.encode();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("kubefan_view_encodings_total"))
+                .unwrap_or("x 0")
+                .to_string();
+            line.rsplit(' ').next().unwrap().parse::<u64>().unwrap()
+        };
+        let mut subs = Vec::new();
+        for _ in 0..1000 {
+            let (tx, rx) = watch::channel(0);
+            let sub = Subscription::start(
+                hub.clone(),
+                spec(),
+                None,
+                Duration::from_secs(1),
+                rx,
+                CancellationToken::new(),
+                metrics.clone(),
+                Transport::Sse,
+            )
+            .await
+            .unwrap();
+            subs.push((sub, tx));
+        }
+        let mut views: Vec<View> = (0..1000).map(|_| View::new()).collect();
+        for ((sub, _), view) in subs.iter_mut().zip(&mut views) {
+            drain(sub, view, 1).await;
+            assert_eq!(view.len(), 50);
+        }
+        assert_eq!(
+            encodings(),
+            50,
+            "one encoding per snapshot object, shared by 1,000 snapshots"
+        );
+        for i in 0..10u64 {
+            hub.apply(
+                EventType::Modified,
+                pod(&format!("p{i}")).rv(2 + i).phase("Failed").build(),
+            );
+        }
+        for ((sub, _), view) in subs.iter_mut().zip(&mut views) {
+            assert_eq!(drain(sub, view, 11).await.len(), 10);
+        }
+        assert_eq!(
+            encodings(),
+            60,
+            "one encoding per event, not one per subscriber"
+        );
+        assert!(
+            metrics
+                .encode()
+                .contains("kubefan_views{resource=\"pods\"} 1")
+        );
+        drop(subs);
+        assert!(
+            metrics
+                .encode()
+                .contains("kubefan_views{resource=\"pods\"} 0"),
+            "views go when unused"
+        );
+    }
+
+    #[tokio::test]
     async fn shutdown_ends_the_subscription_with_a_shutdown_item() {
         let hub = hub();
         hub.relist(vec![], 1);
@@ -1086,7 +1215,7 @@ mod tests {
         let token = CancellationToken::new();
         let mut sub = Subscription::start(
             hub,
-            Filter::default(),
+            ViewSpec::default(),
             None,
             Duration::from_secs(1),
             rx,

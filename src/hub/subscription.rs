@@ -1,4 +1,4 @@
-//! A subscription: one client's cursor into a hub, with its filter.
+//! A subscription: one client's cursor into a hub, seen through a view.
 //!
 //! It turns the hub's log into a sequence of [`Item`]s that every transport
 //! frames in its own way: a snapshot (in chunks, then its end), deltas,
@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{Event, EventType, Filter, Frame, Hub, Joined, Obj, SubscriberGuard};
+use super::{Event, EventType, Frame, Hub, Joined, Obj, SubscriberGuard, View, ViewSpec};
 use crate::ops::{Metrics, Transport};
 
 /// Snapshot objects handed out per item.
@@ -48,7 +48,7 @@ pub enum Item {
     /// Drop your state: a snapshot that replaces it follows.
     Reset(ResetReason),
     /// Objects of the current snapshot (id-less ADDED).
-    Snapshot(Vec<Arc<Obj>>),
+    Snapshot(Vec<Frame>),
     /// The snapshot is complete and reflects `rv`.
     SnapshotEnd { rv: u64 },
     /// Deltas, in log order, already filtered.
@@ -119,7 +119,7 @@ pub enum SubscriptionError {
 
 pub struct Subscription {
     hub: Arc<Hub>,
-    filter: Filter,
+    view: Arc<View>,
     cursor: u64,
     head_rx: watch::Receiver<u64>,
     /// `None` once the ticker is gone: events still flow, keep-alives stop.
@@ -140,6 +140,9 @@ pub struct Subscription {
 struct SnapshotProgress {
     objects: std::vec::IntoIter<Arc<Obj>>,
     rv: u64,
+    /// Objects and encoded bytes handed out so far (for metrics).
+    sent_objects: u64,
+    sent_bytes: u64,
 }
 
 impl Subscription {
@@ -149,7 +152,7 @@ impl Subscription {
     #[allow(clippy::too_many_arguments)]
     pub async fn start(
         hub: Arc<Hub>,
-        filter: Filter,
+        spec: ViewSpec,
         resume: Option<u64>,
         sync_timeout: Duration,
         tick_rx: watch::Receiver<u64>,
@@ -171,9 +174,10 @@ impl Subscription {
         let mut tick_rx = tick_rx;
         tick_rx.borrow_and_update();
         metrics.subscriber_joined(hub.name(), transport);
+        let view = hub.view(spec);
         let mut sub = Subscription {
             hub,
-            filter,
+            view,
             cursor: 0,
             head_rx,
             tick_rx: Some(tick_rx),
@@ -192,8 +196,8 @@ impl Subscription {
     }
 
     fn join(&mut self, resume: Option<u64>) {
-        let filter = &self.filter;
-        match self.hub.join(resume, &|o| filter.matches(o)) {
+        let view = &self.view;
+        match self.hub.join(resume, &|o| view.prefilter(o)) {
             Joined::Resumed { cursor, rv } => {
                 self.cursor = cursor;
                 self.sent_rv = rv;
@@ -212,6 +216,8 @@ impl Subscription {
                 self.snapshot = Some(SnapshotProgress {
                     objects: objects.into_iter(),
                     rv,
+                    sent_objects: 0,
+                    sent_bytes: 0,
                 });
             }
         }
@@ -235,14 +241,22 @@ impl Subscription {
             if let Some(snap) = &mut self.snapshot {
                 let chunk: Vec<Arc<Obj>> = snap.objects.by_ref().take(SNAPSHOT_CHUNK).collect();
                 if !chunk.is_empty() {
-                    return Some(Item::Snapshot(chunk));
+                    let frames = self.view.snapshot(&chunk);
+                    if frames.is_empty() {
+                        continue;
+                    }
+                    snap.sent_objects += frames.len() as u64;
+                    snap.sent_bytes += frames.iter().map(|f| f.len() as u64).sum::<u64>();
+                    return Some(Item::Snapshot(frames));
                 }
                 let rv = snap.rv;
+                let (objects, bytes) = (snap.sent_objects, snap.sent_bytes);
                 self.snapshot = None;
                 self.sent_rv = rv;
                 self.pos_rv = self.pos_rv.max(rv);
                 self.metrics
                     .snapshot_served(self.hub.name(), self.transport);
+                self.metrics.snapshot_size(self.hub.name(), objects, bytes);
                 return Some(Item::SnapshotEnd { rv });
             }
             if self.shutdown.is_cancelled() {
@@ -265,19 +279,13 @@ impl Subscription {
                     continue;
                 }
                 Ok(caught_up) => {
-                    let mut deliveries = Vec::new();
-                    for ev in out {
-                        if ev.has_id {
-                            self.pos_rv = self.pos_rv.max(ev.rv);
-                        }
-                        if let Some(d) = self.filter.deliver(&ev) {
-                            if d.has_id() {
-                                self.sent_rv = d.rv();
-                            }
-                            deliveries.push(d);
-                        }
+                    if let Some(rv) = out.iter().rev().find(|ev| ev.has_id).map(|ev| ev.rv) {
+                        self.pos_rv = self.pos_rv.max(rv);
                     }
-                    let out = deliveries;
+                    let out = self.view.deliver(out);
+                    if let Some(d) = out.iter().rev().find(|d| d.has_id()) {
+                        self.sent_rv = d.rv();
+                    }
                     if let Some(rv) = caught_up {
                         self.pos_rv = self.pos_rv.max(rv);
                     }

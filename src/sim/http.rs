@@ -136,6 +136,12 @@ fn json_response(v: &Value) -> HttpResponse {
     HttpResponse::Ok().content_type(JSON).body(v.to_string())
 }
 
+fn created(v: &Value) -> HttpResponse {
+    HttpResponse::Created()
+        .content_type(JSON)
+        .body(v.to_string())
+}
+
 async fn dispatch(req: HttpRequest, body: web::Bytes, sim: web::Data<Sim>) -> HttpResponse {
     match route(&req, &body, sim.get_ref()).await {
         Ok(resp) => resp,
@@ -212,6 +218,14 @@ async fn route(req: &HttpRequest, body: &[u8], sim: &Sim) -> Result<HttpResponse
         ["debug", "stats"] if get => Ok(json_response(&json!(sim.stats()))),
         ["debug", "faults", fault] if req.method() == Method::POST => {
             fault_endpoint(sim, fault, &query(req)?)
+        }
+        ["apis", "authentication.k8s.io", "v1", "tokenreviews"] if req.method() == Method::POST => {
+            Ok(created(&sim.inner.authz.token_review(body)?))
+        }
+        ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]
+            if req.method() == Method::POST =>
+        {
+            Ok(created(&sim.inner.authz.access_review(body)?))
         }
         ["api", v, rest @ ..] => resource_endpoint(req, body, sim, "", v, rest).await,
         ["apis", g, v, rest @ ..] => resource_endpoint(req, body, sim, g, v, rest).await,

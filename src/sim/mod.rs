@@ -16,10 +16,13 @@
 //! - `selector.rs`, `patch.rs`: label/field selectors, JSON merge patch
 //! - `churn.rs`: a seeded cluster and a background workload
 //! - `cli.rs`: `kubefan sim`
+//! - `auth.rs`: TokenReview and SubjectAccessReview from configured users
+//!   and rules
 //!
-//! Not simulated: authentication, admission, namespace existence checks,
+//! Not simulated: authentication of its own clients, admission, namespace existence checks,
 //! finalizers, subresources, protobuf, server-side apply.
 
+mod auth;
 mod churn;
 mod cli;
 mod http;
@@ -36,6 +39,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+pub use auth::{AuthStats, SimRule, SimUser, Subject};
 pub use churn::{ChurnConfig, PodBuilder, pod, seed_cluster, spawn_churn};
 pub use cli::{SimArgs, run};
 pub use http::SimServer;
@@ -175,6 +179,7 @@ struct Inner {
     stall_tx: tokio::sync::watch::Sender<bool>,
     fail_next: AtomicUsize,
     list_delay: Mutex<Duration>,
+    authz: auth::Authz,
 }
 
 /// A simulated API server's state; cheap to clone, shared by its HTTP server.
@@ -208,6 +213,7 @@ impl Sim {
                 stall_tx: tokio::sync::watch::Sender::new(false),
                 fail_next: AtomicUsize::new(0),
                 list_delay: Mutex::new(Duration::ZERO),
+                authz: auth::Authz::default(),
             }),
         }
     }
@@ -353,6 +359,21 @@ impl Sim {
 
     pub fn stats(&self) -> Stats {
         self.store().stats()
+    }
+
+    /// The users TokenReview knows (token → name and groups).
+    pub fn set_users(&self, users: Vec<SimUser>) {
+        self.inner.authz.set_users(users);
+    }
+
+    /// The rules SubjectAccessReview allows by; nothing else is allowed.
+    pub fn set_rules(&self, rules: Vec<SimRule>) {
+        self.inner.authz.set_rules(rules);
+    }
+
+    /// TokenReviews and SubjectAccessReviews answered so far.
+    pub fn auth_stats(&self) -> AuthStats {
+        self.inner.authz.stats()
     }
 }
 

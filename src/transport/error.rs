@@ -21,6 +21,12 @@ pub enum ApiError {
     Forbidden(String),
     #[error("{0}")]
     Unavailable(String),
+    /// No valid credentials: 401 with `WWW-Authenticate: Bearer`.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A limit was reached: 429 with `Retry-After` (seconds).
+    #[error("{0}")]
+    TooManyRequests(String, u64),
     /// Any other Kubernetes `Status`: code, reason, message.
     #[error("{2}")]
     Status(u16, &'static str, String),
@@ -42,6 +48,8 @@ impl ApiError {
             ApiError::NotFound(_) => "NotFound",
             ApiError::Forbidden(_) => "Forbidden",
             ApiError::Unavailable(_) => "ServiceUnavailable",
+            ApiError::Unauthorized(_) => "Unauthorized",
+            ApiError::TooManyRequests(..) => "TooManyRequests",
             ApiError::Status(_, reason, _) => reason,
         }
     }
@@ -67,6 +75,8 @@ impl ResponseError for ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::TooManyRequests(..) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Status(code, ..) => {
                 StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
             }
@@ -76,8 +86,17 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         let code = self.status_code();
         let mut resp = HttpResponse::build(code);
-        if matches!(self, ApiError::Unavailable(_)) {
-            resp.insert_header(("Retry-After", "1"));
+        match self {
+            ApiError::Unavailable(_) => {
+                resp.insert_header(("Retry-After", "1"));
+            }
+            ApiError::TooManyRequests(_, secs) => {
+                resp.insert_header(("Retry-After", secs.to_string()));
+            }
+            ApiError::Unauthorized(_) => {
+                resp.insert_header(("WWW-Authenticate", r#"Bearer realm="kubefan""#));
+            }
+            _ => {}
         }
         resp.json(self.status())
     }

@@ -8,27 +8,45 @@ pub mod ws;
 
 use actix_web::web;
 
-use crate::hub::Filter;
+use crate::hub::projection::Projection;
+use crate::hub::{Delta, Filter, ViewSpec};
+use crate::selector::{FieldSelector, LabelSelector};
 use error::ApiError;
 
 /// Options common to every streaming transport.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct StreamParams {
     pub namespaces: Vec<String>,
     /// A resourceVersion the client has seen; `None` asks for a snapshot.
     pub resume: Option<u64>,
+    pub labels: LabelSelector,
+    /// Any dotted path (not only the fields Kubernetes makes selectable).
+    pub fields: FieldSelector,
+    pub projection: Option<Projection>,
+    pub delta: Delta,
 }
 
 impl StreamParams {
     pub fn filter(&self) -> Filter {
         Filter {
             namespaces: self.namespaces.clone(),
-            ..Filter::default()
+            labels: self.labels.clone(),
+            fields: self.fields.clone(),
+        }
+    }
+
+    /// The view these options ask for.
+    pub fn view_spec(&self) -> ViewSpec {
+        ViewSpec {
+            filter: self.filter(),
+            projection: self.projection.clone(),
+            delta: self.delta,
         }
     }
 }
 
-const KNOWN_PARAMS: &str = "namespace, resourceVersion";
+const KNOWN_PARAMS: &str =
+    "namespace, resourceVersion, labelSelector, fieldSelector, fields, delta";
 
 /// Parses `?namespace=a,b&resourceVersion=N`. Unknown parameters are
 /// refused, so a typo is an error rather than a silently broader stream.
@@ -71,6 +89,28 @@ pub fn parse_stream_params(
                     })?),
                 }
             }
+            "labelSelector" => {
+                params.labels = LabelSelector::parse(&value)
+                    .map_err(|e| ApiError::BadRequest(format!("labelSelector: {}", e.0)))?;
+            }
+            "fieldSelector" => {
+                params.fields = FieldSelector::parse_any(&value)
+                    .map_err(|e| ApiError::BadRequest(format!("fieldSelector: {}", e.0)))?;
+            }
+            "fields" => {
+                params.projection = Some(Projection::parse(&value).map_err(ApiError::BadRequest)?);
+            }
+            "delta" => {
+                params.delta = match value.trim() {
+                    "" | "full" => Delta::Full,
+                    "merge-patch" => Delta::MergePatch,
+                    other => {
+                        return Err(ApiError::BadRequest(format!(
+                            "delta {other:?} is not supported (use merge-patch, or full)"
+                        )));
+                    }
+                }
+            }
             other => {
                 return Err(ApiError::BadRequest(format!(
                     "unknown {noun} {other:?} (known: {KNOWN_PARAMS})"
@@ -94,6 +134,38 @@ fn is_dns_label(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_parses_selectors_projection_and_delta() {
+        let p = parse_stream_query(
+            "labelSelector=app%20in%20(web,db),!canary&fieldSelector=status.phase%3DRunning,spec.x.y!%3Dz&fields=spec.nodeName&delta=merge-patch",
+        )
+        .unwrap();
+        assert!(!p.labels.is_empty());
+        assert_eq!(
+            p.fields.fields().collect::<Vec<_>>(),
+            ["status.phase", "spec.x.y"]
+        );
+        assert!(p.projection.is_some());
+        assert_eq!(p.delta, Delta::MergePatch);
+        for bad in [
+            "labelSelector=a%20b",
+            "fieldSelector=spec..x%3D1",
+            "fields=",
+            "fields=a%20b",
+            "delta=json-patch",
+        ] {
+            let err = parse_stream_query(bad).unwrap_err();
+            assert!(matches!(err, ApiError::BadRequest(_)), "{bad}: {err}");
+        }
+        let long = format!("labelSelector={}", "a,".repeat(3000));
+        assert!(
+            parse_stream_query(&long)
+                .unwrap_err()
+                .to_string()
+                .contains("limit")
+        );
+    }
 
     #[test]
     fn query_parses_namespaces_and_resume() {

@@ -21,6 +21,7 @@ use serde_json::json;
 use super::error::{ApiError, status_json};
 use super::parse_stream_query;
 use crate::app::AppState;
+use crate::auth::{self, Principal, Verb};
 use crate::hub::{Item, ResetReason, ResourceMeta, Subscription};
 use crate::ops::Transport;
 
@@ -29,8 +30,9 @@ pub async fn stream(
     req: HttpRequest,
     resource: web::Path<String>,
     state: web::Data<AppState>,
+    principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
-    let mut params = parse_stream_query(req.query_string())?;
+    let mut params = parse_stream_query(&auth::strip_token(req.query_string()))?;
     if let Some(id) = req.headers().get("Last-Event-ID") {
         // The header wins over `?resourceVersion=`: a browser reconnecting
         // sends the original URL with its newest id in the header.
@@ -38,13 +40,23 @@ pub async fn stream(
             params.resume = Some(rv);
         }
     }
+    params.namespaces = state
+        .auth
+        .authorize_name(
+            &principal,
+            &state.informers,
+            &resource,
+            Verb::Watch,
+            &params.namespaces,
+        )
+        .await?;
     // `with_hub` retries once if the hub was stopped for idleness just now.
     let sub: Subscription = state
         .informers
         .with_hub::<_, ApiError, _, _>(&resource, |hub| {
             Subscription::start(
                 hub,
-                params.filter(),
+                params.view_spec(),
                 params.resume,
                 state.stream.sync_timeout,
                 state.ticks.clone(),
@@ -57,15 +69,23 @@ pub async fn stream(
     let sent = state.metrics.events_sent(sub.hub().name(), Transport::Sse);
     let meta = sub.hub().meta().clone();
     let preamble = Bytes::from(format!("retry: {}\n\n", state.stream.retry.as_millis()));
+    let meta_name = sub.hub().name().to_string();
     let body = SseBody {
         sub,
         meta,
         sent,
         preamble: Some(preamble),
+        expires: principal.deadline(),
+        ended: false,
     };
-    let stream = futures::stream::unfold(body, |mut body| async move {
-        let chunk = body.next_chunk().await?;
-        Some((Ok::<_, Infallible>(chunk), body))
+    let bytes_sent = state.metrics.bytes_sent(&meta_name, Transport::Sse);
+    let stream = futures::stream::unfold(body, move |mut body| {
+        let bytes_sent = bytes_sent.clone();
+        async move {
+            let chunk = body.next_chunk().await?;
+            bytes_sent.inc_by(chunk.len() as u64);
+            Some((Ok::<_, Infallible>(chunk), body))
+        }
     });
     Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "text/event-stream"))
@@ -95,6 +115,10 @@ struct SseBody {
     meta: ResourceMeta,
     sent: Counter,
     preamble: Option<Bytes>,
+    /// When the client's credentials expire: the stream ends then, after
+    /// an ERROR (401).
+    expires: Option<tokio::time::Instant>,
+    ended: bool,
 }
 
 impl SseBody {
@@ -102,13 +126,24 @@ impl SseBody {
         if let Some(preamble) = self.preamble.take() {
             return Some(preamble);
         }
-        let item = self.sub.next().await?;
+        if self.ended {
+            return None;
+        }
+        let item = match self.expires {
+            None => self.sub.next().await?,
+            Some(at) => tokio::select! {
+                item = self.sub.next() => item?,
+                _ = tokio::time::sleep_until(at) => {
+                    self.ended = true;
+                    return Some(frame("ERROR", None, &expired_status().to_string(), false));
+                }
+            },
+        };
         Some(match item {
             Item::Snapshot(objects) => {
-                let mut buf =
-                    BytesMut::with_capacity(objects.iter().map(|o| o.snapshot_frame().len()).sum());
+                let mut buf = BytesMut::with_capacity(objects.iter().map(|f| f.len()).sum());
                 for obj in &objects {
-                    buf.put_slice(obj.snapshot_frame().sse());
+                    buf.put_slice(obj.sse());
                 }
                 self.sent.inc_by(objects.len() as u64);
                 buf.freeze()
@@ -162,6 +197,15 @@ pub(super) fn closed_status(meta: &ResourceMeta, reason: &str) -> serde_json::Va
         404,
         "NotFound",
         &format!("{} is no longer served: {reason}", meta.name),
+    )
+}
+
+/// The `object` of the ERROR that ends a stream whose token expired.
+pub(super) fn expired_status() -> serde_json::Value {
+    status_json(
+        401,
+        "Unauthorized",
+        "token expired; reconnect with a fresh token (Last-Event-ID resumes)",
     )
 }
 

@@ -35,6 +35,7 @@ use super::error::{ApiError, status_json};
 use super::sse::{bookmark_object, closed_status, reset_status, shutdown_status};
 use super::{StreamParams, parse_stream_params, parse_stream_query};
 use crate::app::AppState;
+use crate::auth::{self, Principal, Verb};
 use crate::hub::{Item, Subscription};
 use crate::ops::Transport;
 
@@ -44,6 +45,9 @@ const OUTBOX: usize = 64;
 const MAX_SUB_ID: usize = 128;
 /// Time a Close frame gets to be queued behind a stuck socket.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
+/// The Close code of a socket whose token expired (after an ERROR per
+/// subscription); see `proto/PROTOCOL.md`.
+pub const CLOSE_TOKEN_EXPIRED: u16 = 4001;
 
 /// `GET /stream/{resource}` with `Upgrade: websocket`: the SSE stream's
 /// messages, one JSON text frame each. The subscription starts before the
@@ -53,11 +57,12 @@ pub async fn stream(
     resource: web::Path<String>,
     body: web::Payload,
     state: web::Data<AppState>,
+    principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
-    let params = parse_stream_query(req.query_string())?;
-    let sub = start(&state, &resource, &params).await?;
+    let params = parse_stream_query(&auth::strip_token(req.query_string()))?;
+    let sub = start(&state, &principal, &resource, &params).await?;
     let (resp, session, msgs) = handshake(&req, body, &state)?;
-    let (socket, done_rx) = Socket::new(state, session, 1);
+    let (socket, done_rx) = Socket::new(state, session, 1, principal);
     actix_web::rt::spawn(socket.run(done_rx, msgs, Some(sub)));
     Ok(resp)
 }
@@ -68,10 +73,11 @@ pub async fn mux(
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<AppState>,
+    principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let (resp, session, msgs) = handshake(&req, body, &state)?;
     let max = state.stream.max_subscriptions_per_socket.max(1);
-    let (socket, done_rx) = Socket::new(state, session, max);
+    let (socket, done_rx) = Socket::new(state, session, max, principal);
     actix_web::rt::spawn(socket.run(done_rx, msgs, None));
     Ok(resp)
 }
@@ -91,18 +97,33 @@ fn handshake(
     Ok((resp, session, msgs))
 }
 
+/// Authorizes, then subscribes: the principal's grant narrows the
+/// namespaces asked for.
 async fn start(
     state: &AppState,
+    principal: &Principal,
     resource: &str,
     params: &StreamParams,
 ) -> Result<Subscription, ApiError> {
+    let mut params = params.clone();
+    params.namespaces = state
+        .auth
+        .authorize_name(
+            principal,
+            &state.informers,
+            resource,
+            Verb::Watch,
+            &params.namespaces,
+        )
+        .await?;
+    let params = &params;
     // `with_hub` retries once if the hub was stopped for idleness just now.
     state
         .informers
         .with_hub::<_, ApiError, _, _>(resource, |hub| {
             Subscription::start(
                 hub,
-                params.filter(),
+                params.view_spec(),
                 params.resume,
                 state.stream.sync_timeout,
                 state.ticks.clone(),
@@ -207,13 +228,18 @@ enum Start {
 
 /// One subscription: frames its items into the socket's outbox until the
 /// stream ends (hub closed, shutdown) or the socket goes away.
-async fn run_subscription(state: web::Data<AppState>, outlet: Outlet, start: Start) {
+async fn run_subscription(
+    state: web::Data<AppState>,
+    principal: Principal,
+    outlet: Outlet,
+    start: Start,
+) {
     let sub = match start {
         Start::Ready(sub) => Ok(sub),
         Start::Request { resource, params } => tokio::select! {
             biased;
             _ = state.shutdown.cancelled() => Err(shutdown_status()),
-            started = self::start(&state, &resource, &params) => started.map_err(|e| e.status()),
+            started = self::start(&state, &principal, &resource, &params) => started.map_err(|e| e.status()),
         },
     };
     let mut sub = match sub {
@@ -235,9 +261,7 @@ async fn run_subscription(state: web::Data<AppState>, outlet: Outlet, start: Sta
             Item::Snapshot(objects) => {
                 let mut ok = true;
                 for obj in &objects {
-                    ok = outlet
-                        .send(message(prefix, obj.snapshot_frame().json(), Id::None))
-                        .await;
+                    ok = outlet.send(message(prefix, obj.json(), Id::None)).await;
                     if !ok {
                         break;
                     }
@@ -299,6 +323,8 @@ struct Socket {
     done_tx: mpsc::Sender<(String, u64)>,
     generation: u64,
     idle_timeout: Duration,
+    /// Who opened the socket; `/ws` subscriptions are authorized as it.
+    principal: Principal,
 }
 
 /// Why the control loop ended: the Close frame to send, if any.
@@ -317,6 +343,7 @@ impl Socket {
         state: web::Data<AppState>,
         session: Session,
         max_subs: usize,
+        principal: Principal,
     ) -> (Socket, mpsc::Receiver<(String, u64)>) {
         let (out_tx, out_rx) = mpsc::channel(OUTBOX);
         tokio::spawn(write(session, out_rx));
@@ -333,6 +360,7 @@ impl Socket {
             done_tx,
             generation: 0,
             idle_timeout,
+            principal,
         };
         (socket, done_rx)
     }
@@ -355,6 +383,9 @@ impl Socket {
         let mut ticking = true;
         let idle = tokio::time::sleep(self.idle_timeout);
         tokio::pin!(idle);
+        let deadline = self.principal.deadline();
+        let expiry = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now));
+        tokio::pin!(expiry);
         let ending: Ending = loop {
             tokio::select! {
                 // Ordered: an ended subscription frees its id before the
@@ -383,6 +414,9 @@ impl Socket {
                 }
                 _ = &mut idle => {
                     break close(CloseCode::Policy, "no pong or message within the idle timeout");
+                }
+                _ = &mut expiry, if deadline.is_some() => {
+                    break self.expire(is_single).await;
                 }
                 msg = msgs.next() => {
                     idle.as_mut().reset(Instant::now() + self.idle_timeout);
@@ -435,6 +469,26 @@ impl Socket {
         // aborted tasks have dropped their senders.
     }
 
+    /// The token expired: each subscription gets an ERROR (401), and the
+    /// socket closes with [`CLOSE_TOKEN_EXPIRED`].
+    async fn expire(&mut self, is_single: bool) -> Ending {
+        let status = super::sse::expired_status();
+        for (id, running) in self.subs.drain() {
+            running.task.abort();
+            // Nothing it queued can follow the ERROR.
+            let _ = running.task.await;
+            let prefix = (!is_single).then(|| sub_prefix(&id));
+            let msg = error_message(prefix.as_deref(), &status);
+            if tokio::time::timeout(CLOSE_WAIT, self.out_tx.send(Message::Text(msg)))
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        close(CloseCode::Other(CLOSE_TOKEN_EXPIRED), "token expired")
+    }
+
     fn spawn(&mut self, id: String, prefix: Option<Bytes>, start: Start) {
         self.generation += 1;
         let outlet = Outlet {
@@ -443,7 +497,12 @@ impl Socket {
             done_tx: self.done_tx.clone(),
             key: (id.clone(), self.generation),
         };
-        let task = tokio::spawn(run_subscription(self.state.clone(), outlet, start));
+        let task = tokio::spawn(run_subscription(
+            self.state.clone(),
+            self.principal.clone(),
+            outlet,
+            start,
+        ));
         self.subs.insert(
             id,
             Running {
@@ -571,7 +630,7 @@ fn protocol_close(err: &ProtocolError) -> Ending {
 }
 
 /// A `/ws` client message.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 enum Op {
     Subscribe {
         id: String,

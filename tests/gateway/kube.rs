@@ -18,7 +18,7 @@ use crate::support::{TestEnv, WAIT, spawn, test_config, validate, validate_statu
 use kubefan::sim::pod;
 
 /// A kube client configured by a kubeconfig whose server is kubefan.
-async fn client_for(env: &TestEnv) -> kube::Client {
+pub(crate) async fn client_for(env: &TestEnv) -> kube::Client {
     let kc = Kubeconfig {
         clusters: vec![NamedCluster {
             name: "kubefan".into(),

@@ -2,8 +2,13 @@
 //! API server, through the real kube-rs client, spoken to over real sockets.
 //! One test binary; a module per surface.
 
+mod auth;
+mod deploy;
 mod kube;
 mod lifecycle;
+mod replicas;
+mod soak;
 mod sse;
 mod support;
+mod views;
 mod ws;

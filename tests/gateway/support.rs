@@ -325,6 +325,13 @@ pub struct ClientView {
     /// (type, resourceVersion) of every change received after a snapshot.
     pub changes: Vec<(String, u64)>,
     pub errors: usize,
+    /// MODIFIED events received as merge patches.
+    pub patches: usize,
+    /// After a resume, until the first event with an id: the protocol lets
+    /// the start of a relist run (events sharing one resourceVersion, only
+    /// the last with an id) arrive again, and says re-applying it is
+    /// harmless. Only then are repeats accepted.
+    replaying: bool,
 }
 
 pub fn key_of(obj: &Value) -> String {
@@ -362,6 +369,8 @@ impl ClientView {
             snapshots: 0,
             changes: Vec::new(),
             errors: 0,
+            patches: 0,
+            replaying: false,
         }
     }
 
@@ -369,6 +378,7 @@ impl ClientView {
     pub fn resume(&mut self) {
         self.in_snapshot = false;
         self.snapshot = None;
+        self.replaying = true;
     }
 
     pub fn apply(&mut self, ev: &SseEvent) {
@@ -420,34 +430,65 @@ impl ClientView {
                 let rv = rv_of(obj);
                 match ev.event.as_str() {
                     "ADDED" => {
-                        assert!(
-                            self.objects.insert(key.clone(), obj.clone()).is_none(),
-                            "duplicate ADDED {key}"
-                        );
+                        let had = self.objects.insert(key.clone(), obj.clone()).is_some();
+                        assert!(!had || self.replaying, "duplicate ADDED {key}");
+                    }
+                    "MODIFIED" if ev.data["patch"] == "merge" => {
+                        let held = self
+                            .objects
+                            .get_mut(&key)
+                            .unwrap_or_else(|| panic!("patch for unknown {key}"));
+                        let before = rv_of(held);
+                        kubefan::hub::projection::merge_apply(held, obj);
+                        assert!(rv_of(held) > before, "patched {key} does not move forward");
+                        self.patches += 1;
                     }
                     "MODIFIED" => {
                         let old = self
                             .objects
                             .insert(key.clone(), obj.clone())
                             .unwrap_or_else(|| panic!("MODIFIED of unknown {key}"));
-                        assert!(rv > rv_of(&old), "MODIFIED {key} does not move forward");
-                    }
-                    _ => {
                         assert!(
-                            self.objects.remove(&key).is_some(),
-                            "DELETED of unknown {key}"
+                            rv > rv_of(&old) || (self.replaying && rv == rv_of(&old)),
+                            "MODIFIED {key} does not move forward"
                         );
                     }
+                    _ => {
+                        let had = self.objects.remove(&key).is_some();
+                        assert!(had || self.replaying, "DELETED of unknown {key}");
+                    }
                 }
-                let event_rv = ev.id.as_deref().and_then(|i| i.parse().ok()).unwrap_or(rv);
+                // An event without an id sits at the position of the run it
+                // belongs to (its object may carry an older version).
+                let event_rv = ev
+                    .id
+                    .as_deref()
+                    .and_then(|i| i.parse().ok())
+                    .unwrap_or(self.position);
                 if let Some((_, last)) = self.changes.last() {
-                    assert!(event_rv >= *last, "changes out of order");
+                    assert!(event_rv >= *last || self.replaying, "changes out of order");
                 }
                 self.changes.push((ev.event.clone(), event_rv));
+                if ev.id.as_deref().is_some_and(|i| !i.is_empty()) {
+                    self.replaying = false;
+                }
             }
             "ERROR" => self.errors += 1,
             other => panic!("unknown event {other}"),
         }
+    }
+
+    /// A new stream without a resume position: its snapshot will replace
+    /// everything, so any half-received one is dropped.
+    pub fn restart(&mut self) {
+        self.in_snapshot = true;
+        self.snapshot = None;
+        self.replaying = false;
+    }
+
+    /// Whether a snapshot is being received.
+    pub fn in_snapshot(&self) -> bool {
+        self.in_snapshot
     }
 
     /// Whether the position has reached `rv` with no snapshot half-received.
@@ -464,6 +505,45 @@ impl ClientView {
                 .await
                 .unwrap_or_else(|| panic!("stream ended at {} before {rv}", self.position));
             self.apply(&ev);
+        }
+    }
+
+    /// Compares with the simulated server's objects as a view shows them:
+    /// `upstream` already filtered, each projected by `projection` (or
+    /// compared on the usual fields without one).
+    pub fn assert_matches_view(
+        &self,
+        upstream: &[Value],
+        projection: Option<&kubefan::hub::projection::Projection>,
+    ) {
+        let Some(projection) = projection else {
+            return self.assert_matches(upstream);
+        };
+        let want: BTreeMap<String, Value> = upstream
+            .iter()
+            .map(|o| (key_of(o), projection.apply(o)))
+            .collect();
+        assert_eq!(
+            self.objects.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>(),
+            "the client's objects differ from the filtered upstream"
+        );
+        // A projected view skips changes it does not show, so an object's
+        // resourceVersion is that of the last change it showed: not compared.
+        let without_rv = |o: &Value| {
+            let mut o = o.clone();
+            o["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("resourceVersion");
+            o
+        };
+        for (k, o) in &want {
+            assert_eq!(
+                without_rv(&self.objects[k]),
+                without_rv(o),
+                "projected object {k} differs"
+            );
         }
     }
 

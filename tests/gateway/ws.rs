@@ -20,7 +20,7 @@ use crate::support::{
 };
 
 /// A WebSocket client that checks every message against `$defs/{def}`.
-struct WsClient {
+pub(crate) struct WsClient {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     def: &'static str,
     pub pings: usize,
@@ -30,7 +30,7 @@ struct WsClient {
 type Closed = Option<u16>;
 
 impl WsClient {
-    async fn connect(env: &TestEnv, path: &str) -> WsClient {
+    pub(crate) async fn connect(env: &TestEnv, path: &str) -> WsClient {
         let url = format!("ws://{}{}", env.app.local_addr(), path);
         let (ws, resp) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
             .await
@@ -47,7 +47,7 @@ impl WsClient {
 
     /// The next JSON message (pings are counted and answered); panics if
     /// the socket closes or nothing comes within [`WAIT`].
-    async fn next(&mut self) -> Value {
+    pub(crate) async fn next(&mut self) -> Value {
         match self.next_or_close().await {
             Ok(v) => v,
             Err(closed) => panic!("socket closed ({closed:?}) while a message was expected"),
@@ -99,14 +99,14 @@ impl WsClient {
         self.send(Message::text(v.to_string())).await;
     }
 
-    async fn subscribe(&mut self, msg: Value) {
+    pub(crate) async fn subscribe(&mut self, msg: Value) {
         validate_def("clientMessage", &msg);
         self.send_json(msg).await;
     }
 }
 
 /// A single-stream message as the SSE event it mirrors.
-fn event(v: &Value) -> SseEvent {
+pub(crate) fn event(v: &Value) -> SseEvent {
     SseEvent {
         event: v["type"].as_str().expect("a type").to_string(),
         id: v
@@ -118,14 +118,14 @@ fn event(v: &Value) -> SseEvent {
 
 /// Applies messages to `view` until it has reached `rv` with no snapshot
 /// half-received.
-async fn follow(ws: &mut WsClient, view: &mut ClientView, rv: u64) {
+pub(crate) async fn follow(ws: &mut WsClient, view: &mut ClientView, rv: u64) {
     while !view.settled(rv) {
         let msg = ws.next().await;
         view.apply(&event(&msg));
     }
 }
 
-async fn subscribed(env: &TestEnv, path: &str) -> (WsClient, ClientView) {
+pub(crate) async fn subscribed(env: &TestEnv, path: &str) -> (WsClient, ClientView) {
     let mut ws = WsClient::connect(env, path).await;
     let mut view = ClientView::new();
     while view.snapshots == 0 {

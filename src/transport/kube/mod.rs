@@ -19,6 +19,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::error::ApiError;
 use crate::app::AppState;
+use crate::auth::{self, Principal, Verb};
 use crate::hub::Filter;
 use crate::upstream::{self, ResourceInfo};
 use params::KubeQuery;
@@ -89,18 +90,20 @@ async fn core_request(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     state: web::Data<AppState>,
+    principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let (version, tail) = path.into_inner();
-    serve(req, String::new(), version, tail, state).await
+    serve(req, String::new(), version, tail, state, principal).await
 }
 
 async fn group_request(
     req: HttpRequest,
     path: web::Path<(String, String, String)>,
     state: web::Data<AppState>,
+    principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let (group, version, tail) = path.into_inner();
-    serve(req, group, version, tail, state).await
+    serve(req, group, version, tail, state, principal).await
 }
 
 async fn serve(
@@ -109,16 +112,38 @@ async fn serve(
     version: String,
     tail: String,
     state: web::Data<AppState>,
+    principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let target = parse_tail(&tail)?;
-    let query = KubeQuery::parse(req.query_string())?;
-    let info = resolve(&state, &group, &version, &target.plural).await?;
+    let query = KubeQuery::parse(&auth::strip_token(req.query_string()))?;
+    let verb = match (&target.name, query.watch) {
+        (Some(_), _) => Verb::Get,
+        (None, true) => Verb::Watch,
+        (None, false) => Verb::List,
+    };
+    let requested: Vec<String> = target.namespace.iter().cloned().collect();
+    // Authorized before existence is revealed: a principal that may not
+    // see the resource gets 403 whether or not it exists.
+    let info = match resolve(&state, &group, &version, &target.plural).await {
+        Ok(info) => info,
+        Err(err @ ApiError::NotFound(_)) => {
+            return Err(state
+                .auth
+                .unknown(&principal, &group, &target.plural, verb, &requested, err)
+                .await);
+        }
+        Err(err) => return Err(err),
+    };
+    let namespaces = state
+        .auth
+        .authorize(&principal, &state.informers, &info, verb, &requested)
+        .await?;
     if target.namespace.is_some() && !info.namespaced {
         return Err(not_found(&group, &version, &target.plural));
     }
     let fields = crate::selector::selectable_fields(&info.api.group, &info.api.plural);
     let filter = Filter {
-        namespaces: target.namespace.iter().cloned().collect(),
+        namespaces,
         labels: query.label_selector()?,
         fields: query.field_selector(fields)?,
     };
@@ -140,7 +165,7 @@ async fn serve(
         return list::get(&state, &hub, target.namespace.as_deref(), name, &info).await;
     }
     if query.watch {
-        watch::watch(&state, hub, filter, &query).await
+        watch::watch(&state, hub, filter, &query, principal.deadline()).await
     } else {
         list::list(&state, &hub, filter, &query, &info).await
     }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::KubeQuery;
 use crate::app::AppState;
-use crate::hub::{Filter, Hub, Item, ResourceMeta, Subscription};
+use crate::hub::{Filter, Hub, Item, ResourceMeta, Subscription, ViewSpec};
 use crate::ops::Transport;
 use crate::transport::error::{ApiError, status_json};
 
@@ -37,6 +37,7 @@ pub async fn watch(
     hub: Arc<Hub>,
     filter: Filter,
     q: &KubeQuery,
+    expires: Option<Instant>,
 ) -> Result<HttpResponse, ApiError> {
     let send_initial = q.send_initial_events == Some(true);
     if send_initial {
@@ -79,7 +80,7 @@ pub async fn watch(
     let resume = if send_initial { None } else { rv };
     let sub = Subscription::start(
         hub,
-        filter,
+        ViewSpec::new(filter),
         resume,
         state.stream.sync_timeout,
         state.ticks.clone(),
@@ -92,6 +93,7 @@ pub async fn watch(
         .timeout_seconds
         .filter(|t| *t > 0)
         .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
+    let meta_name = sub.hub().name().to_string();
     let body = WatchBody {
         sent: state
             .metrics
@@ -102,11 +104,17 @@ pub async fn watch(
         bookmarks: q.allow_bookmarks,
         position: rv.unwrap_or(0),
         deadline: Instant::now() + timeout,
+        expires,
         ended: false,
     };
-    let stream = futures::stream::unfold(body, |mut body| async move {
-        let chunk = body.next_chunk().await?;
-        Some((Ok::<_, Infallible>(chunk), body))
+    let bytes_sent = state.metrics.bytes_sent(&meta_name, Transport::KubeWatch);
+    let stream = futures::stream::unfold(body, move |mut body| {
+        let bytes_sent = bytes_sent.clone();
+        async move {
+            let chunk = body.next_chunk().await?;
+            bytes_sent.inc_by(chunk.len() as u64);
+            Some((Ok::<_, Infallible>(chunk), body))
+        }
     });
     Ok(HttpResponse::Ok()
         .content_type("application/json")
@@ -123,6 +131,8 @@ struct WatchBody {
     /// The newest resourceVersion this client holds.
     position: u64,
     deadline: Instant,
+    /// When the client's token expires: an ERROR (401), then the end.
+    expires: Option<Instant>,
     ended: bool,
 }
 
@@ -135,14 +145,16 @@ impl WatchBody {
             let item = tokio::select! {
                 item = self.sub.next() => item?,
                 _ = tokio::time::sleep_until(self.deadline) => return None,
+                _ = tokio::time::sleep_until(self.expires.unwrap_or(self.deadline)), if self.expires.is_some() => {
+                    self.ended = true;
+                    return Some(error_line(401, "Unauthorized", "token expired"));
+                }
             };
             match item {
                 Item::Snapshot(objects) => {
-                    let mut buf = BytesMut::with_capacity(
-                        objects.iter().map(|o| o.snapshot_frame().len()).sum(),
-                    );
+                    let mut buf = BytesMut::with_capacity(objects.iter().map(|f| f.len()).sum());
                     for obj in &objects {
-                        buf.put_slice(&obj.snapshot_frame().ndjson());
+                        buf.put_slice(&obj.ndjson());
                     }
                     self.sent.inc_by(objects.len() as u64);
                     return Some(buf.freeze());
