@@ -9,7 +9,7 @@
 //
 //   cargo build && (cd web-test && npm ci && npm test)
 //
-// KUBEFAN_BIN overrides the binary (default: target/debug/kubefan),
+// KUBEFAN_BIN overrides the binary (default: $CARGO_TARGET_DIR or target, then debug/kubefan),
 // CHROMIUM the browser (default: /usr/bin/chromium). The screenshot goes
 // to artifacts/dashboard.png at the repository root.
 
@@ -24,7 +24,8 @@ import {fileURLToPath} from 'node:url';
 import {chromium} from 'playwright-core';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const BIN = process.env.KUBEFAN_BIN || path.join(ROOT, 'target', 'debug', 'kubefan');
+const BIN = process.env.KUBEFAN_BIN
+  || path.join(process.env.CARGO_TARGET_DIR || path.join(ROOT, 'target'), 'debug', 'kubefan');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const ARTIFACTS = path.join(ROOT, 'artifacts');
 const PODS = 60;
