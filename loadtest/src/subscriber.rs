@@ -178,16 +178,20 @@ pub async fn connect(
             }
             let mut body = resp.bytes_stream().boxed();
             if !nchan {
-                let mut seen = Vec::new();
+                // Only the new chunk and a marker-sized tail of the previous
+                // one are searched: snapshots can be tens of megabytes.
+                let mut tail: Vec<u8> = Vec::new();
                 loop {
                     let chunk = body
                         .next()
                         .await
                         .context("stream ended before its snapshot")??;
-                    seen.extend_from_slice(&chunk);
-                    if memmem::find(&seen, SNAPSHOT_END).is_some() {
+                    tail.extend_from_slice(&chunk);
+                    if memmem::find(&tail, SNAPSHOT_END).is_some() {
                         break;
                     }
+                    let keep = tail.len().saturating_sub(SNAPSHOT_END.len());
+                    tail.drain(..keep);
                 }
             }
             Ok(Conn::Http(body))

@@ -1,28 +1,11 @@
 //! JSON merge patch (RFC 7386), the semantics the simulator gives both
 //! `application/merge-patch+json` and `application/strategic-merge-patch+json`.
-
-use serde_json::{Map, Value};
+//! One implementation serves the gateway (deltas) and the simulator: it
+//! lives in `hub::projection`; this module keeps the RFC's own examples.
 
 /// Applies `patch` to `target` in place: `null` deletes a member, objects merge
 /// recursively, anything else (arrays included) replaces.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    if let Value::Object(t) = target {
-        for (k, v) in p {
-            if v.is_null() {
-                t.remove(k);
-            } else {
-                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-    }
-}
+pub use crate::hub::projection::merge_apply as merge_patch;
 
 #[cfg(test)]
 mod tests {

@@ -152,10 +152,9 @@ fn add_list(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn info(group: &str, plural: &str, kind: &str, short: &[&str]) -> ResourceInfo {
+impl ResourceInfo {
+    /// A namespaced `v1` resource fixture for tests.
+    pub(crate) fn fixture(group: &str, plural: &str, kind: &str, short: &[&str]) -> ResourceInfo {
         ResourceInfo {
             api: ApiResource {
                 group: group.into(),
@@ -172,6 +171,15 @@ mod tests {
             singular: kind.to_ascii_lowercase(),
             short_names: short.iter().map(|s| s.to_string()).collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(group: &str, plural: &str, kind: &str, short: &[&str]) -> ResourceInfo {
+        ResourceInfo::fixture(group, plural, kind, short)
     }
 
     #[test]

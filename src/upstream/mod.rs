@@ -649,25 +649,9 @@ impl Informers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::core::ApiResource;
 
     fn info(group: &str, plural: &str, kind: &str, short: &[&str]) -> ResourceInfo {
-        ResourceInfo {
-            api: ApiResource {
-                group: group.into(),
-                version: "v1".into(),
-                api_version: if group.is_empty() {
-                    "v1".into()
-                } else {
-                    format!("{group}/v1")
-                },
-                kind: kind.into(),
-                plural: plural.into(),
-            },
-            namespaced: true,
-            singular: kind.to_ascii_lowercase(),
-            short_names: short.iter().map(|s| s.to_string()).collect(),
-        }
+        ResourceInfo::fixture(group, plural, kind, short)
     }
 
     fn catalog() -> Catalog {
