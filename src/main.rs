@@ -231,6 +231,7 @@ async fn demo(mut args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result
         "kubefan demo: a simulated cluster with {} nodes and {} pods, churning",
         args.nodes, args.pods
     );
+    println!("  dashboard             {base}/");
     println!("  simulated API server  {}", server.url());
     println!("  pods as SSE           curl -N {base}/stream/pods");
     println!("  one namespace         curl -N '{base}/stream/pods?namespace=web'");
