@@ -163,6 +163,9 @@ async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
         .into_iter()
         .map(|c| tokio::spawn(read(c, changes, deadline)))
         .collect();
+    // Readers are running: the coordinator may start publishing.
+    out.write_all(b"STARTED\n").await?;
+    out.flush().await?;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 2)?;
     let mut report = WorkerReport {
         per_change: vec![(0, 0); changes],
@@ -320,8 +323,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .await?;
         stdin.flush().await?;
     }
-    // Give workers a moment to start their readers before the first change.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every worker's readers are running before the first change.
+    for (_, stdout) in children.iter_mut() {
+        let line = tokio::time::timeout(Duration::from_secs(60), stdout.next_line())
+            .await
+            .context("workers start reading in time")??;
+        if line.as_deref() != Some("STARTED") {
+            bail!("worker said {line:?} instead of STARTED");
+        }
+    }
     let cpu_start = args.pid.and_then(proc_stats);
     let mut interval = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);

@@ -183,6 +183,9 @@ impl Hub {
     pub fn apply(&self, kind: EventType, obj: Obj) -> bool {
         let obj = Arc::new(obj);
         let rv = obj.resource_version();
+        // Encoded before taking the lock that every reader waits on; redone
+        // under it only if the kind is normalised (ADDED <-> MODIFIED).
+        let encoded = (kind, event_frame(kind, rv, true, &obj));
         let mut st = self.write_state();
         if !st.synced || rv <= st.rv || st.closed.is_some() {
             return false;
@@ -207,7 +210,22 @@ impl Hub {
             },
         };
         st.rv = rv;
-        self.push(&mut st, kind, obj, prev, rv, true);
+        let frame = match encoded {
+            (k, frame) if k == kind => frame,
+            _ => event_frame(kind, rv, true, &obj),
+        };
+        Self::push(
+            &mut st,
+            Event {
+                seq: 0,
+                rv,
+                kind,
+                obj,
+                prev,
+                frame,
+                has_id: true,
+            },
+        );
         self.trim(&mut st);
         self.publish(st);
         self.metrics.event(kind);
@@ -304,7 +322,19 @@ impl Hub {
             }
             let has_id = rvs.get(i + 1) != Some(&rvs[i]);
             self.metrics.event(kind);
-            self.push(&mut st, kind, obj, prev, rvs[i], has_id);
+            let frame = event_frame(kind, rvs[i], has_id, &obj);
+            Self::push(
+                &mut st,
+                Event {
+                    seq: 0,
+                    rv: rvs[i],
+                    kind,
+                    obj,
+                    prev,
+                    frame,
+                    has_id,
+                },
+            );
         }
         st.cache = fresh;
         st.rv = rv;
@@ -313,33 +343,12 @@ impl Hub {
         outcome
     }
 
-    fn push(
-        &self,
-        st: &mut State,
-        kind: EventType,
-        obj: Arc<Obj>,
-        prev: Option<Arc<Obj>>,
-        rv: u64,
-        has_id: bool,
-    ) {
-        let frame = Frame::encode(
-            kind.as_str(),
-            kind.as_str(),
-            has_id.then_some(rv),
-            &obj.json(),
-        );
-        st.log_bytes += frame.len() + obj.size();
-        let seq = st.next_seq;
+    /// Appends `event` to the log, giving it the next `seq`.
+    fn push(st: &mut State, mut event: Event) {
+        st.log_bytes += event.frame.len() + event.obj.size();
+        event.seq = st.next_seq;
         st.next_seq += 1;
-        st.log.push_back(Arc::new(Event {
-            seq,
-            rv,
-            kind,
-            obj,
-            prev,
-            frame,
-            has_id,
-        }));
+        st.log.push_back(Arc::new(event));
     }
 
     fn trim(&self, st: &mut State) {
@@ -583,6 +592,16 @@ impl Drop for SubscriberGuard {
     }
 }
 
+/// An event's shared encoding, with an `id:` when it carries a position.
+fn event_frame(kind: EventType, rv: u64, has_id: bool, obj: &Obj) -> Frame {
+    Frame::encode(
+        kind.as_str(),
+        kind.as_str(),
+        has_id.then_some(rv),
+        &obj.json(),
+    )
+}
+
 fn stats_of(st: &State) -> HubStats {
     HubStats {
         objects: st.cache.len(),
@@ -665,16 +684,24 @@ mod tests {
 
     fn view_of_hub(hub: &Hub) -> View {
         let (objs, _) = hub.objects();
-        objs.iter()
-            .map(|o| (format!("{:?}", o.key()), parse(o)))
-            .collect()
+        objs.iter().map(|o| entry_of(o.snapshot_frame())).collect()
     }
 
-    fn parse(o: &Obj) -> (u64, String) {
-        let v: serde_json::Value = serde_json::from_slice(&o.json()).unwrap();
+    /// A frame's object as a client's view entry: key → (rv, phase).
+    fn entry_of(frame: &Frame) -> (String, (u64, String)) {
+        let v: serde_json::Value = serde_json::from_slice(&frame.object()).unwrap();
+        let key = ObjKey::new(
+            v["metadata"]["namespace"].as_str(),
+            v["metadata"]["name"].as_str().unwrap(),
+        );
+        let rv = v["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
         (
-            o.resource_version(),
-            v["status"]["phase"].as_str().unwrap_or("").to_string(),
+            format!("{key:?}"),
+            (rv, v["status"]["phase"].as_str().unwrap_or("").to_string()),
         )
     }
 
@@ -699,20 +726,8 @@ mod tests {
                 Item::Snapshot(objs) => {
                     let p = pending.get_or_insert_with(View::new);
                     for f in objs {
-                        let v: serde_json::Value = serde_json::from_slice(&f.object()).unwrap();
-                        let key = ObjKey::new(
-                            v["metadata"]["namespace"].as_str(),
-                            v["metadata"]["name"].as_str().unwrap(),
-                        );
-                        let state = (
-                            v["metadata"]["resourceVersion"]
-                                .as_str()
-                                .unwrap()
-                                .parse()
-                                .unwrap(),
-                            v["status"]["phase"].as_str().unwrap_or("").to_string(),
-                        );
-                        p.insert(format!("{key:?}"), state);
+                        let (key, state) = entry_of(&f);
+                        p.insert(key, state);
                     }
                 }
                 Item::SnapshotEnd { rv } => {
@@ -724,23 +739,7 @@ mod tests {
                     assert!(pending.is_none(), "events inside a snapshot");
                     for ev in evs {
                         assert!(ev.rv() >= last_id, "resourceVersions went back");
-                        let v: serde_json::Value =
-                            serde_json::from_slice(&ev.frame().object()).unwrap();
-                        let key = format!(
-                            "{:?}",
-                            ObjKey::new(
-                                v["metadata"]["namespace"].as_str(),
-                                v["metadata"]["name"].as_str().unwrap()
-                            )
-                        );
-                        let state = (
-                            v["metadata"]["resourceVersion"]
-                                .as_str()
-                                .unwrap()
-                                .parse()
-                                .unwrap(),
-                            v["status"]["phase"].as_str().unwrap_or("").to_string(),
-                        );
+                        let (key, state) = entry_of(ev.frame());
                         match ev.kind() {
                             EventType::Added => {
                                 assert!(view.insert(key, state).is_none(), "duplicate ADDED")
@@ -765,6 +764,27 @@ mod tests {
             }
         }
         seen
+    }
+
+    /// Starts a subscription with defaults (no resume, no ticks, its own
+    /// metrics), for tests about whether it starts at all.
+    async fn try_start(
+        hub: &Arc<Hub>,
+        spec: ViewSpec,
+        sync_timeout: Duration,
+    ) -> Result<Subscription, SubscriptionError> {
+        let (_tick_tx, tick_rx) = watch::channel(0);
+        Subscription::start(
+            hub.clone(),
+            spec,
+            None,
+            sync_timeout,
+            tick_rx,
+            CancellationToken::new(),
+            Arc::new(Metrics::new()),
+            Transport::Sse,
+        )
+        .await
     }
 
     async fn subscribe(
@@ -1032,18 +1052,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn subscriber_waits_for_sync_then_gives_up() {
         let hub = hub();
-        let (_tx, rx) = watch::channel(0);
-        let res = Subscription::start(
-            hub.clone(),
-            ViewSpec::default(),
-            None,
-            Duration::from_secs(3),
-            rx,
-            CancellationToken::new(),
-            Arc::new(Metrics::new()),
-            Transport::Sse,
-        )
-        .await;
+        let res = try_start(&hub, ViewSpec::default(), Duration::from_secs(3)).await;
         assert!(matches!(res, Err(SubscriptionError::NotSynced(_))));
     }
 
@@ -1063,34 +1072,12 @@ mod tests {
             "{item:?}"
         );
         assert!(sub.next().await.is_none());
-        let (_tx, rx) = watch::channel(0);
-        let again = Subscription::start(
-            hub.clone(),
-            ViewSpec::default(),
-            None,
-            Duration::from_secs(1),
-            rx,
-            CancellationToken::new(),
-            Arc::new(Metrics::new()),
-            Transport::Sse,
-        )
-        .await;
+        let again = try_start(&hub, ViewSpec::default(), Duration::from_secs(1)).await;
         assert!(matches!(again, Err(SubscriptionError::Closed(..))));
         // A hub closed before it ever synced does not leave joiners waiting.
         let never = super::tests::hub();
         never.close("resource removed upstream");
-        let (_tx, rx) = watch::channel(0);
-        let res = Subscription::start(
-            never,
-            ViewSpec::default(),
-            None,
-            Duration::from_secs(30),
-            rx,
-            CancellationToken::new(),
-            Arc::new(Metrics::new()),
-            Transport::Sse,
-        )
-        .await;
+        let res = try_start(&never, ViewSpec::default(), Duration::from_secs(30)).await;
         assert!(matches!(res, Err(SubscriptionError::Closed(..))));
     }
 

@@ -6,12 +6,82 @@ pub mod kube;
 pub mod sse;
 pub mod ws;
 
-use actix_web::web;
+use std::convert::Infallible;
 
+use actix_web::web;
+use bytes::Bytes;
+use futures::Stream;
+use prometheus_client::metrics::counter::Counter;
+
+use crate::app::AppState;
+use crate::auth::{Principal, Verb};
+use crate::hub::Subscription;
 use crate::hub::projection::Projection;
 use crate::hub::{Delta, Filter, ViewSpec};
+use crate::ops::Transport;
 use crate::selector::{FieldSelector, LabelSelector};
 use error::ApiError;
+
+/// A streaming response body produced one chunk at a time.
+pub(crate) trait ChunkSource: 'static {
+    /// The next chunk to write, or `None` when the stream is over.
+    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>>;
+}
+
+/// The HTTP response stream of `source`, adding every chunk's size to
+/// `bytes_sent` (`kubefan_bytes_sent_total`).
+pub(crate) fn counted_stream<S: ChunkSource>(
+    source: S,
+    bytes_sent: Counter,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + 'static {
+    futures::stream::unfold(
+        (source, bytes_sent),
+        |(mut source, bytes_sent)| async move {
+            let chunk = source.chunk().await?;
+            bytes_sent.inc_by(chunk.len() as u64);
+            Some((Ok(chunk), (source, bytes_sent)))
+        },
+    )
+}
+
+/// Authorizes, then subscribes: the principal's grant narrows the
+/// namespaces asked for. Retried once on a fresh hub if the hub was stopped
+/// for idleness just now (`Informers::with_hub`).
+pub(crate) async fn subscribe(
+    state: &AppState,
+    principal: &Principal,
+    resource: &str,
+    params: &StreamParams,
+    transport: Transport,
+) -> Result<Subscription, ApiError> {
+    let mut params = params.clone();
+    params.namespaces = state
+        .auth
+        .authorize_name(
+            principal,
+            &state.informers,
+            resource,
+            Verb::Watch,
+            &params.namespaces,
+        )
+        .await?;
+    let params = &params;
+    state
+        .informers
+        .with_hub::<_, ApiError, _, _>(resource, |hub| {
+            Subscription::start(
+                hub,
+                params.view_spec(),
+                params.resume,
+                state.stream.sync_timeout,
+                state.ticks.clone(),
+                state.shutdown.clone(),
+                state.metrics.clone(),
+                transport,
+            )
+        })
+        .await
+}
 
 /// Options common to every streaming transport.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -10,8 +10,6 @@
 //! because that type re-encodes each event per subscriber, which is the
 //! per-delivery cost the hub's encode-once design removes.
 
-use std::convert::Infallible;
-
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -19,9 +17,9 @@ use prometheus_client::metrics::counter::Counter;
 use serde_json::json;
 
 use super::error::{ApiError, status_json};
-use super::parse_stream_query;
+use super::{ChunkSource, counted_stream, parse_stream_query, subscribe};
 use crate::app::AppState;
-use crate::auth::{self, Principal, Verb};
+use crate::auth::{self, Principal};
 use crate::hub::{Item, ResetReason, ResourceMeta, Subscription};
 use crate::ops::Transport;
 
@@ -40,32 +38,7 @@ pub async fn stream(
             params.resume = Some(rv);
         }
     }
-    params.namespaces = state
-        .auth
-        .authorize_name(
-            &principal,
-            &state.informers,
-            &resource,
-            Verb::Watch,
-            &params.namespaces,
-        )
-        .await?;
-    // `with_hub` retries once if the hub was stopped for idleness just now.
-    let sub: Subscription = state
-        .informers
-        .with_hub::<_, ApiError, _, _>(&resource, |hub| {
-            Subscription::start(
-                hub,
-                params.view_spec(),
-                params.resume,
-                state.stream.sync_timeout,
-                state.ticks.clone(),
-                state.shutdown.clone(),
-                state.metrics.clone(),
-                Transport::Sse,
-            )
-        })
-        .await?;
+    let sub = subscribe(&state, &principal, &resource, &params, Transport::Sse).await?;
     let sent = state.metrics.events_sent(sub.hub().name(), Transport::Sse);
     let meta = sub.hub().meta().clone();
     let preamble = Bytes::from(format!("retry: {}\n\n", state.stream.retry.as_millis()));
@@ -79,14 +52,7 @@ pub async fn stream(
         ended: false,
     };
     let bytes_sent = state.metrics.bytes_sent(&meta_name, Transport::Sse);
-    let stream = futures::stream::unfold(body, move |mut body| {
-        let bytes_sent = bytes_sent.clone();
-        async move {
-            let chunk = body.next_chunk().await?;
-            bytes_sent.inc_by(chunk.len() as u64);
-            Some((Ok::<_, Infallible>(chunk), body))
-        }
-    });
+    let stream = counted_stream(body, bytes_sent);
     Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "text/event-stream"))
         .insert_header((header::CACHE_CONTROL, "no-cache"))
@@ -119,6 +85,12 @@ struct SseBody {
     /// an ERROR (401).
     expires: Option<tokio::time::Instant>,
     ended: bool,
+}
+
+impl ChunkSource for SseBody {
+    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> {
+        self.next_chunk()
+    }
 }
 
 impl SseBody {

@@ -33,9 +33,9 @@ use tokio::time::Instant;
 
 use super::error::{ApiError, status_json};
 use super::sse::{bookmark_object, closed_status, reset_status, shutdown_status};
-use super::{StreamParams, parse_stream_params, parse_stream_query};
+use super::{StreamParams, parse_stream_params, parse_stream_query, subscribe};
 use crate::app::AppState;
-use crate::auth::{self, Principal, Verb};
+use crate::auth::{self, Principal};
 use crate::hub::{Item, Subscription};
 use crate::ops::Transport;
 
@@ -60,7 +60,7 @@ pub async fn stream(
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let params = parse_stream_query(&auth::strip_token(req.query_string()))?;
-    let sub = start(&state, &principal, &resource, &params).await?;
+    let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
     let (resp, session, msgs) = handshake(&req, body, &state)?;
     let (socket, done_rx) = Socket::new(state, session, 1, principal);
     actix_web::rt::spawn(socket.run(done_rx, msgs, Some(sub)));
@@ -95,44 +95,6 @@ fn handshake(
         .aggregate_continuations()
         .max_continuation_size(max);
     Ok((resp, session, msgs))
-}
-
-/// Authorizes, then subscribes: the principal's grant narrows the
-/// namespaces asked for.
-async fn start(
-    state: &AppState,
-    principal: &Principal,
-    resource: &str,
-    params: &StreamParams,
-) -> Result<Subscription, ApiError> {
-    let mut params = params.clone();
-    params.namespaces = state
-        .auth
-        .authorize_name(
-            principal,
-            &state.informers,
-            resource,
-            Verb::Watch,
-            &params.namespaces,
-        )
-        .await?;
-    let params = &params;
-    // `with_hub` retries once if the hub was stopped for idleness just now.
-    state
-        .informers
-        .with_hub::<_, ApiError, _, _>(resource, |hub| {
-            Subscription::start(
-                hub,
-                params.view_spec(),
-                params.resume,
-                state.stream.sync_timeout,
-                state.ticks.clone(),
-                state.shutdown.clone(),
-                state.metrics.clone(),
-                Transport::WebSocket,
-            )
-        })
-        .await
 }
 
 /// The `id` a message carries: where SSE sends `id:`, and empty where SSE
@@ -239,7 +201,7 @@ async fn run_subscription(
         Start::Request { resource, params } => tokio::select! {
             biased;
             _ = state.shutdown.cancelled() => Err(shutdown_status()),
-            started = self::start(&state, &principal, &resource, &params) => started.map_err(|e| e.status()),
+            started = subscribe(&state, &principal, &resource, &params, Transport::WebSocket) => started.map_err(|e| e.status()),
         },
     };
     let mut sub = match sub {

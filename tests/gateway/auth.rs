@@ -10,10 +10,6 @@ use futures::{SinkExt, StreamExt};
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
-use kube::config::{
-    AuthInfo, Cluster, Context, KubeConfigOptions, Kubeconfig, NamedAuthInfo, NamedCluster,
-    NamedContext,
-};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -355,43 +351,6 @@ async fn jwt_keys_from_pem_files_and_a_reloaded_jwks_chosen_by_kid() {
     env.stop().await;
 }
 
-/// A kube client whose kubeconfig sends `token` to kubefan.
-async fn kube_client(env: &TestEnv, token: &str) -> kube::Client {
-    let kc = Kubeconfig {
-        clusters: vec![NamedCluster {
-            name: "kubefan".into(),
-            cluster: Some(Cluster {
-                server: Some(env.base.clone()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-        auth_infos: vec![NamedAuthInfo {
-            name: "user".into(),
-            auth_info: Some(AuthInfo {
-                token: Some(token.to_string().into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-        contexts: vec![NamedContext {
-            name: "kubefan".into(),
-            context: Some(Context {
-                cluster: "kubefan".into(),
-                user: Some("user".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-        current_context: Some("kubefan".into()),
-        ..Default::default()
-    };
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
-}
-
 fn kube_code(err: kube::Error) -> u16 {
     match err {
         kube::Error::Api(status) => status.code,
@@ -506,7 +465,7 @@ async fn grants_narrow_what_sse_ws_and_the_kube_face_serve() {
     );
 
     // The Kubernetes face, through kube-rs with the token in its kubeconfig.
-    let client = kube_client(&env, &web).await;
+    let client = env.kube_client(Some(&web)).await;
     let all: Api<Pod> = Api::all(client.clone());
     let listed = all.list(&ListParams::default()).await.unwrap();
     assert!(!listed.items.is_empty());
@@ -715,7 +674,7 @@ async fn kubernetes_mode_reviews_tokens_and_access_and_caches_the_answers() {
     assert_eq!(snapshot(&mut sse).await.objects.len(), 20);
 
     // The Kubernetes face asks for `list` in the namespace.
-    let client = kube_client(&env, "alice-token").await;
+    let client = env.kube_client(Some("alice-token")).await;
     let web: Api<Pod> = Api::namespaced(client.clone(), "web");
     let listed = web.list(&ListParams::default()).await.unwrap();
     assert!(!listed.items.is_empty());
@@ -906,11 +865,7 @@ async fn the_page_loads_without_a_token_and_refusals_are_counted() {
     )
     .await;
     let admin = hs256(&claims("ops", &["*"], &["*"], 600));
-    let metrics = get(&env, "/metrics", Some((&admin, Place::Header)))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let metrics = env.metrics_with(Some(&admin)).await;
     assert!(
         metrics.contains("kubefan_auth_failures_total{kind=\"no_token\"} 1"),
         "{metrics}"

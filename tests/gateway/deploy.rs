@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde::de::{Deserialize, DeserializeOwned};
 use serde_json::Value;
 
-use crate::support::{WAIT, sim_config, spawn, test_config};
+use crate::support::{sim_config, spawn, test_config};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kubefan");
 
@@ -628,18 +628,7 @@ async fn the_grafana_dashboard_queries_only_metrics_kubefan_exports_and_they_car
     env.synced("pods").await;
     let mut sse = env.sse("/stream/pods").await;
     while sse.next().await.unwrap().event != "BOOKMARK" {}
-    let body = tokio::time::timeout(WAIT, async {
-        env.http
-            .get(format!("{}/metrics", env.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let body = env.metrics().await;
     let exported: BTreeSet<&str> = body
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))

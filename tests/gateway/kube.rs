@@ -8,7 +8,6 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
-use kube::config::{Cluster, Context, KubeConfigOptions, Kubeconfig, NamedCluster, NamedContext};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use serde_json::{Value, json};
@@ -16,34 +15,6 @@ use serde_json::{Value, json};
 use crate::sse::{pods_of, seeded, subscribed};
 use crate::support::{TestEnv, WAIT, spawn, test_config, validate, validate_status};
 use kubefan::sim::pod;
-
-/// A kube client configured by a kubeconfig whose server is kubefan.
-pub(crate) async fn client_for(env: &TestEnv) -> kube::Client {
-    let kc = Kubeconfig {
-        clusters: vec![NamedCluster {
-            name: "kubefan".into(),
-            cluster: Some(Cluster {
-                server: Some(env.base.clone()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-        contexts: vec![NamedContext {
-            name: "kubefan".into(),
-            context: Some(Context {
-                cluster: "kubefan".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }],
-        current_context: Some("kubefan".into()),
-        ..Default::default()
-    };
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
-}
 
 /// name → resourceVersion of the simulated server's pods.
 fn upstream_state(env: &TestEnv) -> BTreeMap<String, String> {
@@ -145,7 +116,7 @@ async fn kube_rs_reflector_converges_through_churn_watch_restarts_and_410() {
     cfg.upstream.log_limits.max_bytes = 1 << 20;
     let env = spawn(seeded(50), cfg).await;
     env.synced("pods").await;
-    let client = client_for(&env).await;
+    let client = env.kube_client(None).await;
     let api: Api<Pod> = Api::all(client);
     let (store, writer) = reflector::store();
     // Watches end every second: every restart resumes from the last
@@ -178,15 +149,7 @@ async fn kube_rs_reflector_converges_through_churn_watch_restarts_and_410() {
             .unwrap();
     }
     converge(&mut stream, &store, &env).await;
-    let metrics = env
-        .http
-        .get(format!("{}/metrics", env.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = env.metrics().await;
     // Lapped mid-stream, or (when a 1 s watch timed out meanwhile) its resume
     // fell out of the log: either way it was answered 410 and relisted.
     assert!(
@@ -221,7 +184,7 @@ async fn lists_paginate_consistently_and_select() {
             .unwrap();
     }
     env.caught_up("pods", env.sim.resource_version()).await;
-    let client = client_for(&env).await;
+    let client = env.kube_client(None).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), "web");
     let first = api.list(&ListParams::default().limit(10)).await.unwrap();
     assert_eq!(first.items.len(), 10);
@@ -281,7 +244,7 @@ async fn watch_selectors_send_transitions_and_initial_events() {
         .create("pods", pod("b").ns("web").label("app", "db").build())
         .unwrap();
     env.caught_up("pods", env.sim.resource_version()).await;
-    let api: Api<Pod> = Api::namespaced(client_for(&env).await, "web");
+    let api: Api<Pod> = Api::namespaced(env.kube_client(None).await, "web");
     let wp = WatchParams::default().labels("app=web").initial_events();
     let mut events = Box::pin(api.watch(&wp, "0").await.unwrap());
     let mut next = async || {
@@ -464,7 +427,7 @@ async fn discovery_writes_and_bad_requests() {
     let (status, versions) = env.get_json("/api").await;
     assert_eq!((status, &versions["versions"]), (200, &json!(["v1"])));
     // kube-rs discovery finds its way.
-    let discovery = kube::Discovery::new(client_for(&env).await)
+    let discovery = kube::Discovery::new(env.kube_client(None).await)
         .run()
         .await
         .unwrap();
@@ -513,7 +476,7 @@ async fn kubefan_behind_kubefan_serves_consistent_streams_with_one_upstream_watc
     let tier1 = spawn(seeded(40), test_config(&["pods"])).await;
     tier1.synced("pods").await;
     // Tier 2's upstream is tier 1's Kubernetes face.
-    let tier2_app = kubefan::app::App::build(test_config(&["pods"]), client_for(&tier1).await)
+    let tier2_app = kubefan::app::App::build(test_config(&["pods"]), tier1.kube_client(None).await)
         .await
         .unwrap();
     let tier2_base = format!("http://{}", tier2_app.local_addr());

@@ -91,17 +91,6 @@ async fn watches_open(sim: &Sim, key: &str, n: u64) {
     .unwrap_or_else(|_| panic!("{key} never had {n} open watches"));
 }
 
-async fn metrics(env: &TestEnv) -> String {
-    env.http
-        .get(format!("{}/metrics", env.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 fn stats(list: u64, watch: u64, open: u64) -> ResourceStats {
     ResourceStats {
         open_watches: open,
@@ -127,7 +116,7 @@ async fn on_demand_informer_watches_only_while_subscribed() {
     let hub = running(&env, "configmaps").expect("started on demand");
     users(&hub, 2).await;
     assert!(
-        metrics(&env)
+        env.metrics()
             .await
             .contains("kubefan_informers_running{resource=\"configmaps\"} 1")
     );
@@ -146,7 +135,7 @@ async fn on_demand_informer_watches_only_while_subscribed() {
     assert!(running(&env, "configmaps").is_none());
     watches_open(&env.sim, "configmaps", 0).await;
     assert_eq!(env.sim.stats().resource("configmaps").list_requests, 1);
-    let text = metrics(&env).await;
+    let text = env.metrics().await;
     for gauge in [
         "kubefan_informers_running{resource=\"configmaps\"} 0",
         "kubefan_hub_cache_objects{resource=\"configmaps\"} 0",

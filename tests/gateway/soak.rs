@@ -24,7 +24,7 @@ use kubefan::sim::{Sim, pod};
 
 const NAMESPACES: &[&str] = &["web", "batch", "default"];
 
-fn seed(sim: &Sim) {
+fn populate(sim: &Sim) {
     for i in 0..40 {
         let ns = NAMESPACES[i % 3];
         sim.create(
@@ -141,7 +141,7 @@ async fn hopper(
             let mut client = crate::ws::WsClient::connect(env, &url).await;
             for _ in 0..reads {
                 if stopping {
-                    if view.settled(env.sim.resource_version_of(&path)) {
+                    if view.settled(resource_version_of(&env.sim, &path)) {
                         return view;
                     }
                 } else if *stop.borrow() && !view.in_snapshot() {
@@ -157,7 +157,7 @@ async fn hopper(
             let mut sse = env.sse_with(&path, resume.as_deref()).await;
             for _ in 0..reads {
                 if stopping {
-                    if view.settled(env.sim.resource_version_of(&path)) {
+                    if view.settled(resource_version_of(&env.sim, &path)) {
                         return view;
                     }
                 } else if *stop.borrow() && !view.in_snapshot() {
@@ -174,21 +174,15 @@ async fn hopper(
     }
 }
 
-trait ResourceVersionOf {
-    fn resource_version_of(&self, path: &str) -> u64;
-}
-
-impl ResourceVersionOf for Sim {
-    /// The newest resourceVersion among the objects a path streams (a
-    /// view reaches at least this once caught up).
-    fn resource_version_of(&self, path: &str) -> u64 {
-        let resource = if path.contains("configmaps") {
-            "configmaps"
-        } else {
-            "pods"
-        };
-        self.list(resource).1
-    }
+/// The newest resourceVersion among the objects a path streams (a view
+/// reaches at least this once caught up).
+fn resource_version_of(sim: &Sim, path: &str) -> u64 {
+    let resource = if path.contains("configmaps") {
+        "configmaps"
+    } else {
+        "pods"
+    };
+    sim.list(resource).1
 }
 
 fn truth(sim: &Sim, path: &str) -> Vec<Value> {
@@ -222,7 +216,7 @@ fn truth(sim: &Sim, path: &str) -> Vec<Value> {
 pub async fn soak(seed: u64, rounds: usize) {
     eprintln!("soak seed {seed}, {rounds} rounds");
     let sim = Sim::new(sim_config());
-    seed_cluster(&sim);
+    populate(&sim);
     let mut cfg = test_config(&["pods", "configmaps"]);
     cfg.upstream.log_limits.max_events = 300;
     cfg.stream.keepalive = Duration::from_millis(200);
@@ -248,7 +242,7 @@ pub async fn soak(seed: u64, rounds: usize) {
     }));
     // A slow reader: its snapshot, then nothing until the end.
     let (mut slow, mut slow_view) = crate::sse::subscribed(&env, "/stream/pods").await;
-    let api: kube::Api<Pod> = kube::Api::all(crate::kube::client_for(&env).await);
+    let api: kube::Api<Pod> = kube::Api::all(env.kube_client(None).await);
     let (store, writer) = reflector::store();
     let mut reflect = Box::pin(
         reflector(writer, watcher(api, watcher::Config::default().timeout(2))).default_backoff(),
@@ -324,10 +318,6 @@ pub async fn soak(seed: u64, rounds: usize) {
         assert!(hub.stats().log_events <= 300, "{:?}", hub.stats());
     }
     env.stop().await;
-}
-
-fn seed_cluster(sim: &Sim) {
-    seed(sim);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

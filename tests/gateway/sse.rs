@@ -61,15 +61,7 @@ async fn fifty_subscribers_cost_one_list_and_one_watch() {
     assert_eq!(stats.list_requests, 1, "{stats:?}");
     assert_eq!(stats.watch_requests, 1, "{stats:?}");
     assert_eq!(stats.open_watches, 1, "{stats:?}");
-    let metrics = env
-        .http
-        .get(format!("{}/metrics", env.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = env.metrics().await;
     assert!(
         metrics.contains("kubefan_subscribers{resource=\"pods\",transport=\"Sse\"} 50"),
         "{metrics}"
@@ -274,15 +266,7 @@ async fn expired_watch_relists_and_subscribers_converge_through_synthetic_events
         2,
         "one relist"
     );
-    let metrics = env
-        .http
-        .get(format!("{}/metrics", env.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = env.metrics().await;
     assert!(
         metrics.contains("kubefan_upstream_relists_total{resource=\"pods\",reason=\"expired\"} 1"),
         "{metrics}"

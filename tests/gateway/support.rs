@@ -124,6 +124,65 @@ impl TestEnv {
         (status, body)
     }
 
+    /// The gateway's `/metrics` text (with `token` when auth is on).
+    pub async fn metrics(&self) -> String {
+        self.metrics_with(None).await
+    }
+
+    pub async fn metrics_with(&self, token: Option<&str>) -> String {
+        let mut req = self.http.get(format!("{}/metrics", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        tokio::time::timeout(WAIT, async {
+            req.send().await.unwrap().text().await.unwrap()
+        })
+        .await
+        .expect("metrics in time")
+    }
+
+    /// A kube client whose kubeconfig points at this gateway, sending
+    /// `token` as its bearer token when given.
+    pub async fn kube_client(&self, token: Option<&str>) -> kube::Client {
+        use kube::config::{
+            AuthInfo, Cluster, Context, KubeConfigOptions, Kubeconfig, NamedAuthInfo, NamedCluster,
+            NamedContext,
+        };
+        let kc = Kubeconfig {
+            clusters: vec![NamedCluster {
+                name: "kubefan".into(),
+                cluster: Some(Cluster {
+                    server: Some(self.base.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            auth_infos: vec![NamedAuthInfo {
+                name: "user".into(),
+                auth_info: Some(AuthInfo {
+                    token: token.map(|t| t.to_string().into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            contexts: vec![NamedContext {
+                name: "kubefan".into(),
+                context: Some(Context {
+                    cluster: "kubefan".into(),
+                    user: Some("user".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            current_context: Some("kubefan".into()),
+            ..Default::default()
+        };
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+
     pub async fn stop(self) {
         tokio::time::timeout(WAIT, self.app.stop())
             .await

@@ -173,15 +173,7 @@ async fn differently_filtered_and_projected_subscribers_converge_under_churn() {
 }
 
 async fn metric(env: &TestEnv, name: &str) -> u64 {
-    let text = env
-        .http
-        .get(format!("{}/metrics", env.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = env.metrics().await;
     text.lines()
         .find(|l| l.starts_with(name))
         .and_then(|l| l.rsplit(' ').next())

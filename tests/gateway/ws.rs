@@ -269,15 +269,7 @@ async fn single_stream_converges_resumes_and_refuses_before_upgrading() {
     follow(&mut ws, &mut view, rv).await;
     view.assert_matches(&objects);
 
-    let metrics = env
-        .http
-        .get(format!("{}/metrics", env.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = env.metrics().await;
     assert!(
         metrics.contains(r#"kubefan_subscribers{resource="pods",transport="WebSocket"}"#),
         "{metrics}"

@@ -131,18 +131,7 @@ pub async fn list(
                         ),
                     ));
                 }
-                (Some(r), _) => {
-                    if !hub.wait_for_rv(r, state.stream.sync_timeout).await {
-                        return Err(ApiError::Status(
-                            504,
-                            "Timeout",
-                            format!(
-                                "Too large resource version: {r}, current: {}",
-                                hub.resource_version()
-                            ),
-                        ));
-                    }
-                }
+                (Some(r), _) => super::reached(state, hub, r).await?,
                 (None, Some("Exact")) => {
                     return Err(ApiError::Status(
                         422,

@@ -196,6 +196,23 @@ async fn resolve(
     }
 }
 
+/// Waits until the hub has reached resourceVersion `rv` (at most the sync
+/// timeout); otherwise answers as kube-apiserver does: 504 "Too large
+/// resource version".
+async fn reached(state: &AppState, hub: &crate::hub::Hub, rv: u64) -> Result<(), ApiError> {
+    if hub.wait_for_rv(rv, state.stream.sync_timeout).await {
+        return Ok(());
+    }
+    Err(ApiError::Status(
+        504,
+        "Timeout",
+        format!(
+            "Too large resource version: {rv}, current: {}",
+            hub.resource_version()
+        ),
+    ))
+}
+
 fn not_found(group: &str, version: &str, plural: &str) -> ApiError {
     let gv = if group.is_empty() {
         version.to_string()

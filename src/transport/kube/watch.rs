@@ -13,7 +13,6 @@
 //! - the stream ends cleanly after `timeoutSeconds`, on shutdown, or when
 //!   the resource's hub closes (after an ERROR).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +26,7 @@ use crate::app::AppState;
 use crate::hub::{Filter, Hub, Item, ResourceMeta, Subscription, ViewSpec};
 use crate::ops::Transport;
 use crate::transport::error::{ApiError, status_json};
+use crate::transport::{ChunkSource, counted_stream};
 
 /// A watch without `timeoutSeconds` ends after this long, as
 /// kube-apiserver's `--min-request-timeout` (1800 s) bounds it.
@@ -65,16 +65,8 @@ pub async fn watch(
     let rv = q.resource_version_number()?;
     if let Some(r) = rv
         && hub.wait_synced(state.stream.sync_timeout).await
-        && !hub.wait_for_rv(r, state.stream.sync_timeout).await
     {
-        return Err(ApiError::Status(
-            504,
-            "Timeout",
-            format!(
-                "Too large resource version: {r}, current: {}",
-                hub.resource_version()
-            ),
-        ));
+        super::reached(state, &hub, r).await?;
     }
     // sendInitialEvents: a snapshot not older than `rv` (waited for above).
     let resume = if send_initial { None } else { rv };
@@ -108,14 +100,7 @@ pub async fn watch(
         ended: false,
     };
     let bytes_sent = state.metrics.bytes_sent(&meta_name, Transport::KubeWatch);
-    let stream = futures::stream::unfold(body, move |mut body| {
-        let bytes_sent = bytes_sent.clone();
-        async move {
-            let chunk = body.next_chunk().await?;
-            bytes_sent.inc_by(chunk.len() as u64);
-            Some((Ok::<_, Infallible>(chunk), body))
-        }
-    });
+    let stream = counted_stream(body, bytes_sent);
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .insert_header(("Cache-Control", "no-cache, private"))
@@ -134,6 +119,12 @@ struct WatchBody {
     /// When the client's token expires: an ERROR (401), then the end.
     expires: Option<Instant>,
     ended: bool,
+}
+
+impl ChunkSource for WatchBody {
+    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> {
+        self.next_chunk()
+    }
 }
 
 impl WatchBody {
