@@ -13,7 +13,7 @@ REPS=${REPS:-3}
 DURATION=${DURATION:-20}
 RATE=${RATE:-10}
 SERVERS=${SERVERS:-"kubefan nchan"}
-OUT=loadtest/results
+OUT=${OUT:-loadtest/results}
 mkdir -p "$OUT" /tmp/kubefan-nchan
 cargo build --release --locked -p kubefan -p loadtest
 BIN=target/release

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use actix_web::dev::ServerHandle;
-use actix_web::{HttpResponse, HttpServer, guard, web};
+use actix_web::{HttpResponse, guard, web};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -15,6 +15,7 @@ use crate::auth::Auth;
 use crate::config::{AuthMode, Config, StreamConfig};
 use crate::limits::Limits;
 use crate::ops::{self, Metrics};
+use crate::transport::detach::Streams;
 use crate::transport::error::status_json;
 use crate::transport::kube as kube_face;
 use crate::transport::{sse, ws};
@@ -28,6 +29,8 @@ pub struct AppState {
     /// Changes every keep-alive interval; one timer for all subscribers.
     pub ticks: watch::Receiver<u64>,
     pub shutdown: CancellationToken,
+    /// Streams that took their connection over (`transport::detach`).
+    pub streams: Arc<Streams>,
     /// Snapshots behind the Kubernetes face's `continue` tokens.
     pub kube_pages: kube_face::Pages,
     pub auth: Arc<Auth>,
@@ -41,6 +44,8 @@ pub struct App {
     handle: ServerHandle,
     server: JoinHandle<std::io::Result<()>>,
     shutdown: CancellationToken,
+    streams: Arc<Streams>,
+    grace: std::time::Duration,
     informers: Arc<Informers>,
     metrics: Arc<Metrics>,
 }
@@ -81,6 +86,7 @@ impl App {
             stream: cfg.stream.clone(),
             ticks,
             shutdown: shutdown.clone(),
+            streams: Arc::new(Streams::on_current_runtime()),
             kube_pages: kube_face::Pages::default(),
             auth: Arc::new(auth),
             limits: Limits::new(cfg.limits.clone()),
@@ -94,34 +100,37 @@ impl App {
         let metrics_data = web::Data::new(metrics.clone());
         let listener = std::net::TcpListener::bind(cfg.listen)?;
         let addr = listener.local_addr()?;
-        let server = HttpServer::new(move || {
-            actix_web::App::new()
-                .wrap(actix_web::middleware::from_fn(crate::gate::gate))
-                .app_data(state.clone())
-                .app_data(informers_data.clone())
-                .app_data(metrics_data.clone())
-                .service(
-                    web::resource("/stream/{resource}")
-                        .route(
-                            web::get()
-                                .guard(guard::fn_guard(|ctx| ctx.head().upgrade()))
-                                .to(ws::stream),
-                        )
-                        .route(web::get().to(sse::stream)),
-                )
-                .route("/", web::get().to(crate::web::dashboard))
-                .route("/ws", web::get().to(ws::mux))
-                .route("/healthz", web::get().to(ops::healthz))
-                .route("/readyz", web::get().to(ops::readyz))
-                .route("/metrics", web::get().to(ops::metrics))
-                .configure(kube_face::configure)
-                .default_service(web::to(not_found))
-        })
-        .workers(cfg.workers.max(1))
-        .disable_signals()
-        .shutdown_timeout(cfg.shutdown_grace.as_secs().max(1))
-        .listen(listener)?
-        .run();
+        let grace = cfg.shutdown_grace;
+        let streams = state.streams.clone();
+        let server = crate::server::serve(
+            listener,
+            cfg.workers.max(1),
+            grace.as_secs().max(1),
+            shutdown.clone(),
+            move || {
+                actix_web::App::new()
+                    .wrap(actix_web::middleware::from_fn(crate::gate::gate))
+                    .app_data(state.clone())
+                    .app_data(informers_data.clone())
+                    .app_data(metrics_data.clone())
+                    .service(
+                        web::resource("/stream/{resource}")
+                            .route(
+                                web::get()
+                                    .guard(guard::fn_guard(|ctx| ctx.head().upgrade()))
+                                    .to(ws::stream),
+                            )
+                            .route(web::get().to(sse::stream)),
+                    )
+                    .route("/", web::get().to(crate::web::dashboard))
+                    .route("/ws", web::get().to(ws::mux))
+                    .route("/healthz", web::get().to(ops::healthz))
+                    .route("/readyz", web::get().to(ops::readyz))
+                    .route("/metrics", web::get().to(ops::metrics))
+                    .configure(kube_face::configure)
+                    .default_service(web::to(not_found))
+            },
+        )?;
         let handle = server.handle();
         let server = tokio::spawn(server);
         tracing::info!(%addr, "kubefan listening");
@@ -130,6 +139,8 @@ impl App {
             handle,
             server,
             shutdown,
+            streams,
+            grace,
             informers,
             metrics,
         })
@@ -152,7 +163,9 @@ impl App {
     /// period, then stop the informers.
     pub async fn stop(self) {
         self.shutdown.cancel();
-        self.handle.stop(true).await;
+        // Requests actix still serves, and streams that took their
+        // connection over, share one grace period.
+        tokio::join!(self.handle.stop(true), self.streams.stop(self.grace));
         let _ = self.server.await;
         self.informers.stopped().await;
     }

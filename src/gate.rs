@@ -9,8 +9,9 @@
 //! 5. authentication ([`crate::auth`]): 401; the [`Principal`] goes into
 //!    the request's extensions for handlers;
 //! 6. connection limits ([`crate::limits`]): 503 when full, 429 per
-//!    principal or address; the permit is held by the response body, so a
-//!    stream holds its place until it ends;
+//!    principal or address; the permit is held by the response body (or
+//!    by a stream that takes its connection over), so a stream holds its
+//!    place until it ends;
 //! 7. CORS headers on responses to allowed origins.
 //!
 //! Refusals are `Status` bodies like every other error.
@@ -29,6 +30,7 @@ use bytes::Bytes;
 use crate::app::AppState;
 use crate::auth::Principal;
 use crate::limits::Permit;
+use crate::transport::detach::CorsHeaders;
 use crate::transport::error::ApiError;
 
 /// Paths that are never gated: probes must work without credentials, and
@@ -145,12 +147,23 @@ pub async fn gate(
         }
     };
     req.extensions_mut().insert(principal);
-    let mut res = next.call(req).await?.map_body(|_, body| Held {
+    // The permit and the CORS headers ride in the request: a stream that
+    // takes its connection over (`transport::detach`) takes both along.
+    req.extensions_mut().insert(permit);
+    let mut cors_headers = HeaderMap::new();
+    if listed {
+        cors(&mut cors_headers, origin.as_deref());
+        req.extensions_mut()
+            .insert(CorsHeaders(cors_headers.clone()));
+    }
+    let res = next.call(req).await?;
+    let permit = res.request().extensions_mut().remove::<Permit>();
+    let mut res = res.map_body(|_, body| Held {
         body: body.boxed(),
         _permit: permit,
     });
-    if listed {
-        cors(res.headers_mut(), origin.as_deref());
+    for (name, value) in cors_headers {
+        res.headers_mut().append(name, value);
     }
     Ok(res.map_into_boxed_body())
 }
@@ -196,7 +209,7 @@ fn cors(headers: &mut HeaderMap, origin: Option<&str>) {
 /// A response body that holds a connection permit until it is dropped.
 struct Held {
     body: BoxBody,
-    _permit: Permit,
+    _permit: Option<Permit>,
 }
 
 impl MessageBody for Held {

@@ -29,6 +29,7 @@ pub mod hub;
 pub mod limits;
 pub mod ops;
 pub mod selector;
+pub mod server;
 pub mod sim;
 pub mod transport;
 pub mod upstream;

@@ -1,6 +1,7 @@
 //! Transports: how subscribers are framed on the wire. Each one only frames
 //! what the hub already encoded; none keeps state of its own.
 
+pub mod detach;
 pub mod error;
 pub mod kube;
 pub mod sse;
@@ -23,9 +24,9 @@ use crate::selector::{FieldSelector, LabelSelector};
 use error::ApiError;
 
 /// A streaming response body produced one chunk at a time.
-pub(crate) trait ChunkSource: 'static {
+pub(crate) trait ChunkSource: Send + 'static {
     /// The next chunk to write, or `None` when the stream is over.
-    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>>;
+    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> + Send;
 }
 
 /// The HTTP response stream of `source`, adding every chunk's size to

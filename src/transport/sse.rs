@@ -10,14 +10,14 @@
 //! because that type re-encodes each event per subscriber, which is the
 //! per-delivery cost the hub's encode-once design removes.
 
-use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::{BufMut, Bytes, BytesMut};
 use prometheus_client::metrics::counter::Counter;
 use serde_json::json;
 
 use super::error::{ApiError, status_json};
-use super::{ChunkSource, counted_stream, parse_stream_query, subscribe};
+use super::{ChunkSource, detach, parse_stream_query, subscribe};
 use crate::app::AppState;
 use crate::auth::{self, Principal};
 use crate::hub::{Item, ResetReason, ResourceMeta, Subscription};
@@ -52,13 +52,18 @@ pub async fn stream(
         ended: false,
     };
     let bytes_sent = state.metrics.bytes_sent(&meta_name, Transport::Sse);
-    let stream = counted_stream(body, bytes_sent);
-    Ok(HttpResponse::Ok()
-        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
-        .insert_header((header::CACHE_CONTROL, "no-cache"))
-        .insert_header((header::CONTENT_ENCODING, "identity"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(stream))
+    Ok(detach::respond(
+        &req,
+        &state.streams,
+        &[
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+            // Behind nginx (an ingress): pass each event on at once.
+            (HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        body,
+        bytes_sent,
+    ))
 }
 
 fn parse_last_event_id(value: &HeaderValue) -> Result<Option<u64>, ApiError> {
@@ -88,7 +93,7 @@ struct SseBody {
 }
 
 impl ChunkSource for SseBody {
-    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> {
+    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> + Send {
         self.next_chunk()
     }
 }

@@ -571,3 +571,91 @@ async fn idle_streams_get_keepalives_and_progress_bookmarks() {
     idle.next_comment().await;
     env.stop().await;
 }
+
+/// Sends `request` on a fresh connection and reads until `until` appears
+/// in what comes back (or the server closes). Returns everything read.
+async fn raw_exchange(env: &crate::support::TestEnv, request: &str, until: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = env.app.local_addr();
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(WAIT, async {
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&got).contains(until) {
+            let n = conn.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("answer in time");
+    String::from_utf8(got).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_answer_http_1_1_in_chunks_and_http_1_0_until_close() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.allowed_origins = vec!["https://dash.example".into()];
+    let env = spawn(seeded(3), cfg).await;
+    env.synced("pods").await;
+    let end = "k8s.io/initial-events-end";
+
+    // HTTP/1.1: one head (the stream writes it, not actix as well), with
+    // the gate's CORS headers, chunked, not kept alive afterwards.
+    let got = raw_exchange(
+        &env,
+        "GET /stream/pods HTTP/1.1\r\nHost: kubefan\r\nOrigin: https://dash.example\r\n\r\n",
+        end,
+    )
+    .await;
+    let (head, body) = got.split_once("\r\n\r\n").expect("a head");
+    let head = head.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+    assert_eq!(got.matches("HTTP/1.1").count(), 1, "one response: {got}");
+    for line in [
+        "content-type: text/event-stream",
+        "transfer-encoding: chunked",
+        "connection: close",
+        "access-control-allow-origin: https://dash.example",
+    ] {
+        assert!(head.contains(line), "{line:?} missing from {head}");
+    }
+    // The first chunk is the retry preamble, framed with its size.
+    let (size, rest) = body.split_once("\r\n").expect("a chunk");
+    let size = usize::from_str_radix(size, 16).expect("hex chunk size");
+    assert!(rest[..size].starts_with("retry: "), "{rest}");
+    assert_eq!(&rest[size..size + 2], "\r\n");
+
+    // HTTP/1.0 has no chunks: the body runs until the connection closes.
+    let got = raw_exchange(&env, "GET /stream/pods HTTP/1.0\r\n\r\n", end).await;
+    let (head, body) = got.split_once("\r\n\r\n").expect("a head");
+    let head = head.to_ascii_lowercase();
+    assert!(!head.contains("transfer-encoding"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(body.starts_with("retry: "), "{body}");
+    assert!(!head.contains("access-control-allow-origin"), "{head}");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_hanging_up_ends_its_subscription_without_waiting_for_a_write() {
+    // Keep-alives far beyond the test's wait: nothing is written to the
+    // stream after its snapshot, so only watching the socket can notice.
+    let mut cfg = test_config(&["pods"]);
+    cfg.stream.keepalive = Duration::from_secs(600);
+    let env = spawn(seeded(3), cfg).await;
+    env.synced("pods").await;
+    let hub = env.app.informers().hub("pods").await.unwrap();
+    let mut subscribers = hub.subscribers_rx();
+    let (sse, _view) = subscribed(&env, "/stream/pods").await;
+    assert!(*subscribers.borrow_and_update() >= 1);
+    drop(sse);
+    tokio::time::timeout(WAIT, subscribers.wait_for(|n| *n == 0))
+        .await
+        .expect("the subscription ends when its client hangs up")
+        .unwrap();
+    env.stop().await;
+}

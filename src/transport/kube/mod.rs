@@ -165,7 +165,7 @@ async fn serve(
         return list::get(&state, &hub, target.namespace.as_deref(), name, &info).await;
     }
     if query.watch {
-        watch::watch(&state, hub, filter, &query, principal.deadline()).await
+        watch::watch(&req, &state, hub, filter, &query, principal.deadline()).await
     } else {
         list::list(&state, &hub, filter, &query, &info).await
     }

@@ -16,7 +16,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::HttpResponse;
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse};
 use bytes::{BufMut, Bytes, BytesMut};
 use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
@@ -26,13 +27,14 @@ use crate::app::AppState;
 use crate::hub::{Filter, Hub, Item, ResourceMeta, Subscription, ViewSpec};
 use crate::ops::Transport;
 use crate::transport::error::{ApiError, status_json};
-use crate::transport::{ChunkSource, counted_stream};
+use crate::transport::{ChunkSource, detach};
 
 /// A watch without `timeoutSeconds` ends after this long, as
 /// kube-apiserver's `--min-request-timeout` (1800 s) bounds it.
 const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 
 pub async fn watch(
+    req: &HttpRequest,
     state: &AppState,
     hub: Arc<Hub>,
     filter: Filter,
@@ -100,11 +102,16 @@ pub async fn watch(
         ended: false,
     };
     let bytes_sent = state.metrics.bytes_sent(&meta_name, Transport::KubeWatch);
-    let stream = counted_stream(body, bytes_sent);
-    Ok(HttpResponse::Ok()
-        .content_type("application/json")
-        .insert_header(("Cache-Control", "no-cache, private"))
-        .streaming(stream))
+    Ok(detach::respond(
+        req,
+        &state.streams,
+        &[
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-cache, private"),
+        ],
+        body,
+        bytes_sent,
+    ))
 }
 
 struct WatchBody {
@@ -122,7 +129,7 @@ struct WatchBody {
 }
 
 impl ChunkSource for WatchBody {
-    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> {
+    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> + Send {
         self.next_chunk()
     }
 }

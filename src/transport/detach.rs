@@ -1,0 +1,290 @@
+//! Long-lived responses written outside actix.
+//!
+//! Once the gate and a stream's handler have accepted a request, the
+//! handler hands its [`ChunkSource`] to [`respond`], which takes the
+//! connection's socket away from actix ([`crate::server::Takeover`]) and
+//! writes the response on it from a small task of its own: the head, then
+//! each chunk as it comes, straight from the hub's shared buffers to the
+//! socket (one `writev` per chunk, no copy). actix lets the emptied
+//! connection go, so a stream keeps neither actix's read and write
+//! buffers nor its connection task.
+//!
+//! HTTP/1.1 responses are chunked and end with the last chunk; HTTP/1.0
+//! ones end when the connection closes. Both carry `Connection: close`:
+//! the connection is not reused after a stream. The task notices a client
+//! that hangs up (end of file or a reset on its socket) without waiting
+//! for the next write, and ends the subscription.
+
+use std::future::poll_fn;
+use std::io::{self, IoSlice, Write as _};
+use std::pin::pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use actix_web::http::Version;
+use actix_web::http::header::{self, HeaderMap, HeaderName};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse};
+use bytes::{BufMut, Bytes, BytesMut};
+use prometheus_client::metrics::counter::Counter;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{ChunkSource, counted_stream};
+use crate::limits::Permit;
+use crate::server::Takeover;
+
+/// Where detached streams run, and how they are stopped.
+pub struct Streams {
+    runtime: tokio::runtime::Handle,
+    tracker: TaskTracker,
+    /// Ends every stream at once, even one blocked writing to a client
+    /// that does not read (after the shutdown grace period).
+    hard_stop: CancellationToken,
+}
+
+impl Streams {
+    /// Streams run on the runtime current when this is called.
+    pub fn on_current_runtime() -> Streams {
+        Streams {
+            runtime: tokio::runtime::Handle::current(),
+            tracker: TaskTracker::new(),
+            hard_stop: CancellationToken::new(),
+        }
+    }
+
+    /// Waits up to `grace` for the streams to end (they end by themselves
+    /// on shutdown, after their ERROR message), then ends the rest.
+    pub async fn stop(&self, grace: Duration) {
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::info!(
+                streams = self.tracker.len(),
+                "ending streams still writing after the grace period"
+            );
+            self.hard_stop.cancel();
+            self.tracker.wait().await;
+        }
+    }
+}
+
+/// The CORS headers the gate decided a response gets (set by the gate for
+/// listed origins; a detached response writes them itself).
+#[derive(Clone)]
+pub struct CorsHeaders(pub HeaderMap);
+
+/// Answers `req` with `200 OK`, `headers` and the chunks of `source`,
+/// counting the bytes in `bytes_sent`. Takes the connection over when it
+/// can; otherwise actix streams the body.
+pub(crate) fn respond<S: ChunkSource>(
+    req: &HttpRequest,
+    streams: &Streams,
+    headers: &[(HeaderName, &'static str)],
+    source: S,
+    bytes_sent: Counter,
+) -> HttpResponse {
+    let socket = req
+        .conn_data::<Takeover>()
+        .and_then(Takeover::take)
+        .map(TcpStream::into_std);
+    let socket = match socket {
+        Some(Ok(socket)) => socket,
+        Some(Err(err)) => {
+            // The socket left actix but could not leave its reactor: the
+            // connection is lost either way.
+            tracing::warn!(error = %err, "could not take a stream's connection over");
+            return HttpResponse::InternalServerError().finish();
+        }
+        None => {
+            let mut res = HttpResponse::Ok();
+            for (name, value) in headers {
+                res.insert_header((name.clone(), *value));
+            }
+            return res.streaming(counted_stream(source, bytes_sent));
+        }
+    };
+    let chunked = req.version() != Version::HTTP_10;
+    let cors = req.extensions().get::<CorsHeaders>().cloned();
+    let head = head(headers, cors.as_ref().map(|c| &c.0), chunked);
+    let permit = req.extensions_mut().remove::<Permit>();
+    let hard_stop = streams.hard_stop.clone();
+    let task = streams.tracker.track_future(async move {
+        tokio::select! {
+            _ = hard_stop.cancelled() => {}
+            _ = pump(socket, head, source, chunked, bytes_sent) => {}
+        }
+        drop(permit);
+    });
+    streams.runtime.spawn(task);
+    // actix writes this into the emptied connection, where it vanishes.
+    HttpResponse::Ok().finish()
+}
+
+/// The response head.
+fn head(headers: &[(HeaderName, &'static str)], cors: Option<&HeaderMap>, chunked: bool) -> Bytes {
+    let mut out = BytesMut::with_capacity(256);
+    out.put_slice(b"HTTP/1.1 200 OK\r\n");
+    let mut line = |name: &[u8], value: &[u8]| {
+        out.put_slice(name);
+        out.put_slice(b": ");
+        out.put_slice(value);
+        out.put_slice(b"\r\n");
+    };
+    for (name, value) in headers {
+        line(name.as_str().as_bytes(), value.as_bytes());
+    }
+    for (name, value) in cors.into_iter().flat_map(HeaderMap::iter) {
+        line(name.as_str().as_bytes(), value.as_bytes());
+    }
+    line(
+        header::DATE.as_str().as_bytes(),
+        httpdate::fmt_http_date(std::time::SystemTime::now()).as_bytes(),
+    );
+    line(header::CONNECTION.as_str().as_bytes(), b"close");
+    if chunked {
+        line(header::TRANSFER_ENCODING.as_str().as_bytes(), b"chunked");
+    }
+    out.put_slice(b"\r\n");
+    out.freeze()
+}
+
+/// Writes the head, then every chunk, until the source ends, the client
+/// hangs up or a write fails.
+async fn pump<S: ChunkSource>(
+    socket: std::net::TcpStream,
+    head: Bytes,
+    mut source: S,
+    chunked: bool,
+    bytes_sent: Counter,
+) {
+    let Ok(mut socket) = TcpStream::from_std(socket) else {
+        return;
+    };
+    // Each chunk is a whole message; do not hold it back for the next one.
+    let _ = socket.set_nodelay(true);
+    if write_all(&socket, &mut [IoSlice::new(&head)])
+        .await
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        let next = {
+            let mut chunk = pin!(source.chunk());
+            poll_fn(|cx| {
+                if hung_up(&socket, cx) {
+                    return Poll::Ready(None);
+                }
+                chunk.as_mut().poll(cx).map(Some)
+            })
+            .await
+        };
+        let written = match next {
+            None => return,
+            Some(Some(chunk)) if chunk.is_empty() => continue,
+            Some(Some(chunk)) => {
+                bytes_sent.inc_by(chunk.len() as u64);
+                if chunked {
+                    let mut size = [0u8; 20];
+                    let size = chunk_size_line(&mut size, chunk.len());
+                    write_all(
+                        &socket,
+                        &mut [
+                            IoSlice::new(size),
+                            IoSlice::new(&chunk),
+                            IoSlice::new(b"\r\n"),
+                        ],
+                    )
+                    .await
+                } else {
+                    write_all(&socket, &mut [IoSlice::new(&chunk)]).await
+                }
+            }
+            Some(None) => {
+                if chunked {
+                    let _ = write_all(&socket, &mut [IoSlice::new(b"0\r\n\r\n")]).await;
+                }
+                let _ = socket.shutdown().await;
+                return;
+            }
+        };
+        if written.is_err() {
+            return;
+        }
+    }
+}
+
+/// `len` in hex, then CRLF: the line before a chunk.
+fn chunk_size_line(buf: &mut [u8; 20], len: usize) -> &[u8] {
+    let mut cursor = io::Cursor::new(&mut buf[..]);
+    // 16 hex digits and CRLF always fit in 20 bytes.
+    let _ = write!(cursor, "{len:x}\r\n");
+    let end = cursor.position() as usize;
+    &buf[..end]
+}
+
+/// Whether the client has closed its side (or reset) the connection.
+/// Anything it sends on a stream is read and ignored. Registers for the
+/// next readiness when it returns `false`.
+fn hung_up(socket: &TcpStream, cx: &mut Context<'_>) -> bool {
+    let mut scratch = [0u8; 512];
+    loop {
+        match socket.poll_read_ready(cx) {
+            Poll::Pending => return false,
+            Poll::Ready(Err(_)) => return true,
+            Poll::Ready(Ok(())) => match socket.try_read(&mut scratch) {
+                Ok(0) => return true,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return true,
+            },
+        }
+    }
+}
+
+/// Writes all of `bufs`, waiting for the socket when its buffer is full.
+async fn write_all(socket: &TcpStream, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+    while !bufs.is_empty() {
+        match socket.try_write_vectored(bufs) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_size_lines_are_hex() {
+        let mut buf = [0u8; 20];
+        assert_eq!(chunk_size_line(&mut buf, 0), b"0\r\n");
+        assert_eq!(chunk_size_line(&mut buf, 1300), b"514\r\n");
+        assert_eq!(
+            chunk_size_line(&mut buf, usize::MAX),
+            b"ffffffffffffffff\r\n"
+        );
+    }
+
+    #[test]
+    fn head_is_chunked_for_http_11_and_closes() {
+        let sse = head(&[(header::CONTENT_TYPE, "text/event-stream")], None, true);
+        let text = std::str::from_utf8(&sse).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+        assert!(text.contains("\r\ncontent-type: text/event-stream\r\n"));
+        assert!(text.contains("\r\nconnection: close\r\n"));
+        assert!(text.contains("\r\ntransfer-encoding: chunked\r\n"));
+        assert!(text.contains("\r\ndate: "));
+        assert!(text.ends_with("\r\n\r\n"));
+        let plain = head(&[], None, false);
+        assert!(!std::str::from_utf8(&plain).unwrap().contains("chunked"));
+    }
+}
