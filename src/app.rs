@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::Auth;
 use crate::config::{AuthMode, Config, StreamConfig};
+use crate::hub::beacon::Signals;
 use crate::limits::Limits;
 use crate::ops::{self, Metrics};
 use crate::transport::detach::Streams;
@@ -29,6 +30,8 @@ pub struct AppState {
     /// Changes every keep-alive interval; one timer for all subscribers.
     pub ticks: watch::Receiver<u64>,
     pub shutdown: CancellationToken,
+    /// Ticks and shutdown, as subscriptions listen to them.
+    pub signals: Arc<Signals>,
     /// Streams that took their connection over (`transport::detach`).
     pub streams: Arc<Streams>,
     /// Snapshots behind the Kubernetes face's `continue` tokens.
@@ -69,13 +72,22 @@ impl App {
         let (tick_tx, ticks) = watch::channel(0u64);
         let keepalive = cfg.stream.keepalive;
         let tick_shutdown = shutdown.clone();
+        let signals = Signals::new();
+        let tick_signals = signals.clone();
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(keepalive);
             interval.tick().await;
             loop {
                 tokio::select! {
-                    _ = tick_shutdown.cancelled() => return,
-                    _ = interval.tick() => { tick_tx.send_modify(|t| *t += 1); }
+                    _ = tick_shutdown.cancelled() => {
+                        // However the token was cancelled, streams end.
+                        tick_signals.shut_down();
+                        return;
+                    }
+                    _ = interval.tick() => {
+                        tick_tx.send_modify(|t| *t += 1);
+                        tick_signals.tick();
+                    }
                 }
             }
         });
@@ -86,6 +98,7 @@ impl App {
             stream: cfg.stream.clone(),
             ticks,
             shutdown: shutdown.clone(),
+            signals: signals.clone(),
             streams: Arc::new(Streams::on_current_runtime()),
             kube_pages: kube_face::Pages::default(),
             auth: Arc::new(auth),

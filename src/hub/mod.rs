@@ -13,6 +13,7 @@
 //! lapped and must take a fresh snapshot (see [`Subscription`]). Event
 //! resourceVersions never decrease along the log.
 
+pub mod beacon;
 pub mod encode;
 mod filter;
 mod object;
@@ -21,12 +22,14 @@ mod subscription;
 mod view;
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use crate::ops::{HubMetrics, Metrics};
+use beacon::Beacon;
 pub use encode::{EventType, Frame};
 pub use filter::Filter;
 pub use object::{Event, Obj, ObjKey};
@@ -104,6 +107,10 @@ pub struct Hub {
     state: RwLock<State>,
     /// The next `seq` to be appended; changes wake subscribers.
     head_tx: watch::Sender<u64>,
+    /// Wakes subscriptions on the same changes as `head_tx`.
+    beacon: Beacon,
+    /// Set with `State::closed`, read without the lock.
+    is_closed: AtomicBool,
     synced_tx: watch::Sender<bool>,
     /// Users counted in ([`Hub::enter`]): open subscriptions and readers.
     /// The informer registry stops an on-demand hub that stays at 0.
@@ -148,6 +155,8 @@ impl Hub {
                 closed: None,
             }),
             head_tx: watch::channel(0).0,
+            beacon: Beacon::default(),
+            is_closed: AtomicBool::new(false),
             synced_tx: watch::channel(false).0,
             subscribers_tx: watch::channel(0).0,
             views: std::sync::Mutex::new(HashMap::new()),
@@ -367,6 +376,7 @@ impl Hub {
         let next = st.next_seq;
         drop(st);
         self.head_tx.send_replace(next);
+        self.beacon.wake_all();
     }
 
     /// Joins a subscriber: a resume when `resume` is a position the log
@@ -487,14 +497,24 @@ impl Hub {
             synced: false,
         });
         let next = st.next_seq;
+        self.is_closed.store(true, Ordering::Release);
         drop(st);
         self.head_tx.send_replace(next);
+        self.beacon.wake_all();
         self.synced_tx.send_replace(true);
     }
 
     /// Why the hub was closed, if it was.
     pub fn closed(&self) -> Option<String> {
+        if !self.is_closed.load(Ordering::Acquire) {
+            return None;
+        }
         self.read_state().closed.clone()
+    }
+
+    /// Moves whenever `head_rx` changes: what subscriptions wait on.
+    pub fn beacon(&self) -> &Beacon {
+        &self.beacon
     }
 
     /// Counts a subscriber in (until the returned guard drops).
@@ -618,7 +638,7 @@ mod tests {
     use crate::ops::Transport;
     use serde_json::json;
     use std::collections::BTreeMap;
-    use tokio_util::sync::CancellationToken;
+    use super::beacon::Signals;
 
     /// `pod("a").ns("x").rv(3)`
     struct PodBuilder {
@@ -773,14 +793,12 @@ mod tests {
         spec: ViewSpec,
         sync_timeout: Duration,
     ) -> Result<Subscription, SubscriptionError> {
-        let (_tick_tx, tick_rx) = watch::channel(0);
         Subscription::start(
             hub.clone(),
             spec,
             None,
             sync_timeout,
-            tick_rx,
-            CancellationToken::new(),
+            Signals::new(),
             Arc::new(Metrics::new()),
             Transport::Sse,
         )
@@ -791,21 +809,20 @@ mod tests {
         hub: &Arc<Hub>,
         filter: Filter,
         resume: Option<u64>,
-    ) -> (Subscription, watch::Sender<u64>) {
-        let (tick_tx, tick_rx) = watch::channel(0);
+    ) -> (Subscription, Arc<Signals>) {
+        let signals = Signals::new();
         let sub = Subscription::start(
             hub.clone(),
             ViewSpec::new(filter),
             resume,
             Duration::from_secs(1),
-            tick_rx,
-            CancellationToken::new(),
+            signals.clone(),
             Arc::new(Metrics::new()),
             Transport::Sse,
         )
         .await
         .unwrap();
-        (sub, tick_tx)
+        (sub, signals)
     }
 
     #[tokio::test]
@@ -1002,13 +1019,13 @@ mod tests {
         hub.apply(EventType::Modified, pod("a").ns("x").rv(5).build());
         hub.apply(EventType::Modified, pod("b").ns("y").rv(6).build());
         assert_eq!(drain(&mut sub, &mut view, 5).await, ["MODIFIED:5"]);
-        tick.send_modify(|t| *t += 1);
+        tick.tick();
         let item = tokio::time::timeout(Duration::from_secs(1), sub.next())
             .await
             .unwrap()
             .unwrap();
         assert!(matches!(item, Item::Progress { rv: 6 }), "{item:?}");
-        tick.send_modify(|t| *t += 1);
+        tick.tick();
         let item = tokio::time::timeout(Duration::from_secs(1), sub.next())
             .await
             .unwrap()
@@ -1141,23 +1158,21 @@ mod tests {
         };
         let mut subs = Vec::new();
         for _ in 0..1000 {
-            let (tx, rx) = watch::channel(0);
             let sub = Subscription::start(
                 hub.clone(),
                 spec(),
                 None,
                 Duration::from_secs(1),
-                rx,
-                CancellationToken::new(),
+                Signals::new(),
                 metrics.clone(),
                 Transport::Sse,
             )
             .await
             .unwrap();
-            subs.push((sub, tx));
+            subs.push(sub);
         }
         let mut views: Vec<View> = (0..1000).map(|_| View::new()).collect();
-        for ((sub, _), view) in subs.iter_mut().zip(&mut views) {
+        for (sub, view) in subs.iter_mut().zip(&mut views) {
             drain(sub, view, 1).await;
             assert_eq!(view.len(), 50);
         }
@@ -1172,7 +1187,7 @@ mod tests {
                 pod(&format!("p{i}")).rv(2 + i).phase("Failed").build(),
             );
         }
-        for ((sub, _), view) in subs.iter_mut().zip(&mut views) {
+        for (sub, view) in subs.iter_mut().zip(&mut views) {
             assert_eq!(drain(sub, view, 11).await.len(), 10);
         }
         assert_eq!(
@@ -1198,22 +1213,20 @@ mod tests {
     async fn shutdown_ends_the_subscription_with_a_shutdown_item() {
         let hub = hub();
         hub.relist(vec![], 1);
-        let (_tx, rx) = watch::channel(0);
-        let token = CancellationToken::new();
+        let signals = Signals::new();
         let mut sub = Subscription::start(
             hub,
             ViewSpec::default(),
             None,
             Duration::from_secs(1),
-            rx,
-            token.clone(),
+            signals.clone(),
             Arc::new(Metrics::new()),
             Transport::Sse,
         )
         .await
         .unwrap();
         assert!(matches!(sub.next().await, Some(Item::SnapshotEnd { .. })));
-        token.cancel();
+        signals.shut_down();
         let item = tokio::time::timeout(Duration::from_secs(1), sub.next())
             .await
             .unwrap();

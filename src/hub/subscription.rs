@@ -11,9 +11,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
+use std::future::poll_fn;
+use std::task::Poll;
 
+use super::beacon::{Registration, Signals};
 use super::{Event, EventType, Frame, Hub, Joined, Obj, SubscriberGuard, View, ViewSpec};
 use crate::ops::{Metrics, Transport};
 
@@ -121,10 +122,14 @@ pub struct Subscription {
     hub: Arc<Hub>,
     view: Arc<View>,
     cursor: u64,
-    head_rx: watch::Receiver<u64>,
-    /// `None` once the ticker is gone: events still flow, keep-alives stop.
-    tick_rx: Option<watch::Receiver<u64>>,
-    shutdown: CancellationToken,
+    /// The hub's beacon: where this waits, and the epoch it last read at.
+    hub_wait: Registration,
+    hub_seen: u64,
+    /// Keep-alive ticks and shutdown.
+    signals: Arc<Signals>,
+    signals_wait: Registration,
+    signals_seen: u64,
+    ticks_seen: u64,
     snapshot: Option<SnapshotProgress>,
     reset: Option<ResetReason>,
     /// The last position told to the client (an id it could resume from).
@@ -148,15 +153,14 @@ struct SnapshotProgress {
 impl Subscription {
     /// Waits (at most `sync_timeout`) for the hub's first list, then joins
     /// it at `resume` (a resourceVersion the client has seen) or with a
-    /// snapshot. `tick_rx` changes every keep-alive interval.
+    /// snapshot. `signals` ticks every keep-alive interval.
     #[allow(clippy::too_many_arguments)]
     pub async fn start(
         hub: Arc<Hub>,
         spec: ViewSpec,
         resume: Option<u64>,
         sync_timeout: Duration,
-        tick_rx: watch::Receiver<u64>,
-        shutdown: CancellationToken,
+        signals: Arc<Signals>,
         metrics: Arc<Metrics>,
         transport: Transport,
     ) -> Result<Subscription, SubscriptionError> {
@@ -169,19 +173,18 @@ impl Subscription {
         if let Some(reason) = hub.closed() {
             return Err(SubscriptionError::Closed(hub.name().to_string(), reason));
         }
-        let mut head_rx = hub.head_rx();
-        head_rx.borrow_and_update();
-        let mut tick_rx = tick_rx;
-        tick_rx.borrow_and_update();
         metrics.subscriber_joined(hub.name(), transport);
         let view = hub.view(spec);
         let mut sub = Subscription {
             hub,
             view,
             cursor: 0,
-            head_rx,
-            tick_rx: Some(tick_rx),
-            shutdown,
+            hub_wait: Registration::default(),
+            hub_seen: 0,
+            signals_seen: signals.beacon().epoch(),
+            ticks_seen: signals.ticks(),
+            signals_wait: Registration::default(),
+            signals,
             snapshot: None,
             reset: None,
             sent_rv: 0,
@@ -259,7 +262,7 @@ impl Subscription {
                 self.metrics.snapshot_size(self.hub.name(), objects, bytes);
                 return Some(Item::SnapshotEnd { rv });
             }
-            if self.shutdown.is_cancelled() {
+            if self.signals.is_shut_down() {
                 self.finished = true;
                 return Some(Item::Shutdown);
             }
@@ -268,7 +271,8 @@ impl Subscription {
                 return Some(Item::Closed(reason));
             }
 
-            self.head_rx.borrow_and_update();
+            // Seen before reading: a change after this point wakes us.
+            self.hub_seen = self.hub.beacon().epoch();
             // A fresh vector per read: an idle subscriber holds no buffer.
             let mut out = Vec::new();
             match self.hub.read(&mut self.cursor, READ_BATCH, &mut out) {
@@ -298,20 +302,27 @@ impl Subscription {
                 }
             }
 
-            tokio::select! {
-                biased;
-                _ = self.shutdown.cancelled() => {}
-                changed = self.head_rx.changed() => {
-                    if changed.is_err() {
-                        self.finished = true;
-                        return None;
-                    }
+            // Caught up: wait for the hub to move, a tick, or shutdown.
+            let moved = poll_fn(|cx| {
+                let hub = self
+                    .hub
+                    .beacon()
+                    .poll_moved(self.hub_seen, &mut self.hub_wait, cx);
+                let signals =
+                    self.signals
+                        .beacon()
+                        .poll_moved(self.signals_seen, &mut self.signals_wait, cx);
+                match (hub, signals) {
+                    (Poll::Pending, Poll::Pending) => Poll::Pending,
+                    (_, signals) => Poll::Ready(signals.is_ready()),
                 }
-                ticked = tick(&mut self.tick_rx) => {
-                    if !ticked {
-                        self.tick_rx = None;
-                        continue;
-                    }
+            })
+            .await;
+            if moved {
+                self.signals_seen = self.signals.beacon().epoch();
+                let ticks = self.signals.ticks();
+                if ticks != self.ticks_seen && !self.signals.is_shut_down() {
+                    self.ticks_seen = ticks;
                     if self.pos_rv > self.sent_rv {
                         self.sent_rv = self.pos_rv;
                         return Some(Item::Progress { rv: self.pos_rv });
@@ -323,15 +334,10 @@ impl Subscription {
     }
 }
 
-async fn tick(rx: &mut Option<watch::Receiver<u64>>) -> bool {
-    match rx {
-        Some(rx) => rx.changed().await.is_ok(),
-        None => std::future::pending().await,
-    }
-}
-
 impl Drop for Subscription {
     fn drop(&mut self) {
+        self.hub.beacon().deregister(&mut self.hub_wait);
+        self.signals.beacon().deregister(&mut self.signals_wait);
         self.metrics
             .subscriber_left(self.hub.name(), self.transport);
     }

@@ -113,10 +113,7 @@ pub(crate) fn respond<S: ChunkSource>(
     let permit = req.extensions_mut().remove::<Permit>();
     let hard_stop = streams.hard_stop.clone();
     let task = streams.tracker.track_future(async move {
-        tokio::select! {
-            _ = hard_stop.cancelled() => {}
-            _ = pump(socket, head, source, chunked, bytes_sent) => {}
-        }
+        pump(socket, head, source, chunked, bytes_sent, &hard_stop).await;
         drop(permit);
     });
     streams.runtime.spawn(task);
@@ -160,13 +157,14 @@ async fn pump<S: ChunkSource>(
     mut source: S,
     chunked: bool,
     bytes_sent: Counter,
+    hard_stop: &CancellationToken,
 ) {
     let Ok(mut socket) = TcpStream::from_std(socket) else {
         return;
     };
     // Each chunk is a whole message; do not hold it back for the next one.
     let _ = socket.set_nodelay(true);
-    if write_all(&socket, &mut [IoSlice::new(&head)])
+    if write_all(&socket, hard_stop, &mut [IoSlice::new(&head)])
         .await
         .is_err()
     {
@@ -193,6 +191,7 @@ async fn pump<S: ChunkSource>(
                     let size = chunk_size_line(&mut size, chunk.len());
                     write_all(
                         &socket,
+                        hard_stop,
                         &mut [
                             IoSlice::new(size),
                             IoSlice::new(&chunk),
@@ -201,12 +200,12 @@ async fn pump<S: ChunkSource>(
                     )
                     .await
                 } else {
-                    write_all(&socket, &mut [IoSlice::new(&chunk)]).await
+                    write_all(&socket, hard_stop, &mut [IoSlice::new(&chunk)]).await
                 }
             }
             Some(None) => {
                 if chunked {
-                    let _ = write_all(&socket, &mut [IoSlice::new(b"0\r\n\r\n")]).await;
+                    let _ = write_all(&socket, hard_stop, &mut [IoSlice::new(b"0\r\n\r\n")]).await;
                 }
                 let _ = socket.shutdown().await;
                 return;
@@ -246,13 +245,22 @@ fn hung_up(socket: &TcpStream, cx: &mut Context<'_>) -> bool {
     }
 }
 
-/// Writes all of `bufs`, waiting for the socket when its buffer is full.
-async fn write_all(socket: &TcpStream, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+/// Writes all of `bufs`, waiting for the socket when its buffer is full
+/// (until `hard_stop`: a client that stopped reading does not hold a
+/// shutdown up past its grace period).
+async fn write_all(
+    socket: &TcpStream,
+    hard_stop: &CancellationToken,
+    mut bufs: &mut [IoSlice<'_>],
+) -> io::Result<()> {
     while !bufs.is_empty() {
         match socket.try_write_vectored(bufs) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => tokio::select! {
+                ready = socket.writable() => ready?,
+                _ = hard_stop.cancelled() => return Err(io::ErrorKind::TimedOut.into()),
+            },
             Err(e) => return Err(e),
         }
     }

@@ -75,8 +75,7 @@ pub(crate) async fn subscribe(
                 params.view_spec(),
                 params.resume,
                 state.stream.sync_timeout,
-                state.ticks.clone(),
-                state.shutdown.clone(),
+                state.signals.clone(),
                 state.metrics.clone(),
                 transport,
             )

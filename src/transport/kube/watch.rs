@@ -77,8 +77,7 @@ pub async fn watch(
         ViewSpec::new(filter),
         resume,
         state.stream.sync_timeout,
-        state.ticks.clone(),
-        state.shutdown.clone(),
+        state.signals.clone(),
         state.metrics.clone(),
         Transport::KubeWatch,
     )
