@@ -176,9 +176,12 @@ impl App {
     /// period, then stop the informers.
     pub async fn stop(self) {
         self.shutdown.cancel();
-        // Requests actix still serves, and streams that took their
-        // connection over, share one grace period.
-        tokio::join!(self.handle.stop(true), self.streams.stop(self.grace));
+        // No new connections; streams that took their connection over end
+        // first (a WebSocket's tasks live on an actix worker thread, which
+        // must outlive them), then actix finishes what it still serves.
+        self.handle.pause().await;
+        self.streams.stop(self.grace).await;
+        self.handle.stop(true).await;
         let _ = self.server.await;
         self.informers.stopped().await;
     }

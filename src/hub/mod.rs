@@ -634,11 +634,11 @@ fn stats_of(st: &State) -> HubStats {
 
 #[cfg(test)]
 mod tests {
+    use super::beacon::Signals;
     use super::*;
     use crate::ops::Transport;
     use serde_json::json;
     use std::collections::BTreeMap;
-    use super::beacon::Signals;
 
     /// `pod("a").ns("x").rv(3)`
     struct PodBuilder {

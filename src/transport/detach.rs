@@ -28,6 +28,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use prometheus_client::metrics::counter::Counter;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -52,6 +53,11 @@ impl Streams {
             tracker: TaskTracker::new(),
             hard_stop: CancellationToken::new(),
         }
+    }
+
+    /// `fut`, counted among the streams [`Streams::stop`] waits for.
+    pub fn track<F: Future>(&self, fut: F) -> tokio_util::task::task_tracker::TrackedFuture<F> {
+        self.tracker.track_future(fut)
     }
 
     /// Waits up to `grace` for the streams to end (they end by themselves
@@ -217,6 +223,141 @@ async fn pump<S: ChunkSource>(
     }
 }
 
+/// A WebSocket connection taken over from actix after its handshake was
+/// validated: actix-ws still parses what the client sends (from the
+/// socket's read half, through [`Upgraded::payload`]), and [`WsWriter`]
+/// frames what kubefan sends straight onto the write half.
+pub struct Upgraded {
+    pub payload: actix_web::web::Payload,
+    pub writer: WsWriter,
+}
+
+/// Takes `req`'s connection over for a WebSocket, if it can. `head` is the
+/// `101 Switching Protocols` response, written before the first frame.
+pub async fn upgrade(req: &HttpRequest, streams: &Streams, head: Bytes) -> Option<Upgraded> {
+    use actix_web::FromRequest;
+    let socket = req.conn_data::<Takeover>()?.take()?;
+    // The socket stays in this thread's reactor, which still holds actix's
+    // waker for it (and through it actix's whole connection task) until
+    // the next readiness: replace it now.
+    let _ = socket.poll_read_ready(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+    // Every message is whole: do not hold one back for the next.
+    let _ = socket.set_nodelay(true);
+    let (read, write) = socket.into_split();
+    let reads: actix_http::BoxedPayloadStream = Box::pin(socket_reads(read));
+    let mut reads = actix_http::Payload::from(reads);
+    let payload = actix_web::web::Payload::from_request(req, &mut reads)
+        .await
+        .ok()?;
+    let permit = req.extensions_mut().remove::<Permit>();
+    Some(Upgraded {
+        payload,
+        writer: WsWriter {
+            write,
+            head: Some(head),
+            hard_stop: streams.hard_stop.clone(),
+            _permit: permit,
+        },
+    })
+}
+
+/// What a client sends, as it arrives; nothing is buffered between reads.
+fn socket_reads(
+    read: OwnedReadHalf,
+) -> impl futures::Stream<Item = Result<Bytes, actix_web::error::PayloadError>> {
+    futures::stream::unfold(Some(read), |read| async move {
+        let read = read?;
+        loop {
+            if let Err(err) = read.readable().await {
+                return Some((Err(err.into()), None));
+            }
+            // On the stack only while reading, not in the waiting state.
+            let mut scratch = [0u8; 2048];
+            match read.try_read(&mut scratch) {
+                Ok(0) => return None,
+                Ok(n) => return Some((Ok(Bytes::copy_from_slice(&scratch[..n])), Some(read))),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(err) => return Some((Err(err.into()), None)),
+            }
+        }
+    })
+}
+
+/// WebSocket opcodes kubefan sends (RFC 6455 section 5.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opcode {
+    Text = 0x1,
+    Close = 0x8,
+    Ping = 0x9,
+    Pong = 0xA,
+}
+
+/// The write half of a taken-over WebSocket: each message is one
+/// unfragmented, unmasked frame (a server's frames are never masked),
+/// written as its header and payload in one `writev`.
+pub struct WsWriter {
+    write: OwnedWriteHalf,
+    /// The handshake response, not yet sent.
+    head: Option<Bytes>,
+    hard_stop: CancellationToken,
+    /// The connection's place in the limits, given back when it ends.
+    _permit: Option<Permit>,
+}
+
+impl WsWriter {
+    /// Sends the handshake response (`101 Switching Protocols`).
+    pub async fn open(&mut self) -> io::Result<()> {
+        match self.head.take() {
+            Some(head) => write_all(&self.write, &self.hard_stop, &mut [IoSlice::new(&head)]).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Sends one frame; an error means the connection is gone.
+    pub async fn send(&mut self, opcode: Opcode, payload: &[u8]) -> io::Result<()> {
+        self.open().await?;
+        let mut header = [0u8; 10];
+        let header = frame_header(&mut header, opcode, payload.len());
+        write_all(
+            &self.write,
+            &self.hard_stop,
+            &mut [IoSlice::new(header), IoSlice::new(payload)],
+        )
+        .await
+    }
+
+    /// A Close frame with `code` and `reason` (cut to fit the 125-byte
+    /// control frame limit), then the end of the connection's sending side.
+    pub async fn close(&mut self, code: u16, reason: &str) {
+        let mut payload = code.to_be_bytes().to_vec();
+        let mut end = reason.len().min(123);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        payload.extend_from_slice(&reason.as_bytes()[..end]);
+        if self.send(Opcode::Close, &payload).await.is_ok() {
+            let _ = self.write.shutdown().await;
+        }
+    }
+}
+
+/// The header of a final, unmasked frame of `len` payload bytes.
+fn frame_header(buf: &mut [u8; 10], opcode: Opcode, len: usize) -> &[u8] {
+    buf[0] = 0x80 | opcode as u8;
+    if len < 126 {
+        buf[1] = len as u8;
+        &buf[..2]
+    } else if let Ok(len) = u16::try_from(len) {
+        buf[1] = 126;
+        buf[2..4].copy_from_slice(&len.to_be_bytes());
+        &buf[..4]
+    } else {
+        buf[1] = 127;
+        buf[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+        &buf[..10]
+    }
+}
+
 /// `len` in hex, then CRLF: the line before a chunk.
 fn chunk_size_line(buf: &mut [u8; 20], len: usize) -> &[u8] {
     let mut cursor = io::Cursor::new(&mut buf[..]);
@@ -245,11 +386,35 @@ fn hung_up(socket: &TcpStream, cx: &mut Context<'_>) -> bool {
     }
 }
 
+/// A socket, or its write half.
+trait Writer {
+    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+    fn writable(&self) -> impl Future<Output = io::Result<()>>;
+}
+
+impl Writer for TcpStream {
+    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        TcpStream::try_write_vectored(self, bufs)
+    }
+    fn writable(&self) -> impl Future<Output = io::Result<()>> {
+        TcpStream::writable(self)
+    }
+}
+
+impl Writer for OwnedWriteHalf {
+    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        OwnedWriteHalf::try_write_vectored(self, bufs)
+    }
+    fn writable(&self) -> impl Future<Output = io::Result<()>> {
+        OwnedWriteHalf::writable(self)
+    }
+}
+
 /// Writes all of `bufs`, waiting for the socket when its buffer is full
 /// (until `hard_stop`: a client that stopped reading does not hold a
 /// shutdown up past its grace period).
 async fn write_all(
-    socket: &TcpStream,
+    socket: &impl Writer,
     hard_stop: &CancellationToken,
     mut bufs: &mut [IoSlice<'_>],
 ) -> io::Result<()> {
@@ -270,6 +435,26 @@ async fn write_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn websocket_frame_headers_use_the_shortest_length() {
+        let mut buf = [0u8; 10];
+        assert_eq!(frame_header(&mut buf, Opcode::Text, 5), [0x81, 5]);
+        assert_eq!(frame_header(&mut buf, Opcode::Ping, 0), [0x89, 0]);
+        assert_eq!(frame_header(&mut buf, Opcode::Text, 125), [0x81, 125]);
+        assert_eq!(
+            frame_header(&mut buf, Opcode::Text, 126),
+            [0x81, 126, 0, 126]
+        );
+        assert_eq!(
+            frame_header(&mut buf, Opcode::Close, 65535),
+            [0x88, 126, 0xff, 0xff]
+        );
+        assert_eq!(
+            frame_header(&mut buf, Opcode::Text, 65536),
+            [0x81, 127, 0, 0, 0, 0, 0, 1, 0, 0]
+        );
+    }
 
     #[test]
     fn chunk_size_lines_are_hex() {

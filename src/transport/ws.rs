@@ -10,8 +10,9 @@
 //! # Never waiting on a client, never buffering without bound
 //! Each subscription is a task that pulls its [`Subscription`] and pushes
 //! text frames into the socket's outbox, a channel of [`OUTBOX`] messages
-//! drained by one writer task into actix-ws (itself a 32-message channel in
-//! front of the HTTP write buffer). A socket that is not read fills those and
+//! drained by one writer task straight onto the socket, which the handshake
+//! took over from actix (`transport::detach`; actix-ws still parses what
+//! the client sends). A socket that is not read fills the outbox and
 //! its subscription tasks wait with their cursors in place; the hub never
 //! waits for them and, if they stay behind, laps them: RESET and a fresh
 //! snapshot, as on SSE. The control loop (client frames, pings, idle
@@ -31,6 +32,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::detach::{self, Opcode, WsWriter};
 use super::error::{ApiError, status_json};
 use super::sse::{bookmark_object, closed_status, reset_status, shutdown_status};
 use super::{StreamParams, parse_stream_params, parse_stream_query, subscribe};
@@ -61,8 +63,8 @@ pub async fn stream(
 ) -> Result<HttpResponse, ApiError> {
     let params = parse_stream_query(&auth::strip_token(req.query_string()))?;
     let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
-    let (resp, session, msgs) = handshake(&req, body, &state)?;
-    let (socket, done_rx) = Socket::new(state, session, 1, principal);
+    let (resp, out, keep, msgs) = handshake(&req, body, &state).await?;
+    let (socket, done_rx) = Socket::new(state, out, keep, 1, principal);
     actix_web::rt::spawn(socket.run(done_rx, msgs, Some(sub)));
     Ok(resp)
 }
@@ -75,26 +77,90 @@ pub async fn mux(
     state: web::Data<AppState>,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
-    let (resp, session, msgs) = handshake(&req, body, &state)?;
+    let (resp, out, keep, msgs) = handshake(&req, body, &state).await?;
     let max = state.stream.max_subscriptions_per_socket.max(1);
-    let (socket, done_rx) = Socket::new(state, session, max, principal);
+    let (socket, done_rx) = Socket::new(state, out, keep, max, principal);
     actix_web::rt::spawn(socket.run(done_rx, msgs, None));
     Ok(resp)
 }
 
-fn handshake(
+/// Where a socket's frames go: straight onto a connection taken over from
+/// actix (`transport::detach`), or through actix-ws where that cannot be.
+enum Outbound {
+    Raw(WsWriter),
+    Session(Session),
+}
+
+/// The body of actix-ws's handshake response: while it lives, its message
+/// stream reads on (its drop tells the stream the connection is gone).
+struct Handshake(#[allow(dead_code)] Option<actix_web::body::BoxBody>);
+
+/// Validates the handshake and takes the connection over where it can:
+/// actix-ws then parses the client's frames from the socket, and kubefan
+/// writes its own, without actix's connection, buffers and body stream.
+async fn handshake(
     req: &HttpRequest,
     body: web::Payload,
     state: &AppState,
-) -> Result<(HttpResponse, Session, actix_ws::AggregatedMessageStream), ApiError> {
-    let (resp, session, msgs) = actix_ws::handle(req, body)
-        .map_err(|e| ApiError::BadRequest(format!("not a WebSocket handshake: {e}")))?;
+) -> Result<
+    (
+        HttpResponse,
+        Outbound,
+        Handshake,
+        actix_ws::AggregatedMessageStream,
+    ),
+    ApiError,
+> {
+    fn refused(e: impl std::fmt::Display) -> ApiError {
+        ApiError::BadRequest(format!("not a WebSocket handshake: {e}"))
+    }
+    let accept = actix_http::ws::handshake(req.head())
+        .map_err(refused)?
+        .finish();
+    let (resp, out, keep, msgs) =
+        match detach::upgrade(req, &state.streams, switching(&accept)).await {
+            Some(upgraded) => {
+                let (handshake, session, msgs) =
+                    actix_ws::handle(req, upgraded.payload).map_err(refused)?;
+                // Frames go through the writer, not the session.
+                drop(session);
+                (
+                    HttpResponse::Ok().finish(),
+                    Outbound::Raw(upgraded.writer),
+                    Handshake(Some(handshake.into_body())),
+                    msgs,
+                )
+            }
+            None => {
+                let (resp, session, msgs) = actix_ws::handle(req, body).map_err(refused)?;
+                (resp, Outbound::Session(session), Handshake(None), msgs)
+            }
+        };
     let max = state.stream.ws_max_message;
     let msgs = msgs
         .max_frame_size(max)
         .aggregate_continuations()
         .max_continuation_size(max);
-    Ok((resp, session, msgs))
+    Ok((resp, out, keep, msgs))
+}
+
+/// The `101 Switching Protocols` head of a handshake `response`.
+fn switching<B>(response: &actix_http::Response<B>) -> Bytes {
+    let status = response.status();
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\n",
+        status.as_str(),
+        status.canonical_reason().unwrap_or("")
+    );
+    for (name, value) in response.headers() {
+        head.push_str(name.as_str());
+        head.push_str(": ");
+        head.push_str(value.to_str().unwrap_or(""));
+        head.push_str("\r\n");
+    }
+    // actix writes this one from the response's connection type.
+    head.push_str("connection: Upgrade\r\n\r\n");
+    Bytes::from(head)
 }
 
 /// The `id` a message carries: where SSE sends `id:`, and empty where SSE
@@ -201,7 +267,9 @@ async fn run_subscription(
         Start::Request { resource, params } => tokio::select! {
             biased;
             _ = state.shutdown.cancelled() => Err(shutdown_status()),
-            started = subscribe(&state, &principal, &resource, &params, Transport::WebSocket) => started.map_err(|e| e.status()),
+            // Boxed: the task then holds the subscription, not the larger
+            // state of starting it, for as long as it streams.
+            started = Box::pin(subscribe(&state, &principal, &resource, &params, Transport::WebSocket)) => started.map_err(|e| e.status()),
         },
     };
     let mut sub = match sub {
@@ -278,6 +346,7 @@ struct Running {
 
 /// One WebSocket connection: its writer, its subscriptions, its control loop.
 struct Socket {
+    _handshake: Handshake,
     state: web::Data<AppState>,
     out_tx: mpsc::Sender<Message>,
     subs: HashMap<String, Running>,
@@ -303,18 +372,20 @@ impl Socket {
     /// The socket and the receiver of its subscriptions' end notices.
     fn new(
         state: web::Data<AppState>,
-        session: Session,
+        out: Outbound,
+        handshake: Handshake,
         max_subs: usize,
         principal: Principal,
     ) -> (Socket, mpsc::Receiver<(String, u64)>) {
         let (out_tx, out_rx) = mpsc::channel(OUTBOX);
-        tokio::spawn(write(session, out_rx));
+        tokio::spawn(state.streams.track(write(out, out_rx)));
         // Each task sends one notice, at its end; the loop reads them first
         // of all, so this hardly ever holds more than a few (and a full
         // one only delays a task that has already finished).
         let (done_tx, done_rx) = mpsc::channel(max_subs);
         let idle_timeout = state.stream.effective_ws_idle_timeout();
         let socket = Socket {
+            _handshake: handshake,
             state,
             out_tx,
             subs: HashMap::new(),
@@ -554,9 +625,38 @@ impl Socket {
     }
 }
 
-/// The socket's one writer: outbox → actix-ws, until a Close or the peer
+/// The socket's one writer: outbox → socket, until a Close or the peer
 /// is gone.
-async fn write(mut session: Session, mut out_rx: mpsc::Receiver<Message>) {
+async fn write(out: Outbound, mut out_rx: mpsc::Receiver<Message>) {
+    let mut session = match out {
+        Outbound::Session(session) => session,
+        Outbound::Raw(mut raw) => {
+            if raw.open().await.is_err() {
+                return;
+            }
+            while let Some(msg) = out_rx.recv().await {
+                let sent = match msg {
+                    Message::Close(reason) => {
+                        let (code, text) = reason.map_or((1000, String::new()), |r| {
+                            (u16::from(r.code), r.description.unwrap_or_default())
+                        });
+                        raw.close(code, &text).await;
+                        return;
+                    }
+                    Message::Text(text) => raw.send(Opcode::Text, text.as_bytes()).await,
+                    Message::Ping(payload) => raw.send(Opcode::Ping, &payload).await,
+                    Message::Pong(payload) => raw.send(Opcode::Pong, &payload).await,
+                    // Never queued.
+                    Message::Binary(_) | Message::Continuation(_) | Message::Nop => Ok(()),
+                };
+                if sent.is_err() {
+                    return;
+                }
+            }
+            raw.close(1000, "").await;
+            return;
+        }
+    };
     while let Some(msg) = out_rx.recv().await {
         let sent = match msg {
             Message::Close(reason) => {

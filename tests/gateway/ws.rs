@@ -725,3 +725,25 @@ async fn shutdown_sends_an_error_per_subscription_then_going_away() {
     tokio::time::timeout(WAIT, stopping).await.unwrap().unwrap();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_with_nothing_to_send_is_answered_at_once() {
+    // The handshake answer is written when the connection is taken over,
+    // not with the first frame: with pings 10 minutes apart, a `/ws`
+    // socket with no subscription yet still completes its handshake, and
+    // its first subscription flows.
+    let mut cfg = ws_config();
+    cfg.stream.keepalive = Duration::from_secs(600);
+    cfg.stream.ws_idle_timeout = Duration::from_secs(1500);
+    let env = spawn(seeded(3), cfg).await;
+    env.synced("pods").await;
+    let mut ws = WsClient::connect(&env, "/ws").await;
+    ws.subscribe(json!({"op": "subscribe", "id": "a", "resource": "pods"}))
+        .await;
+    let mut mux = Mux::default();
+    mux.until(&mut ws, |m| {
+        m.views.get("a").is_some_and(|v| v.snapshots == 1)
+    })
+    .await;
+    env.stop().await;
+}
