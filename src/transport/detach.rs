@@ -176,11 +176,12 @@ async fn pump<S: ChunkSource>(
     {
         return;
     }
+    let mut hang_up = HangUp::default();
     loop {
         let next = {
             let mut chunk = pin!(source.chunk());
             poll_fn(|cx| {
-                if hung_up(&socket, cx) {
+                if hang_up.seen(&socket, cx) {
                     return Poll::Ready(None);
                 }
                 chunk.as_mut().poll(cx).map(Some)
@@ -367,21 +368,51 @@ fn chunk_size_line(buf: &mut [u8; 20], len: usize) -> &[u8] {
     &buf[..end]
 }
 
-/// Whether the client has closed its side (or reset) the connection.
-/// Anything it sends on a stream is read and ignored. Registers for the
-/// next readiness when it returns `false`.
-fn hung_up(socket: &TcpStream, cx: &mut Context<'_>) -> bool {
-    let mut scratch = [0u8; 512];
-    loop {
-        match socket.poll_read_ready(cx) {
-            Poll::Pending => return false,
-            Poll::Ready(Err(_)) => return true,
-            Poll::Ready(Ok(())) => match socket.try_read(&mut scratch) {
-                Ok(0) => return true,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return true,
-            },
+/// Watches a stream's socket for its client closing (or resetting) the
+/// connection; anything the client sends is read and ignored.
+#[derive(Default)]
+struct HangUp {
+    /// Registered for the socket's next readiness: until it comes, a look
+    /// at the readiness (no lock, no new registration) is enough.
+    armed: bool,
+}
+
+impl HangUp {
+    /// Whether the client is gone; otherwise, the task is woken when the
+    /// socket next becomes readable.
+    fn seen(&mut self, socket: &TcpStream, cx: &mut Context<'_>) -> bool {
+        let mut scratch = [0u8; 512];
+        loop {
+            if self.armed {
+                // Reads only if readiness came since arming.
+                let mut looked = false;
+                let read = socket.try_io(tokio::io::Interest::READABLE, || {
+                    looked = true;
+                    socket.try_read(&mut scratch)
+                });
+                match read {
+                    Ok(0) => return true,
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock && !looked => return false,
+                    // The readiness was used up (and the registration with
+                    // it): arm again.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.armed = false,
+                    Err(_) => return true,
+                }
+            }
+            match socket.poll_read_ready(cx) {
+                Poll::Pending => {
+                    self.armed = true;
+                    return false;
+                }
+                Poll::Ready(Err(_)) => return true,
+                Poll::Ready(Ok(())) => match socket.try_read(&mut scratch) {
+                    Ok(0) => return true,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => return true,
+                },
+            }
         }
     }
 }
