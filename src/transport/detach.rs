@@ -417,6 +417,14 @@ impl HangUp {
     }
 }
 
+/// Waits until `socket` takes more, or until `hard_stop`.
+async fn writable(socket: &impl Writer, hard_stop: &CancellationToken) -> io::Result<()> {
+    tokio::select! {
+        ready = socket.writable() => ready,
+        _ = hard_stop.cancelled() => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
 /// A socket, or its write half.
 trait Writer {
     fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
@@ -453,10 +461,11 @@ async fn write_all(
         match socket.try_write_vectored(bufs) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => tokio::select! {
-                ready = socket.writable() => ready?,
-                _ = hard_stop.cancelled() => return Err(io::ErrorKind::TimedOut.into()),
-            },
+            // Boxed: a stream's task holds this state only while its
+            // client is behind, not for as long as it streams.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                Box::pin(writable(socket, hard_stop)).await?
+            }
             Err(e) => return Err(e),
         }
     }

@@ -260,17 +260,22 @@ async fn run_subscription(
     state: web::Data<AppState>,
     principal: Principal,
     outlet: Outlet,
-    start: Start,
+    start: Box<Start>,
 ) {
-    let sub = match start {
+    let sub = match *start {
         Start::Ready(sub) => Ok(sub),
-        Start::Request { resource, params } => tokio::select! {
-            biased;
-            _ = state.shutdown.cancelled() => Err(shutdown_status()),
-            // Boxed: the task then holds the subscription, not the larger
-            // state of starting it, for as long as it streams.
-            started = Box::pin(subscribe(&state, &principal, &resource, &params, Transport::WebSocket)) => started.map_err(|e| e.status()),
-        },
+        // Boxed: the task then holds the subscription, not the larger
+        // state of starting it, for as long as it streams.
+        Start::Request { resource, params } => {
+            Box::pin(async {
+                tokio::select! {
+                    biased;
+                    _ = state.shutdown.cancelled() => Err(shutdown_status()),
+                    started = subscribe(&state, &principal, &resource, &params, Transport::WebSocket) => started.map_err(|e| e.status()),
+                }
+            })
+            .await
+        }
     };
     let mut sub = match sub {
         Ok(sub) => sub,
@@ -408,7 +413,7 @@ impl Socket {
     ) {
         let is_single = single.is_some();
         if let Some(sub) = single {
-            self.spawn(String::new(), None, Start::Ready(sub));
+            self.spawn(String::new(), None, Box::new(Start::Ready(sub)));
         }
         let shutdown = self.state.shutdown.clone();
         let mut ticks = self.state.ticks.clone();
@@ -449,7 +454,7 @@ impl Socket {
                     break close(CloseCode::Policy, "no pong or message within the idle timeout");
                 }
                 _ = &mut expiry, if deadline.is_some() => {
-                    break self.expire(is_single).await;
+                    break Box::pin(self.expire(is_single)).await;
                 }
                 msg = msgs.next() => {
                     idle.as_mut().reset(Instant::now() + self.idle_timeout);
@@ -476,7 +481,9 @@ impl Socket {
                         // proves the peer alive.
                         Some(Ok(AggregatedMessage::Text(_))) if is_single => {}
                         Some(Ok(AggregatedMessage::Text(text))) => {
-                            if !self.handle(&text).await {
+                            // Boxed, as the other rare steps: the socket's
+                            // task keeps only the state of its waiting.
+                            if !Box::pin(self.handle(&text)).await {
                                 break close(CloseCode::Policy, "not reading");
                             }
                         }
@@ -484,7 +491,7 @@ impl Socket {
                 }
             }
         };
-        self.finish(ending).await;
+        Box::pin(self.finish(ending)).await;
     }
 
     /// Stops every subscription, then queues the Close frame (at most
@@ -522,7 +529,7 @@ impl Socket {
         close(CloseCode::Other(CLOSE_TOKEN_EXPIRED), "token expired")
     }
 
-    fn spawn(&mut self, id: String, prefix: Option<Bytes>, start: Start) {
+    fn spawn(&mut self, id: String, prefix: Option<Bytes>, start: Box<Start>) {
         self.generation += 1;
         let outlet = Outlet {
             out_tx: self.out_tx.clone(),
@@ -595,7 +602,11 @@ impl Socket {
                 match refusal {
                     Some(status) => self.reply(error_message(Some(&prefix), &status)).await,
                     None => {
-                        self.spawn(id, Some(prefix), Start::Request { resource, params });
+                        self.spawn(
+                            id,
+                            Some(prefix),
+                            Box::new(Start::Request { resource, params }),
+                        );
                         true
                     }
                 }
@@ -628,35 +639,38 @@ impl Socket {
 /// The socket's one writer: outbox → socket, until a Close or the peer
 /// is gone.
 async fn write(out: Outbound, mut out_rx: mpsc::Receiver<Message>) {
-    let mut session = match out {
-        Outbound::Session(session) => session,
-        Outbound::Raw(mut raw) => {
-            if raw.open().await.is_err() {
+    let mut raw = match out {
+        Outbound::Raw(raw) => raw,
+        Outbound::Session(session) => return Box::pin(write_session(session, out_rx)).await,
+    };
+    if raw.open().await.is_err() {
+        return;
+    }
+    while let Some(msg) = out_rx.recv().await {
+        let sent = match msg {
+            Message::Close(reason) => {
+                let (code, text) = reason.map_or((1000, String::new()), |r| {
+                    (u16::from(r.code), r.description.unwrap_or_default())
+                });
+                raw.close(code, &text).await;
                 return;
             }
-            while let Some(msg) = out_rx.recv().await {
-                let sent = match msg {
-                    Message::Close(reason) => {
-                        let (code, text) = reason.map_or((1000, String::new()), |r| {
-                            (u16::from(r.code), r.description.unwrap_or_default())
-                        });
-                        raw.close(code, &text).await;
-                        return;
-                    }
-                    Message::Text(text) => raw.send(Opcode::Text, text.as_bytes()).await,
-                    Message::Ping(payload) => raw.send(Opcode::Ping, &payload).await,
-                    Message::Pong(payload) => raw.send(Opcode::Pong, &payload).await,
-                    // Never queued.
-                    Message::Binary(_) | Message::Continuation(_) | Message::Nop => Ok(()),
-                };
-                if sent.is_err() {
-                    return;
-                }
-            }
-            raw.close(1000, "").await;
+            Message::Text(text) => raw.send(Opcode::Text, text.as_bytes()).await,
+            Message::Ping(payload) => raw.send(Opcode::Ping, &payload).await,
+            Message::Pong(payload) => raw.send(Opcode::Pong, &payload).await,
+            // Never queued.
+            Message::Binary(_) | Message::Continuation(_) | Message::Nop => Ok(()),
+        };
+        if sent.is_err() {
             return;
         }
-    };
+    }
+    raw.close(1000, "").await;
+}
+
+/// [`write`] through actix-ws, for a connection that could not be taken
+/// over.
+async fn write_session(mut session: Session, mut out_rx: mpsc::Receiver<Message>) {
     while let Some(msg) = out_rx.recv().await {
         let sent = match msg {
             Message::Close(reason) => {
