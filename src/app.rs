@@ -48,6 +48,7 @@ pub struct App {
     server: JoinHandle<std::io::Result<()>>,
     shutdown: CancellationToken,
     streams: Arc<Streams>,
+    signals: Arc<Signals>,
     grace: std::time::Duration,
     informers: Arc<Informers>,
     metrics: Arc<Metrics>,
@@ -99,7 +100,10 @@ impl App {
             ticks,
             shutdown: shutdown.clone(),
             signals: signals.clone(),
-            streams: Arc::new(Streams::on_current_runtime()),
+            streams: Arc::new(Streams::on_current_runtime(
+                cfg.stream.write_timeout,
+                metrics.clone(),
+            )),
             kube_pages: kube_face::Pages::default(),
             auth: Arc::new(auth),
             limits: Limits::new(cfg.limits.clone()),
@@ -153,6 +157,7 @@ impl App {
             server,
             shutdown,
             streams,
+            signals,
             grace,
             informers,
             metrics,
@@ -176,6 +181,8 @@ impl App {
     /// period, then stop the informers.
     pub async fn stop(self) {
         self.shutdown.cancel();
+        // The ticker relays the token too; this does not depend on it.
+        self.signals.shut_down();
         // No new connections; streams that took their connection over end
         // first (a WebSocket's tasks live on an actix worker thread, which
         // must outlive them), then actix finishes what it still serves.

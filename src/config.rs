@@ -29,6 +29,10 @@ pub struct StreamConfig {
     pub ws_max_message: usize,
     /// Subscriptions one `/ws` socket may hold at once.
     pub max_subscriptions_per_socket: usize,
+    /// A stream whose client takes no byte for this long is closed (as
+    /// nginx's `send_timeout`); a slow reader that still reads is lapped
+    /// instead (RESET and a fresh snapshot).
+    pub write_timeout: Duration,
 }
 
 impl StreamConfig {
@@ -48,6 +52,7 @@ impl Default for StreamConfig {
             ws_idle_timeout: Duration::from_secs(45),
             ws_max_message: 64 << 10,
             max_subscriptions_per_socket: 100,
+            write_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -285,6 +290,10 @@ pub struct GatewayArgs {
     /// Subscriptions one multiplexed WebSocket (`/ws`) may hold at once.
     #[arg(long, env = "KUBEFAN_WS_MAX_SUBSCRIPTIONS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub ws_max_subscriptions: u64,
+    /// Seconds a stream waits for a client that reads nothing before it
+    /// closes the connection.
+    #[arg(long, env = "KUBEFAN_WRITE_TIMEOUT_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub write_timeout_secs: u64,
     /// Seconds a new subscriber waits for a resource's first list before 503.
     #[arg(long, env = "KUBEFAN_SYNC_TIMEOUT_SECS", default_value_t = 10)]
     pub sync_timeout_secs: u64,
@@ -406,6 +415,7 @@ impl GatewayArgs {
                 ws_idle_timeout: Duration::from_secs(self.ws_idle_timeout_secs),
                 ws_max_message: self.ws_max_message_bytes as usize,
                 max_subscriptions_per_socket: self.ws_max_subscriptions as usize,
+                write_timeout: Duration::from_secs(self.write_timeout_secs),
             },
             auth: AuthConfig {
                 mode: self.auth,

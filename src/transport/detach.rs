@@ -18,6 +18,7 @@
 use std::future::poll_fn;
 use std::io::{self, IoSlice, Write as _};
 use std::pin::pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -34,24 +35,40 @@ use tokio_util::task::TaskTracker;
 
 use super::{ChunkSource, counted_stream};
 use crate::limits::Permit;
+use crate::ops::Metrics;
 use crate::server::Takeover;
 
 /// Where detached streams run, and how they are stopped.
 pub struct Streams {
     runtime: tokio::runtime::Handle,
     tracker: TaskTracker,
+    stall: Stall,
+}
+
+/// When a stream blocked on a client that does not read gives up.
+#[derive(Clone)]
+struct Stall {
     /// Ends every stream at once, even one blocked writing to a client
     /// that does not read (after the shutdown grace period).
     hard_stop: CancellationToken,
+    /// Longest wait for a client to take any byte at all.
+    timeout: Duration,
+    metrics: Arc<Metrics>,
 }
 
 impl Streams {
-    /// Streams run on the runtime current when this is called.
-    pub fn on_current_runtime() -> Streams {
+    /// Streams run on the runtime current when this is called. A stream
+    /// whose client takes no byte for `write_timeout` is closed (and
+    /// counted in `kubefan_limits_hit_total{kind="write_timeout"}`).
+    pub fn on_current_runtime(write_timeout: Duration, metrics: Arc<Metrics>) -> Streams {
         Streams {
             runtime: tokio::runtime::Handle::current(),
             tracker: TaskTracker::new(),
-            hard_stop: CancellationToken::new(),
+            stall: Stall {
+                hard_stop: CancellationToken::new(),
+                timeout: write_timeout,
+                metrics,
+            },
         }
     }
 
@@ -72,7 +89,7 @@ impl Streams {
                 streams = self.tracker.len(),
                 "ending streams still writing after the grace period"
             );
-            self.hard_stop.cancel();
+            self.stall.hard_stop.cancel();
             self.tracker.wait().await;
         }
     }
@@ -117,9 +134,9 @@ pub(crate) fn respond<S: ChunkSource>(
     let cors = req.extensions().get::<CorsHeaders>().cloned();
     let head = head(headers, cors.as_ref().map(|c| &c.0), chunked);
     let permit = req.extensions_mut().remove::<Permit>();
-    let hard_stop = streams.hard_stop.clone();
+    let stall = streams.stall.clone();
     let task = streams.tracker.track_future(async move {
-        pump(socket, head, source, chunked, bytes_sent, &hard_stop).await;
+        pump(socket, head, source, chunked, bytes_sent, &stall).await;
         drop(permit);
     });
     streams.runtime.spawn(task);
@@ -163,14 +180,14 @@ async fn pump<S: ChunkSource>(
     mut source: S,
     chunked: bool,
     bytes_sent: Counter,
-    hard_stop: &CancellationToken,
+    stall: &Stall,
 ) {
     let Ok(mut socket) = TcpStream::from_std(socket) else {
         return;
     };
     // Each chunk is a whole message; do not hold it back for the next one.
     let _ = socket.set_nodelay(true);
-    if write_all(&socket, hard_stop, &mut [IoSlice::new(&head)])
+    if write_all(&socket, stall, &mut [IoSlice::new(&head)])
         .await
         .is_err()
     {
@@ -198,7 +215,7 @@ async fn pump<S: ChunkSource>(
                     let size = chunk_size_line(&mut size, chunk.len());
                     write_all(
                         &socket,
-                        hard_stop,
+                        stall,
                         &mut [
                             IoSlice::new(size),
                             IoSlice::new(&chunk),
@@ -207,12 +224,12 @@ async fn pump<S: ChunkSource>(
                     )
                     .await
                 } else {
-                    write_all(&socket, hard_stop, &mut [IoSlice::new(&chunk)]).await
+                    write_all(&socket, stall, &mut [IoSlice::new(&chunk)]).await
                 }
             }
             Some(None) => {
                 if chunked {
-                    let _ = write_all(&socket, hard_stop, &mut [IoSlice::new(b"0\r\n\r\n")]).await;
+                    let _ = write_all(&socket, stall, &mut [IoSlice::new(b"0\r\n\r\n")]).await;
                 }
                 let _ = socket.shutdown().await;
                 return;
@@ -256,7 +273,7 @@ pub async fn upgrade(req: &HttpRequest, streams: &Streams, head: Bytes) -> Optio
         writer: WsWriter {
             write,
             head: Some(head),
-            hard_stop: streams.hard_stop.clone(),
+            stall: streams.stall.clone(),
             _permit: permit,
         },
     })
@@ -300,7 +317,7 @@ pub struct WsWriter {
     write: OwnedWriteHalf,
     /// The handshake response, not yet sent.
     head: Option<Bytes>,
-    hard_stop: CancellationToken,
+    stall: Stall,
     /// The connection's place in the limits, given back when it ends.
     _permit: Option<Permit>,
 }
@@ -309,7 +326,7 @@ impl WsWriter {
     /// Sends the handshake response (`101 Switching Protocols`).
     pub async fn open(&mut self) -> io::Result<()> {
         match self.head.take() {
-            Some(head) => write_all(&self.write, &self.hard_stop, &mut [IoSlice::new(&head)]).await,
+            Some(head) => write_all(&self.write, &self.stall, &mut [IoSlice::new(&head)]).await,
             None => Ok(()),
         }
     }
@@ -321,7 +338,7 @@ impl WsWriter {
         let header = frame_header(&mut header, opcode, payload.len());
         write_all(
             &self.write,
-            &self.hard_stop,
+            &self.stall,
             &mut [IoSlice::new(header), IoSlice::new(payload)],
         )
         .await
@@ -417,11 +434,17 @@ impl HangUp {
     }
 }
 
-/// Waits until `socket` takes more, or until `hard_stop`.
-async fn writable(socket: &impl Writer, hard_stop: &CancellationToken) -> io::Result<()> {
+/// Waits until `socket` takes more, at most `stall.timeout` and not past
+/// the hard stop.
+async fn writable(socket: &impl Writer, stall: &Stall) -> io::Result<()> {
     tokio::select! {
         ready = socket.writable() => ready,
-        _ = hard_stop.cancelled() => Err(io::ErrorKind::TimedOut.into()),
+        _ = stall.hard_stop.cancelled() => Err(io::ErrorKind::TimedOut.into()),
+        _ = tokio::time::sleep(stall.timeout) => {
+            tracing::debug!(timeout = ?stall.timeout, "closing a stream whose client reads nothing");
+            stall.metrics.limit_hit("write_timeout");
+            Err(io::ErrorKind::TimedOut.into())
+        }
     }
 }
 
@@ -450,11 +473,10 @@ impl Writer for OwnedWriteHalf {
 }
 
 /// Writes all of `bufs`, waiting for the socket when its buffer is full
-/// (until `hard_stop`: a client that stopped reading does not hold a
-/// shutdown up past its grace period).
+/// (not forever: see [`writable`]).
 async fn write_all(
     socket: &impl Writer,
-    hard_stop: &CancellationToken,
+    stall: &Stall,
     mut bufs: &mut [IoSlice<'_>],
 ) -> io::Result<()> {
     while !bufs.is_empty() {
@@ -464,7 +486,7 @@ async fn write_all(
             // Boxed: a stream's task holds this state only while its
             // client is behind, not for as long as it streams.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                Box::pin(writable(socket, hard_stop)).await?
+                Box::pin(writable(socket, stall)).await?
             }
             Err(e) => return Err(e),
         }
