@@ -14,6 +14,14 @@
 //! the connection is not reused after a stream. The task notices a client
 //! that hangs up (end of file or a reset on its socket) without waiting
 //! for the next write, and ends the subscription.
+//!
+//! WebSockets are taken over the same way ([`upgrade`]): actix-ws parses
+//! what the client sends from the socket's read half, and [`WsWriter`]
+//! frames kubefan's messages onto the write half.
+//!
+//! No stream waits for its client forever: one that cannot write a single
+//! byte for the write timeout gives up and closes the connection, and at
+//! shutdown every stream still blocked after the grace period is ended.
 
 use std::future::poll_fn;
 use std::io::{self, IoSlice, Write as _};
