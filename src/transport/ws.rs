@@ -27,6 +27,7 @@ use actix_ws::{AggregatedMessage, CloseCode, CloseReason, Message, ProtocolError
 use bytes::{BufMut, Bytes, BytesMut};
 use bytestring::ByteString;
 use futures::StreamExt;
+use prometheus_client::metrics::counter::Counter;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -228,12 +229,18 @@ struct Outlet {
     prefix: Option<Bytes>,
     done_tx: mpsc::Sender<(String, u64)>,
     key: (String, u64),
+    /// `kubefan_bytes_sent_total` for the subscription's resource, once
+    /// it has one.
+    bytes_sent: Option<Counter>,
 }
 
 impl Outlet {
     /// Queues a message; waits while the socket is slow. False once the
     /// socket is gone.
     async fn send(&self, msg: ByteString) -> bool {
+        if let Some(bytes) = &self.bytes_sent {
+            bytes.inc_by(msg.len() as u64);
+        }
         self.out_tx.send(Message::Text(msg)).await.is_ok()
     }
 
@@ -290,6 +297,12 @@ async fn run_subscription(
     let sent = state
         .metrics
         .events_sent(sub.hub().name(), Transport::WebSocket);
+    let mut outlet = outlet;
+    outlet.bytes_sent = Some(
+        state
+            .metrics
+            .bytes_sent(sub.hub().name(), Transport::WebSocket),
+    );
     let prefix = outlet.prefix.as_deref();
     while let Some(item) = sub.next().await {
         let ok = match item {
@@ -536,6 +549,7 @@ impl Socket {
             prefix,
             done_tx: self.done_tx.clone(),
             key: (id.clone(), self.generation),
+            bytes_sent: None,
         };
         let task = tokio::spawn(run_subscription(
             self.state.clone(),

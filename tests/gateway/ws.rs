@@ -727,7 +727,7 @@ async fn shutdown_sends_an_error_per_subscription_then_going_away() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_socket_with_nothing_to_send_is_answered_at_once() {
+async fn a_socket_with_nothing_to_send_is_answered_at_once_and_its_bytes_counted() {
     // The handshake answer is written when the connection is taken over,
     // not with the first frame: with pings 10 minutes apart, a `/ws`
     // socket with no subscription yet still completes its handshake, and
@@ -745,5 +745,16 @@ async fn a_socket_with_nothing_to_send_is_answered_at_once() {
         m.views.get("a").is_some_and(|v| v.snapshots == 1)
     })
     .await;
+    // What went out is counted, per resource, as for SSE.
+    let metrics = env.metrics().await;
+    let sent: f64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"kubefan_bytes_sent_total{resource="pods",transport="WebSocket"} "#)
+        })
+        .unwrap_or_else(|| panic!("no WebSocket bytes in\n{metrics}"))
+        .parse()
+        .unwrap();
+    assert!(sent > 0.0);
     env.stop().await;
 }
