@@ -12,14 +12,19 @@
 //! text frames into the socket's outbox, a channel of [`OUTBOX`] messages
 //! drained by one writer task straight onto the socket, which the handshake
 //! took over from actix (`transport::detach`; actix-ws still parses what
-//! the client sends). A socket that is not read fills the outbox and
-//! its subscription tasks wait with their cursors in place; the hub never
+//! the client sends). On a single-stream socket taken over that way the
+//! writer runs the one subscription itself, between queued control
+//! messages, and writes its messages with no outbox hop. A socket that is
+//! not read fills the outbox (or blocks its writer) and its subscriptions
+//! wait with their cursors in place; the hub never
 //! waits for them and, if they stay behind, laps them: RESET and a fresh
 //! snapshot, as on SSE. The control loop (client frames, pings, idle
 //! timeout) only ever *tries* to queue a ping or pong, and waits at most the
 //! idle timeout to queue anything else, so a stuck socket cannot pin it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -39,7 +44,7 @@ use super::sse::{bookmark_object, closed_status, reset_status, shutdown_status};
 use super::{StreamParams, parse_stream_params, parse_stream_query, subscribe};
 use crate::app::AppState;
 use crate::auth::{self, Principal};
-use crate::hub::{Item, Subscription};
+use crate::hub::{Item, ResourceMeta, Subscription};
 use crate::ops::Transport;
 
 /// Messages a socket's subscriptions may have queued for its writer.
@@ -65,8 +70,8 @@ pub async fn stream(
     let params = parse_stream_query(&auth::strip_token(req.query_string()))?;
     let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
     let (resp, out, keep, msgs) = handshake(&req, body, &state).await?;
-    let (socket, done_rx) = Socket::new(state, out, keep, 1, principal);
-    actix_web::rt::spawn(socket.run(done_rx, msgs, Some(sub)));
+    let (socket, done_rx) = Socket::new(state, out, keep, 1, principal, Some(sub));
+    actix_web::rt::spawn(socket.run(done_rx, msgs, true));
     Ok(resp)
 }
 
@@ -80,8 +85,8 @@ pub async fn mux(
 ) -> Result<HttpResponse, ApiError> {
     let (resp, out, keep, msgs) = handshake(&req, body, &state).await?;
     let max = state.stream.max_subscriptions_per_socket.max(1);
-    let (socket, done_rx) = Socket::new(state, out, keep, max, principal);
-    actix_web::rt::spawn(socket.run(done_rx, msgs, None));
+    let (socket, done_rx) = Socket::new(state, out, keep, max, principal, None);
+    actix_web::rt::spawn(socket.run(done_rx, msgs, false));
     Ok(resp)
 }
 
@@ -250,6 +255,87 @@ impl Outlet {
     }
 }
 
+/// Where a subscription's messages go: the socket's outbox, or the socket
+/// itself when the writer runs the subscription.
+trait Sink {
+    /// Sends one text message; false once the socket is gone.
+    async fn text(&mut self, msg: ByteString) -> bool;
+}
+
+impl Sink for Outlet {
+    async fn text(&mut self, msg: ByteString) -> bool {
+        self.send(msg).await
+    }
+}
+
+/// The writer's own socket, for the subscription it runs.
+struct Direct<'a> {
+    raw: &'a mut WsWriter,
+    bytes_sent: &'a Counter,
+}
+
+impl Sink for Direct<'_> {
+    async fn text(&mut self, msg: ByteString) -> bool {
+        self.bytes_sent.inc_by(msg.len() as u64);
+        self.raw.send(Opcode::Text, msg.as_bytes()).await.is_ok()
+    }
+}
+
+/// Sends the messages of one item of a subscription; false once the socket
+/// is gone. `prefix` is `{"sub":ID,` on `/ws`.
+async fn emit(
+    sink: &mut impl Sink,
+    item: Item,
+    prefix: Option<&[u8]>,
+    meta: &ResourceMeta,
+    sent: &Counter,
+) -> bool {
+    match item {
+        Item::Snapshot(objects) => {
+            for obj in &objects {
+                if !sink.text(message(prefix, obj.json(), Id::None)).await {
+                    return false;
+                }
+                sent.inc();
+            }
+            true
+        }
+        Item::Events(events) => {
+            for ev in &events {
+                let id = if ev.has_id() {
+                    Id::Rv(ev.rv())
+                } else {
+                    Id::None
+                };
+                if !sink.text(message(prefix, ev.frame().json(), id)).await {
+                    return false;
+                }
+                sent.inc();
+            }
+            true
+        }
+        Item::SnapshotEnd { rv } => {
+            let json = event_json("BOOKMARK", &bookmark_object(meta, rv, true));
+            sink.text(message(prefix, json, Id::Rv(rv))).await
+        }
+        Item::Progress { rv } => {
+            let json = event_json("BOOKMARK", &bookmark_object(meta, rv, false));
+            sink.text(message(prefix, json, Id::Rv(rv))).await
+        }
+        // The control loop pings on the same tick.
+        Item::KeepAlive => true,
+        Item::Reset(reason) => {
+            let json = event_json("RESET", &reset_status(reason).to_string());
+            sink.text(message(prefix, json, Id::Clear)).await
+        }
+        Item::Closed(reason) => {
+            sink.text(error_message(prefix, &closed_status(meta, &reason)))
+                .await
+        }
+        Item::Shutdown => sink.text(error_message(prefix, &shutdown_status())).await,
+    }
+}
+
 /// What a subscription task starts from.
 enum Start {
     /// Started before the upgrade (single stream).
@@ -303,54 +389,9 @@ async fn run_subscription(
             .metrics
             .bytes_sent(sub.hub().name(), Transport::WebSocket),
     );
-    let prefix = outlet.prefix.as_deref();
+    let prefix = outlet.prefix.clone();
     while let Some(item) = sub.next().await {
-        let ok = match item {
-            Item::Snapshot(objects) => {
-                let mut ok = true;
-                for obj in &objects {
-                    ok = outlet.send(message(prefix, obj.json(), Id::None)).await;
-                    if !ok {
-                        break;
-                    }
-                    sent.inc();
-                }
-                ok
-            }
-            Item::Events(events) => {
-                let mut ok = true;
-                for ev in &events {
-                    let id = if ev.has_id() {
-                        Id::Rv(ev.rv())
-                    } else {
-                        Id::None
-                    };
-                    ok = outlet.send(message(prefix, ev.frame().json(), id)).await;
-                    if !ok {
-                        break;
-                    }
-                    sent.inc();
-                }
-                ok
-            }
-            Item::SnapshotEnd { rv } => {
-                let json = event_json("BOOKMARK", &bookmark_object(&meta, rv, true));
-                outlet.send(message(prefix, json, Id::Rv(rv))).await
-            }
-            Item::Progress { rv } => {
-                let json = event_json("BOOKMARK", &bookmark_object(&meta, rv, false));
-                outlet.send(message(prefix, json, Id::Rv(rv))).await
-            }
-            // The control loop pings on the same tick.
-            Item::KeepAlive => true,
-            Item::Reset(reason) => {
-                let json = event_json("RESET", &reset_status(reason).to_string());
-                outlet.send(message(prefix, json, Id::Clear)).await
-            }
-            Item::Closed(reason) => outlet.send_error(&closed_status(&meta, &reason)).await,
-            Item::Shutdown => outlet.send_error(&shutdown_status()).await,
-        };
-        if !ok {
+        if !emit(&mut outlet, item, prefix.as_deref(), &meta, &sent).await {
             return;
         }
     }
@@ -359,7 +400,47 @@ async fn run_subscription(
 
 struct Running {
     generation: u64,
-    task: JoinHandle<()>,
+    task: SubTask,
+}
+
+/// Where a subscription runs.
+enum SubTask {
+    /// Its own task, writing into the outbox.
+    Spawned(JoinHandle<()>),
+    /// Inside the socket's writer, straight onto the socket (a taken-over
+    /// single-stream socket): no outbox hop per message. The flag stops it.
+    InWriter(Arc<AtomicBool>),
+}
+
+impl SubTask {
+    /// Stops it now; it may still be finishing a message.
+    fn abort(&self) {
+        match self {
+            SubTask::Spawned(task) => task.abort(),
+            SubTask::InWriter(stop) => stop.store(true, Ordering::Release),
+        }
+    }
+
+    /// Stops it: nothing it sends can follow what is queued next.
+    async fn stop(self) {
+        self.abort();
+        if let SubTask::Spawned(task) = self {
+            let _ = task.await;
+        }
+        // In the writer, the flag is read before each next message, and
+        // the writer takes the outbox in order.
+    }
+}
+
+/// The subscription a writer runs itself.
+struct InWriter {
+    sub: Subscription,
+    stop: Arc<AtomicBool>,
+    meta: ResourceMeta,
+    sent: Counter,
+    bytes_sent: Counter,
+    done_tx: mpsc::Sender<(String, u64)>,
+    key: (String, u64),
 }
 
 /// One WebSocket connection: its writer, its subscriptions, its control loop.
@@ -388,46 +469,76 @@ fn close(code: CloseCode, description: &str) -> Ending {
 
 impl Socket {
     /// The socket and the receiver of its subscriptions' end notices.
+    /// `single` is the pre-started subscription of a single-stream socket.
     fn new(
         state: web::Data<AppState>,
         out: Outbound,
         handshake: Handshake,
         max_subs: usize,
         principal: Principal,
+        single: Option<Subscription>,
     ) -> (Socket, mpsc::Receiver<(String, u64)>) {
         let (out_tx, out_rx) = mpsc::channel(OUTBOX);
-        tokio::spawn(state.streams.track(write(out, out_rx)));
         // Each task sends one notice, at its end; the loop reads them first
         // of all, so this hardly ever holds more than a few (and a full
         // one only delays a task that has already finished).
         let (done_tx, done_rx) = mpsc::channel(max_subs);
         let idle_timeout = state.stream.effective_ws_idle_timeout();
-        let socket = Socket {
+        let mut socket = Socket {
             _handshake: handshake,
-            state,
+            state: state.clone(),
             out_tx,
             subs: HashMap::new(),
             max_subs,
-            done_tx,
+            done_tx: done_tx.clone(),
             generation: 0,
             idle_timeout,
             principal,
         };
+        match (out, single) {
+            // The writer runs the one subscription itself.
+            (Outbound::Raw(raw), Some(sub)) => {
+                socket.generation += 1;
+                let stop = Arc::new(AtomicBool::new(false));
+                let own = InWriter {
+                    meta: sub.hub().meta().clone(),
+                    sent: state
+                        .metrics
+                        .events_sent(sub.hub().name(), Transport::WebSocket),
+                    bytes_sent: state
+                        .metrics
+                        .bytes_sent(sub.hub().name(), Transport::WebSocket),
+                    sub,
+                    stop: stop.clone(),
+                    done_tx,
+                    key: (String::new(), socket.generation),
+                };
+                tokio::spawn(state.streams.track(write_raw(raw, out_rx, Some(own))));
+                socket.subs.insert(
+                    String::new(),
+                    Running {
+                        generation: socket.generation,
+                        task: SubTask::InWriter(stop),
+                    },
+                );
+            }
+            (out, single) => {
+                tokio::spawn(state.streams.track(write(out, out_rx)));
+                if let Some(sub) = single {
+                    socket.spawn(String::new(), None, Box::new(Start::Ready(sub)));
+                }
+            }
+        }
         (socket, done_rx)
     }
 
-    /// Runs the socket: `single` is the pre-started subscription of a
-    /// single-stream socket; `None` makes it a `/ws` socket.
+    /// Runs the socket: a single-stream socket's, or a `/ws` socket's.
     async fn run(
         mut self,
         mut done_rx: mpsc::Receiver<(String, u64)>,
         mut msgs: actix_ws::AggregatedMessageStream,
-        single: Option<Subscription>,
+        is_single: bool,
     ) {
-        let is_single = single.is_some();
-        if let Some(sub) = single {
-            self.spawn(String::new(), None, Box::new(Start::Ready(sub)));
-        }
         let shutdown = self.state.shutdown.clone();
         let mut ticks = self.state.ticks.clone();
         ticks.borrow_and_update();
@@ -527,9 +638,8 @@ impl Socket {
     async fn expire(&mut self, is_single: bool) -> Ending {
         let status = super::sse::expired_status();
         for (id, running) in self.subs.drain() {
-            running.task.abort();
-            // Nothing it queued can follow the ERROR.
-            let _ = running.task.await;
+            // Nothing it sends can follow the ERROR.
+            running.task.stop().await;
             let prefix = (!is_single).then(|| sub_prefix(&id));
             let msg = error_message(prefix.as_deref(), &status);
             if tokio::time::timeout(CLOSE_WAIT, self.out_tx.send(Message::Text(msg)))
@@ -561,7 +671,7 @@ impl Socket {
             id,
             Running {
                 generation: self.generation,
-                task,
+                task: SubTask::Spawned(task),
             },
         );
     }
@@ -629,10 +739,9 @@ impl Socket {
                 let prefix = sub_prefix(&id);
                 match self.subs.remove(&id) {
                     Some(running) => {
-                        running.task.abort();
                         // Whatever it queued is ahead of the reply; nothing
                         // of it can follow.
-                        let _ = running.task.await;
+                        running.task.stop().await;
                         let json = Bytes::from_static(br#"{"type":"UNSUBSCRIBED"}"#);
                         self.reply(message(Some(&prefix), json, Id::None)).await
                     }
@@ -652,15 +761,64 @@ impl Socket {
 
 /// The socket's one writer: outbox → socket, until a Close or the peer
 /// is gone.
-async fn write(out: Outbound, mut out_rx: mpsc::Receiver<Message>) {
-    let mut raw = match out {
-        Outbound::Raw(raw) => raw,
-        Outbound::Session(session) => return Box::pin(write_session(session, out_rx)).await,
-    };
+async fn write(out: Outbound, out_rx: mpsc::Receiver<Message>) {
+    match out {
+        Outbound::Raw(raw) => write_raw(raw, out_rx, None).await,
+        Outbound::Session(session) => Box::pin(write_session(session, out_rx)).await,
+    }
+}
+
+/// What the raw writer does next.
+enum Next {
+    Queued(Option<Message>),
+    Item(Option<Item>),
+}
+
+/// [`write`] straight onto a taken-over socket; with `own`, the writer also
+/// runs that subscription, taking its messages between queued ones.
+async fn write_raw(
+    mut raw: WsWriter,
+    mut out_rx: mpsc::Receiver<Message>,
+    mut own: Option<InWriter>,
+) {
     if raw.open().await.is_err() {
         return;
     }
-    while let Some(msg) = out_rx.recv().await {
+    loop {
+        if own.as_ref().is_some_and(|o| o.stop.load(Ordering::Acquire)) {
+            own = None;
+        }
+        let next = match &mut own {
+            None => Next::Queued(out_rx.recv().await),
+            // The outbox first: control messages are few, and a stop queued
+            // with them is seen before the next item.
+            Some(o) => tokio::select! {
+                biased;
+                msg = out_rx.recv() => Next::Queued(msg),
+                item = o.sub.next() => Next::Item(item),
+            },
+        };
+        let msg = match next {
+            Next::Item(Some(item)) => {
+                let Some(o) = &own else { continue };
+                let mut direct = Direct {
+                    raw: &mut raw,
+                    bytes_sent: &o.bytes_sent,
+                };
+                if !emit(&mut direct, item, None, &o.meta, &o.sent).await {
+                    return;
+                }
+                continue;
+            }
+            Next::Item(None) => {
+                if let Some(o) = own.take() {
+                    let _ = o.done_tx.send(o.key).await;
+                }
+                continue;
+            }
+            Next::Queued(None) => break,
+            Next::Queued(Some(msg)) => msg,
+        };
         let sent = match msg {
             Message::Close(reason) => {
                 let (code, text) = reason.map_or((1000, String::new()), |r| {
