@@ -15,9 +15,10 @@
 //! that hangs up (end of file or a reset on its socket) without waiting
 //! for the next write, and ends the subscription.
 //!
-//! WebSockets are taken over the same way ([`upgrade`]): actix-ws parses
-//! what the client sends from the socket's read half, and [`WsWriter`]
-//! frames kubefan's messages onto the write half.
+//! WebSockets are taken over the same way ([`upgrade`]): [`Inbox`] parses
+//! what the client sends from the socket's read half (with actix-http's
+//! frame codec), and [`WsWriter`] frames kubefan's messages onto the write
+//! half.
 //!
 //! No stream waits for its client forever: one that cannot write a single
 //! byte for the write timeout gives up and closes the connection, and at
@@ -30,14 +31,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use actix_http::ws::{Frame, Item, ProtocolError};
 use actix_web::http::Version;
 use actix_web::http::header::{self, HeaderMap, HeaderName};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse};
+use actix_ws::AggregatedMessage;
 use bytes::{BufMut, Bytes, BytesMut};
 use prometheus_client::metrics::counter::Counter;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -250,18 +254,22 @@ async fn pump<S: ChunkSource>(
 }
 
 /// A WebSocket connection taken over from actix after its handshake was
-/// validated: actix-ws still parses what the client sends (from the
-/// socket's read half, through [`Upgraded::payload`]), and [`WsWriter`]
-/// frames what kubefan sends straight onto the write half.
+/// validated: [`Inbox`] reads what the client sends from the socket's read
+/// half, and [`WsWriter`] frames what kubefan sends onto the write half.
 pub struct Upgraded {
-    pub payload: actix_web::web::Payload,
+    pub inbox: Inbox,
     pub writer: WsWriter,
 }
 
 /// Takes `req`'s connection over for a WebSocket, if it can. `head` is the
-/// `101 Switching Protocols` response, written before the first frame.
-pub async fn upgrade(req: &HttpRequest, streams: &Streams, head: Bytes) -> Option<Upgraded> {
-    use actix_web::FromRequest;
+/// `101 Switching Protocols` response, written before the first frame;
+/// client messages larger than `max_message` bytes are refused.
+pub fn upgrade(
+    req: &HttpRequest,
+    streams: &Streams,
+    head: Bytes,
+    max_message: usize,
+) -> Option<Upgraded> {
     let socket = req.conn_data::<Takeover>()?.take()?;
     // The socket stays in this thread's reactor, which still holds actix's
     // waker for it (and through it actix's whole connection task) until
@@ -270,14 +278,17 @@ pub async fn upgrade(req: &HttpRequest, streams: &Streams, head: Bytes) -> Optio
     // Every message is whole: do not hold one back for the next.
     let _ = socket.set_nodelay(true);
     let (read, write) = socket.into_split();
-    let reads: actix_http::BoxedPayloadStream = Box::pin(socket_reads(read));
-    let mut reads = actix_http::Payload::from(reads);
-    let payload = actix_web::web::Payload::from_request(req, &mut reads)
-        .await
-        .ok()?;
     let permit = req.extensions_mut().remove::<Permit>();
     Some(Upgraded {
-        payload,
+        inbox: Inbox {
+            read,
+            pending: BytesMut::new(),
+            codec: actix_http::ws::Codec::new().max_size(max_message),
+            max_message,
+            joining: None,
+            skipping: false,
+            ended: false,
+        },
         writer: WsWriter {
             write,
             head: Some(head),
@@ -287,26 +298,138 @@ pub async fn upgrade(req: &HttpRequest, streams: &Streams, head: Bytes) -> Optio
     })
 }
 
-/// What a client sends, as it arrives; nothing is buffered between reads.
-fn socket_reads(
+/// A taken-over WebSocket's client messages: frames parsed by actix-http's
+/// codec, continuations joined as actix-ws joins them (same limits, same
+/// errors). Nothing is buffered between frames.
+pub struct Inbox {
     read: OwnedReadHalf,
-) -> impl futures::Stream<Item = Result<Bytes, actix_web::error::PayloadError>> {
-    futures::stream::unfold(Some(read), |read| async move {
-        let read = read?;
+    /// Bytes of a frame not complete yet.
+    pending: BytesMut,
+    codec: actix_http::ws::Codec,
+    max_message: usize,
+    /// A message arriving in continuation frames.
+    joining: Option<Joining>,
+    /// The rest of a message that grew too big is being skipped.
+    skipping: bool,
+    ended: bool,
+}
+
+struct Joining {
+    text: bool,
+    parts: Vec<Bytes>,
+    size: usize,
+}
+
+/// The error actix-ws gives a message too big in continuation frames.
+fn too_big() -> ProtocolError {
+    ProtocolError::Io(io::Error::other("Exceeded maximum continuation size"))
+}
+
+/// A text message's payload, which must be UTF-8.
+fn text_message(bytes: Bytes) -> Result<AggregatedMessage, ProtocolError> {
+    bytestring::ByteString::try_from(bytes)
+        .map(AggregatedMessage::Text)
+        .map_err(|err| ProtocolError::Io(io::Error::new(io::ErrorKind::InvalidData, err)))
+}
+
+impl Inbox {
+    /// The message `frame` completes, if any.
+    fn take(&mut self, frame: Frame) -> Option<Result<AggregatedMessage, ProtocolError>> {
+        let (start, bytes, last) = match frame {
+            Frame::Text(bytes) => return Some(text_message(bytes)),
+            Frame::Binary(bytes) => return Some(Ok(AggregatedMessage::Binary(bytes))),
+            Frame::Ping(bytes) => return Some(Ok(AggregatedMessage::Ping(bytes))),
+            Frame::Pong(bytes) => return Some(Ok(AggregatedMessage::Pong(bytes))),
+            Frame::Close(reason) => return Some(Ok(AggregatedMessage::Close(reason))),
+            Frame::Continuation(Item::FirstText(bytes)) => (Some(true), bytes, false),
+            Frame::Continuation(Item::FirstBinary(bytes)) => (Some(false), bytes, false),
+            Frame::Continuation(Item::Continue(bytes)) => (None, bytes, false),
+            Frame::Continuation(Item::Last(bytes)) => (None, bytes, true),
+        };
+        if self.skipping {
+            self.skipping = !last;
+            return None;
+        }
+        let joining = self.joining.get_or_insert(Joining {
+            text: false,
+            parts: Vec::new(),
+            size: 0,
+        });
+        if let Some(text) = start {
+            *joining = Joining {
+                text,
+                parts: Vec::new(),
+                size: 0,
+            };
+        }
+        joining.size += bytes.len();
+        if joining.size > self.max_message {
+            self.joining = None;
+            self.skipping = !last;
+            return Some(Err(too_big()));
+        }
+        // Empty parts are not kept: endless empty frames cannot grow this.
+        if !bytes.is_empty() {
+            joining.parts.push(bytes);
+        }
+        if !last {
+            return None;
+        }
+        let joined = self.joining.take()?;
+        let mut whole = BytesMut::with_capacity(joined.size);
+        for part in &joined.parts {
+            whole.put_slice(part);
+        }
+        let whole = whole.freeze();
+        Some(if joined.text {
+            text_message(whole)
+        } else {
+            Ok(AggregatedMessage::Binary(whole))
+        })
+    }
+}
+
+impl futures::Stream for Inbox {
+    type Item = Result<AggregatedMessage, ProtocolError>;
+
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        use tokio::io::AsyncRead;
+        let this = self.get_mut();
         loop {
-            if let Err(err) = read.readable().await {
-                return Some((Err(err.into()), None));
+            if this.ended {
+                return Poll::Ready(None);
             }
-            // On the stack only while reading, not in the waiting state.
+            match this.codec.decode(&mut this.pending) {
+                Err(err) => {
+                    this.ended = true;
+                    return Poll::Ready(Some(Err(err)));
+                }
+                Ok(Some(frame)) => match this.take(frame) {
+                    Some(message) => return Poll::Ready(Some(message)),
+                    None => continue,
+                },
+                Ok(None) => {}
+            }
+            if this.pending.is_empty() {
+                // Idle: hold no buffer.
+                this.pending = BytesMut::new();
+            }
             let mut scratch = [0u8; 2048];
-            match read.try_read(&mut scratch) {
-                Ok(0) => return None,
-                Ok(n) => return Some((Ok(Bytes::copy_from_slice(&scratch[..n])), Some(read))),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(err) => return Some((Err(err.into()), None)),
+            let mut read = tokio::io::ReadBuf::new(&mut scratch);
+            match std::pin::Pin::new(&mut this.read).poll_read(cx, &mut read) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(err)) => {
+                    this.ended = true;
+                    return Poll::Ready(Some(Err(ProtocolError::Io(err))));
+                }
+                Poll::Ready(Ok(())) if read.filled().is_empty() => {
+                    this.ended = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Ok(())) => this.pending.extend_from_slice(read.filled()),
             }
         }
-    })
+    }
 }
 
 /// WebSocket opcodes kubefan sends (RFC 6455 section 5.2).
@@ -505,6 +628,87 @@ async fn write_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An inbox on one end of a loopback connection.
+    async fn inbox(max_message: usize) -> (Inbox, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let (read, _write) = server.into_split();
+        let inbox = Inbox {
+            read,
+            pending: BytesMut::new(),
+            codec: actix_http::ws::Codec::new().max_size(max_message),
+            max_message,
+            joining: None,
+            skipping: false,
+            ended: false,
+        };
+        (inbox, client)
+    }
+
+    fn part(item: Item) -> Frame {
+        Frame::Continuation(item)
+    }
+
+    #[tokio::test]
+    async fn continuations_are_joined_and_checked_as_actix_ws_does() {
+        let (mut inbox, _client) = inbox(8).await;
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        assert!(inbox.take(part(Item::FirstText(b("ab")))).is_none());
+        assert!(inbox.take(part(Item::Continue(b("")))).is_none());
+        assert!(inbox.take(part(Item::Continue(b("cd")))).is_none());
+        match inbox.take(part(Item::Last(b("e")))) {
+            Some(Ok(AggregatedMessage::Text(text))) => assert_eq!(&*text, "abcde"),
+            other => panic!("{other:?}"),
+        }
+        // Too big: one error, then the rest of that message is skipped and
+        // the next one is read normally.
+        assert!(inbox.take(part(Item::FirstBinary(b("12345")))).is_none());
+        match inbox.take(part(Item::Continue(b("6789")))) {
+            Some(Err(ProtocolError::Io(e))) => {
+                assert!(e.to_string().contains("continuation size"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(inbox.take(part(Item::Continue(b("more")))).is_none());
+        assert!(inbox.take(part(Item::Last(b("end")))).is_none());
+        assert!(matches!(
+            inbox.take(Frame::Binary(b("x"))),
+            Some(Ok(AggregatedMessage::Binary(_)))
+        ));
+        // Text must be UTF-8, whole or joined.
+        match inbox.take(Frame::Text(Bytes::from_static(&[0xff, 0xfe]))) {
+            Some(Err(ProtocolError::Io(e))) => assert_eq!(e.kind(), io::ErrorKind::InvalidData),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_inbox_reads_frames_from_the_socket_and_ends_at_eof() {
+        use futures::StreamExt;
+        let (mut inbox, mut client) = inbox(1024).await;
+        // A masked text frame "hi" (clients always mask), then a close.
+        let mask = [1u8, 2, 3, 4];
+        let mut frame = vec![0x81, 0x80 | 2];
+        frame.extend_from_slice(&mask);
+        frame.extend(b"hi".iter().zip(mask.iter().cycle()).map(|(b, m)| b ^ m));
+        client.write_all(&frame).await.unwrap();
+        match tokio::time::timeout(Duration::from_secs(5), inbox.next()).await {
+            Ok(Some(Ok(AggregatedMessage::Text(text)))) => assert_eq!(&*text, "hi"),
+            other => panic!("{other:?}"),
+        }
+        assert!(inbox.pending.capacity() == 0, "no buffer held while idle");
+        drop(client);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), inbox.next())
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
 
     #[test]
     fn websocket_frame_headers_use_the_shortest_length() {

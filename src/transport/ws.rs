@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::detach::{self, Opcode, WsWriter};
+use super::detach::{self, Inbox, Opcode, WsWriter};
 use super::error::{ApiError, status_json};
 use super::sse::{bookmark_object, closed_status, reset_status, shutdown_status};
 use super::{StreamParams, parse_stream_params, parse_stream_query, subscribe};
@@ -69,8 +69,8 @@ pub async fn stream(
 ) -> Result<HttpResponse, ApiError> {
     let params = parse_stream_query(&auth::strip_token(req.query_string()))?;
     let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
-    let (resp, out, keep, msgs) = handshake(&req, body, &state).await?;
-    let (socket, done_rx) = Socket::new(state, out, keep, 1, principal, Some(sub));
+    let (resp, out, msgs) = handshake(&req, body, &state).await?;
+    let (socket, done_rx) = Socket::new(state, out, 1, principal, Some(sub));
     actix_web::rt::spawn(socket.run(done_rx, msgs, true));
     Ok(resp)
 }
@@ -83,9 +83,9 @@ pub async fn mux(
     state: web::Data<AppState>,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
-    let (resp, out, keep, msgs) = handshake(&req, body, &state).await?;
+    let (resp, out, msgs) = handshake(&req, body, &state).await?;
     let max = state.stream.max_subscriptions_per_socket.max(1);
-    let (socket, done_rx) = Socket::new(state, out, keep, max, principal, None);
+    let (socket, done_rx) = Socket::new(state, out, max, principal, None);
     actix_web::rt::spawn(socket.run(done_rx, msgs, false));
     Ok(resp)
 }
@@ -97,57 +97,55 @@ enum Outbound {
     Session(Session),
 }
 
-/// The body of actix-ws's handshake response: while it lives, its message
-/// stream reads on (its drop tells the stream the connection is gone).
-struct Handshake(#[allow(dead_code)] Option<actix_web::body::BoxBody>);
+/// Where a socket's client messages come from.
+enum Inbound {
+    Raw(Inbox),
+    Actix(actix_ws::AggregatedMessageStream),
+}
+
+impl futures::Stream for Inbound {
+    type Item = Result<AggregatedMessage, ProtocolError>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        match self.get_mut() {
+            Inbound::Raw(inbox) => std::pin::Pin::new(inbox).poll_next(cx),
+            Inbound::Actix(msgs) => std::pin::Pin::new(msgs).poll_next(cx),
+        }
+    }
+}
 
 /// Validates the handshake and takes the connection over where it can:
-/// actix-ws then parses the client's frames from the socket, and kubefan
-/// writes its own, without actix's connection, buffers and body stream.
+/// kubefan then reads the client's frames from the socket and writes its
+/// own, without actix's connection, buffers and body stream; otherwise
+/// actix-ws serves the socket.
 async fn handshake(
     req: &HttpRequest,
     body: web::Payload,
     state: &AppState,
-) -> Result<
-    (
-        HttpResponse,
-        Outbound,
-        Handshake,
-        actix_ws::AggregatedMessageStream,
-    ),
-    ApiError,
-> {
+) -> Result<(HttpResponse, Outbound, Inbound), ApiError> {
     fn refused(e: impl std::fmt::Display) -> ApiError {
         ApiError::BadRequest(format!("not a WebSocket handshake: {e}"))
     }
     let accept = actix_http::ws::handshake(req.head())
         .map_err(refused)?
         .finish();
-    let (resp, out, keep, msgs) =
-        match detach::upgrade(req, &state.streams, switching(&accept)).await {
-            Some(upgraded) => {
-                let (handshake, session, msgs) =
-                    actix_ws::handle(req, upgraded.payload).map_err(refused)?;
-                // Frames go through the writer, not the session.
-                drop(session);
-                (
-                    HttpResponse::Ok().finish(),
-                    Outbound::Raw(upgraded.writer),
-                    Handshake(Some(handshake.into_body())),
-                    msgs,
-                )
-            }
-            None => {
-                let (resp, session, msgs) = actix_ws::handle(req, body).map_err(refused)?;
-                (resp, Outbound::Session(session), Handshake(None), msgs)
-            }
-        };
     let max = state.stream.ws_max_message;
+    if let Some(upgraded) = detach::upgrade(req, &state.streams, switching(&accept), max) {
+        return Ok((
+            HttpResponse::Ok().finish(),
+            Outbound::Raw(upgraded.writer),
+            Inbound::Raw(upgraded.inbox),
+        ));
+    }
+    let (resp, session, msgs) = actix_ws::handle(req, body).map_err(refused)?;
     let msgs = msgs
         .max_frame_size(max)
         .aggregate_continuations()
         .max_continuation_size(max);
-    Ok((resp, out, keep, msgs))
+    Ok((resp, Outbound::Session(session), Inbound::Actix(msgs)))
 }
 
 /// The `101 Switching Protocols` head of a handshake `response`.
@@ -445,7 +443,6 @@ struct InWriter {
 
 /// One WebSocket connection: its writer, its subscriptions, its control loop.
 struct Socket {
-    _handshake: Handshake,
     state: web::Data<AppState>,
     out_tx: mpsc::Sender<Message>,
     subs: HashMap<String, Running>,
@@ -473,7 +470,6 @@ impl Socket {
     fn new(
         state: web::Data<AppState>,
         out: Outbound,
-        handshake: Handshake,
         max_subs: usize,
         principal: Principal,
         single: Option<Subscription>,
@@ -485,7 +481,6 @@ impl Socket {
         let (done_tx, done_rx) = mpsc::channel(max_subs);
         let idle_timeout = state.stream.effective_ws_idle_timeout();
         let mut socket = Socket {
-            _handshake: handshake,
             state: state.clone(),
             out_tx,
             subs: HashMap::new(),
@@ -536,7 +531,7 @@ impl Socket {
     async fn run(
         mut self,
         mut done_rx: mpsc::Receiver<(String, u64)>,
-        mut msgs: actix_ws::AggregatedMessageStream,
+        mut msgs: Inbound,
         is_single: bool,
     ) {
         let shutdown = self.state.shutdown.clone();
