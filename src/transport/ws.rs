@@ -11,8 +11,9 @@
 //! Each subscription is a task that pulls its [`Subscription`] and pushes
 //! text frames into the socket's outbox, a channel of [`OUTBOX`] messages
 //! drained by one writer task straight onto the socket, which the handshake
-//! took over from actix (`transport::detach`; actix-ws still parses what
-//! the client sends). On a single-stream socket taken over that way the
+//! took over from actix (`transport::detach`, which also parses what the
+//! client sends; actix-ws serves a socket that could not be taken over).
+//! On a single-stream socket taken over that way the
 //! writer runs the one subscription itself, between queued control
 //! messages, and writes its messages with no outbox hop. A socket that is
 //! not read fills the outbox (or blocks its writer) and its subscriptions
