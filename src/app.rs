@@ -115,7 +115,7 @@ impl App {
         });
         let informers_data = web::Data::new(informers.clone());
         let metrics_data = web::Data::new(metrics.clone());
-        let listener = std::net::TcpListener::bind(cfg.listen)?;
+        let listener = listen(cfg.listen)?;
         let addr = listener.local_addr()?;
         let grace = cfg.shutdown_grace;
         let streams = state.streams.clone();
@@ -197,6 +197,19 @@ impl App {
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
     }
+}
+
+/// Binds `addr` with room for a herd of connections arriving at once
+/// (std's own `bind` queues 128).
+fn listen(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)?.into_std()
 }
 
 async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
