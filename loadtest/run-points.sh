@@ -6,6 +6,7 @@
 #
 #   bash loadtest/run-points.sh            # full matrix (~15 min)
 #   POINTS="1000:sse" REPS=1 bash loadtest/run-points.sh   # one quick point
+#   OUT=/tmp/scratch SERVERS=kubefan POINTS="10000:watch" REPS=1 bash loadtest/run-points.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 POINTS=${POINTS:-"1000:sse 5000:sse 10000:sse 10000:ws"}
