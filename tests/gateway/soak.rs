@@ -220,6 +220,10 @@ pub async fn soak(seed: u64, rounds: usize) {
     let mut cfg = test_config(&["pods", "configmaps"]);
     cfg.upstream.log_limits.max_events = 300;
     cfg.stream.keepalive = Duration::from_millis(200);
+    // The slow reader reads nothing until the chaos is over, which in the
+    // long run is minutes: it is to be lapped and reset, not closed by the
+    // write timeout (that one has its own test in sse.rs).
+    cfg.stream.write_timeout = Duration::from_secs(3600);
     let env = spawn(sim, cfg).await;
     env.synced("pods").await;
     env.synced("configmaps").await;
