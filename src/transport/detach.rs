@@ -280,15 +280,7 @@ pub fn upgrade(
     let (read, write) = socket.into_split();
     let permit = req.extensions_mut().remove::<Permit>();
     Some(Upgraded {
-        inbox: Inbox {
-            read,
-            pending: BytesMut::new(),
-            codec: actix_http::ws::Codec::new().max_size(max_message),
-            max_message,
-            joining: None,
-            skipping: false,
-            ended: false,
-        },
+        inbox: Inbox::new(read, max_message),
         writer: WsWriter {
             write,
             head: Some(head),
@@ -333,6 +325,19 @@ fn text_message(bytes: Bytes) -> Result<AggregatedMessage, ProtocolError> {
 }
 
 impl Inbox {
+    /// Reads from `read`; messages over `max_message` bytes are refused.
+    fn new(read: OwnedReadHalf, max_message: usize) -> Inbox {
+        Inbox {
+            read,
+            pending: BytesMut::new(),
+            codec: actix_http::ws::Codec::new().max_size(max_message),
+            max_message,
+            joining: None,
+            skipping: false,
+            ended: false,
+        }
+    }
+
     /// The message `frame` completes, if any.
     fn take(&mut self, frame: Frame) -> Option<Result<AggregatedMessage, ProtocolError>> {
         let (start, bytes, last) = match frame {
@@ -637,16 +642,7 @@ mod tests {
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
         let (read, _write) = server.into_split();
-        let inbox = Inbox {
-            read,
-            pending: BytesMut::new(),
-            codec: actix_http::ws::Codec::new().max_size(max_message),
-            max_message,
-            joining: None,
-            skipping: false,
-            ended: false,
-        };
-        (inbox, client)
+        (Inbox::new(read, max_message), client)
     }
 
     fn part(item: Item) -> Frame {

@@ -27,6 +27,25 @@ pub(crate) fn pods_of(sim: &Sim) -> (Vec<Value>, u64) {
     sim.list("pods")
 }
 
+/// One batch of 50 changes of ~16 KB to the pod `web/big`, for the slow
+/// reader tests; returns the resourceVersion of the last.
+pub(crate) fn big_changes(sim: &Sim, batch: usize) -> u64 {
+    let blob = "x".repeat(16 << 10);
+    let mut last = 0;
+    for i in 0..50 {
+        let o = sim
+            .merge_patch(
+                "pods",
+                Some("web"),
+                "big",
+                &json!({"metadata": {"annotations": {"blob": format!("{batch}-{i}-{blob}")}}}),
+            )
+            .unwrap();
+        last = crate::support::rv_of(&o);
+    }
+    last
+}
+
 /// Opens a stream and reads its snapshot.
 pub(crate) async fn subscribed(
     env: &crate::support::TestEnv,
@@ -289,21 +308,8 @@ async fn slow_subscriber_is_lapped_and_reset_while_others_get_everything() {
     // 1,200 changes of ~16 KB (~19 MB): more than the slow reader's socket
     // buffers and the 2 MB log hold. The fast reader keeps up batch by
     // batch; the slow one reads nothing meanwhile.
-    let blob = "x".repeat(16 << 10);
     for batch in 0..24 {
-        let mut last = 0;
-        for i in 0..50 {
-            let o = env
-                .sim
-                .merge_patch(
-                    "pods",
-                    Some("web"),
-                    "big",
-                    &json!({"metadata": {"annotations": {"blob": format!("{batch}-{i}-{blob}")}}}),
-                )
-                .unwrap();
-            last = crate::support::rv_of(&o);
-        }
+        let last = big_changes(&env.sim, batch);
         fast_view.follow(&mut fast, last).await;
     }
     let (objects, rv) = pods_of(&env.sim);

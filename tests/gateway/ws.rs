@@ -646,21 +646,8 @@ async fn slow_reader_is_lapped_and_reset_while_a_fast_one_gets_everything() {
         .unwrap();
     // ~19 MB of changes: more than the slow reader's socket buffers, its
     // outbox and the 2 MB log hold. The fast reader keeps up batch by batch.
-    let blob = "x".repeat(16 << 10);
     for batch in 0..24 {
-        let mut last = 0;
-        for i in 0..50 {
-            let o = env
-                .sim
-                .merge_patch(
-                    "pods",
-                    Some("web"),
-                    "big",
-                    &json!({"metadata": {"annotations": {"blob": format!("{batch}-{i}-{blob}")}}}),
-                )
-                .unwrap();
-            last = rv_of(&o);
-        }
+        let last = crate::sse::big_changes(&env.sim, batch);
         follow(&mut fast, &mut fast_view, last).await;
     }
     let (objects, rv) = pods_of(&env.sim);
