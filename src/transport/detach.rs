@@ -34,7 +34,7 @@ use std::time::Duration;
 use actix_http::ws::{Frame, Item, ProtocolError};
 use actix_web::http::Version;
 use actix_web::http::header::{self, HeaderMap, HeaderName};
-use actix_web::{HttpMessage, HttpRequest, HttpResponse};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, ResponseError};
 use actix_ws::AggregatedMessage;
 use bytes::{BufMut, Bytes, BytesMut};
 use prometheus_client::metrics::counter::Counter;
@@ -45,7 +45,8 @@ use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{ChunkSource, counted_stream};
+use super::ChunkSource;
+use super::error::ApiError;
 use crate::limits::Permit;
 use crate::ops::Metrics;
 use crate::server::Takeover;
@@ -107,14 +108,26 @@ impl Streams {
     }
 }
 
+/// What a stream answers if its connection cannot be taken over: every
+/// connection of `crate::server` can be, so this is a bug, not a client's
+/// mistake.
+pub fn not_taken_over() -> ApiError {
+    tracing::error!("a stream's connection could not be taken over from actix");
+    ApiError::Status(
+        500,
+        "InternalError",
+        "this connection cannot carry a stream".into(),
+    )
+}
+
 /// The CORS headers the gate decided a response gets (set by the gate for
 /// listed origins; a detached response writes them itself).
 #[derive(Clone)]
 pub struct CorsHeaders(pub HeaderMap);
 
 /// Answers `req` with `200 OK`, `headers` and the chunks of `source`,
-/// counting the bytes in `bytes_sent`. Takes the connection over when it
-/// can; otherwise actix streams the body.
+/// counting the bytes in `bytes_sent`, on the connection taken over from
+/// actix.
 pub(crate) fn respond<S: ChunkSource>(
     req: &HttpRequest,
     streams: &Streams,
@@ -134,13 +147,7 @@ pub(crate) fn respond<S: ChunkSource>(
             tracing::warn!(error = %err, "could not take a stream's connection over");
             return HttpResponse::InternalServerError().finish();
         }
-        None => {
-            let mut res = HttpResponse::Ok();
-            for (name, value) in headers {
-                res.insert_header((name.clone(), *value));
-            }
-            return res.streaming(counted_stream(source, bytes_sent));
-        }
+        None => return not_taken_over().error_response(),
     };
     let chunked = req.version() != Version::HTTP_10;
     let cors = req.extensions().get::<CorsHeaders>().cloned();

@@ -7,12 +7,8 @@ pub mod kube;
 pub mod sse;
 pub mod ws;
 
-use std::convert::Infallible;
-
 use actix_web::web;
 use bytes::Bytes;
-use futures::Stream;
-use prometheus_client::metrics::counter::Counter;
 
 use crate::app::AppState;
 use crate::auth::{Principal, Verb};
@@ -27,22 +23,6 @@ use error::ApiError;
 pub(crate) trait ChunkSource: Send + 'static {
     /// The next chunk to write, or `None` when the stream is over.
     fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> + Send;
-}
-
-/// The HTTP response stream of `source`, adding every chunk's size to
-/// `bytes_sent` (`kubefan_bytes_sent_total`).
-pub(crate) fn counted_stream<S: ChunkSource>(
-    source: S,
-    bytes_sent: Counter,
-) -> impl Stream<Item = Result<Bytes, Infallible>> + 'static {
-    futures::stream::unfold(
-        (source, bytes_sent),
-        |(mut source, bytes_sent)| async move {
-            let chunk = source.chunk().await?;
-            bytes_sent.inc_by(chunk.len() as u64);
-            Some((Ok(chunk), (source, bytes_sent)))
-        },
-    )
 }
 
 /// Authorizes, then subscribes: the principal's grant narrows the

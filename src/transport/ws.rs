@@ -12,7 +12,7 @@
 //! text frames into the socket's outbox, a channel of [`OUTBOX`] messages
 //! drained by one writer task straight onto the socket, which the handshake
 //! took over from actix (`transport::detach`, which also parses what the
-//! client sends; actix-ws serves a socket that could not be taken over).
+//! client sends, with actix-http's frame codec).
 //! On a single-stream socket taken over that way the
 //! writer runs the one subscription itself, between queued control
 //! messages, and writes its messages with no outbox hop. A socket that is
@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use actix_ws::{AggregatedMessage, CloseCode, CloseReason, Message, ProtocolError, Session};
+use actix_ws::{AggregatedMessage, CloseCode, CloseReason, Message, ProtocolError};
 use bytes::{BufMut, Bytes, BytesMut};
 use bytestring::ByteString;
 use futures::StreamExt;
@@ -64,89 +64,44 @@ pub const CLOSE_TOKEN_EXPIRED: u16 = 4001;
 pub async fn stream(
     req: HttpRequest,
     resource: web::Path<String>,
-    body: web::Payload,
     state: web::Data<AppState>,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let params = parse_stream_query(&auth::strip_token(req.query_string()))?;
     let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
-    let (resp, out, msgs) = handshake(&req, body, &state).await?;
-    let (socket, done_rx) = Socket::new(state, out, 1, principal, Some(sub));
-    actix_web::rt::spawn(socket.run(done_rx, msgs, true));
-    Ok(resp)
+    let (writer, inbox) = handshake(&req, &state)?;
+    let (socket, done_rx) = Socket::new(state, writer, 1, principal, Some(sub));
+    actix_web::rt::spawn(socket.run(done_rx, inbox, true));
+    // actix writes this into the emptied connection, where it vanishes.
+    Ok(HttpResponse::Ok().finish())
 }
 
 /// `GET /ws`: one socket, any number of subscriptions (up to
 /// `max_subscriptions_per_socket`), opened and closed by client messages.
 pub async fn mux(
     req: HttpRequest,
-    body: web::Payload,
     state: web::Data<AppState>,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
-    let (resp, out, msgs) = handshake(&req, body, &state).await?;
+    let (writer, inbox) = handshake(&req, &state)?;
     let max = state.stream.max_subscriptions_per_socket.max(1);
-    let (socket, done_rx) = Socket::new(state, out, max, principal, None);
-    actix_web::rt::spawn(socket.run(done_rx, msgs, false));
-    Ok(resp)
+    let (socket, done_rx) = Socket::new(state, writer, max, principal, None);
+    actix_web::rt::spawn(socket.run(done_rx, inbox, false));
+    // actix writes this into the emptied connection, where it vanishes.
+    Ok(HttpResponse::Ok().finish())
 }
 
-/// Where a socket's frames go: straight onto a connection taken over from
-/// actix (`transport::detach`), or through actix-ws where that cannot be.
-enum Outbound {
-    Raw(WsWriter),
-    Session(Session),
-}
-
-/// Where a socket's client messages come from.
-enum Inbound {
-    Raw(Inbox),
-    Actix(actix_ws::AggregatedMessageStream),
-}
-
-impl futures::Stream for Inbound {
-    type Item = Result<AggregatedMessage, ProtocolError>;
-
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        match self.get_mut() {
-            Inbound::Raw(inbox) => std::pin::Pin::new(inbox).poll_next(cx),
-            Inbound::Actix(msgs) => std::pin::Pin::new(msgs).poll_next(cx),
-        }
-    }
-}
-
-/// Validates the handshake and takes the connection over where it can:
-/// kubefan then reads the client's frames from the socket and writes its
-/// own, without actix's connection, buffers and body stream; otherwise
-/// actix-ws serves the socket.
-async fn handshake(
-    req: &HttpRequest,
-    body: web::Payload,
-    state: &AppState,
-) -> Result<(HttpResponse, Outbound, Inbound), ApiError> {
-    fn refused(e: impl std::fmt::Display) -> ApiError {
-        ApiError::BadRequest(format!("not a WebSocket handshake: {e}"))
-    }
+/// Validates the handshake and takes the connection over from actix
+/// (`transport::detach`): kubefan reads the client's frames from the socket
+/// and writes its own, without actix's connection, buffers and body stream.
+fn handshake(req: &HttpRequest, state: &AppState) -> Result<(WsWriter, Inbox), ApiError> {
     let accept = actix_http::ws::handshake(req.head())
-        .map_err(refused)?
+        .map_err(|e| ApiError::BadRequest(format!("not a WebSocket handshake: {e}")))?
         .finish();
     let max = state.stream.ws_max_message;
-    if let Some(upgraded) = detach::upgrade(req, &state.streams, switching(&accept), max) {
-        return Ok((
-            HttpResponse::Ok().finish(),
-            Outbound::Raw(upgraded.writer),
-            Inbound::Raw(upgraded.inbox),
-        ));
-    }
-    let (resp, session, msgs) = actix_ws::handle(req, body).map_err(refused)?;
-    let msgs = msgs
-        .max_frame_size(max)
-        .aggregate_continuations()
-        .max_continuation_size(max);
-    Ok((resp, Outbound::Session(session), Inbound::Actix(msgs)))
+    let upgraded = detach::upgrade(req, &state.streams, switching(&accept), max)
+        .ok_or_else(detach::not_taken_over)?;
+    Ok((upgraded.writer, upgraded.inbox))
 }
 
 /// The `101 Switching Protocols` head of a handshake `response`.
@@ -336,14 +291,10 @@ async fn emit(
 }
 
 /// What a subscription task starts from.
-enum Start {
-    /// Started before the upgrade (single stream).
-    Ready(Subscription),
-    /// Started by the task (`/ws`); refusals become ERROR messages.
-    Request {
-        resource: String,
-        params: StreamParams,
-    },
+/// Started by the task (`/ws`); refusals become ERROR messages.
+struct Start {
+    resource: String,
+    params: StreamParams,
 }
 
 /// One subscription: frames its items into the socket's outbox until the
@@ -354,21 +305,17 @@ async fn run_subscription(
     outlet: Outlet,
     start: Box<Start>,
 ) {
-    let sub = match *start {
-        Start::Ready(sub) => Ok(sub),
-        // Boxed: the task then holds the subscription, not the larger
-        // state of starting it, for as long as it streams.
-        Start::Request { resource, params } => {
-            Box::pin(async {
-                tokio::select! {
-                    biased;
-                    _ = state.shutdown.cancelled() => Err(shutdown_status()),
-                    started = subscribe(&state, &principal, &resource, &params, Transport::WebSocket) => started.map_err(|e| e.status()),
-                }
-            })
-            .await
+    let Start { resource, params } = *start;
+    // Boxed: the task then holds the subscription, not the larger state of
+    // starting it, for as long as it streams.
+    let sub = Box::pin(async {
+        tokio::select! {
+            biased;
+            _ = state.shutdown.cancelled() => Err(shutdown_status()),
+            started = subscribe(&state, &principal, &resource, &params, Transport::WebSocket) => started.map_err(|e| e.status()),
         }
-    };
+    })
+    .await;
     let mut sub = match sub {
         Ok(sub) => sub,
         Err(status) => {
@@ -470,7 +417,7 @@ impl Socket {
     /// `single` is the pre-started subscription of a single-stream socket.
     fn new(
         state: web::Data<AppState>,
-        out: Outbound,
+        writer: WsWriter,
         max_subs: usize,
         principal: Principal,
         single: Option<Subscription>,
@@ -491,9 +438,9 @@ impl Socket {
             idle_timeout,
             principal,
         };
-        match (out, single) {
+        match single {
             // The writer runs the one subscription itself.
-            (Outbound::Raw(raw), Some(sub)) => {
+            Some(sub) => {
                 socket.generation += 1;
                 let stop = Arc::new(AtomicBool::new(false));
                 let own = InWriter {
@@ -509,7 +456,7 @@ impl Socket {
                     done_tx,
                     key: (String::new(), socket.generation),
                 };
-                tokio::spawn(state.streams.track(write_raw(raw, out_rx, Some(own))));
+                tokio::spawn(state.streams.track(write(writer, out_rx, Some(own))));
                 socket.subs.insert(
                     String::new(),
                     Running {
@@ -518,11 +465,8 @@ impl Socket {
                     },
                 );
             }
-            (out, single) => {
-                tokio::spawn(state.streams.track(write(out, out_rx)));
-                if let Some(sub) = single {
-                    socket.spawn(String::new(), None, Box::new(Start::Ready(sub)));
-                }
+            None => {
+                tokio::spawn(state.streams.track(write(writer, out_rx, None)));
             }
         }
         (socket, done_rx)
@@ -532,7 +476,7 @@ impl Socket {
     async fn run(
         mut self,
         mut done_rx: mpsc::Receiver<(String, u64)>,
-        mut msgs: Inbound,
+        mut msgs: Inbox,
         is_single: bool,
     ) {
         let shutdown = self.state.shutdown.clone();
@@ -722,11 +666,7 @@ impl Socket {
                 match refusal {
                     Some(status) => self.reply(error_message(Some(&prefix), &status)).await,
                     None => {
-                        self.spawn(
-                            id,
-                            Some(prefix),
-                            Box::new(Start::Request { resource, params }),
-                        );
+                        self.spawn(id, Some(prefix), Box::new(Start { resource, params }));
                         true
                     }
                 }
@@ -757,26 +697,16 @@ impl Socket {
 
 /// The socket's one writer: outbox → socket, until a Close or the peer
 /// is gone.
-async fn write(out: Outbound, out_rx: mpsc::Receiver<Message>) {
-    match out {
-        Outbound::Raw(raw) => write_raw(raw, out_rx, None).await,
-        Outbound::Session(session) => Box::pin(write_session(session, out_rx)).await,
-    }
-}
-
 /// What the raw writer does next.
 enum Next {
     Queued(Option<Message>),
     Item(Option<Item>),
 }
 
-/// [`write`] straight onto a taken-over socket; with `own`, the writer also
-/// runs that subscription, taking its messages between queued ones.
-async fn write_raw(
-    mut raw: WsWriter,
-    mut out_rx: mpsc::Receiver<Message>,
-    mut own: Option<InWriter>,
-) {
+/// The socket's one writer: outbox → socket, until a Close or the peer is
+/// gone. With `own`, it also runs that subscription, taking its messages
+/// between queued ones.
+async fn write(mut raw: WsWriter, mut out_rx: mpsc::Receiver<Message>, mut own: Option<InWriter>) {
     if raw.open().await.is_err() {
         return;
     }
@@ -834,28 +764,6 @@ async fn write_raw(
         }
     }
     raw.close(1000, "").await;
-}
-
-/// [`write`] through actix-ws, for a connection that could not be taken
-/// over.
-async fn write_session(mut session: Session, mut out_rx: mpsc::Receiver<Message>) {
-    while let Some(msg) = out_rx.recv().await {
-        let sent = match msg {
-            Message::Close(reason) => {
-                let _ = session.close(reason).await;
-                return;
-            }
-            Message::Text(text) => session.text(text).await,
-            Message::Ping(payload) => session.ping(&payload).await,
-            Message::Pong(payload) => session.pong(&payload).await,
-            // Never queued.
-            Message::Binary(_) | Message::Continuation(_) | Message::Nop => Ok(()),
-        };
-        if sent.is_err() {
-            return;
-        }
-    }
-    let _ = session.close(None).await;
 }
 
 /// The Close frame for a frame the server cannot take.
