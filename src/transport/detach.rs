@@ -476,15 +476,27 @@ impl WsWriter {
 
     /// Sends one frame; an error means the connection is gone.
     pub async fn send(&mut self, opcode: Opcode, payload: &[u8]) -> io::Result<()> {
+        self.send_parts(opcode, &[payload]).await
+    }
+
+    /// Sends one frame whose payload is `parts` (at most three) one after
+    /// the other, in one `writev` with no copy.
+    pub async fn send_parts<const N: usize>(
+        &mut self,
+        opcode: Opcode,
+        parts: &[&[u8]; N],
+    ) -> io::Result<()> {
+        const { assert!(N <= 3, "a frame is sent in at most three parts") };
         self.open().await?;
         let mut header = [0u8; 10];
-        let header = frame_header(&mut header, opcode, payload.len());
-        write_all(
-            &self.write,
-            &self.stall,
-            &mut [IoSlice::new(header), IoSlice::new(payload)],
-        )
-        .await
+        let len = parts.iter().map(|p| p.len()).sum();
+        let header = frame_header(&mut header, opcode, len);
+        let mut bufs = [IoSlice::new(&[]); 4];
+        bufs[0] = IoSlice::new(header);
+        for (buf, part) in bufs[1..].iter_mut().zip(parts) {
+            *buf = IoSlice::new(part);
+        }
+        write_all(&self.write, &self.stall, &mut bufs[..=N]).await
     }
 
     /// A Close frame with `code` and `reason` (cut to fit the 125-byte

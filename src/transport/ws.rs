@@ -25,7 +25,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::poll_fn;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -33,6 +36,7 @@ use actix_ws::{AggregatedMessage, CloseCode, CloseReason, Message, ProtocolError
 use bytes::{BufMut, Bytes, BytesMut};
 use bytestring::ByteString;
 use futures::StreamExt;
+use futures::task::AtomicWaker;
 use prometheus_client::metrics::counter::Counter;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -135,29 +139,43 @@ enum Id {
 /// `json` (a `{"type":..}` object), with `prefix` (`{"sub":ID,`) spliced in
 /// front and `"id"` at the end. Without either it is `json` itself, shared.
 fn message(prefix: Option<&[u8]>, json: Bytes, id: Id) -> ByteString {
-    debug_assert!(json.len() >= 2 && json[0] == b'{' && json[json.len() - 1] == b'}');
     if prefix.is_none() && id == Id::None {
         return text(json);
     }
-    let mut buf = BytesMut::with_capacity(json.len() + prefix.map_or(0, <[u8]>::len) + 32);
-    match prefix {
-        Some(prefix) => {
-            buf.put_slice(prefix);
-            buf.put_slice(&json[1..json.len() - 1]);
-        }
-        None => buf.put_slice(&json[..json.len() - 1]),
+    let mut tail = [0u8; TAIL];
+    let parts = parts(prefix, &json, id, &mut tail);
+    let mut buf = BytesMut::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        buf.put_slice(part);
     }
-    match id {
-        Id::None => {}
-        Id::Clear => buf.put_slice(br#","id":"""#),
-        Id::Rv(rv) => {
-            buf.put_slice(br#","id":""#);
-            buf.put_slice(rv.to_string().as_bytes());
-            buf.put_u8(b'"');
-        }
-    }
-    buf.put_u8(b'}');
     text(buf.freeze())
+}
+
+/// Room for the end of a message: `,"id":"` and a `u64` and `"}`.
+const TAIL: usize = 32;
+
+/// A message in three parts, to copy or to write as they are: its start
+/// (`prefix`, or `{`), the inside of `json`, and its end (`"id"` and `}`).
+fn parts<'a>(
+    prefix: Option<&'a [u8]>,
+    json: &'a [u8],
+    id: Id,
+    tail: &'a mut [u8; TAIL],
+) -> [&'a [u8]; 3] {
+    debug_assert!(json.len() >= 2 && json[0] == b'{' && json[json.len() - 1] == b'}');
+    let mut cursor = std::io::Cursor::new(&mut tail[..]);
+    // At most 29 bytes: it always fits.
+    let _ = match id {
+        Id::None => cursor.write_all(b"}"),
+        Id::Clear => cursor.write_all(br#","id":""}"#),
+        Id::Rv(rv) => write!(cursor, r#","id":"{rv}"}}"#),
+    };
+    let end = cursor.position() as usize;
+    [
+        prefix.unwrap_or(b"{"),
+        &json[1..json.len() - 1],
+        &tail[..end],
+    ]
 }
 
 /// Every message is built from serde_json output and ASCII, so it is UTF-8;
@@ -171,8 +189,13 @@ fn event_json(kind: &str, object: &str) -> Bytes {
     Bytes::from(format!(r#"{{"type":"{kind}","object":{object}}}"#))
 }
 
+/// An ERROR event carrying `status`.
+fn error_json(status: &Value) -> Bytes {
+    event_json("ERROR", &status.to_string())
+}
+
 fn error_message(prefix: Option<&[u8]>, status: &Value) -> ByteString {
-    message(prefix, event_json("ERROR", &status.to_string()), Id::None)
+    message(prefix, error_json(status), Id::None)
 }
 
 /// `{"sub":ID,` for a client's subscription id.
@@ -212,13 +235,14 @@ impl Outlet {
 /// Where a subscription's messages go: the socket's outbox, or the socket
 /// itself when the writer runs the subscription.
 trait Sink {
-    /// Sends one text message; false once the socket is gone.
-    async fn text(&mut self, msg: ByteString) -> bool;
+    /// Sends one text message, [`message`]`(prefix, json, id)`; false once
+    /// the socket is gone.
+    async fn message(&mut self, prefix: Option<&[u8]>, json: Bytes, id: Id) -> bool;
 }
 
 impl Sink for Outlet {
-    async fn text(&mut self, msg: ByteString) -> bool {
-        self.send(msg).await
+    async fn message(&mut self, prefix: Option<&[u8]>, json: Bytes, id: Id) -> bool {
+        self.send(message(prefix, json, id)).await
     }
 }
 
@@ -229,9 +253,16 @@ struct Direct<'a> {
 }
 
 impl Sink for Direct<'_> {
-    async fn text(&mut self, msg: ByteString) -> bool {
-        self.bytes_sent.inc_by(msg.len() as u64);
-        self.raw.send(Opcode::Text, msg.as_bytes()).await.is_ok()
+    /// The message's parts go to the socket as they are, in one `writev`:
+    /// no copy per socket to splice the `"id"` in. They are UTF-8 as
+    /// [`message`]'s are: the hub's JSON is serde_json output, the rest
+    /// ASCII.
+    async fn message(&mut self, prefix: Option<&[u8]>, json: Bytes, id: Id) -> bool {
+        let mut tail = [0u8; TAIL];
+        let parts = parts(prefix, &json, id, &mut tail);
+        self.bytes_sent
+            .inc_by(parts.iter().map(|p| p.len() as u64).sum());
+        self.raw.send_parts(Opcode::Text, &parts).await.is_ok()
     }
 }
 
@@ -247,7 +278,7 @@ async fn emit(
     match item {
         Item::Snapshot(objects) => {
             for obj in &objects {
-                if !sink.text(message(prefix, obj.json(), Id::None)).await {
+                if !sink.message(prefix, obj.json(), Id::None).await {
                     return false;
                 }
                 sent.inc();
@@ -261,7 +292,7 @@ async fn emit(
                 } else {
                     Id::None
                 };
-                if !sink.text(message(prefix, ev.frame().json(), id)).await {
+                if !sink.message(prefix, ev.frame().json(), id).await {
                     return false;
                 }
                 sent.inc();
@@ -270,23 +301,26 @@ async fn emit(
         }
         Item::SnapshotEnd { rv } => {
             let json = event_json("BOOKMARK", &bookmark_object(meta, rv, true));
-            sink.text(message(prefix, json, Id::Rv(rv))).await
+            sink.message(prefix, json, Id::Rv(rv)).await
         }
         Item::Progress { rv } => {
             let json = event_json("BOOKMARK", &bookmark_object(meta, rv, false));
-            sink.text(message(prefix, json, Id::Rv(rv))).await
+            sink.message(prefix, json, Id::Rv(rv)).await
         }
         // The control loop pings on the same tick.
         Item::KeepAlive => true,
         Item::Reset(reason) => {
             let json = event_json("RESET", &reset_status(reason).to_string());
-            sink.text(message(prefix, json, Id::Clear)).await
+            sink.message(prefix, json, Id::Clear).await
         }
         Item::Closed(reason) => {
-            sink.text(error_message(prefix, &closed_status(meta, &reason)))
+            let json = error_json(&closed_status(meta, &reason));
+            sink.message(prefix, json, Id::None).await
+        }
+        Item::Shutdown => {
+            sink.message(prefix, error_json(&shutdown_status()), Id::None)
                 .await
         }
-        Item::Shutdown => sink.text(error_message(prefix, &shutdown_status())).await,
     }
 }
 
@@ -354,8 +388,8 @@ enum SubTask {
     /// Its own task, writing into the outbox.
     Spawned(JoinHandle<()>),
     /// Inside the socket's writer, straight onto the socket (a taken-over
-    /// single-stream socket): no outbox hop per message. The flag stops it.
-    InWriter(Arc<AtomicBool>),
+    /// single-stream socket): no outbox hop per message.
+    InWriter(Stopper),
 }
 
 impl SubTask {
@@ -363,7 +397,7 @@ impl SubTask {
     fn abort(&self) {
         match self {
             SubTask::Spawned(task) => task.abort(),
-            SubTask::InWriter(stop) => stop.store(true, Ordering::Release),
+            SubTask::InWriter(stopper) => stopper.0.raise(STOP),
         }
     }
 
@@ -373,15 +407,110 @@ impl SubTask {
         if let SubTask::Spawned(task) = self {
             let _ = task.await;
         }
-        // In the writer, the flag is read before each next message, and
-        // the writer takes the outbox in order.
+        // In the writer, the stop is seen before the next message, and
+        // the writer then takes the outbox in order.
+    }
+}
+
+/// The writer's subscription is to stop.
+const STOP: u8 = 1;
+/// The outbox holds something.
+const QUEUED: u8 = 2;
+
+/// How the control loop reaches a writer that runs a subscription: flags
+/// and the writer's waker, on one cache line. The writer looks at the
+/// outbox only when told something is in it, not for every message it
+/// streams to thousands of sockets.
+#[derive(Default)]
+struct Attention {
+    flags: AtomicU8,
+    waker: AtomicWaker,
+}
+
+impl Attention {
+    fn raise(&self, flag: u8) {
+        self.flags.fetch_or(flag, Ordering::AcqRel);
+        self.waker.wake();
+    }
+
+    /// What the control loop asks of the writer, if anything: to stop, or
+    /// the next queued message. `queued` is the writer's note that the
+    /// outbox may still hold something.
+    fn poll(
+        &self,
+        queued: &mut bool,
+        out_rx: &mut mpsc::Receiver<Message>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Next> {
+        // Registered first: a flag raised after the load below wakes us.
+        self.waker.register(cx.waker());
+        let flags = self.flags.load(Ordering::Acquire);
+        if flags & STOP != 0 {
+            return Poll::Ready(Next::Stop);
+        }
+        if flags & QUEUED != 0 {
+            // Cleared before the outbox is read: whatever is queued after
+            // this raises it again.
+            self.flags.fetch_and(!QUEUED, Ordering::AcqRel);
+            *queued = true;
+        }
+        if *queued {
+            if let Poll::Ready(msg) = out_rx.poll_recv(cx) {
+                return Poll::Ready(Next::Queued(msg));
+            }
+            *queued = false;
+        }
+        Poll::Pending
+    }
+}
+
+/// Stops the writer's subscription when the socket's control loop is gone,
+/// however it ended.
+struct Stopper(Arc<Attention>);
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        self.0.raise(STOP);
+    }
+}
+
+/// The socket's outbox as its control loop holds it. When the writer runs
+/// the subscription, each queued message also raises its [`Attention`].
+struct Outbox {
+    tx: mpsc::Sender<Message>,
+    attention: Option<Arc<Attention>>,
+}
+
+impl Outbox {
+    /// Queues `msg` if there is room.
+    fn try_send(&self, msg: Message) {
+        if self.tx.try_send(msg).is_ok() {
+            self.queued();
+        }
+    }
+
+    /// Queues `msg`, waiting for room; false once the writer is gone.
+    async fn send(&self, msg: Message) -> bool {
+        let sent = self.tx.send(msg).await.is_ok();
+        if sent {
+            self.queued();
+        }
+        sent
+    }
+
+    fn queued(&self) {
+        if let Some(attention) = &self.attention {
+            attention.raise(QUEUED);
+        }
     }
 }
 
 /// The subscription a writer runs itself.
 struct InWriter {
     sub: Subscription,
-    stop: Arc<AtomicBool>,
+    attention: Arc<Attention>,
+    /// The outbox may hold something: read it before the next item.
+    queued: bool,
     meta: ResourceMeta,
     sent: Counter,
     bytes_sent: Counter,
@@ -392,7 +521,7 @@ struct InWriter {
 /// One WebSocket connection: its writer, its subscriptions, its control loop.
 struct Socket {
     state: web::Data<AppState>,
-    out_tx: mpsc::Sender<Message>,
+    out_tx: Outbox,
     subs: HashMap<String, Running>,
     max_subs: usize,
     done_tx: mpsc::Sender<(String, u64)>,
@@ -422,15 +551,19 @@ impl Socket {
         principal: Principal,
         single: Option<Subscription>,
     ) -> (Socket, mpsc::Receiver<(String, u64)>) {
-        let (out_tx, out_rx) = mpsc::channel(OUTBOX);
+        let (tx, out_rx) = mpsc::channel(OUTBOX);
         // Each task sends one notice, at its end; the loop reads them first
         // of all, so this hardly ever holds more than a few (and a full
         // one only delays a task that has already finished).
         let (done_tx, done_rx) = mpsc::channel(max_subs);
         let idle_timeout = state.stream.effective_ws_idle_timeout();
+        let attention = single.is_some().then(|| Arc::new(Attention::default()));
         let mut socket = Socket {
             state: state.clone(),
-            out_tx,
+            out_tx: Outbox {
+                tx,
+                attention: attention.clone(),
+            },
             subs: HashMap::new(),
             max_subs,
             done_tx: done_tx.clone(),
@@ -438,11 +571,10 @@ impl Socket {
             idle_timeout,
             principal,
         };
-        match single {
+        match (single, attention) {
             // The writer runs the one subscription itself.
-            Some(sub) => {
+            (Some(sub), Some(attention)) => {
                 socket.generation += 1;
-                let stop = Arc::new(AtomicBool::new(false));
                 let own = InWriter {
                     meta: sub.hub().meta().clone(),
                     sent: state
@@ -452,7 +584,8 @@ impl Socket {
                         .metrics
                         .bytes_sent(sub.hub().name(), Transport::WebSocket),
                     sub,
-                    stop: stop.clone(),
+                    attention: attention.clone(),
+                    queued: false,
                     done_tx,
                     key: (String::new(), socket.generation),
                 };
@@ -461,11 +594,11 @@ impl Socket {
                     String::new(),
                     Running {
                         generation: socket.generation,
-                        task: SubTask::InWriter(stop),
+                        task: SubTask::InWriter(Stopper(attention)),
                     },
                 );
             }
-            None => {
+            _ => {
                 tokio::spawn(state.streams.track(write(writer, out_rx, None)));
             }
         }
@@ -510,7 +643,7 @@ impl Socket {
                 }
                 ticked = ticks.changed(), if ticking => {
                     match ticked {
-                        Ok(()) => { let _ = self.out_tx.try_send(Message::Ping(Bytes::new())); }
+                        Ok(()) => self.out_tx.try_send(Message::Ping(Bytes::new())),
                         Err(_) => ticking = false,
                     }
                 }
@@ -529,7 +662,7 @@ impl Socket {
                         Some(Ok(AggregatedMessage::Ping(payload))) => {
                             // Dropped if the socket is backed up: a peer that
                             // reads nothing needs no pong.
-                            let _ = self.out_tx.try_send(Message::Pong(payload));
+                            self.out_tx.try_send(Message::Pong(payload));
                         }
                         Some(Ok(AggregatedMessage::Pong(_))) => {}
                         Some(Ok(AggregatedMessage::Close(reason))) => {
@@ -595,7 +728,7 @@ impl Socket {
     fn spawn(&mut self, id: String, prefix: Option<Bytes>, start: Box<Start>) {
         self.generation += 1;
         let outlet = Outlet {
-            out_tx: self.out_tx.clone(),
+            out_tx: self.out_tx.tx.clone(),
             prefix,
             done_tx: self.done_tx.clone(),
             key: (id.clone(), self.generation),
@@ -621,7 +754,7 @@ impl Socket {
     async fn reply(&self, msg: ByteString) -> bool {
         tokio::time::timeout(self.idle_timeout, self.out_tx.send(Message::Text(msg)))
             .await
-            .is_ok_and(|sent| sent.is_ok())
+            .is_ok_and(|sent| sent)
     }
 
     /// Acts on one client message of a `/ws` socket.
@@ -695,12 +828,12 @@ impl Socket {
     }
 }
 
-/// The socket's one writer: outbox → socket, until a Close or the peer
-/// is gone.
 /// What the raw writer does next.
 enum Next {
     Queued(Option<Message>),
     Item(Option<Item>),
+    /// Its subscription is to stop.
+    Stop,
 }
 
 /// The socket's one writer: outbox → socket, until a Close or the peer is
@@ -711,17 +844,19 @@ async fn write(mut raw: WsWriter, mut out_rx: mpsc::Receiver<Message>, mut own: 
         return;
     }
     loop {
-        if own.as_ref().is_some_and(|o| o.stop.load(Ordering::Acquire)) {
-            own = None;
-        }
         let next = match &mut own {
             None => Next::Queued(out_rx.recv().await),
-            // The outbox first: control messages are few, and a stop queued
-            // with them is seen before the next item.
-            Some(o) => tokio::select! {
+            // The control loop first: its messages are few, and a stop
+            // is seen before the next item.
+            Some(InWriter {
+                sub,
+                attention,
+                queued,
+                ..
+            }) => tokio::select! {
                 biased;
-                msg = out_rx.recv() => Next::Queued(msg),
-                item = o.sub.next() => Next::Item(item),
+                next = poll_fn(|cx| attention.poll(queued, &mut out_rx, cx)) => next,
+                item = sub.next() => Next::Item(item),
             },
         };
         let msg = match next {
@@ -740,6 +875,10 @@ async fn write(mut raw: WsWriter, mut out_rx: mpsc::Receiver<Message>, mut own: 
                 if let Some(o) = own.take() {
                     let _ = o.done_tx.send(o.key).await;
                 }
+                continue;
+            }
+            Next::Stop => {
+                own = None;
                 continue;
             }
             Next::Queued(None) => break,
@@ -908,9 +1047,65 @@ mod tests {
             r#"{"sub":"a\"b","type":"ADDED","object":{"a":1},"id":""}"#
         );
         assert_eq!(
-            s(message(Some(NULL_PREFIX), json, Id::None)),
+            s(message(Some(NULL_PREFIX), json.clone(), Id::None)),
             r#"{"sub":null,"type":"ADDED","object":{"a":1}}"#
         );
+        // The longest id fits the tail the writer keeps on its stack.
+        let mut tail = [0u8; TAIL];
+        assert_eq!(
+            parts(None, &json, Id::Rv(u64::MAX), &mut tail).concat(),
+            br#"{"type":"ADDED","object":{"a":1},"id":"18446744073709551615"}"#
+        );
+    }
+
+    /// Counts its wake-ups.
+    #[derive(Default)]
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl futures::task::ArcWake for Wakes {
+        fn wake_by_ref(arc_self: &Arc<Self>) {
+            arc_self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn the_writer_reads_its_outbox_only_when_told_and_a_stop_comes_first() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let attention = Arc::new(Attention::default());
+        let outbox = Outbox {
+            tx: tx.clone(),
+            attention: Some(attention.clone()),
+        };
+        let wakes = Arc::new(Wakes::default());
+        let waker = futures::task::waker(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut queued = false;
+        let mut poll = |queued: &mut bool| attention.poll(queued, &mut rx, &mut cx);
+
+        // Queued without a word: not looked at.
+        tx.try_send(Message::Ping(Bytes::new())).unwrap();
+        assert!(poll(&mut queued).is_pending());
+        // Told: the writer is woken, reads all that is queued, then waits.
+        outbox.try_send(Message::Pong(Bytes::new()));
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        assert!(matches!(
+            poll(&mut queued),
+            Poll::Ready(Next::Queued(Some(Message::Ping(_))))
+        ));
+        assert!(matches!(
+            poll(&mut queued),
+            Poll::Ready(Next::Queued(Some(Message::Pong(_))))
+        ));
+        assert!(poll(&mut queued).is_pending());
+        assert!(!queued);
+        // A stop is seen before whatever is queued with it.
+        outbox.try_send(Message::Ping(Bytes::new()));
+        SubTask::InWriter(Stopper(attention.clone())).abort();
+        assert!(matches!(poll(&mut queued), Poll::Ready(Next::Stop)));
+        // So is the end of the control loop's handle, however it ends.
+        attention.flags.store(0, Ordering::SeqCst);
+        drop(Stopper(attention.clone()));
+        assert!(matches!(poll(&mut queued), Poll::Ready(Next::Stop)));
     }
 
     #[test]
