@@ -184,7 +184,7 @@ impl App {
         // The ticker relays the token too; this does not depend on it.
         self.signals.shut_down();
         // No new connections; streams that took their connection over end
-        // first (a WebSocket's tasks live on an actix worker thread, which
+        // first (a `/ws` socket's tasks live on an actix worker thread, which
         // must outlive them), then actix finishes what it still serves.
         self.handle.pause().await;
         self.streams.stop(self.grace).await;

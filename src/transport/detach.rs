@@ -90,6 +90,13 @@ impl Streams {
         self.tracker.track_future(fut)
     }
 
+    /// Runs `fut` as a stream: on the streams' runtime (the informer's,
+    /// whose wake-ups then cross no thread), counted among the streams
+    /// [`Streams::stop`] waits for.
+    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, fut: F) {
+        self.runtime.spawn(self.tracker.track_future(fut));
+    }
+
     /// Waits up to `grace` for the streams to end (they end by themselves
     /// on shutdown, after their ERROR message), then ends the rest.
     pub async fn stop(&self, grace: Duration) {
@@ -154,11 +161,10 @@ pub(crate) fn respond<S: ChunkSource>(
     let head = head(headers, cors.as_ref().map(|c| &c.0), chunked);
     let permit = req.extensions_mut().remove::<Permit>();
     let stall = streams.stall.clone();
-    let task = streams.tracker.track_future(async move {
+    streams.spawn(async move {
         pump(socket, head, source, chunked, bytes_sent, &stall).await;
         drop(permit);
     });
-    streams.runtime.spawn(task);
     // actix writes this into the emptied connection, where it vanishes.
     HttpResponse::Ok().finish()
 }
@@ -212,12 +218,12 @@ async fn pump<S: ChunkSource>(
     {
         return;
     }
-    let mut hang_up = HangUp::default();
+    let mut hang_up = ReadGate::default();
     loop {
         let next = {
             let mut chunk = pin!(source.chunk());
             poll_fn(|cx| {
-                if hang_up.seen(&socket, cx) {
+                if hang_up.hung_up(&socket, cx) {
                     return Poll::Ready(None);
                 }
                 chunk.as_mut().poll(cx).map(Some)
@@ -268,6 +274,16 @@ pub struct Upgraded {
     pub writer: WsWriter,
 }
 
+/// A WebSocket connection taken from actix, out of any reactor until
+/// [`Taken::open`] is called on the runtime that is to drive it.
+pub struct Taken {
+    socket: std::net::TcpStream,
+    head: Bytes,
+    max_message: usize,
+    stall: Stall,
+    permit: Option<Permit>,
+}
+
 /// Takes `req`'s connection over for a WebSocket, if it can. `head` is the
 /// `101 Switching Protocols` response, written before the first frame;
 /// client messages larger than `max_message` bytes are refused.
@@ -276,25 +292,41 @@ pub fn upgrade(
     streams: &Streams,
     head: Bytes,
     max_message: usize,
-) -> Option<Upgraded> {
+) -> Option<io::Result<Taken>> {
     let socket = req.conn_data::<Takeover>()?.take()?;
-    // The socket stays in this thread's reactor, which still holds actix's
-    // waker for it (and through it actix's whole connection task) until
-    // the next readiness: replace it now.
-    let _ = socket.poll_read_ready(&mut std::task::Context::from_waker(std::task::Waker::noop()));
-    // Every message is whole: do not hold one back for the next.
-    let _ = socket.set_nodelay(true);
-    let (read, write) = socket.into_split();
+    // Leaving actix's reactor also drops actix's waker for the socket (and
+    // through it actix's whole connection task).
+    let socket = match socket.into_std() {
+        Ok(socket) => socket,
+        Err(err) => return Some(Err(err)),
+    };
     let permit = req.extensions_mut().remove::<Permit>();
-    Some(Upgraded {
-        inbox: Inbox::new(read, max_message),
-        writer: WsWriter {
-            write,
-            head: Some(head),
-            stall: streams.stall.clone(),
-            _permit: permit,
-        },
-    })
+    Some(Ok(Taken {
+        socket,
+        head,
+        max_message,
+        stall: streams.stall.clone(),
+        permit,
+    }))
+}
+
+impl Taken {
+    /// Registers the socket with the current runtime's reactor.
+    pub fn open(self) -> io::Result<Upgraded> {
+        let socket = TcpStream::from_std(self.socket)?;
+        // Every message is whole: do not hold one back for the next.
+        socket.set_nodelay(true)?;
+        let (read, write) = socket.into_split();
+        Ok(Upgraded {
+            inbox: Inbox::new(read, self.max_message),
+            writer: WsWriter {
+                write,
+                head: Some(self.head),
+                stall: self.stall,
+                _permit: self.permit,
+            },
+        })
+    }
 }
 
 /// A taken-over WebSocket's client messages: frames parsed by actix-http's
@@ -302,6 +334,7 @@ pub fn upgrade(
 /// errors). Nothing is buffered between frames.
 pub struct Inbox {
     read: OwnedReadHalf,
+    gate: ReadGate,
     /// Bytes of a frame not complete yet.
     pending: BytesMut,
     codec: actix_http::ws::Codec,
@@ -336,6 +369,7 @@ impl Inbox {
     fn new(read: OwnedReadHalf, max_message: usize) -> Inbox {
         Inbox {
             read,
+            gate: ReadGate::default(),
             pending: BytesMut::new(),
             codec: actix_http::ws::Codec::new().max_size(max_message),
             max_message,
@@ -405,7 +439,6 @@ impl futures::Stream for Inbox {
     type Item = Result<AggregatedMessage, ProtocolError>;
 
     fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        use tokio::io::AsyncRead;
         let this = self.get_mut();
         loop {
             if this.ended {
@@ -427,18 +460,17 @@ impl futures::Stream for Inbox {
                 this.pending = BytesMut::new();
             }
             let mut scratch = [0u8; 2048];
-            let mut read = tokio::io::ReadBuf::new(&mut scratch);
-            match std::pin::Pin::new(&mut this.read).poll_read(cx, &mut read) {
+            match this.gate.poll_read(this.read.as_ref(), &mut scratch, cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(err)) => {
                     this.ended = true;
                     return Poll::Ready(Some(Err(ProtocolError::Io(err))));
                 }
-                Poll::Ready(Ok(())) if read.filled().is_empty() => {
+                Poll::Ready(Ok(0)) => {
                     this.ended = true;
                     return Poll::Ready(None);
                 }
-                Poll::Ready(Ok(())) => this.pending.extend_from_slice(read.filled()),
+                Poll::Ready(Ok(n)) => this.pending.extend_from_slice(&scratch[..n]),
             }
         }
     }
@@ -540,50 +572,66 @@ fn chunk_size_line(buf: &mut [u8; 20], len: usize) -> &[u8] {
     &buf[..end]
 }
 
-/// Watches a stream's socket for its client closing (or resetting) the
-/// connection; anything the client sends is read and ignored.
+/// Reads a socket only when it has something: a look at its readiness (no
+/// lock, no new registration) is enough until the next readiness comes.
+/// Streams poll this on every message they send, to notice a client's
+/// frame or hang-up without waiting for their next write.
 #[derive(Default)]
-struct HangUp {
-    /// Registered for the socket's next readiness: until it comes, a look
-    /// at the readiness (no lock, no new registration) is enough.
+struct ReadGate {
+    /// Registered for the socket's next readiness.
     armed: bool,
 }
 
-impl HangUp {
-    /// Whether the client is gone; otherwise, the task is woken when the
-    /// socket next becomes readable.
-    fn seen(&mut self, socket: &TcpStream, cx: &mut Context<'_>) -> bool {
-        let mut scratch = [0u8; 512];
+impl ReadGate {
+    /// Reads into `buf` if the socket has something (`Ok(0)`: the client
+    /// closed); otherwise the task is woken when it next becomes readable.
+    fn poll_read(
+        &mut self,
+        socket: &TcpStream,
+        buf: &mut [u8],
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
         loop {
             if self.armed {
                 // Reads only if readiness came since arming.
                 let mut looked = false;
                 let read = socket.try_io(tokio::io::Interest::READABLE, || {
                     looked = true;
-                    socket.try_read(&mut scratch)
+                    socket.try_read(buf)
                 });
                 match read {
-                    Ok(0) => return true,
-                    Ok(_) => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock && !looked => return false,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock && !looked => {
+                        return Poll::Pending;
+                    }
                     // The readiness was used up (and the registration with
                     // it): arm again.
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.armed = false,
-                    Err(_) => return true,
+                    done => return Poll::Ready(done),
                 }
             }
             match socket.poll_read_ready(cx) {
                 Poll::Pending => {
                     self.armed = true;
-                    return false;
+                    return Poll::Pending;
                 }
-                Poll::Ready(Err(_)) => return true,
-                Poll::Ready(Ok(())) => match socket.try_read(&mut scratch) {
-                    Ok(0) => return true,
-                    Ok(_) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => match socket.try_read(buf) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(_) => return true,
+                    done => return Poll::Ready(done),
                 },
+            }
+        }
+    }
+
+    /// Whether the client of a stream that takes no input is gone (end of
+    /// file or an error); what it sends is read and dropped.
+    fn hung_up(&mut self, socket: &TcpStream, cx: &mut Context<'_>) -> bool {
+        let mut scratch = [0u8; 512];
+        loop {
+            match self.poll_read(socket, &mut scratch, cx) {
+                Poll::Pending => return false,
+                Poll::Ready(Ok(0) | Err(_)) => return true,
+                Poll::Ready(Ok(_)) => {}
             }
         }
     }

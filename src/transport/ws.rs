@@ -8,27 +8,29 @@
 //! re-serialisation.
 //!
 //! # Never waiting on a client, never buffering without bound
-//! Each subscription is a task that pulls its [`Subscription`] and pushes
-//! text frames into the socket's outbox, a channel of [`OUTBOX`] messages
-//! drained by one writer task straight onto the socket, which the handshake
-//! took over from actix (`transport::detach`, which also parses what the
-//! client sends, with actix-http's frame codec).
-//! On a single-stream socket taken over that way the
-//! writer runs the one subscription itself, between queued control
-//! messages, and writes its messages with no outbox hop. A socket that is
-//! not read fills the outbox (or blocks its writer) and its subscriptions
-//! wait with their cursors in place; the hub never
-//! waits for them and, if they stay behind, laps them: RESET and a fresh
-//! snapshot, as on SSE. The control loop (client frames, pings, idle
-//! timeout) only ever *tries* to queue a ping or pong, and waits at most the
-//! idle timeout to queue anything else, so a stuck socket cannot pin it.
+//! Both kinds of socket are taken over from actix after the handshake
+//! (`transport::detach`, which also parses what the client sends, with
+//! actix-http's frame codec).
+//!
+//! A single-stream socket is one task on the streams' runtime, as an SSE
+//! stream is: it pulls its [`Subscription`] and writes each message
+//! straight onto the socket, and between messages looks at the socket's
+//! readiness for the client's frames (pongs, Close). A socket that is not
+//! read blocks its task (up to the write timeout) with the cursor in place.
+//!
+//! On `/ws`, each subscription is a task that pulls its subscription and
+//! pushes text frames into the socket's outbox, a channel of [`OUTBOX`]
+//! messages drained by one writer task; a socket that is not read fills
+//! the outbox and its subscriptions wait. The control loop (client frames,
+//! pings, idle timeout) only ever *tries* to queue a ping or pong, and
+//! waits at most the idle timeout to queue anything else, so a stuck
+//! socket cannot pin it.
+//!
+//! Either way the hub never waits for a subscriber and, if one stays
+//! behind, laps it: RESET and a fresh snapshot, as on SSE.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::future::poll_fn;
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -36,14 +38,13 @@ use actix_ws::{AggregatedMessage, CloseCode, CloseReason, Message, ProtocolError
 use bytes::{BufMut, Bytes, BytesMut};
 use bytestring::ByteString;
 use futures::StreamExt;
-use futures::task::AtomicWaker;
 use prometheus_client::metrics::counter::Counter;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::detach::{self, Inbox, Opcode, WsWriter};
+use super::detach::{self, Inbox, Opcode, Taken, Upgraded, WsWriter};
 use super::error::{ApiError, status_json};
 use super::sse::{bookmark_object, closed_status, reset_status, shutdown_status};
 use super::{StreamParams, parse_stream_params, parse_stream_query, subscribe};
@@ -73,9 +74,10 @@ pub async fn stream(
 ) -> Result<HttpResponse, ApiError> {
     let params = parse_stream_query(&auth::strip_token(req.query_string()))?;
     let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
-    let (writer, inbox) = handshake(&req, &state)?;
-    let (socket, done_rx) = Socket::new(state, writer, 1, principal, Some(sub));
-    actix_web::rt::spawn(socket.run(done_rx, inbox, true));
+    let taken = handshake(&req, &state)?;
+    state
+        .streams
+        .spawn(single(taken, sub, state.clone(), principal));
     // actix writes this into the emptied connection, where it vanishes.
     Ok(HttpResponse::Ok().finish())
 }
@@ -87,10 +89,10 @@ pub async fn mux(
     state: web::Data<AppState>,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
-    let (writer, inbox) = handshake(&req, &state)?;
+    let Upgraded { writer, inbox } = handshake(&req, &state)?.open().map_err(lost)?;
     let max = state.stream.max_subscriptions_per_socket.max(1);
-    let (socket, done_rx) = Socket::new(state, writer, max, principal, None);
-    actix_web::rt::spawn(socket.run(done_rx, inbox, false));
+    let (socket, done_rx) = Socket::new(state, writer, max, principal);
+    actix_web::rt::spawn(socket.run(done_rx, inbox));
     // actix writes this into the emptied connection, where it vanishes.
     Ok(HttpResponse::Ok().finish())
 }
@@ -98,14 +100,25 @@ pub async fn mux(
 /// Validates the handshake and takes the connection over from actix
 /// (`transport::detach`): kubefan reads the client's frames from the socket
 /// and writes its own, without actix's connection, buffers and body stream.
-fn handshake(req: &HttpRequest, state: &AppState) -> Result<(WsWriter, Inbox), ApiError> {
+fn handshake(req: &HttpRequest, state: &AppState) -> Result<Taken, ApiError> {
     let accept = actix_http::ws::handshake(req.head())
         .map_err(|e| ApiError::BadRequest(format!("not a WebSocket handshake: {e}")))?
         .finish();
     let max = state.stream.ws_max_message;
-    let upgraded = detach::upgrade(req, &state.streams, switching(&accept), max)
-        .ok_or_else(detach::not_taken_over)?;
-    Ok((upgraded.writer, upgraded.inbox))
+    detach::upgrade(req, &state.streams, switching(&accept), max)
+        .ok_or_else(detach::not_taken_over)?
+        .map_err(lost)
+}
+
+/// The socket left actix but could not be driven by kubefan: the connection
+/// is lost either way.
+fn lost(err: std::io::Error) -> ApiError {
+    tracing::warn!(error = %err, "could not take a WebSocket's connection over");
+    ApiError::Status(
+        500,
+        "InternalError",
+        "this connection cannot carry a stream".into(),
+    )
 }
 
 /// The `101 Switching Protocols` head of a handshake `response`.
@@ -380,148 +393,136 @@ async fn run_subscription(
 
 struct Running {
     generation: u64,
-    task: SubTask,
+    task: JoinHandle<()>,
 }
 
-/// Where a subscription runs.
-enum SubTask {
-    /// Its own task, writing into the outbox.
-    Spawned(JoinHandle<()>),
-    /// Inside the socket's writer, straight onto the socket (a taken-over
-    /// single-stream socket): no outbox hop per message.
-    InWriter(Stopper),
-}
-
-impl SubTask {
-    /// Stops it now; it may still be finishing a message.
-    fn abort(&self) {
-        match self {
-            SubTask::Spawned(task) => task.abort(),
-            SubTask::InWriter(stopper) => stopper.0.raise(STOP),
-        }
+/// A single-stream socket (`GET /stream/{resource}` upgraded), in one task
+/// on the streams' runtime, as an SSE stream is: it writes the
+/// subscription's messages straight onto the socket, answers the client's
+/// frames, pings on every keep-alive tick, and ends the socket on the idle
+/// timeout or when the token expires. No outbox, no second task.
+async fn single(
+    taken: Taken,
+    mut sub: Subscription,
+    state: web::Data<AppState>,
+    principal: Principal,
+) {
+    let Ok(Upgraded {
+        mut inbox,
+        writer: mut raw,
+    }) = taken.open()
+    else {
+        return;
+    };
+    if raw.open().await.is_err() {
+        return;
     }
-
-    /// Stops it: nothing it sends can follow what is queued next.
-    async fn stop(self) {
-        self.abort();
-        if let SubTask::Spawned(task) = self {
-            let _ = task.await;
-        }
-        // In the writer, the stop is seen before the next message, and
-        // the writer then takes the outbox in order.
-    }
-}
-
-/// The writer's subscription is to stop.
-const STOP: u8 = 1;
-/// The outbox holds something.
-const QUEUED: u8 = 2;
-
-/// How the control loop reaches a writer that runs a subscription: flags
-/// and the writer's waker, on one cache line. The writer looks at the
-/// outbox only when told something is in it, not for every message it
-/// streams to thousands of sockets.
-#[derive(Default)]
-struct Attention {
-    flags: AtomicU8,
-    waker: AtomicWaker,
-}
-
-impl Attention {
-    fn raise(&self, flag: u8) {
-        self.flags.fetch_or(flag, Ordering::AcqRel);
-        self.waker.wake();
-    }
-
-    /// What the control loop asks of the writer, if anything: to stop, or
-    /// the next queued message. `queued` is the writer's note that the
-    /// outbox may still hold something.
-    fn poll(
-        &self,
-        queued: &mut bool,
-        out_rx: &mut mpsc::Receiver<Message>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Next> {
-        // Registered first: a flag raised after the load below wakes us.
-        self.waker.register(cx.waker());
-        let flags = self.flags.load(Ordering::Acquire);
-        if flags & STOP != 0 {
-            return Poll::Ready(Next::Stop);
-        }
-        if flags & QUEUED != 0 {
-            // Cleared before the outbox is read: whatever is queued after
-            // this raises it again.
-            self.flags.fetch_and(!QUEUED, Ordering::AcqRel);
-            *queued = true;
-        }
-        if *queued {
-            if let Poll::Ready(msg) = out_rx.poll_recv(cx) {
-                return Poll::Ready(Next::Queued(msg));
+    let meta = sub.hub().meta().clone();
+    let metrics = &state.metrics;
+    let sent = metrics.events_sent(sub.hub().name(), Transport::WebSocket);
+    let bytes_sent = metrics.bytes_sent(sub.hub().name(), Transport::WebSocket);
+    let idle_timeout = state.stream.effective_ws_idle_timeout();
+    let idle = tokio::time::sleep(idle_timeout);
+    tokio::pin!(idle);
+    let deadline = principal.deadline();
+    let expiry = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now));
+    tokio::pin!(expiry);
+    let mut pinged = state.signals.ticks();
+    let ending: Ending = loop {
+        // The client first: its frames are rare, and looking costs a load
+        // of the socket's readiness.
+        let next = tokio::select! {
+            biased;
+            msg = inbox.next() => Ok(msg),
+            _ = &mut idle => break close(CloseCode::Policy, IDLE),
+            _ = &mut expiry, if deadline.is_some() => {
+                // Nothing of the subscription can follow the ERROR.
+                drop(sub);
+                let mut direct = Direct { raw: &mut raw, bytes_sent: &bytes_sent };
+                let json = error_json(&super::sse::expired_status());
+                if !direct.message(None, json, Id::None).await {
+                    return;
+                }
+                break close(CloseCode::Other(CLOSE_TOKEN_EXPIRED), "token expired");
             }
-            *queued = false;
+            item = sub.next() => Err(item),
+        };
+        match next {
+            Ok(msg) => {
+                idle.as_mut().reset(Instant::now() + idle_timeout);
+                match msg {
+                    // The connection is gone: nobody to send a Close to.
+                    None => return,
+                    Some(Err(err)) => break protocol_close(&err),
+                    Some(Ok(AggregatedMessage::Ping(payload))) => {
+                        if raw.send(Opcode::Pong, &payload).await.is_err() {
+                            return;
+                        }
+                    }
+                    // A single stream takes no messages: text only proves
+                    // the peer alive.
+                    Some(Ok(AggregatedMessage::Pong(_) | AggregatedMessage::Text(_))) => {}
+                    Some(Ok(AggregatedMessage::Close(reason))) => break echo(reason),
+                    Some(Ok(AggregatedMessage::Binary(_))) => {
+                        break close(CloseCode::Unsupported, BINARY);
+                    }
+                }
+            }
+            Err(None) => {
+                break if state.shutdown.is_cancelled() {
+                    close(CloseCode::Away, GOING_AWAY)
+                } else {
+                    close(CloseCode::Normal, "the stream ended")
+                };
+            }
+            Err(Some(item)) => {
+                let mut direct = Direct {
+                    raw: &mut raw,
+                    bytes_sent: &bytes_sent,
+                };
+                if !emit(&mut direct, item, None, &meta, &sent).await {
+                    return;
+                }
+                // Pinged on every tick, even while the stream is busy: the
+                // pong is what keeps the socket from its idle timeout.
+                let ticks = state.signals.ticks();
+                if ticks != pinged {
+                    pinged = ticks;
+                    if raw.send(Opcode::Ping, b"").await.is_err() {
+                        return;
+                    }
+                }
+            }
         }
-        Poll::Pending
+    };
+    if let Some(reason) = ending {
+        raw.close(
+            u16::from(reason.code),
+            reason.description.as_deref().unwrap_or(""),
+        )
+        .await;
     }
 }
 
-/// Stops the writer's subscription when the socket's control loop is gone,
-/// however it ended.
-struct Stopper(Arc<Attention>);
+/// Why a socket's control loop closes it on an idle timeout.
+const IDLE: &str = "no pong or message within the idle timeout";
+/// ... on a binary message.
+const BINARY: &str = "kubefan accepts JSON text messages only";
+/// ... on shutdown.
+const GOING_AWAY: &str = "kubefan is shutting down; reconnect";
 
-impl Drop for Stopper {
-    fn drop(&mut self) {
-        self.0.raise(STOP);
-    }
+/// The answer to a client's Close frame: its code, no reason.
+fn echo(reason: Option<CloseReason>) -> Ending {
+    Some(CloseReason {
+        code: reason.map_or(CloseCode::Normal, |r| r.code),
+        description: None,
+    })
 }
 
-/// The socket's outbox as its control loop holds it. When the writer runs
-/// the subscription, each queued message also raises its [`Attention`].
-struct Outbox {
-    tx: mpsc::Sender<Message>,
-    attention: Option<Arc<Attention>>,
-}
-
-impl Outbox {
-    /// Queues `msg` if there is room.
-    fn try_send(&self, msg: Message) {
-        if self.tx.try_send(msg).is_ok() {
-            self.queued();
-        }
-    }
-
-    /// Queues `msg`, waiting for room; false once the writer is gone.
-    async fn send(&self, msg: Message) -> bool {
-        let sent = self.tx.send(msg).await.is_ok();
-        if sent {
-            self.queued();
-        }
-        sent
-    }
-
-    fn queued(&self) {
-        if let Some(attention) = &self.attention {
-            attention.raise(QUEUED);
-        }
-    }
-}
-
-/// The subscription a writer runs itself.
-struct InWriter {
-    sub: Subscription,
-    attention: Arc<Attention>,
-    /// The outbox may hold something: read it before the next item.
-    queued: bool,
-    meta: ResourceMeta,
-    sent: Counter,
-    bytes_sent: Counter,
-    done_tx: mpsc::Sender<(String, u64)>,
-    key: (String, u64),
-}
-
-/// One WebSocket connection: its writer, its subscriptions, its control loop.
+/// A `/ws` socket: its writer, its subscriptions, its control loop.
 struct Socket {
     state: web::Data<AppState>,
-    out_tx: Outbox,
+    out_tx: mpsc::Sender<Message>,
     subs: HashMap<String, Running>,
     max_subs: usize,
     done_tx: mpsc::Sender<(String, u64)>,
@@ -543,75 +544,35 @@ fn close(code: CloseCode, description: &str) -> Ending {
 
 impl Socket {
     /// The socket and the receiver of its subscriptions' end notices.
-    /// `single` is the pre-started subscription of a single-stream socket.
     fn new(
         state: web::Data<AppState>,
         writer: WsWriter,
         max_subs: usize,
         principal: Principal,
-        single: Option<Subscription>,
     ) -> (Socket, mpsc::Receiver<(String, u64)>) {
-        let (tx, out_rx) = mpsc::channel(OUTBOX);
+        let (out_tx, out_rx) = mpsc::channel(OUTBOX);
         // Each task sends one notice, at its end; the loop reads them first
         // of all, so this hardly ever holds more than a few (and a full
         // one only delays a task that has already finished).
         let (done_tx, done_rx) = mpsc::channel(max_subs);
         let idle_timeout = state.stream.effective_ws_idle_timeout();
-        let attention = single.is_some().then(|| Arc::new(Attention::default()));
-        let mut socket = Socket {
-            state: state.clone(),
-            out_tx: Outbox {
-                tx,
-                attention: attention.clone(),
-            },
+        tokio::spawn(state.streams.track(write(writer, out_rx)));
+        let socket = Socket {
+            state,
+            out_tx,
             subs: HashMap::new(),
             max_subs,
-            done_tx: done_tx.clone(),
+            done_tx,
             generation: 0,
             idle_timeout,
             principal,
         };
-        match (single, attention) {
-            // The writer runs the one subscription itself.
-            (Some(sub), Some(attention)) => {
-                socket.generation += 1;
-                let own = InWriter {
-                    meta: sub.hub().meta().clone(),
-                    sent: state
-                        .metrics
-                        .events_sent(sub.hub().name(), Transport::WebSocket),
-                    bytes_sent: state
-                        .metrics
-                        .bytes_sent(sub.hub().name(), Transport::WebSocket),
-                    sub,
-                    attention: attention.clone(),
-                    queued: false,
-                    done_tx,
-                    key: (String::new(), socket.generation),
-                };
-                tokio::spawn(state.streams.track(write(writer, out_rx, Some(own))));
-                socket.subs.insert(
-                    String::new(),
-                    Running {
-                        generation: socket.generation,
-                        task: SubTask::InWriter(Stopper(attention)),
-                    },
-                );
-            }
-            _ => {
-                tokio::spawn(state.streams.track(write(writer, out_rx, None)));
-            }
-        }
         (socket, done_rx)
     }
 
-    /// Runs the socket: a single-stream socket's, or a `/ws` socket's.
-    async fn run(
-        mut self,
-        mut done_rx: mpsc::Receiver<(String, u64)>,
-        mut msgs: Inbox,
-        is_single: bool,
-    ) {
+    /// Runs the socket's control loop: client messages, pings, the idle
+    /// timeout and the token's expiry.
+    async fn run(mut self, mut done_rx: mpsc::Receiver<(String, u64)>, mut msgs: Inbox) {
         let shutdown = self.state.shutdown.clone();
         let mut ticks = self.state.ticks.clone();
         ticks.borrow_and_update();
@@ -627,31 +588,22 @@ impl Socket {
                 // next client message is read.
                 biased;
                 _ = shutdown.cancelled(), if self.subs.is_empty() => {
-                    break close(CloseCode::Away, "kubefan is shutting down; reconnect");
+                    break close(CloseCode::Away, GOING_AWAY);
                 }
                 Some((id, generation)) = done_rx.recv() => {
                     if self.subs.get(&id).is_some_and(|r| r.generation == generation) {
                         self.subs.remove(&id);
                     }
-                    if is_single {
-                        break if shutdown.is_cancelled() {
-                            close(CloseCode::Away, "kubefan is shutting down; reconnect")
-                        } else {
-                            close(CloseCode::Normal, "the stream ended")
-                        };
-                    }
                 }
                 ticked = ticks.changed(), if ticking => {
                     match ticked {
-                        Ok(()) => self.out_tx.try_send(Message::Ping(Bytes::new())),
+                        Ok(()) => { let _ = self.out_tx.try_send(Message::Ping(Bytes::new())); }
                         Err(_) => ticking = false,
                     }
                 }
-                _ = &mut idle => {
-                    break close(CloseCode::Policy, "no pong or message within the idle timeout");
-                }
+                _ = &mut idle => break close(CloseCode::Policy, IDLE),
                 _ = &mut expiry, if deadline.is_some() => {
-                    break Box::pin(self.expire(is_single)).await;
+                    break Box::pin(self.expire()).await;
                 }
                 msg = msgs.next() => {
                     idle.as_mut().reset(Instant::now() + self.idle_timeout);
@@ -662,21 +614,13 @@ impl Socket {
                         Some(Ok(AggregatedMessage::Ping(payload))) => {
                             // Dropped if the socket is backed up: a peer that
                             // reads nothing needs no pong.
-                            self.out_tx.try_send(Message::Pong(payload));
+                            let _ = self.out_tx.try_send(Message::Pong(payload));
                         }
                         Some(Ok(AggregatedMessage::Pong(_))) => {}
-                        Some(Ok(AggregatedMessage::Close(reason))) => {
-                            break Some(CloseReason {
-                                code: reason.map_or(CloseCode::Normal, |r| r.code),
-                                description: None,
-                            });
-                        }
+                        Some(Ok(AggregatedMessage::Close(reason))) => break echo(reason),
                         Some(Ok(AggregatedMessage::Binary(_))) => {
-                            break close(CloseCode::Unsupported, "kubefan accepts JSON text messages only");
+                            break close(CloseCode::Unsupported, BINARY);
                         }
-                        // A single stream takes no messages: text only
-                        // proves the peer alive.
-                        Some(Ok(AggregatedMessage::Text(_))) if is_single => {}
                         Some(Ok(AggregatedMessage::Text(text))) => {
                             // Boxed, as the other rare steps: the socket's
                             // task keeps only the state of its waiting.
@@ -708,13 +652,12 @@ impl Socket {
 
     /// The token expired: each subscription gets an ERROR (401), and the
     /// socket closes with [`CLOSE_TOKEN_EXPIRED`].
-    async fn expire(&mut self, is_single: bool) -> Ending {
+    async fn expire(&mut self) -> Ending {
         let status = super::sse::expired_status();
         for (id, running) in self.subs.drain() {
             // Nothing it sends can follow the ERROR.
-            running.task.stop().await;
-            let prefix = (!is_single).then(|| sub_prefix(&id));
-            let msg = error_message(prefix.as_deref(), &status);
+            stop(running.task).await;
+            let msg = error_message(Some(&sub_prefix(&id)), &status);
             if tokio::time::timeout(CLOSE_WAIT, self.out_tx.send(Message::Text(msg)))
                 .await
                 .is_err()
@@ -728,7 +671,7 @@ impl Socket {
     fn spawn(&mut self, id: String, prefix: Option<Bytes>, start: Box<Start>) {
         self.generation += 1;
         let outlet = Outlet {
-            out_tx: self.out_tx.tx.clone(),
+            out_tx: self.out_tx.clone(),
             prefix,
             done_tx: self.done_tx.clone(),
             key: (id.clone(), self.generation),
@@ -744,7 +687,7 @@ impl Socket {
             id,
             Running {
                 generation: self.generation,
-                task: SubTask::Spawned(task),
+                task,
             },
         );
     }
@@ -754,7 +697,7 @@ impl Socket {
     async fn reply(&self, msg: ByteString) -> bool {
         tokio::time::timeout(self.idle_timeout, self.out_tx.send(Message::Text(msg)))
             .await
-            .is_ok_and(|sent| sent)
+            .is_ok_and(|sent| sent.is_ok())
     }
 
     /// Acts on one client message of a `/ws` socket.
@@ -810,7 +753,7 @@ impl Socket {
                     Some(running) => {
                         // Whatever it queued is ahead of the reply; nothing
                         // of it can follow.
-                        running.task.stop().await;
+                        stop(running.task).await;
                         let json = Bytes::from_static(br#"{"type":"UNSUBSCRIBED"}"#);
                         self.reply(message(Some(&prefix), json, Id::None)).await
                     }
@@ -828,62 +771,13 @@ impl Socket {
     }
 }
 
-/// What the raw writer does next.
-enum Next {
-    Queued(Option<Message>),
-    Item(Option<Item>),
-    /// Its subscription is to stop.
-    Stop,
-}
-
 /// The socket's one writer: outbox → socket, until a Close or the peer is
-/// gone. With `own`, it also runs that subscription, taking its messages
-/// between queued ones.
-async fn write(mut raw: WsWriter, mut out_rx: mpsc::Receiver<Message>, mut own: Option<InWriter>) {
+/// gone.
+async fn write(mut raw: WsWriter, mut out_rx: mpsc::Receiver<Message>) {
     if raw.open().await.is_err() {
         return;
     }
-    loop {
-        let next = match &mut own {
-            None => Next::Queued(out_rx.recv().await),
-            // The control loop first: its messages are few, and a stop
-            // is seen before the next item.
-            Some(InWriter {
-                sub,
-                attention,
-                queued,
-                ..
-            }) => tokio::select! {
-                biased;
-                next = poll_fn(|cx| attention.poll(queued, &mut out_rx, cx)) => next,
-                item = sub.next() => Next::Item(item),
-            },
-        };
-        let msg = match next {
-            Next::Item(Some(item)) => {
-                let Some(o) = &own else { continue };
-                let mut direct = Direct {
-                    raw: &mut raw,
-                    bytes_sent: &o.bytes_sent,
-                };
-                if !emit(&mut direct, item, None, &o.meta, &o.sent).await {
-                    return;
-                }
-                continue;
-            }
-            Next::Item(None) => {
-                if let Some(o) = own.take() {
-                    let _ = o.done_tx.send(o.key).await;
-                }
-                continue;
-            }
-            Next::Stop => {
-                own = None;
-                continue;
-            }
-            Next::Queued(None) => break,
-            Next::Queued(Some(msg)) => msg,
-        };
+    while let Some(msg) = out_rx.recv().await {
         let sent = match msg {
             Message::Close(reason) => {
                 let (code, text) = reason.map_or((1000, String::new()), |r| {
@@ -903,6 +797,13 @@ async fn write(mut raw: WsWriter, mut out_rx: mpsc::Receiver<Message>, mut own: 
         }
     }
     raw.close(1000, "").await;
+}
+
+/// Stops a subscription's task: nothing it sends can follow what is
+/// queued next.
+async fn stop(task: JoinHandle<()>) {
+    task.abort();
+    let _ = task.await;
 }
 
 /// The Close frame for a frame the server cannot take.
@@ -1056,56 +957,6 @@ mod tests {
             parts(None, &json, Id::Rv(u64::MAX), &mut tail).concat(),
             br#"{"type":"ADDED","object":{"a":1},"id":"18446744073709551615"}"#
         );
-    }
-
-    /// Counts its wake-ups.
-    #[derive(Default)]
-    struct Wakes(std::sync::atomic::AtomicUsize);
-
-    impl futures::task::ArcWake for Wakes {
-        fn wake_by_ref(arc_self: &Arc<Self>) {
-            arc_self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    #[test]
-    fn the_writer_reads_its_outbox_only_when_told_and_a_stop_comes_first() {
-        let (tx, mut rx) = mpsc::channel(4);
-        let attention = Arc::new(Attention::default());
-        let outbox = Outbox {
-            tx: tx.clone(),
-            attention: Some(attention.clone()),
-        };
-        let wakes = Arc::new(Wakes::default());
-        let waker = futures::task::waker(wakes.clone());
-        let mut cx = Context::from_waker(&waker);
-        let mut queued = false;
-        let mut poll = |queued: &mut bool| attention.poll(queued, &mut rx, &mut cx);
-
-        // Queued without a word: not looked at.
-        tx.try_send(Message::Ping(Bytes::new())).unwrap();
-        assert!(poll(&mut queued).is_pending());
-        // Told: the writer is woken, reads all that is queued, then waits.
-        outbox.try_send(Message::Pong(Bytes::new()));
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
-        assert!(matches!(
-            poll(&mut queued),
-            Poll::Ready(Next::Queued(Some(Message::Ping(_))))
-        ));
-        assert!(matches!(
-            poll(&mut queued),
-            Poll::Ready(Next::Queued(Some(Message::Pong(_))))
-        ));
-        assert!(poll(&mut queued).is_pending());
-        assert!(!queued);
-        // A stop is seen before whatever is queued with it.
-        outbox.try_send(Message::Ping(Bytes::new()));
-        SubTask::InWriter(Stopper(attention.clone())).abort();
-        assert!(matches!(poll(&mut queued), Poll::Ready(Next::Stop)));
-        // So is the end of the control loop's handle, however it ends.
-        attention.flags.store(0, Ordering::SeqCst);
-        drop(Stopper(attention.clone()));
-        assert!(matches!(poll(&mut queued), Poll::Ready(Next::Stop)));
     }
 
     #[test]

@@ -673,31 +673,39 @@ async fn a_client_that_reads_nothing_is_closed_after_the_write_timeout() {
     cfg.stream.write_timeout = Duration::from_millis(300);
     cfg.stream.keepalive = Duration::from_secs(600);
     // A snapshot of several MB: more than the client's receive buffer and
-    // the server's send buffer together, so the writer blocks on it.
+    // the server's send buffer together, so the writer blocks on it, over
+    // SSE and over a WebSocket alike.
     let env = spawn(seeded(4000), cfg).await;
     env.synced("pods").await;
     let hub = env.app.informers().hub("pods").await.unwrap();
     let mut subscribers = hub.subscribers_rx();
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut conn = socket.connect(env.app.local_addr()).await.unwrap();
-    conn.write_all(b"GET /stream/pods HTTP/1.1\r\nHost: kubefan\r\n\r\n")
-        .await
-        .unwrap();
-    tokio::time::timeout(WAIT, subscribers.wait_for(|n| *n >= 1))
-        .await
-        .expect("subscribed")
-        .unwrap();
-    // The client never reads; the stream gives up on it.
-    tokio::time::timeout(WAIT, subscribers.wait_for(|n| *n == 0))
-        .await
-        .expect("the stream closes when its client takes nothing")
-        .unwrap();
-    let metrics = env.metrics().await;
-    assert!(
-        metrics.contains(r#"kubefan_limits_hit_total{kind="write_timeout"} 1"#),
-        "{metrics}"
-    );
-    drop(conn);
+    let requests = [
+        "GET /stream/pods HTTP/1.1\r\nHost: kubefan\r\n\r\n",
+        "GET /stream/pods HTTP/1.1\r\nHost: kubefan\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Version: 13\r\n\r\n",
+    ];
+    for (closed, request) in requests.into_iter().enumerate() {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut conn = socket.connect(env.app.local_addr()).await.unwrap();
+        conn.write_all(request.as_bytes()).await.unwrap();
+        tokio::time::timeout(WAIT, subscribers.wait_for(|n| *n >= 1))
+            .await
+            .expect("subscribed")
+            .unwrap();
+        // The client never reads; the stream gives up on it.
+        tokio::time::timeout(WAIT, subscribers.wait_for(|n| *n == 0))
+            .await
+            .expect("the stream closes when its client takes nothing")
+            .unwrap();
+        let metrics = env.metrics().await;
+        let counted = format!(
+            r#"kubefan_limits_hit_total{{kind="write_timeout"}} {}"#,
+            closed + 1
+        );
+        assert!(metrics.contains(&counted), "{request}: {metrics}");
+        drop(conn);
+    }
     env.stop().await;
 }
