@@ -266,30 +266,69 @@ impl Hub {
             .into_iter()
             .map(|o| (o.key(), Arc::new(o)))
             .collect();
-        let mut st = self.write_state();
-        let mut outcome = RelistOutcome::default();
-        if st.closed.is_some() {
-            return outcome;
-        }
-        if !st.synced || rv < st.rv {
-            outcome.rewound = st.synced;
-            st.cache = fresh;
-            st.rv = rv;
-            st.base_rv = rv;
-            st.log.clear();
-            st.log_bytes = 0;
-            if outcome.rewound {
-                // Skip one seq so that every existing cursor is lapped.
-                st.next_seq += 1;
+        // The diff is made under the read lock and encoded under none:
+        // readers go on meanwhile, however big the relist. Only appending
+        // takes the write lock.
+        let planned = {
+            let st = self.read_state();
+            if st.closed.is_some() {
+                return RelistOutcome::default();
             }
-            st.synced = true;
-            self.publish(st);
-            self.synced_tx.send_replace(true);
-            return outcome;
+            (st.synced && rv >= st.rv).then(|| (st.rv, Self::diff(&st, &fresh, rv)))
+        };
+        let encoded = planned.map(|(from, diff)| (from, Self::encode_diff(diff)));
+        let mut st = self.write_state();
+        if st.closed.is_some() {
+            return RelistOutcome::default();
         }
+        let events = match encoded {
+            // The informer is the hub's one writer, so the state the diff
+            // was made from is normally still there; if not, diff again.
+            Some((from, events)) if st.synced && st.rv == from => events,
+            _ if st.synced && rv >= st.rv => Self::encode_diff(Self::diff(&st, &fresh, rv)),
+            _ => {
+                let outcome = RelistOutcome {
+                    rewound: st.synced,
+                    ..RelistOutcome::default()
+                };
+                st.cache = fresh;
+                st.rv = rv;
+                st.base_rv = rv;
+                st.log.clear();
+                st.log_bytes = 0;
+                if outcome.rewound {
+                    // Skip one seq so that every existing cursor is lapped.
+                    st.next_seq += 1;
+                }
+                st.synced = true;
+                self.publish(st);
+                self.synced_tx.send_replace(true);
+                return outcome;
+            }
+        };
+        let mut outcome = RelistOutcome::default();
+        for event in events {
+            match event.kind {
+                EventType::Added => outcome.added += 1,
+                EventType::Modified => outcome.modified += 1,
+                EventType::Deleted => outcome.deleted += 1,
+            }
+            self.metrics.event(event.kind);
+            Self::push(&mut st, event);
+        }
+        st.cache = fresh;
+        st.rv = rv;
+        self.trim(&mut st);
+        self.publish(st);
+        outcome
+    }
 
+    /// The synthetic events that take the cache of `st` to `fresh`, listed
+    /// at `rv`: each with its kind, resourceVersion, whether it carries an
+    /// id, the object and the version it replaces.
+    fn diff(st: &State, fresh: &HashMap<ObjKey, Arc<Obj>>, rv: u64) -> Vec<Planned> {
         let mut changes: Vec<(EventType, Arc<Obj>, Option<Arc<Obj>>)> = Vec::new();
-        for (key, obj) in &fresh {
+        for (key, obj) in fresh {
             match st.cache.get(key) {
                 None => changes.push((EventType::Added, obj.clone(), None)),
                 Some(old) if old.resource_version() != obj.resource_version() => {
@@ -323,33 +362,32 @@ impl Hub {
                 last
             })
             .collect();
-        for (i, (kind, obj, prev)) in changes.into_iter().enumerate() {
-            match kind {
-                EventType::Added => outcome.added += 1,
-                EventType::Modified => outcome.modified += 1,
-                EventType::Deleted => outcome.deleted += 1,
-            }
-            let has_id = rvs.get(i + 1) != Some(&rvs[i]);
-            self.metrics.event(kind);
-            let frame = event_frame(kind, rvs[i], has_id, &obj);
-            Self::push(
-                &mut st,
-                Event {
-                    seq: 0,
-                    rv: rvs[i],
-                    kind,
-                    obj,
-                    prev,
-                    frame,
-                    has_id,
-                },
-            );
-        }
-        st.cache = fresh;
-        st.rv = rv;
-        self.trim(&mut st);
-        self.publish(st);
-        outcome
+        changes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (kind, obj, prev))| Planned {
+                kind,
+                rv: rvs[i],
+                has_id: rvs.get(i + 1) != Some(&rvs[i]),
+                obj,
+                prev,
+            })
+            .collect()
+    }
+
+    /// The events of a relist's diff, encoded.
+    fn encode_diff(diff: Vec<Planned>) -> Vec<Event> {
+        diff.into_iter()
+            .map(|p| Event {
+                seq: 0,
+                rv: p.rv,
+                kind: p.kind,
+                frame: event_frame(p.kind, p.rv, p.has_id, &p.obj),
+                obj: p.obj,
+                prev: p.prev,
+                has_id: p.has_id,
+            })
+            .collect()
     }
 
     /// Appends `event` to the log, giving it the next `seq`.
@@ -610,6 +648,15 @@ impl Drop for SubscriberGuard {
             .subscribers_tx
             .send_modify(|n| *n = n.saturating_sub(1));
     }
+}
+
+/// One synthetic event of a relist, before it is encoded.
+struct Planned {
+    kind: EventType,
+    rv: u64,
+    has_id: bool,
+    obj: Arc<Obj>,
+    prev: Option<Arc<Obj>>,
 }
 
 /// An event's shared encoding, with an `id:` when it carries a position.
