@@ -70,6 +70,8 @@ impl App {
         );
         informers.start_boot();
 
+        crate::heap::spawn_trimmer(shutdown.clone());
+
         let (tick_tx, ticks) = watch::channel(0u64);
         let keepalive = cfg.stream.keepalive;
         let tick_shutdown = shutdown.clone();

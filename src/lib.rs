@@ -17,6 +17,7 @@
 //! - [`ops`]: metrics, health and readiness.
 //! - [`app`]: wires everything onto one HTTP server.
 //! - [`config`]: the configuration tree and its flags.
+//! - [`heap`]: gives freed memory back to the system.
 //! - [`selector`]: Kubernetes label and field selectors.
 //! - [`sim`]: the simulated API server used by the demo, tests and load tests.
 //! - [`web`]: the dashboard page at `/`, compiled into the binary.
@@ -25,6 +26,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod gate;
+pub mod heap;
 pub mod hub;
 pub mod limits;
 pub mod ops;
