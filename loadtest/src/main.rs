@@ -343,9 +343,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         payload: args.payload,
     };
     let mut sends = Vec::with_capacity(changes);
+    // Memory while streaming, three quarters into the run: what the
+    // subscribers hold, not what their connection burst left behind (a
+    // server may keep freed memory for a while; kubefan gives it back every
+    // 10 s, see src/heap.rs).
+    let mut streaming = None;
     for seq in 0..changes {
         interval.tick().await;
         sends.push(tokio::spawn(publish(publisher.clone(), seq)));
+        if seq == changes * 3 / 4 {
+            streaming = args.pid.and_then(proc_stats);
+        }
     }
     let mut publish_errors = 0;
     for s in sends {
@@ -390,6 +398,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         (Some(a), Some(b)) => Some(b.1 - a.1),
         _ => None,
     };
+    let per_subscriber = |at: Option<(u64, u64)>| match (before, at) {
+        (Some(b), Some(a)) => Some((a.0 as f64 - b.0 as f64) * 1024.0 / args.subscribers as f64),
+        _ => None,
+    };
     let report = serde_json::json!({
         "server": args.server, "transport": args.transport, "subscribers": args.subscribers,
         "rate": args.rate, "duration_secs": args.duration_secs, "changes": changes,
@@ -401,9 +413,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "last_subscriber_ms": {"p50": pct(0.5) as f64 / 1000.0, "p99": pct(0.99) as f64 / 1000.0,
             "max": last.last().copied().unwrap_or(0) as f64 / 1000.0},
         "connect_all_ms": connect_ms,
-        "rss_kib": {"before": before.map(|s| s.0), "connected": connected.map(|s| s.0), "after": cpu_end.map(|s| s.0)},
-        "rss_per_subscriber_bytes": match (before, connected) {
-            (Some(b), Some(c)) => Some((c.0 as f64 - b.0 as f64) * 1024.0 / args.subscribers as f64), _ => None },
+        "rss_kib": {"before": before.map(|s| s.0), "connected": connected.map(|s| s.0),
+            "streaming": streaming.map(|s| s.0), "after": cpu_end.map(|s| s.0)},
+        "rss_per_subscriber_bytes": per_subscriber(streaming),
+        "rss_per_subscriber_connected_bytes": per_subscriber(connected),
         "server_cpu_ms": cpu_ms,
         "server_cpu_us_per_delivery": cpu_ms.map(|ms| ms as f64 * 1000.0 / delivered.max(1) as f64),
     });
@@ -413,7 +426,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         std::fs::write(out, &text)?;
     }
     eprintln!(
-        "{} {:?} N={} R={}: delivered {}/{} (lost {}, dup {}, resets {}), p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {}/subscriber, {} CPU/delivery",
+        "{} {:?} N={} R={}: delivered {}/{} (lost {}, dup {}, resets {}), p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {}/subscriber ({} just after connecting), {} CPU/delivery",
         args.server,
         args.transport,
         args.subscribers,
@@ -426,14 +439,20 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         report["latency_ms"]["p50"].as_f64().unwrap_or(0.0),
         report["latency_ms"]["p99"].as_f64().unwrap_or(0.0),
         report["latency_ms"]["max"].as_f64().unwrap_or(0.0),
-        report["rss_per_subscriber_bytes"]
-            .as_f64()
-            .map_or("?".into(), |b| format!("{:.1} KB", b / 1000.0)),
+        kb(&report["rss_per_subscriber_bytes"]),
+        kb(&report["rss_per_subscriber_connected_bytes"]),
         report["server_cpu_us_per_delivery"]
             .as_f64()
             .map_or("?".into(), |u| format!("{u:.2} µs")),
     );
     Ok(())
+}
+
+/// A byte count in KB, for the summary.
+fn kb(bytes: &serde_json::Value) -> String {
+    bytes
+        .as_f64()
+        .map_or("?".into(), |b| format!("{:.1} KB", b / 1000.0))
 }
 
 async fn herd(args: HerdArgs) -> anyhow::Result<()> {
