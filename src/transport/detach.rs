@@ -218,6 +218,8 @@ async fn pump<S: ChunkSource>(
     {
         return;
     }
+    // Not kept for as long as the stream lasts.
+    drop(head);
     let mut hang_up = ReadGate::default();
     loop {
         let next = {

@@ -407,12 +407,16 @@ async fn single(
     state: web::Data<AppState>,
     principal: Principal,
 ) {
-    let Ok(Upgraded {
+    let Upgraded {
         mut inbox,
         writer: mut raw,
-    }) = taken.open()
-    else {
-        return;
+    } = match taken.open() {
+        Ok(upgraded) => upgraded,
+        Err(err) => {
+            // Logged; the 101 is not sent, and the connection closes.
+            let _ = lost(err);
+            return;
+        }
     };
     if raw.open().await.is_err() {
         return;
