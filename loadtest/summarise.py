@@ -22,19 +22,21 @@ def med(rs, *path):
     return statistics.median(vals) if vals else None
 
 rows = []
-print("| server | transport | N | delivered / expected | lost | dup | p50 ms | p99 ms | max ms | last subscriber p99 ms | memory / subscriber | CPU / delivery | runs |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| server | transport | N | delivered / expected | lost | dup | p50 ms | p99 ms | max ms | last subscriber p99 ms | memory / subscriber (streaming) | just after connecting | CPU / delivery | runs |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+kb = lambda b: '%.1f KB' % (b / 1000) if b is not None else '?'
 for key in sorted(runs, key=lambda k: (k[1], k[2], k[0])):
     rs = runs[key]
     server, transport, n = key
     mem = med(rs, "rss_per_subscriber_bytes")
+    connected = med(rs, "rss_per_subscriber_connected_bytes")
     cpu = med(rs, "server_cpu_us_per_delivery")
     row = dict(server=server, transport=transport, n=n, p99=med(rs, "latency_ms", "p99"), mem=mem)
     rows.append(row)
     print(f"| {server} | {transport} | {n} | {int(med(rs,'delivered'))} / {int(med(rs,'expected'))} | "
           f"{sum(r['lost'] for r in rs)} | {sum(r['duplicates'] for r in rs)} | {med(rs,'latency_ms','p50'):.1f} | "
           f"{med(rs,'latency_ms','p99'):.1f} | {med(rs,'latency_ms','max'):.1f} | {med(rs,'last_subscriber_ms','p99'):.1f} | "
-          f"{'%.1f KB' % (mem/1000) if mem is not None else '?'} | {'%.2f µs' % cpu if cpu is not None else '?'} | {len(rs)} |")
+          f"{kb(mem)} | {kb(connected)} | {'%.2f µs' % cpu if cpu is not None else '?'} | {len(rs)} |")
 
 try:
     import matplotlib
@@ -42,7 +44,7 @@ try:
     import matplotlib.pyplot as plt
 except ImportError:
     sys.exit("charts need matplotlib: pip install matplotlib")
-for metric, label, fname in [("p99", "p99 delivery latency (ms)", "latency.png"), ("mem", "memory per subscriber (KB)", "memory.png")]:
+for metric, label, fname in [("p99", "p99 delivery latency (ms)", "latency.png"), ("mem", "memory per subscriber while streaming (KB)", "memory.png")]:
     fig, ax = plt.subplots(figsize=(6, 4))
     for server in sorted({r["server"] for r in rows}):
         pts = sorted((r["n"], r[metric]) for r in rows if r["server"] == server and r["transport"] == "Sse" and r[metric] is not None)
