@@ -446,23 +446,31 @@ impl futures::Stream for Inbox {
             if this.ended {
                 return Poll::Ready(None);
             }
-            match this.codec.decode(&mut this.pending) {
-                Err(err) => {
-                    this.ended = true;
-                    return Poll::Ready(Some(Err(err)));
+            if !this.pending.is_empty() {
+                match this.codec.decode(&mut this.pending) {
+                    Err(err) => {
+                        this.ended = true;
+                        return Poll::Ready(Some(Err(err)));
+                    }
+                    Ok(Some(frame)) => match this.take(frame) {
+                        Some(message) => return Poll::Ready(Some(message)),
+                        None => continue,
+                    },
+                    Ok(None) => {}
                 }
-                Ok(Some(frame)) => match this.take(frame) {
-                    Some(message) => return Poll::Ready(Some(message)),
-                    None => continue,
-                },
-                Ok(None) => {}
             }
-            if this.pending.is_empty() {
+            if this.pending.is_empty() && this.pending.capacity() > 0 {
                 // Idle: hold no buffer.
                 this.pending = BytesMut::new();
             }
-            let mut scratch = [0u8; 2048];
-            match this.gate.poll_read(this.read.as_ref(), &mut scratch, cx) {
+            let pending = &mut this.pending;
+            let read = |socket: &TcpStream| {
+                let mut scratch = [0u8; 2048];
+                let n = socket.try_read(&mut scratch)?;
+                pending.extend_from_slice(&scratch[..n]);
+                Ok(n)
+            };
+            match this.gate.poll_read(this.read.as_ref(), cx, read) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(err)) => {
                     this.ended = true;
@@ -472,7 +480,7 @@ impl futures::Stream for Inbox {
                     this.ended = true;
                     return Poll::Ready(None);
                 }
-                Poll::Ready(Ok(n)) => this.pending.extend_from_slice(&scratch[..n]),
+                Poll::Ready(Ok(_)) => {}
             }
         }
     }
@@ -585,23 +593,25 @@ struct ReadGate {
 }
 
 impl ReadGate {
-    /// Reads into `buf` if the socket has something (`Ok(0)`: the client
-    /// closed); otherwise the task is woken when it next becomes readable.
+    /// Calls `read` (which reads from `socket`) if the socket has something
+    /// (`Ok(0)`: the client closed); otherwise the task is woken when it
+    /// next becomes readable. `read` owns its buffer, so a look that finds
+    /// nothing costs no buffer at all.
     fn poll_read(
         &mut self,
         socket: &TcpStream,
-        buf: &mut [u8],
         cx: &mut Context<'_>,
+        mut read: impl FnMut(&TcpStream) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
         loop {
             if self.armed {
                 // Reads only if readiness came since arming.
                 let mut looked = false;
-                let read = socket.try_io(tokio::io::Interest::READABLE, || {
+                let done = socket.try_io(tokio::io::Interest::READABLE, || {
                     looked = true;
-                    socket.try_read(buf)
+                    read(socket)
                 });
-                match read {
+                match done {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock && !looked => {
                         return Poll::Pending;
                     }
@@ -617,7 +627,7 @@ impl ReadGate {
                     return Poll::Pending;
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Ready(Ok(())) => match socket.try_read(buf) {
+                Poll::Ready(Ok(())) => match read(socket) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     done => return Poll::Ready(done),
                 },
@@ -628,9 +638,9 @@ impl ReadGate {
     /// Whether the client of a stream that takes no input is gone (end of
     /// file or an error); what it sends is read and dropped.
     fn hung_up(&mut self, socket: &TcpStream, cx: &mut Context<'_>) -> bool {
-        let mut scratch = [0u8; 512];
+        let discard = |socket: &TcpStream| socket.try_read(&mut [0u8; 512]);
         loop {
-            match self.poll_read(socket, &mut scratch, cx) {
+            match self.poll_read(socket, cx, discard) {
                 Poll::Pending => return false,
                 Poll::Ready(Ok(0) | Err(_)) => return true,
                 Poll::Ready(Ok(_)) => {}

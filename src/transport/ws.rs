@@ -30,7 +30,6 @@
 //! behind, laps it: RESET and a fresh snapshot, as on SSE.
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -176,19 +175,32 @@ fn parts<'a>(
     tail: &'a mut [u8; TAIL],
 ) -> [&'a [u8]; 3] {
     debug_assert!(json.len() >= 2 && json[0] == b'{' && json[json.len() - 1] == b'}');
-    let mut cursor = std::io::Cursor::new(&mut tail[..]);
-    // At most 29 bytes: it always fits.
-    let _ = match id {
-        Id::None => cursor.write_all(b"}"),
-        Id::Clear => cursor.write_all(br#","id":""}"#),
-        Id::Rv(rv) => write!(cursor, r#","id":"{rv}"}}"#),
+    let tail: &[u8] = match id {
+        Id::None => b"}",
+        Id::Clear => br#","id":""}"#,
+        Id::Rv(rv) => {
+            // Written backwards: `"}`, the digits, `,"id":"` (at most 29
+            // bytes), without the formatting machinery, per socket and
+            // message.
+            let mut at = TAIL;
+            let mut put = |bytes: &[u8]| {
+                at -= bytes.len();
+                tail[at..at + bytes.len()].copy_from_slice(bytes);
+            };
+            put(br#""}"#);
+            let mut rest = rv;
+            loop {
+                put(&[b'0' + (rest % 10) as u8]);
+                rest /= 10;
+                if rest == 0 {
+                    break;
+                }
+            }
+            put(br#","id":""#);
+            &tail[at..]
+        }
     };
-    let end = cursor.position() as usize;
-    [
-        prefix.unwrap_or(b"{"),
-        &json[1..json.len() - 1],
-        &tail[..end],
-    ]
+    [prefix.unwrap_or(b"{"), &json[1..json.len() - 1], tail]
 }
 
 /// Every message is built from serde_json output and ASCII, so it is UTF-8;
