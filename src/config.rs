@@ -149,6 +149,10 @@ pub struct LimitsConfig {
     pub max_uri_bytes: usize,
     /// Largest sum of request header names and values, in bytes (431 beyond).
     pub max_header_bytes: usize,
+    /// Proxies (an ingress, a load balancer) whose `X-Forwarded-For` names
+    /// the client address the per-address limits count. Empty: the TCP peer
+    /// is the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl Default for LimitsConfig {
@@ -160,6 +164,7 @@ impl Default for LimitsConfig {
             per_second_per_address: 0,
             max_uri_bytes: 8 << 10,
             max_header_bytes: 16 << 10,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -379,6 +384,19 @@ pub struct GatewayArgs {
         default_value_t = 0
     )]
     pub connections_per_second_per_address: u32,
+    /// Proxies in front of kubefan, as addresses or CIDR ranges
+    /// (comma-separated): from these, the client address the per-address
+    /// limits count is read from `X-Forwarded-For`.
+    #[arg(long, env = "KUBEFAN_TRUSTED_PROXIES", value_delimiter = ',', value_parser = parse_net)]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+}
+
+/// An address range (`10.0.0.0/8`) or one address (`10.0.0.7`).
+fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
+    let text = text.trim();
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{text:?} is neither an address nor a CIDR range (10.0.0.0/8)"))
 }
 
 impl GatewayArgs {
@@ -438,6 +456,7 @@ impl GatewayArgs {
                 max_per_principal: self.max_connections_per_principal,
                 max_per_address: self.max_connections_per_address,
                 per_second_per_address: self.connections_per_second_per_address,
+                trusted_proxies: self.trusted_proxies,
                 ..LimitsConfig::default()
             },
             allowed_origins: names(self.allowed_origins),
@@ -456,6 +475,15 @@ fn names(list: Vec<String>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trusted_proxies_are_ranges_or_single_addresses() {
+        assert_eq!(parse_net("10.0.0.0/8").unwrap().to_string(), "10.0.0.0/8");
+        assert_eq!(parse_net(" 10.0.0.7").unwrap().to_string(), "10.0.0.7/32");
+        assert_eq!(parse_net("fd00::/8").unwrap().to_string(), "fd00::/8");
+        let err = parse_net("ingress").unwrap_err();
+        assert!(err.contains("\"ingress\" is neither"), "{err}");
+    }
 
     #[test]
     fn no_auth_on_a_public_address_is_refused_with_the_reason() {

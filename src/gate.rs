@@ -121,7 +121,16 @@ pub async fn gate(
         );
     }
 
-    let peer = req.peer_addr().map(|a| a.ip());
+    let forwarded: Vec<&str> = req
+        .headers()
+        .get_all("x-forwarded-for")
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let peer = crate::limits::client_address(
+        req.peer_addr().map(|a| a.ip()),
+        &forwarded,
+        &state.limits.config().trusted_proxies,
+    );
     if let Err(err) = state.limits.rate(peer) {
         state.metrics.limit_hit("requests_per_second");
         return refuse(req, err);

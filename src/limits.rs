@@ -49,6 +49,44 @@ pub struct Permit {
     addr: Option<IpAddr>,
 }
 
+/// The client a request comes from: its TCP peer, or, when the peer is a
+/// trusted proxy, the address that proxy (and any trusted proxy before it)
+/// appended to `X-Forwarded-For`. The list is read from its right end,
+/// which the trusted proxies wrote; the first address that is not a trusted
+/// proxy is the client. Entries left of it could be anything a client
+/// sent, and are never read; an entry that is not an address ends the walk
+/// at the proxy that passed it on.
+pub fn client_address(
+    peer: Option<IpAddr>,
+    forwarded_for: &[&str],
+    trusted: &[ipnet::IpNet],
+) -> Option<IpAddr> {
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
+    let mut client = peer?;
+    if !is_trusted(&client) {
+        return Some(client);
+    }
+    let entries = forwarded_for
+        .iter()
+        .flat_map(|header| header.split(','))
+        .rev();
+    for entry in entries {
+        let entry = entry.trim();
+        let Some(ip) = entry
+            .parse::<IpAddr>()
+            .ok()
+            .or_else(|| entry.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()))
+        else {
+            break;
+        };
+        client = ip;
+        if !is_trusted(&ip) {
+            break;
+        }
+    }
+    Some(client)
+}
+
 impl Limits {
     pub fn new(cfg: LimitsConfig) -> Arc<Limits> {
         Arc::new(Limits {
@@ -177,6 +215,44 @@ impl Drop for Permit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_client_address_is_read_from_forwarded_for_only_through_trusted_proxies() {
+        let trusted: Vec<ipnet::IpNet> = vec![
+            "10.0.0.0/8".parse().unwrap(),
+            "127.0.0.1/32".parse().unwrap(),
+        ];
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let at = |peer: &str, headers: &[&str]| client_address(ip(peer), headers, &trusted);
+        // Not from a trusted proxy: the header is ignored.
+        assert_eq!(at("192.0.2.1", &["198.51.100.7"]), ip("192.0.2.1"));
+        // From the ingress: the address it appended.
+        assert_eq!(at("10.1.2.3", &["198.51.100.7"]), ip("198.51.100.7"));
+        // Through two proxies; what the client wrote on the left is not read.
+        assert_eq!(
+            at("10.1.2.3", &["6.6.6.6, 198.51.100.7, 10.9.9.9"]),
+            ip("198.51.100.7")
+        );
+        // Several headers make one list; ports and IPv6 are understood.
+        assert_eq!(
+            at("127.0.0.1", &["6.6.6.6", "[2001:db8::1]:443"]),
+            ip("2001:db8::1")
+        );
+        // Something that is not an address ends the walk at the proxy
+        // that passed it on.
+        assert_eq!(at("10.1.2.3", &["198.51.100.7, unknown"]), ip("10.1.2.3"));
+        assert_eq!(
+            at("10.1.2.3", &["198.51.100.7, unknown, 10.0.0.9"]),
+            ip("10.0.0.9")
+        );
+        // No header: the proxy itself.
+        assert_eq!(at("10.1.2.3", &[]), ip("10.1.2.3"));
+        // Nothing trusted: always the peer.
+        assert_eq!(
+            client_address(ip("10.1.2.3"), &["198.51.100.7"], &[]),
+            ip("10.1.2.3")
+        );
+    }
 
     fn limits(f: impl FnOnce(&mut LimitsConfig)) -> Arc<Limits> {
         let mut cfg = LimitsConfig::default();

@@ -837,6 +837,33 @@ async fn every_limit_is_answered_while_existing_subscribers_keep_receiving() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_the_address_limit_counts_each_forwarded_client() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.limits.max_per_address = 1;
+    cfg.limits.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+    let env = spawn(seeded(5), cfg).await;
+    env.synced("pods").await;
+    let url = format!("http://{}/stream/pods", env.app.local_addr());
+    let client = reqwest::Client::new();
+    let open = |forwarded_for: &str| {
+        client
+            .get(&url)
+            .header("X-Forwarded-For", forwarded_for)
+            .send()
+    };
+    let first = open("198.51.100.7").await.unwrap();
+    assert_eq!(first.status(), 200);
+    // Another client behind the same proxy has a count of its own.
+    let second = open("198.51.100.8").await.unwrap();
+    assert_eq!(second.status(), 200);
+    // The first one again, whatever it claims on the left: 429.
+    let again = open("192.0.2.50, 198.51.100.7").await.unwrap();
+    refused(again, 429, "your address").await;
+    drop((first, second));
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_headers_are_refused() {
     let env = spawn(seeded(1), test_config(&[])).await;
     let resp = env
