@@ -449,7 +449,7 @@ async fn single(
         // of the socket's readiness.
         let next = tokio::select! {
             biased;
-            msg = inbox.next() => Ok(msg),
+            msg = inbox.next() => Single::Client(msg),
             _ = &mut idle => break close(CloseCode::Policy, IDLE),
             _ = &mut expiry, if deadline.is_some() => {
                 // Nothing of the subscription can follow the ERROR.
@@ -461,10 +461,10 @@ async fn single(
                 }
                 break close(CloseCode::Other(CLOSE_TOKEN_EXPIRED), "token expired");
             }
-            item = sub.next() => Err(item),
+            item = sub.next() => Single::Item(item),
         };
         match next {
-            Ok(msg) => {
+            Single::Client(msg) => {
                 idle.as_mut().reset(Instant::now() + idle_timeout);
                 match msg {
                     // The connection is gone: nobody to send a Close to.
@@ -484,14 +484,14 @@ async fn single(
                     }
                 }
             }
-            Err(None) => {
+            Single::Item(None) => {
                 break if state.shutdown.is_cancelled() {
                     close(CloseCode::Away, GOING_AWAY)
                 } else {
                     close(CloseCode::Normal, "the stream ended")
                 };
             }
-            Err(Some(item)) => {
+            Single::Item(Some(item)) => {
                 let mut direct = Direct {
                     raw: &mut raw,
                     bytes_sent: &bytes_sent,
@@ -518,6 +518,14 @@ async fn single(
         )
         .await;
     }
+}
+
+/// What a single-stream socket's task does next.
+enum Single {
+    /// A client message, or the end of the connection.
+    Client(Option<Result<AggregatedMessage, ProtocolError>>),
+    /// The subscription's next item, or its end.
+    Item(Option<Item>),
 }
 
 /// Why a socket's control loop closes it on an idle timeout.
