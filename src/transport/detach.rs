@@ -142,11 +142,7 @@ pub(crate) fn respond<S: ChunkSource>(
     source: S,
     bytes_sent: Counter,
 ) -> HttpResponse {
-    let socket = req
-        .conn_data::<Takeover>()
-        .and_then(Takeover::take)
-        .map(TcpStream::into_std);
-    let socket = match socket {
+    let socket = match take(req) {
         Some(Ok(socket)) => socket,
         Some(Err(err)) => {
             // The socket left actix but could not leave its reactor: the
@@ -167,6 +163,14 @@ pub(crate) fn respond<S: ChunkSource>(
     });
     // actix writes this into the emptied connection, where it vanishes.
     HttpResponse::Ok().finish()
+}
+
+/// `req`'s socket, taken from actix and out of its reactor (which drops
+/// actix's waker for it, and through it actix's whole connection task);
+/// `None` if the connection cannot be taken over.
+fn take(req: &HttpRequest) -> Option<io::Result<std::net::TcpStream>> {
+    let socket = req.conn_data::<Takeover>()?.take()?;
+    Some(socket.into_std())
 }
 
 /// The response head.
@@ -295,10 +299,7 @@ pub fn upgrade(
     head: Bytes,
     max_message: usize,
 ) -> Option<io::Result<Taken>> {
-    let socket = req.conn_data::<Takeover>()?.take()?;
-    // Leaving actix's reactor also drops actix's waker for the socket (and
-    // through it actix's whole connection task).
-    let socket = match socket.into_std() {
+    let socket = match take(req)? {
         Ok(socket) => socket,
         Err(err) => return Some(Err(err)),
     };

@@ -466,22 +466,16 @@ async fn single(
         match next {
             Single::Client(msg) => {
                 idle.as_mut().reset(Instant::now() + idle_timeout);
-                match msg {
-                    // The connection is gone: nobody to send a Close to.
-                    None => return,
-                    Some(Err(err)) => break protocol_close(&err),
-                    Some(Ok(AggregatedMessage::Ping(payload))) => {
+                match heard(msg) {
+                    Heard::End(ending) => break ending,
+                    Heard::Ping(payload) => {
                         if raw.send(Opcode::Pong, &payload).await.is_err() {
                             return;
                         }
                     }
                     // A single stream takes no messages: text only proves
                     // the peer alive.
-                    Some(Ok(AggregatedMessage::Pong(_) | AggregatedMessage::Text(_))) => {}
-                    Some(Ok(AggregatedMessage::Close(reason))) => break echo(reason),
-                    Some(Ok(AggregatedMessage::Binary(_))) => {
-                        break close(CloseCode::Unsupported, BINARY);
-                    }
+                    Heard::Alive | Heard::Text(_) => {}
                 }
             }
             Single::Item(None) => {
@@ -530,17 +524,40 @@ enum Single {
 
 /// Why a socket's control loop closes it on an idle timeout.
 const IDLE: &str = "no pong or message within the idle timeout";
-/// ... on a binary message.
-const BINARY: &str = "kubefan accepts JSON text messages only";
 /// ... on shutdown.
 const GOING_AWAY: &str = "kubefan is shutting down; reconnect";
 
-/// The answer to a client's Close frame: its code, no reason.
-fn echo(reason: Option<CloseReason>) -> Ending {
-    Some(CloseReason {
-        code: reason.map_or(CloseCode::Normal, |r| r.code),
-        description: None,
-    })
+/// What a client's frame (or the end of its connection) asks of either kind
+/// of socket.
+enum Heard {
+    /// A ping, to answer with this pong payload.
+    Ping(Bytes),
+    /// A pong: only a sign of life.
+    Alive,
+    /// A text message.
+    Text(ByteString),
+    /// The socket ends, with this Close frame (none when the connection is
+    /// gone: nobody to send it to).
+    End(Ending),
+}
+
+fn heard(msg: Option<Result<AggregatedMessage, ProtocolError>>) -> Heard {
+    match msg {
+        None => Heard::End(None),
+        Some(Err(err)) => Heard::End(protocol_close(&err)),
+        Some(Ok(AggregatedMessage::Ping(payload))) => Heard::Ping(payload),
+        Some(Ok(AggregatedMessage::Pong(_))) => Heard::Alive,
+        Some(Ok(AggregatedMessage::Text(text))) => Heard::Text(text),
+        // The client's code echoed, no reason.
+        Some(Ok(AggregatedMessage::Close(reason))) => Heard::End(Some(CloseReason {
+            code: reason.map_or(CloseCode::Normal, |r| r.code),
+            description: None,
+        })),
+        Some(Ok(AggregatedMessage::Binary(_))) => Heard::End(close(
+            CloseCode::Unsupported,
+            "kubefan accepts JSON text messages only",
+        )),
+    }
 }
 
 /// A `/ws` socket: its writer, its subscriptions, its control loop.
@@ -631,21 +648,15 @@ impl Socket {
                 }
                 msg = msgs.next() => {
                     idle.as_mut().reset(Instant::now() + self.idle_timeout);
-                    match msg {
-                        // The connection is gone: nobody to send a Close to.
-                        None => break None,
-                        Some(Err(err)) => break protocol_close(&err),
-                        Some(Ok(AggregatedMessage::Ping(payload))) => {
+                    match heard(msg) {
+                        Heard::End(ending) => break ending,
+                        Heard::Ping(payload) => {
                             // Dropped if the socket is backed up: a peer that
                             // reads nothing needs no pong.
                             let _ = self.out_tx.try_send(Message::Pong(payload));
                         }
-                        Some(Ok(AggregatedMessage::Pong(_))) => {}
-                        Some(Ok(AggregatedMessage::Close(reason))) => break echo(reason),
-                        Some(Ok(AggregatedMessage::Binary(_))) => {
-                            break close(CloseCode::Unsupported, BINARY);
-                        }
-                        Some(Ok(AggregatedMessage::Text(text))) => {
+                        Heard::Alive => {}
+                        Heard::Text(text) => {
                             // Boxed, as the other rare steps: the socket's
                             // task keeps only the state of its waiting.
                             if !Box::pin(self.handle(&text)).await {
