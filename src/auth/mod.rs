@@ -131,7 +131,7 @@ impl Grant {
 }
 
 /// What a principal may see.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Access {
     /// `--auth none`.
     Everything,
@@ -186,6 +186,14 @@ impl Principal {
 
     pub fn access(&self) -> &Access {
         &self.0.access
+    }
+
+    /// Whether `other` is the same caller with the same rights: the same
+    /// name and access (a refreshed token of the same user qualifies; its
+    /// expiry does not matter). What one caller holds for later (a
+    /// `continue` token) is served only to the same caller.
+    pub fn same_caller(&self, other: &Principal) -> bool {
+        self.0.name == other.0.name && self.0.access == other.0.access
     }
 }
 

@@ -903,3 +903,107 @@ async fn the_page_loads_without_a_token_and_refusals_are_counted() {
     );
     env.stop().await;
 }
+
+/// A `continue` token opens only the list it was made for: another
+/// resource, namespace, selector or caller gets 410 and no data; a token
+/// kubefan did not issue gets 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_tokens_are_bound_to_their_caller_and_list() {
+    let mut cfg = jwt_config();
+    cfg.upstream.boot_resources = vec!["pods".into(), "nodes".into()];
+    let env = spawn(seeded(30), cfg).await;
+    env.synced("pods").await;
+    env.synced("nodes").await;
+    let alice = hs256(&claims("alice", &["*"], &["*"], 600));
+    let bob = hs256(&claims("bob", &["*"], &["*"], 600));
+    let bearer = |token: &str| Some((token.to_string(), Place::Header));
+    let list = |path: String, token: Option<(String, Place)>| {
+        let env = &env;
+        async move {
+            let token = token.as_ref().map(|(t, p)| (t.as_str(), *p));
+            get(env, &path, token).await
+        }
+    };
+
+    let first = list("/api/v1/pods?limit=2".into(), bearer(&alice)).await;
+    assert_eq!(first.status(), 200);
+    let first: Value = first.json().await.unwrap();
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    let (id, offset) = token.split_once('.').expect("id.offset");
+    assert_eq!(offset, "2");
+    assert!(
+        id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "128 random bits: {token}"
+    );
+
+    // The owner goes on; the token may be used again (a retried page).
+    for _ in 0..2 {
+        let next = list(
+            format!("/api/v1/pods?limit=2&continue={token}"),
+            bearer(&alice),
+        )
+        .await;
+        assert_eq!(next.status(), 200);
+        let next: Value = next.json().await.unwrap();
+        assert_eq!(next["kind"], "PodList");
+        assert_eq!(next["items"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            next["metadata"]["resourceVersion"],
+            first["metadata"]["resourceVersion"]
+        );
+    }
+
+    // Anywhere else: 410 Expired, no items.
+    for (path, who) in [
+        (format!("/api/v1/nodes?limit=5&continue={token}"), &alice),
+        (
+            format!("/api/v1/namespaces/default/pods?limit=2&continue={token}"),
+            &alice,
+        ),
+        (
+            format!("/api/v1/pods?limit=2&labelSelector=app%3Dweb&continue={token}"),
+            &alice,
+        ),
+        (
+            format!("/api/v1/pods?limit=2&fieldSelector=spec.nodeName%3Dnode-1&continue={token}"),
+            &alice,
+        ),
+        (format!("/api/v1/pods?limit=2&continue={token}"), &bob),
+    ] {
+        let resp = list(path.clone(), bearer(who)).await;
+        refused(resp, 410, "continue parameter is too old").await;
+    }
+    // The same caller with narrower rights is another caller.
+    let narrowed = hs256(&claims("alice", &["web"], &["*"], 600));
+    refused(
+        list(
+            format!("/api/v1/pods?limit=2&continue={token}"),
+            bearer(&narrowed),
+        )
+        .await,
+        410,
+        "continue parameter",
+    )
+    .await;
+
+    // Forged tokens: a guessed id is unknown (410); a counter, as tokens
+    // once were, is not a token at all (400).
+    let guessed = format!("{}.2", "0".repeat(32));
+    refused(
+        list(
+            format!("/api/v1/pods?limit=2&continue={guessed}"),
+            bearer(&alice),
+        )
+        .await,
+        410,
+        "continue parameter",
+    )
+    .await;
+    refused(
+        list("/api/v1/pods?limit=2&continue=0:1".into(), bearer(&alice)).await,
+        400,
+        "invalid continue token",
+    )
+    .await;
+    env.stop().await;
+}

@@ -6,9 +6,19 @@
 //! bounded number of snapshots is kept for a bounded time; an unknown or
 //! expired `continue` token is answered with 410 Expired, on which clients
 //! restart the list.
+//!
+//! # Continue tokens are bound to their list
+//! A snapshot holds one caller's view of a resource (Secrets included,
+//! where served), so a token must not open it to anyone else. A token is
+//! `<128 random bits, hex>.<offset>`: unguessable, and looked up together
+//! with what it was made for (the caller, the resource, the filter with
+//! its authorized namespaces and selectors). Presented by another caller,
+//! for another resource, namespace or selector, it is answered exactly as
+//! an unknown token (410 Expired), so it reveals nothing; a token that is
+//! not of this shape is a 400. The offset only moves within the caller's
+//! own snapshot.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -17,6 +27,7 @@ use bytes::{BufMut, BytesMut};
 
 use super::KubeQuery;
 use crate::app::AppState;
+use crate::auth::Principal;
 use crate::hub::{Filter, Hub, Joined, Obj};
 use crate::transport::error::ApiError;
 use crate::upstream::ResourceInfo;
@@ -26,9 +37,27 @@ const MAX_PAGES: usize = 64;
 /// How long a `continue` token stays valid.
 const PAGE_TTL: Duration = Duration::from_secs(300);
 
+/// What a snapshot was made for; a token is served only to the same.
+pub struct PageOwner {
+    pub principal: Principal,
+    /// The resource's canonical name (`pods`, `deployments.apps`).
+    pub resource: String,
+    /// The authorized namespaces and the selectors.
+    pub filter: Filter,
+}
+
+impl PageOwner {
+    fn same(&self, other: &PageOwner) -> bool {
+        self.resource == other.resource
+            && self.filter == other.filter
+            && self.principal.same_caller(&other.principal)
+    }
+}
+
 struct Snapshot {
-    id: u64,
+    id: [u8; 16],
     created: Instant,
+    owner: PageOwner,
     rv: u64,
     items: Arc<[Arc<Obj>]>,
 }
@@ -37,16 +66,60 @@ struct Snapshot {
 #[derive(Default)]
 pub struct Pages {
     snapshots: Mutex<VecDeque<Snapshot>>,
-    next_id: AtomicU64,
+}
+
+/// A parsed `continue` token.
+#[derive(Debug, PartialEq, Eq)]
+struct Token {
+    id: [u8; 16],
+    offset: usize,
+}
+
+impl Token {
+    fn parse(token: &str) -> Result<Token, ApiError> {
+        let malformed = || {
+            ApiError::BadRequest(format!(
+                "invalid continue token {token:?}: not a token kubefan issued; start a new list without the continue parameter"
+            ))
+        };
+        let (id, offset) = token.split_once('.').ok_or_else(malformed)?;
+        if id.len() != 32 || !offset.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(malformed());
+        }
+        let mut bytes = [0u8; 16];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&id[2 * i..2 * i + 2], 16).map_err(|_| malformed())?;
+        }
+        Ok(Token {
+            id: bytes,
+            offset: offset.parse().map_err(|_| malformed())?,
+        })
+    }
+
+    fn encode(&self) -> String {
+        let mut s = String::with_capacity(40);
+        for b in self.id {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s.push('.');
+        s.push_str(&self.offset.to_string());
+        s
+    }
 }
 
 impl Pages {
-    fn store(&self, rv: u64, items: Arc<[Arc<Obj>]>) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut snaps = self
-            .snapshots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+    /// Keeps `items` for later pages; the id a token names it by.
+    fn store(
+        &self,
+        owner: PageOwner,
+        rv: u64,
+        items: Arc<[Arc<Obj>]>,
+    ) -> Result<[u8; 16], ApiError> {
+        let mut id = [0u8; 16];
+        getrandom::fill(&mut id).map_err(|e| {
+            ApiError::Unavailable(format!("no randomness for a continue token: {e}"))
+        })?;
+        let mut snaps = self.lock();
         snaps.retain(|s| s.created.elapsed() < PAGE_TTL);
         if snaps.len() >= MAX_PAGES {
             snaps.pop_front();
@@ -54,21 +127,31 @@ impl Pages {
         snaps.push_back(Snapshot {
             id,
             created: Instant::now(),
+            owner,
             rv,
             items,
         });
-        id
+        Ok(id)
     }
 
-    fn find(&self, id: u64) -> Option<(u64, Arc<[Arc<Obj>]>)> {
-        let snaps = self
-            .snapshots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        snaps
+    /// The snapshot `id` names, if it is still kept and was made for
+    /// `owner`.
+    fn find(&self, id: &[u8; 16], owner: &PageOwner) -> Option<(u64, Arc<[Arc<Obj>]>)> {
+        self.lock()
             .iter()
-            .find(|s| s.id == id && s.created.elapsed() < PAGE_TTL)
+            .find(|s| {
+                // Constant-time on the id: how long a guess takes says
+                // nothing about how close it was.
+                let same_id = s.id.iter().zip(id).fold(0, |d, (a, b)| d | (a ^ b)) == 0;
+                same_id && s.created.elapsed() < PAGE_TTL && s.owner.same(owner)
+            })
             .map(|s| (s.rv, s.items.clone()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Snapshot>> {
+        self.snapshots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -78,11 +161,6 @@ fn expired_token() -> ApiError {
         "Expired",
         "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
     )
-}
-
-fn parse_token(token: &str) -> Option<(u64, usize)> {
-    let (id, offset) = token.split_once(':')?;
-    Some((id.parse().ok()?, offset.parse().ok()?))
 }
 
 async fn synced(state: &AppState, hub: &Hub) -> Result<(), ApiError> {
@@ -105,16 +183,22 @@ async fn synced(state: &AppState, hub: &Hub) -> Result<(), ApiError> {
 pub async fn list(
     state: &AppState,
     hub: &Arc<Hub>,
-    filter: Filter,
+    owner: PageOwner,
     q: &KubeQuery,
     info: &ResourceInfo,
 ) -> Result<HttpResponse, ApiError> {
     synced(state, hub).await?;
-    let (rv, items, offset) = match &q.continue_token {
+    let continued = q.continue_token.as_deref().map(Token::parse).transpose()?;
+    let (id, rv, items, offset) = match &continued {
         Some(token) => {
-            let (id, offset) = parse_token(token).ok_or_else(expired_token)?;
-            let (rv, items) = state.kube_pages.find(id).ok_or_else(expired_token)?;
-            (rv, items, offset)
+            let (rv, items) = state
+                .kube_pages
+                .find(&token.id, &owner)
+                .ok_or_else(expired_token)?;
+            if token.offset > items.len() {
+                return Err(expired_token());
+            }
+            (Some(token.id), rv, items, token.offset)
         }
         None => {
             match (
@@ -143,12 +227,12 @@ pub async fn list(
             }
             let Joined::Snapshot {
                 mut objects, rv, ..
-            } = hub.join(None, &|o| filter.matches(o))
+            } = hub.join(None, &|o| owner.filter.matches(o))
             else {
                 unreachable!("a join without a resume position is a snapshot");
             };
             objects.sort_by_cached_key(|o| o.key());
-            (rv, Arc::from(objects), 0)
+            (None, rv, Arc::from(objects), 0)
         }
     };
     let end = match q.limit {
@@ -157,13 +241,15 @@ pub async fn list(
     };
     let page = items.get(offset..end).unwrap_or(&[]);
     let more = end < items.len();
-    let token = more.then(|| {
-        let id = match &q.continue_token {
-            Some(t) => parse_token(t).map(|(id, _)| id).unwrap_or_default(),
-            None => state.kube_pages.store(rv, items.clone()),
+    let token = if more {
+        let id = match id {
+            Some(id) => id,
+            None => state.kube_pages.store(owner, rv, items.clone())?,
         };
-        format!("{id}:{end}")
-    });
+        Some(Token { id, offset: end }.encode())
+    } else {
+        None
+    };
 
     let mut body =
         BytesMut::with_capacity(page.iter().map(|o| o.json().len() + 1).sum::<usize>() + 256);
@@ -213,5 +299,71 @@ pub async fn get(
             "{} {name:?} not found",
             info.api.plural
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::{Access, Grant};
+
+    fn owner(principal: &Principal, resource: &str, ns: &[&str]) -> PageOwner {
+        PageOwner {
+            principal: principal.clone(),
+            resource: resource.into(),
+            filter: Filter {
+                namespaces: ns.iter().map(|n| n.to_string()).collect(),
+                ..Filter::default()
+            },
+        }
+    }
+
+    #[test]
+    fn tokens_round_trip_and_refuse_other_shapes() {
+        let t = Token {
+            id: [0xab; 16],
+            offset: 42,
+        };
+        assert_eq!(Token::parse(&t.encode()).unwrap(), t);
+        for bad in [
+            "0:1",
+            "",
+            "abc",
+            &format!("{}.x", "ab".repeat(16)),
+            &format!("{}.1", "zz".repeat(16)),
+        ] {
+            assert!(
+                matches!(Token::parse(bad), Err(ApiError::BadRequest(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_snapshot_is_found_only_by_its_owner() {
+        let pages = Pages::default();
+        let alice = Principal::new(
+            "alice".into(),
+            None,
+            Access::Claims {
+                namespaces: Grant::Only(vec!["a".into()]),
+                resources: Grant::All,
+            },
+        );
+        let bob = Principal::new("bob".into(), None, alice.access().clone());
+        let id = pages
+            .store(owner(&alice, "pods", &["a"]), 7, Arc::from(Vec::new()))
+            .unwrap();
+        assert!(pages.find(&id, &owner(&alice, "pods", &["a"])).is_some());
+        assert!(pages.find(&id, &owner(&bob, "pods", &["a"])).is_none());
+        assert!(pages.find(&id, &owner(&alice, "nodes", &["a"])).is_none());
+        assert!(pages.find(&id, &owner(&alice, "pods", &["b"])).is_none());
+        let mut other = id;
+        other[0] ^= 1;
+        assert!(pages.find(&other, &owner(&alice, "pods", &["a"])).is_none());
+        let second = pages
+            .store(owner(&alice, "pods", &["a"]), 7, Arc::from(Vec::new()))
+            .unwrap();
+        assert_ne!(id, second, "ids are random, not counted");
     }
 }

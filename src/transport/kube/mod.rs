@@ -11,7 +11,7 @@
 
 mod discovery;
 mod list;
-pub use list::Pages;
+pub use list::{PageOwner, Pages};
 mod params;
 mod watch;
 
@@ -167,7 +167,12 @@ async fn serve(
     if query.watch {
         watch::watch(&req, &state, hub, filter, &query, principal.deadline()).await
     } else {
-        list::list(&state, &hub, filter, &query, &info).await
+        let owner = PageOwner {
+            principal,
+            resource: info.canonical_name(),
+            filter,
+        };
+        list::list(&state, &hub, owner, &query, &info).await
     }
 }
 
