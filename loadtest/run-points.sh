@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the comparison matrix: kubefan and nginx+nchan, side by side.
+# Runs the comparison matrix: kubefan, nginx+nchan and the floor (`loadtest
+# floor`: one write per delivery and nothing else), side by side.
 # Each point three times with a fresh server process, the server pinned to
 # core 0 and the load generator to core 1. Results: loadtest/results/*.json;
 # then `python3 loadtest/summarise.py` writes the table and charts.
@@ -13,7 +14,10 @@ POINTS=${POINTS:-"1000:sse 5000:sse 10000:sse 10000:ws"}
 REPS=${REPS:-3}
 DURATION=${DURATION:-20}
 RATE=${RATE:-10}
-SERVERS=${SERVERS:-"kubefan nchan"}
+SERVERS=${SERVERS:-"kubefan nchan floor"}
+# Message bytes for nchan and the floor (kubefan sends whole pods; match its
+# mean frame size, kubefan_bytes_sent_total / kubefan_events_sent_total).
+PAYLOAD=${PAYLOAD:-1024}
 OUT=${OUT:-loadtest/results}
 mkdir -p "$OUT" /tmp/kubefan-nchan
 cargo build --release --locked -p kubefan -p loadtest
@@ -38,6 +42,11 @@ for point in $POINTS; do
         srv=$!
         wait_http http://127.0.0.1:18080/readyz
         pid=$srv; base=http://127.0.0.1:18080
+      elif [ "$server" = floor ]; then
+        taskset -c 0 "$BIN/loadtest" floor --listen 127.0.0.1:8092 >/tmp/lt-floor.log 2>&1 &
+        srv=$!
+        wait_http http://127.0.0.1:8092/none || true
+        pid=$srv; base=http://127.0.0.1:8092; sim=""
       else
         taskset -c 0 nginx -c "$PWD/loadtest/nchan.conf" -p /tmp/kubefan-nchan/ >/tmp/nchan.log 2>&1 &
         srv=$!
@@ -49,7 +58,7 @@ for point in $POINTS; do
       fi
       taskset -c 1 "$BIN/loadtest" run --server "$server" --base "$base" --sim http://127.0.0.1:18001 \
         --pid "$pid" --transport "$transport" --subscribers "$n" --rate "$RATE" \
-        --duration-secs "$DURATION" --workers "$workers" --out "$file" >/dev/null
+        --duration-secs "$DURATION" --workers "$workers" --payload "$PAYLOAD" --out "$file" >/dev/null
       kill "$srv" ${sim:+"$sim"} 2>/dev/null || true
       wait 2>/dev/null || true
     done

@@ -2,6 +2,7 @@
 //! `loadtest/RESULTS.md` for the figures. Every loop is bounded in count
 //! and time, and every address is on loopback.
 
+mod floor;
 mod subscriber;
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -31,13 +32,20 @@ enum Command {
     Run(RunArgs),
     /// N subscribers connecting at once; time until the last has its snapshot.
     Herd(HerdArgs),
+    /// The floor server: one write per delivery and nothing else, speaking
+    /// the nchan subset the generator uses (`--server floor`).
+    Floor {
+        #[arg(long, default_value = "127.0.0.1:8092")]
+        listen: std::net::SocketAddr,
+    },
     /// Internal: one worker process's share of subscribers.
     Worker { config: String },
 }
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// `kubefan` or `nchan`.
+    /// `kubefan`, `nchan`, or `floor` (`loadtest floor`, which speaks
+    /// nchan's publish and subscribe).
     #[arg(long, default_value = "kubefan")]
     server: String,
     /// The server under test.
@@ -102,6 +110,13 @@ struct WorkerReport {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Command::Floor { listen } = cli.command {
+        // One thread, as nginx's one worker: the floor of one core.
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(floor::run(listen));
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -109,6 +124,7 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => rt.block_on(run(args)),
         Command::Herd(args) => rt.block_on(herd(args)),
         Command::Worker { config } => rt.block_on(worker(serde_json::from_str(&config)?)),
+        Command::Floor { .. } => unreachable!("served above"),
     }
 }
 
@@ -240,7 +256,7 @@ struct Publisher {
 async fn publish(p: Publisher, seq: usize) -> anyhow::Result<()> {
     let (http, args) = (&p.http, &p);
     let mark = format!("{seq}:{}", now_nanos());
-    let resp = if args.server == "nchan" {
+    let resp = if args.server != "kubefan" {
         let body = serde_json::json!({"metadata": {"annotations": {"loadtest/sent": mark,
             "loadtest/pad": "x".repeat(args.payload.saturating_sub(80))}}});
         http.post(format!("{}/pub/loadtest", args.base))

@@ -86,7 +86,7 @@ pub enum Transport {
 /// Where and how to subscribe.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Target {
-    /// `kubefan` or `nchan`.
+    /// `kubefan`, or `nchan` / `floor` (the same publish/subscribe paths).
     pub server: String,
     /// Base URL, `http://127.0.0.1:8080`.
     pub base: String,
@@ -101,10 +101,10 @@ impl Target {
             return format!("{}{path}", self.base);
         }
         match (self.server.as_str(), self.transport) {
-            ("nchan", Transport::Ws) => {
+            ("nchan" | "floor", Transport::Ws) => {
                 format!("{}/sub/loadtest", self.base.replacen("http", "ws", 1))
             }
-            ("nchan", _) => format!("{}/sub/loadtest", self.base),
+            ("nchan" | "floor", _) => format!("{}/sub/loadtest", self.base),
             (_, Transport::Sse) => format!("{}/stream/pods?namespace=loadtest", self.base),
             (_, Transport::Ws) => format!(
                 "{}/stream/pods?namespace=loadtest",
@@ -235,7 +235,7 @@ pub async fn connect(
     local: IpAddr,
 ) -> anyhow::Result<Conn> {
     let url = target.url();
-    let nchan = target.server == "nchan";
+    let nchan = target.server != "kubefan";
     match target.transport {
         Transport::Ws => {
             let socket = tokio::net::TcpSocket::new_v4()?;
