@@ -11,7 +11,7 @@ use std::sync::Arc;
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kubefan::hub::projection::Projection;
 use kubefan::hub::{EventType, Filter, Hub, LogLimits, Obj, ResourceMeta, ViewSpec};
-use kubefan::ops::Metrics;
+use kubefan::metrics::Metrics;
 use kubefan::selector::LabelSelector;
 
 fn pod(i: u64, rv: u64) -> Obj {

@@ -29,6 +29,7 @@ pub mod gate;
 pub mod heap;
 pub mod hub;
 pub mod limits;
+pub mod metrics;
 pub mod ops;
 pub mod selector;
 pub mod server;

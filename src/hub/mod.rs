@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::ops::{HubMetrics, Metrics};
+use crate::metrics::{HubMetrics, Metrics};
 use beacon::Beacon;
 pub use encode::{EventType, Frame};
 pub use filter::Filter;
@@ -237,7 +237,7 @@ impl Hub {
         );
         self.trim(&mut st);
         self.publish(st);
-        self.metrics.event(kind);
+        self.count(kind);
         true
     }
 
@@ -313,7 +313,7 @@ impl Hub {
                 EventType::Modified => outcome.modified += 1,
                 EventType::Deleted => outcome.deleted += 1,
             }
-            self.metrics.event(event.kind);
+            self.count(event.kind);
             Self::push(&mut st, event);
         }
         st.cache = fresh;
@@ -390,6 +390,14 @@ impl Hub {
             .collect()
     }
 
+    fn count(&self, kind: EventType) {
+        match kind {
+            EventType::Added => self.metrics.added(),
+            EventType::Modified => self.metrics.modified(),
+            EventType::Deleted => self.metrics.deleted(),
+        }
+    }
+
     /// Appends `event` to the log, giving it the next `seq`.
     fn push(st: &mut State, mut event: Event) {
         st.log_bytes += event.frame.len() + event.obj.size();
@@ -410,7 +418,13 @@ impl Hub {
     /// are set under the lock (a few atomic stores) so that a concurrent
     /// [`Hub::close`] reliably has the last word on them.
     fn publish(&self, st: RwLockWriteGuard<'_, State>) {
-        self.metrics.state(&stats_of(&st));
+        let stats = stats_of(&st);
+        self.metrics.state(
+            stats.objects,
+            stats.log_events,
+            stats.log_bytes,
+            stats.synced,
+        );
         let next = st.next_seq;
         drop(st);
         self.head_tx.send_replace(next);
@@ -527,13 +541,7 @@ impl Hub {
         }
         // Wake everyone, including joiners still waiting for the first sync.
         st.synced = true;
-        self.metrics.state(&HubStats {
-            objects: 0,
-            log_events: 0,
-            log_bytes: 0,
-            resource_version: 0,
-            synced: false,
-        });
+        self.metrics.state(0, 0, 0, false);
         let next = st.next_seq;
         self.is_closed.store(true, Ordering::Release);
         drop(st);
@@ -683,7 +691,7 @@ fn stats_of(st: &State) -> HubStats {
 mod tests {
     use super::beacon::Signals;
     use super::*;
-    use crate::ops::Transport;
+    use crate::metrics::Transport;
     use serde_json::json;
     use std::collections::BTreeMap;
 

@@ -16,7 +16,7 @@ use std::task::Poll;
 
 use super::beacon::{Registration, Signals};
 use super::{Event, EventType, Frame, Hub, Joined, Obj, SubscriberGuard, View, ViewSpec};
-use crate::ops::{Metrics, Transport};
+use crate::metrics::{Metrics, Transport};
 
 /// Snapshot objects handed out per item.
 const SNAPSHOT_CHUNK: usize = 256;
@@ -238,7 +238,7 @@ impl Subscription {
         }
         loop {
             if let Some(reason) = self.reset.take() {
-                self.metrics.reset(self.hub.name(), reason);
+                self.metrics.reset(self.hub.name(), reason.as_str());
                 return Some(Item::Reset(reason));
             }
             if let Some(snap) = &mut self.snapshot {

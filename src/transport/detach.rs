@@ -48,7 +48,7 @@ use tokio_util::task::TaskTracker;
 use super::ChunkSource;
 use super::error::ApiError;
 use crate::limits::Permit;
-use crate::ops::Metrics;
+use crate::metrics::Metrics;
 use crate::server::Takeover;
 
 /// Where detached streams run, and how they are stopped.

@@ -15,7 +15,7 @@ use crate::auth::{Principal, Verb};
 use crate::hub::Subscription;
 use crate::hub::projection::Projection;
 use crate::hub::{Delta, Filter, ViewSpec};
-use crate::ops::Transport;
+use crate::metrics::Transport;
 use crate::selector::{FieldSelector, LabelSelector};
 use error::ApiError;
 

@@ -21,7 +21,7 @@ use super::{ChunkSource, detach, parse_stream_query, subscribe};
 use crate::app::AppState;
 use crate::auth::{self, Principal};
 use crate::hub::{Item, ResetReason, ResourceMeta, Subscription};
-use crate::ops::Transport;
+use crate::metrics::Transport;
 
 /// `GET /stream/{resource}`: a snapshot, its end marker, then every change.
 pub async fn stream(

@@ -50,7 +50,7 @@ use super::{StreamParams, parse_stream_params, parse_stream_query, subscribe};
 use crate::app::AppState;
 use crate::auth::{self, Principal};
 use crate::hub::{Item, ResourceMeta, Subscription};
-use crate::ops::Transport;
+use crate::metrics::Transport;
 
 /// Messages a socket's subscriptions may have queued for its writer.
 const OUTBOX: usize = 64;

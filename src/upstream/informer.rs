@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ingest::{IngestOptions, ingest};
 use crate::hub::{EventType, Hub, Obj};
-use crate::ops::Metrics;
+use crate::metrics::Metrics;
 
 /// How an informer talks to the upstream.
 #[derive(Debug, Clone, Copy)]

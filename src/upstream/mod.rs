@@ -62,7 +62,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::hub::{Hub, LogLimits, ResourceMeta, SubscriptionError};
-use crate::ops::Metrics;
+use crate::metrics::Metrics;
 pub use discovery::{Catalog, ResourceInfo};
 pub use informer::InformerConfig;
 pub use ingest::IngestOptions;

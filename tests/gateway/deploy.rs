@@ -635,9 +635,9 @@ async fn the_grafana_dashboard_queries_only_metrics_kubefan_exports_and_they_car
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     // Families with no series yet (no reset has happened) are not in the
-    // exposition: those must at least be registered in src/ops.rs.
-    let ops = std::fs::read_to_string(root().join("src/ops.rs")).unwrap();
-    let registered: BTreeSet<String> = ops
+    // exposition: those must at least be registered in src/metrics.rs.
+    let source = std::fs::read_to_string(root().join("src/metrics.rs")).unwrap();
+    let registered: BTreeSet<String> = source
         .split("registry.register(")
         .skip(1)
         .filter_map(|s| s.split('"').nth(1))

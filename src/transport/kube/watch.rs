@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use super::KubeQuery;
 use crate::app::AppState;
 use crate::hub::{Filter, Hub, Item, ResourceMeta, Subscription, ViewSpec};
-use crate::ops::Transport;
+use crate::metrics::Transport;
 use crate::transport::error::{ApiError, status_json};
 use crate::transport::{ChunkSource, detach};
 

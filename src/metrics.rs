@@ -1,0 +1,448 @@
+//! Metrics: one [`Metrics`] value handed to whoever records (no global
+//! statics), encoded by `ops` at `/metrics`. Labels are bounded: resource,
+//! transport, event type, reason — never a client or an object name.
+//!
+//! This module sits below everything that records (hub, upstream,
+//! transports): it knows their labels as plain words, not their types.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// How a subscriber is connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum Transport {
+    Sse,
+    WebSocket,
+    KubeWatch,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResourceLabel {
+    resource: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TransportLabels {
+    resource: String,
+    transport: Transport,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TypeLabels {
+    resource: String,
+    r#type: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabels {
+    resource: String,
+    reason: String,
+}
+
+/// Every metric kubefan exports.
+pub struct Metrics {
+    registry: Registry,
+    subscribers: Family<TransportLabels, Gauge>,
+    events_received: Family<TypeLabels, Counter>,
+    events_sent: Family<TransportLabels, Counter>,
+    snapshots: Family<TransportLabels, Counter>,
+    resets: Family<ReasonLabels, Counter>,
+    lapped: Family<ResourceLabel, Counter>,
+    upstream_lists: Family<ResourceLabel, Counter>,
+    upstream_watches: Family<ResourceLabel, Counter>,
+    upstream_errors: Family<ReasonLabels, Counter>,
+    upstream_relists: Family<ReasonLabels, Counter>,
+    cache_objects: Family<ResourceLabel, Gauge>,
+    log_events: Family<ResourceLabel, Gauge>,
+    log_bytes: Family<ResourceLabel, Gauge>,
+    synced: Family<ResourceLabel, Gauge>,
+    informers_running: Family<ResourceLabel, Gauge>,
+    view_encodings: Family<ResourceLabel, Counter>,
+    views: Family<ResourceLabel, Gauge>,
+    bytes_sent: Family<TransportLabels, Counter>,
+    snapshot_objects: Family<ResourceLabel, Histogram, fn() -> Histogram>,
+    snapshot_bytes: Family<ResourceLabel, Histogram, fn() -> Histogram>,
+    last_sync: Family<ResourceLabel, Gauge>,
+    auth_failures: Family<KindLabel, Counter>,
+    limits_hit: Family<KindLabel, Counter>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+fn object_buckets() -> Histogram {
+    // 1 to ~1M objects.
+    Histogram::new(exponential_buckets(1.0, 4.0, 11))
+}
+
+fn byte_buckets() -> Histogram {
+    // 256 B to ~1 GiB.
+    Histogram::new(exponential_buckets(256.0, 4.0, 12))
+}
+
+/// Seconds since the Unix epoch, for timestamp gauges.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("kubefan");
+        let m = Metrics {
+            subscribers: Family::default(),
+            events_received: Family::default(),
+            events_sent: Family::default(),
+            snapshots: Family::default(),
+            resets: Family::default(),
+            lapped: Family::default(),
+            upstream_lists: Family::default(),
+            upstream_watches: Family::default(),
+            upstream_errors: Family::default(),
+            upstream_relists: Family::default(),
+            cache_objects: Family::default(),
+            log_events: Family::default(),
+            log_bytes: Family::default(),
+            synced: Family::default(),
+            informers_running: Family::default(),
+            view_encodings: Family::default(),
+            views: Family::default(),
+            auth_failures: Family::default(),
+            limits_hit: Family::default(),
+            bytes_sent: Family::default(),
+            snapshot_objects: Family::new_with_constructor(object_buckets),
+            snapshot_bytes: Family::new_with_constructor(byte_buckets),
+            last_sync: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register("subscribers", "Open subscriptions", m.subscribers.clone());
+        registry.register(
+            "events_received",
+            "Events appended to a hub (from upstream watches and relist diffs)",
+            m.events_received.clone(),
+        );
+        registry.register(
+            "events_sent",
+            "Events delivered to subscribers",
+            m.events_sent.clone(),
+        );
+        registry.register(
+            "snapshots_served",
+            "Snapshots delivered to subscribers",
+            m.snapshots.clone(),
+        );
+        registry.register(
+            "resets",
+            "Subscribers whose state was replaced by a fresh snapshot",
+            m.resets.clone(),
+        );
+        registry.register(
+            "cursors_lapped",
+            "Subscribers that fell off the event log",
+            m.lapped.clone(),
+        );
+        registry.register(
+            "upstream_lists",
+            "Upstream LIST cycles started",
+            m.upstream_lists.clone(),
+        );
+        registry.register(
+            "upstream_watches",
+            "Upstream WATCH requests started",
+            m.upstream_watches.clone(),
+        );
+        registry.register(
+            "upstream_errors",
+            "Upstream list/watch errors",
+            m.upstream_errors.clone(),
+        );
+        registry.register(
+            "upstream_relists",
+            "Relists after the first, by cause",
+            m.upstream_relists.clone(),
+        );
+        registry.register(
+            "hub_cache_objects",
+            "Objects in a hub's cache",
+            m.cache_objects.clone(),
+        );
+        registry.register(
+            "hub_log_events",
+            "Events held in a hub's log",
+            m.log_events.clone(),
+        );
+        registry.register(
+            "hub_log_bytes",
+            "Bytes held by a hub's log",
+            m.log_bytes.clone(),
+        );
+        registry.register(
+            "informer_synced",
+            "1 once a resource's first list is loaded",
+            m.synced.clone(),
+        );
+        registry.register(
+            "informers_running",
+            "1 while a resource's informer runs (lazily started ones stop when idle or removed upstream)",
+            m.informers_running.clone(),
+        );
+        registry.register(
+            "view_encodings",
+            "Events and snapshot objects encoded for a filtered or projected view (once per view, shared by its subscribers)",
+            m.view_encodings.clone(),
+        );
+        registry.register(
+            "views",
+            "Distinct views (filter, projection, delta) in use",
+            m.views.clone(),
+        );
+        registry.register(
+            "auth_failures",
+            "Requests refused as unauthenticated, by kind (no_token, expired, bad_signature, ...)",
+            m.auth_failures.clone(),
+        );
+        registry.register(
+            "limits_hit",
+            "Requests refused by a limit (requests_per_second, connections)",
+            m.limits_hit.clone(),
+        );
+        registry.register(
+            "bytes_sent",
+            "Message bytes written to subscribers, every transport",
+            m.bytes_sent.clone(),
+        );
+        registry.register(
+            "snapshot_objects",
+            "Objects per snapshot served (after filters)",
+            m.snapshot_objects.clone(),
+        );
+        registry.register(
+            "snapshot_bytes",
+            "Encoded bytes per snapshot served (after filters and projection)",
+            m.snapshot_bytes.clone(),
+        );
+        registry.register(
+            "upstream_last_sync_timestamp_seconds",
+            "When a resource's hub last heard from upstream (list, event or bookmark); age: time() minus this",
+            m.last_sync.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The counter of bytes written on one resource and transport; callers
+    /// keep it to avoid a lookup per write.
+    pub fn bytes_sent(&self, resource: &str, transport: Transport) -> Counter {
+        self.bytes_sent
+            .get_or_create(&tl(resource, transport))
+            .clone()
+    }
+
+    /// A snapshot was served: how many objects, how many encoded bytes.
+    pub fn snapshot_size(&self, resource: &str, objects: u64, bytes: u64) {
+        let r = res(resource);
+        self.snapshot_objects
+            .get_or_create(&r)
+            .observe(objects as f64);
+        self.snapshot_bytes.get_or_create(&r).observe(bytes as f64);
+    }
+
+    /// `kind`: a bounded word (see `auth::Error::kind`).
+    pub fn auth_failure(&self, kind: &str) {
+        self.auth_failures
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// `kind`: `requests_per_second` or `connections`.
+    pub fn limit_hit(&self, kind: &str) {
+        self.limits_hit
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn subscriber_joined(&self, resource: &str, transport: Transport) {
+        self.subscribers
+            .get_or_create(&tl(resource, transport))
+            .inc();
+    }
+
+    pub fn subscriber_left(&self, resource: &str, transport: Transport) {
+        self.subscribers
+            .get_or_create(&tl(resource, transport))
+            .dec();
+    }
+
+    /// The counter of events sent on one resource and transport; callers
+    /// keep it to avoid a lookup per delivery.
+    pub fn events_sent(&self, resource: &str, transport: Transport) -> Counter {
+        self.events_sent
+            .get_or_create(&tl(resource, transport))
+            .clone()
+    }
+
+    pub fn snapshot_served(&self, resource: &str, transport: Transport) {
+        self.snapshots.get_or_create(&tl(resource, transport)).inc();
+    }
+
+    /// `reason`: `Expired` or `Lapped` (see `hub::ResetReason`).
+    pub fn reset(&self, resource: &str, reason: &str) {
+        self.resets.get_or_create(&rl(resource, reason)).inc();
+    }
+
+    pub fn lapped(&self, resource: &str) {
+        self.lapped.get_or_create(&res(resource)).inc();
+    }
+
+    /// The metrics one hub records on every append, resolved once so an
+    /// append does no label lookup.
+    pub fn hub_metrics(&self, resource: &str) -> HubMetrics {
+        let received = |kind: &str| {
+            self.events_received
+                .get_or_create(&TypeLabels {
+                    resource: resource.to_string(),
+                    r#type: kind.to_string(),
+                })
+                .clone()
+        };
+        let r = res(resource);
+        HubMetrics {
+            added: received("ADDED"),
+            modified: received("MODIFIED"),
+            deleted: received("DELETED"),
+            objects: self.cache_objects.get_or_create(&r).clone(),
+            log_events: self.log_events.get_or_create(&r).clone(),
+            log_bytes: self.log_bytes.get_or_create(&r).clone(),
+            synced: self.synced.get_or_create(&r).clone(),
+            view_encodings: self.view_encodings.get_or_create(&r).clone(),
+            views: self.views.get_or_create(&r).clone(),
+            last_sync: self.last_sync.get_or_create(&r).clone(),
+        }
+    }
+
+    pub fn informer_running(&self, resource: &str, running: bool) {
+        self.informers_running
+            .get_or_create(&res(resource))
+            .set(i64::from(running));
+    }
+
+    pub fn upstream_list(&self, resource: &str) {
+        self.upstream_lists.get_or_create(&res(resource)).inc();
+    }
+
+    pub fn upstream_watch(&self, resource: &str) {
+        self.upstream_watches.get_or_create(&res(resource)).inc();
+    }
+
+    /// `reason`: a bounded word (`list`, `watch`, `expired`, `decode`).
+    pub fn upstream_error(&self, resource: &str, reason: &str) {
+        self.upstream_errors
+            .get_or_create(&rl(resource, reason))
+            .inc();
+    }
+
+    pub fn upstream_relist(&self, resource: &str, reason: &str) {
+        self.upstream_relists
+            .get_or_create(&rl(resource, reason))
+            .inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// One hub's metric handles (see [`Metrics::hub_metrics`]).
+#[derive(Clone)]
+pub struct HubMetrics {
+    added: Counter,
+    modified: Counter,
+    deleted: Counter,
+    objects: Gauge,
+    log_events: Gauge,
+    log_bytes: Gauge,
+    synced: Gauge,
+    view_encodings: Counter,
+    views: Gauge,
+    last_sync: Gauge,
+}
+
+impl HubMetrics {
+    /// The upstream spoke (a list, an event or a bookmark).
+    pub fn heard_from_upstream(&self) {
+        self.last_sync.set(unix_now());
+    }
+
+    pub fn view_encodings(&self) -> Counter {
+        self.view_encodings.clone()
+    }
+
+    pub fn views(&self) -> Gauge {
+        self.views.clone()
+    }
+
+    /// An ADDED, MODIFIED or DELETED event was appended.
+    pub fn added(&self) {
+        self.added.inc();
+    }
+
+    pub fn modified(&self) {
+        self.modified.inc();
+    }
+
+    pub fn deleted(&self) {
+        self.deleted.inc();
+    }
+
+    /// The hub's sizes after a change; a synced hub has just heard from
+    /// the upstream.
+    pub fn state(&self, objects: usize, log_events: usize, log_bytes: usize, synced: bool) {
+        if synced {
+            self.heard_from_upstream();
+        }
+        self.objects.set(objects as i64);
+        self.log_events.set(log_events as i64);
+        self.log_bytes.set(log_bytes as i64);
+        self.synced.set(i64::from(synced));
+    }
+}
+
+fn res(resource: &str) -> ResourceLabel {
+    ResourceLabel {
+        resource: resource.to_string(),
+    }
+}
+
+fn tl(resource: &str, transport: Transport) -> TransportLabels {
+    TransportLabels {
+        resource: resource.to_string(),
+        transport,
+    }
+}
+
+fn rl(resource: &str, reason: &str) -> ReasonLabels {
+    ReasonLabels {
+        resource: resource.to_string(),
+        reason: reason.to_string(),
+    }
+}
