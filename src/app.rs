@@ -7,13 +7,11 @@ use std::sync::Arc;
 
 use actix_web::dev::ServerHandle;
 use actix_web::{HttpResponse, guard, web};
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use crate::auth::Auth;
 use crate::config::{AuthMode, Config, StreamConfig};
-use crate::hub::beacon::Signals;
+use crate::lifecycle::Lifecycle;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::ops;
@@ -28,11 +26,9 @@ pub struct AppState {
     pub informers: Arc<Informers>,
     pub metrics: Arc<Metrics>,
     pub stream: StreamConfig,
-    /// Changes every keep-alive interval; one timer for all subscribers.
-    pub ticks: watch::Receiver<u64>,
-    pub shutdown: CancellationToken,
-    /// Ticks and shutdown, as subscriptions listen to them.
-    pub signals: Arc<Signals>,
+    /// Keep-alive ticks (one timer for all subscribers), shutdown and the
+    /// hard stop.
+    pub lifecycle: Arc<Lifecycle>,
     /// Streams that took their connection over (`transport::detach`).
     pub streams: Arc<Streams>,
     /// Snapshots behind the Kubernetes face's `continue` tokens.
@@ -47,9 +43,8 @@ pub struct App {
     addr: SocketAddr,
     handle: ServerHandle,
     server: JoinHandle<std::io::Result<()>>,
-    shutdown: CancellationToken,
+    lifecycle: Arc<Lifecycle>,
     streams: Arc<Streams>,
-    signals: Arc<Signals>,
     grace: std::time::Duration,
     informers: Arc<Informers>,
     metrics: Arc<Metrics>,
@@ -61,50 +56,26 @@ impl App {
         let auth = Auth::new(&cfg.auth, client.clone())
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         log_exposure(&cfg);
-        let shutdown = CancellationToken::new();
+        let lifecycle = Lifecycle::new();
         let metrics = Arc::new(Metrics::new());
         let informers = Informers::new(
             client,
             cfg.upstream.clone(),
             metrics.clone(),
-            shutdown.clone(),
+            lifecycle.child_token(),
         );
         informers.start_boot();
-
-        crate::heap::spawn_trimmer(shutdown.clone());
-
-        let (tick_tx, ticks) = watch::channel(0u64);
-        let keepalive = cfg.stream.keepalive;
-        let tick_shutdown = shutdown.clone();
-        let signals = Signals::new();
-        let tick_signals = signals.clone();
-        tokio::spawn(async move {
-            let mut interval = tokio::time::interval(keepalive);
-            interval.tick().await;
-            loop {
-                tokio::select! {
-                    _ = tick_shutdown.cancelled() => {
-                        // However the token was cancelled, streams end.
-                        tick_signals.shut_down();
-                        return;
-                    }
-                    _ = interval.tick() => {
-                        tick_tx.send_modify(|t| *t += 1);
-                        tick_signals.tick();
-                    }
-                }
-            }
-        });
+        crate::heap::spawn_trimmer(lifecycle.clone());
+        lifecycle.spawn_ticker(cfg.stream.keepalive);
 
         let state = web::Data::new(AppState {
             informers: informers.clone(),
             metrics: metrics.clone(),
             stream: cfg.stream.clone(),
-            ticks,
-            shutdown: shutdown.clone(),
-            signals: signals.clone(),
+            lifecycle: lifecycle.clone(),
             streams: Arc::new(Streams::on_current_runtime(
                 cfg.stream.write_timeout,
+                lifecycle.clone(),
                 metrics.clone(),
             )),
             kube_pages: kube_face::Pages::default(),
@@ -126,7 +97,7 @@ impl App {
             listener,
             cfg.workers.max(1),
             grace.as_secs().max(1),
-            shutdown.clone(),
+            lifecycle.clone(),
             move || {
                 actix_web::App::new()
                     .wrap(actix_web::middleware::from_fn(crate::gate::gate))
@@ -158,9 +129,8 @@ impl App {
             addr,
             handle,
             server,
-            shutdown,
+            lifecycle,
             streams,
-            signals,
             grace,
             informers,
             metrics,
@@ -183,9 +153,7 @@ impl App {
     /// (each ends after a final ERROR event), wait for them up to the grace
     /// period, then stop the informers.
     pub async fn stop(self) {
-        self.shutdown.cancel();
-        // The ticker relays the token too; this does not depend on it.
-        self.signals.shut_down();
+        self.lifecycle.shut_down();
         // No new connections; streams that took their connection over end
         // first (a `/ws` socket's tasks live on an actix worker thread, which
         // must outlive them), then actix finishes what it still serves.
@@ -196,9 +164,9 @@ impl App {
         self.informers.stopped().await;
     }
 
-    /// A token cancelled when [`App::stop`] begins.
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
+    /// The gateway's lifecycle: shut down when [`App::stop`] begins.
+    pub fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.lifecycle
     }
 }
 

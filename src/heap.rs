@@ -13,20 +13,22 @@
 
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
+use std::sync::Arc;
+
+use crate::lifecycle::Lifecycle;
 
 /// How often freed memory is given back.
 pub const TRIM_EVERY: Duration = Duration::from_secs(10);
 
-/// Trims every [`TRIM_EVERY`] until `shutdown`.
-pub fn spawn_trimmer(shutdown: CancellationToken) {
+/// Trims every [`TRIM_EVERY`] until shutdown.
+pub fn spawn_trimmer(lifecycle: Arc<Lifecycle>) {
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(TRIM_EVERY);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         interval.tick().await;
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = lifecycle.shutting_down() => return,
                 _ = interval.tick() => {
                     let _ = tokio::task::spawn_blocking(trim).await;
                 }

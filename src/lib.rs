@@ -25,9 +25,11 @@
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod epoch;
 pub mod gate;
 pub mod heap;
 pub mod hub;
+pub mod lifecycle;
 pub mod limits;
 pub mod metrics;
 pub mod ops;

@@ -25,9 +25,11 @@ use actix_service::{
     IntoServiceFactory, Service, ServiceFactory, ServiceFactoryExt, fn_service, map_config,
 };
 use actix_web::dev::AppConfig;
+use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
+
+use crate::lifecycle::Lifecycle;
 
 type Slot = Rc<RefCell<Conn>>;
 
@@ -126,13 +128,13 @@ impl AsyncWrite for FrontIo {
 }
 
 /// Serves `factory`'s application on `listener` with `workers` threads.
-/// `shutdown` closes idle keep-alive connections when cancelled; requests
+/// Idle keep-alive connections close when `lifecycle` shuts down; requests
 /// in flight get `grace_secs` to finish once the server is stopped.
 pub fn serve<F, I, S, B>(
     listener: std::net::TcpListener,
     workers: usize,
     grace_secs: u64,
-    shutdown: CancellationToken,
+    lifecycle: Arc<Lifecycle>,
     factory: F,
 ) -> io::Result<Server>
 where
@@ -152,7 +154,7 @@ where
         .disable_signals()
         .shutdown_timeout(grace_secs)
         .listen("kubefan", listener, move || {
-            let shutdown = shutdown.clone();
+            let lifecycle = lifecycle.clone();
             let app = factory()
                 .into_factory()
                 .map_err(|err| err.into().error_response());
@@ -161,8 +163,8 @@ where
             // by Cargo.lock).
             let http = HttpService::<FrontIo, _, _>::build()
                 .graceful_shutdown_signal(move || {
-                    let shutdown = shutdown.clone();
-                    async move { shutdown.cancelled().await }
+                    let lifecycle = lifecycle.clone();
+                    async move { lifecycle.shutting_down().await }
                 })
                 .local_addr(addr)
                 .on_connect_ext(|io: &FrontIo, ext| {

@@ -13,7 +13,6 @@
 //! lapped and must take a fresh snapshot (see [`Subscription`]). Event
 //! resourceVersions never decrease along the log.
 
-pub mod beacon;
 pub mod encode;
 mod filter;
 mod object;
@@ -28,8 +27,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::epoch::Epoch;
 use crate::metrics::{HubMetrics, Metrics};
-use beacon::Beacon;
 pub use encode::{EventType, Frame};
 pub use filter::Filter;
 pub use object::{Event, Obj, ObjKey};
@@ -108,7 +107,7 @@ pub struct Hub {
     /// The next `seq` to be appended; changes wake subscribers.
     head_tx: watch::Sender<u64>,
     /// Wakes subscriptions on the same changes as `head_tx`.
-    beacon: Beacon,
+    changes: Epoch,
     /// Set with `State::closed`, read without the lock.
     is_closed: AtomicBool,
     synced_tx: watch::Sender<bool>,
@@ -155,7 +154,7 @@ impl Hub {
                 closed: None,
             }),
             head_tx: watch::channel(0).0,
-            beacon: Beacon::default(),
+            changes: Epoch::default(),
             is_closed: AtomicBool::new(false),
             synced_tx: watch::channel(false).0,
             subscribers_tx: watch::channel(0).0,
@@ -428,7 +427,7 @@ impl Hub {
         let next = st.next_seq;
         drop(st);
         self.head_tx.send_replace(next);
-        self.beacon.wake_all();
+        self.changes.advance();
     }
 
     /// Joins a subscriber: a resume when `resume` is a position the log
@@ -546,7 +545,7 @@ impl Hub {
         self.is_closed.store(true, Ordering::Release);
         drop(st);
         self.head_tx.send_replace(next);
-        self.beacon.wake_all();
+        self.changes.advance();
         self.synced_tx.send_replace(true);
     }
 
@@ -559,8 +558,8 @@ impl Hub {
     }
 
     /// Moves whenever `head_rx` changes: what subscriptions wait on.
-    pub fn beacon(&self) -> &Beacon {
-        &self.beacon
+    pub fn changes(&self) -> &Epoch {
+        &self.changes
     }
 
     /// Counts a subscriber in (until the returned guard drops).
@@ -689,8 +688,8 @@ fn stats_of(st: &State) -> HubStats {
 
 #[cfg(test)]
 mod tests {
-    use super::beacon::Signals;
     use super::*;
+    use crate::lifecycle::Lifecycle;
     use crate::metrics::Transport;
     use serde_json::json;
     use std::collections::BTreeMap;
@@ -853,7 +852,7 @@ mod tests {
             spec,
             None,
             sync_timeout,
-            Signals::new(),
+            Lifecycle::new(),
             Arc::new(Metrics::new()),
             Transport::Sse,
         )
@@ -864,20 +863,20 @@ mod tests {
         hub: &Arc<Hub>,
         filter: Filter,
         resume: Option<u64>,
-    ) -> (Subscription, Arc<Signals>) {
-        let signals = Signals::new();
+    ) -> (Subscription, Arc<Lifecycle>) {
+        let lifecycle = Lifecycle::new();
         let sub = Subscription::start(
             hub.clone(),
             ViewSpec::new(filter),
             resume,
             Duration::from_secs(1),
-            signals.clone(),
+            lifecycle.clone(),
             Arc::new(Metrics::new()),
             Transport::Sse,
         )
         .await
         .unwrap();
-        (sub, signals)
+        (sub, lifecycle)
     }
 
     #[tokio::test]
@@ -1218,7 +1217,7 @@ mod tests {
                 spec(),
                 None,
                 Duration::from_secs(1),
-                Signals::new(),
+                Lifecycle::new(),
                 metrics.clone(),
                 Transport::Sse,
             )
@@ -1268,20 +1267,20 @@ mod tests {
     async fn shutdown_ends_the_subscription_with_a_shutdown_item() {
         let hub = hub();
         hub.relist(vec![], 1);
-        let signals = Signals::new();
+        let lifecycle = Lifecycle::new();
         let mut sub = Subscription::start(
             hub,
             ViewSpec::default(),
             None,
             Duration::from_secs(1),
-            signals.clone(),
+            lifecycle.clone(),
             Arc::new(Metrics::new()),
             Transport::Sse,
         )
         .await
         .unwrap();
         assert!(matches!(sub.next().await, Some(Item::SnapshotEnd { .. })));
-        signals.shut_down();
+        lifecycle.shut_down();
         let item = tokio::time::timeout(Duration::from_secs(1), sub.next())
             .await
             .unwrap();

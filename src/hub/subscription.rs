@@ -14,8 +14,9 @@ use std::time::Duration;
 use std::future::poll_fn;
 use std::task::Poll;
 
-use super::beacon::{Registration, Signals};
 use super::{Event, EventType, Frame, Hub, Joined, Obj, SubscriberGuard, View, ViewSpec};
+use crate::epoch::Registration;
+use crate::lifecycle::Lifecycle;
 use crate::metrics::{Metrics, Transport};
 
 /// Snapshot objects handed out per item.
@@ -122,13 +123,13 @@ pub struct Subscription {
     hub: Arc<Hub>,
     view: Arc<View>,
     cursor: u64,
-    /// The hub's beacon: where this waits, and the epoch it last read at.
+    /// Where this waits for the hub's changes, and the epoch it last read at.
     hub_wait: Registration,
     hub_seen: u64,
     /// Keep-alive ticks and shutdown.
-    signals: Arc<Signals>,
-    signals_wait: Registration,
-    signals_seen: u64,
+    lifecycle: Arc<Lifecycle>,
+    lifecycle_wait: Registration,
+    lifecycle_seen: u64,
     ticks_seen: u64,
     snapshot: Option<SnapshotProgress>,
     reset: Option<ResetReason>,
@@ -153,14 +154,14 @@ struct SnapshotProgress {
 impl Subscription {
     /// Waits (at most `sync_timeout`) for the hub's first list, then joins
     /// it at `resume` (a resourceVersion the client has seen) or with a
-    /// snapshot. `signals` ticks every keep-alive interval.
+    /// snapshot. `lifecycle` ticks every keep-alive interval.
     #[allow(clippy::too_many_arguments)]
     pub async fn start(
         hub: Arc<Hub>,
         spec: ViewSpec,
         resume: Option<u64>,
         sync_timeout: Duration,
-        signals: Arc<Signals>,
+        lifecycle: Arc<Lifecycle>,
         metrics: Arc<Metrics>,
         transport: Transport,
     ) -> Result<Subscription, SubscriptionError> {
@@ -181,10 +182,10 @@ impl Subscription {
             cursor: 0,
             hub_wait: Registration::default(),
             hub_seen: 0,
-            signals_seen: signals.beacon().epoch(),
-            ticks_seen: signals.ticks(),
-            signals_wait: Registration::default(),
-            signals,
+            lifecycle_seen: lifecycle.epoch().current(),
+            ticks_seen: lifecycle.ticks(),
+            lifecycle_wait: Registration::default(),
+            lifecycle,
             snapshot: None,
             reset: None,
             sent_rv: 0,
@@ -262,7 +263,7 @@ impl Subscription {
                 self.metrics.snapshot_size(self.hub.name(), objects, bytes);
                 return Some(Item::SnapshotEnd { rv });
             }
-            if self.signals.is_shut_down() {
+            if self.lifecycle.is_shutting_down() {
                 self.finished = true;
                 return Some(Item::Shutdown);
             }
@@ -272,7 +273,7 @@ impl Subscription {
             }
 
             // Seen before reading: a change after this point wakes us.
-            self.hub_seen = self.hub.beacon().epoch();
+            self.hub_seen = self.hub.changes().current();
             // A fresh vector per read: an idle subscriber holds no buffer.
             let mut out = Vec::new();
             match self.hub.read(&mut self.cursor, READ_BATCH, &mut out) {
@@ -306,22 +307,23 @@ impl Subscription {
             let moved = poll_fn(|cx| {
                 let hub = self
                     .hub
-                    .beacon()
+                    .changes()
                     .poll_moved(self.hub_seen, &mut self.hub_wait, cx);
-                let signals =
-                    self.signals
-                        .beacon()
-                        .poll_moved(self.signals_seen, &mut self.signals_wait, cx);
-                match (hub, signals) {
+                let lifecycle = self.lifecycle.epoch().poll_moved(
+                    self.lifecycle_seen,
+                    &mut self.lifecycle_wait,
+                    cx,
+                );
+                match (hub, lifecycle) {
                     (Poll::Pending, Poll::Pending) => Poll::Pending,
-                    (_, signals) => Poll::Ready(signals.is_ready()),
+                    (_, lifecycle) => Poll::Ready(lifecycle.is_ready()),
                 }
             })
             .await;
             if moved {
-                self.signals_seen = self.signals.beacon().epoch();
-                let ticks = self.signals.ticks();
-                if ticks != self.ticks_seen && !self.signals.is_shut_down() {
+                self.lifecycle_seen = self.lifecycle.epoch().current();
+                let ticks = self.lifecycle.ticks();
+                if ticks != self.ticks_seen && !self.lifecycle.is_shutting_down() {
                     self.ticks_seen = ticks;
                     if self.pos_rv > self.sent_rv {
                         self.sent_rv = self.pos_rv;
@@ -336,8 +338,8 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.hub.beacon().deregister(&mut self.hub_wait);
-        self.signals.beacon().deregister(&mut self.signals_wait);
+        self.hub.changes().deregister(&mut self.hub_wait);
+        self.lifecycle.epoch().deregister(&mut self.lifecycle_wait);
         self.metrics
             .subscriber_left(self.hub.name(), self.transport);
     }

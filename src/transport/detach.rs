@@ -42,11 +42,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_util::codec::Decoder;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::ChunkSource;
 use super::error::ApiError;
+use crate::lifecycle::Lifecycle;
 use crate::limits::Permit;
 use crate::metrics::Metrics;
 use crate::server::Takeover;
@@ -61,9 +61,9 @@ pub struct Streams {
 /// When a stream blocked on a client that does not read gives up.
 #[derive(Clone)]
 struct Stall {
-    /// Ends every stream at once, even one blocked writing to a client
-    /// that does not read (after the shutdown grace period).
-    hard_stop: CancellationToken,
+    /// Its hard stop ends every stream at once, even one blocked writing
+    /// to a client that does not read (after the shutdown grace period).
+    lifecycle: Arc<Lifecycle>,
     /// Longest wait for a client to take any byte at all.
     timeout: Duration,
     metrics: Arc<Metrics>,
@@ -73,12 +73,16 @@ impl Streams {
     /// Streams run on the runtime current when this is called. A stream
     /// whose client takes no byte for `write_timeout` is closed (and
     /// counted in `kubefan_limits_hit_total{kind="write_timeout"}`).
-    pub fn on_current_runtime(write_timeout: Duration, metrics: Arc<Metrics>) -> Streams {
+    pub fn on_current_runtime(
+        write_timeout: Duration,
+        lifecycle: Arc<Lifecycle>,
+        metrics: Arc<Metrics>,
+    ) -> Streams {
         Streams {
             runtime: tokio::runtime::Handle::current(),
             tracker: TaskTracker::new(),
             stall: Stall {
-                hard_stop: CancellationToken::new(),
+                lifecycle,
                 timeout: write_timeout,
                 metrics,
             },
@@ -109,7 +113,7 @@ impl Streams {
                 streams = self.tracker.len(),
                 "ending streams still writing after the grace period"
             );
-            self.stall.hard_stop.cancel();
+            self.stall.lifecycle.hard_stop();
             self.tracker.wait().await;
         }
     }
@@ -655,7 +659,7 @@ impl ReadGate {
 async fn writable(socket: &impl Writer, stall: &Stall) -> io::Result<()> {
     tokio::select! {
         ready = socket.writable() => ready,
-        _ = stall.hard_stop.cancelled() => Err(io::ErrorKind::TimedOut.into()),
+        _ = stall.lifecycle.hard_stopped() => Err(io::ErrorKind::TimedOut.into()),
         _ = tokio::time::sleep(stall.timeout) => {
             tracing::debug!(timeout = ?stall.timeout, "closing a stream whose client reads nothing");
             stall.metrics.limit_hit("write_timeout");

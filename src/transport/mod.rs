@@ -55,7 +55,7 @@ pub(crate) async fn subscribe(
                 params.view_spec(),
                 params.resume,
                 state.stream.sync_timeout,
-                state.signals.clone(),
+                state.lifecycle.clone(),
                 state.metrics.clone(),
                 transport,
             )

@@ -370,7 +370,7 @@ async fn run_subscription(
     let sub = Box::pin(async {
         tokio::select! {
             biased;
-            _ = state.shutdown.cancelled() => Err(shutdown_status()),
+            _ = state.lifecycle.shutting_down() => Err(shutdown_status()),
             started = subscribe(&state, &principal, &resource, &params, Transport::WebSocket) => started.map_err(|e| e.status()),
         }
     })
@@ -443,7 +443,7 @@ async fn single(
     let deadline = principal.deadline();
     let expiry = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now));
     tokio::pin!(expiry);
-    let mut pinged = state.signals.ticks();
+    let mut pinged = state.lifecycle.ticks();
     let ending: Ending = loop {
         // The client first: its frames are rare, and looking costs a load
         // of the socket's readiness.
@@ -479,7 +479,7 @@ async fn single(
                 }
             }
             Single::Item(None) => {
-                break if state.shutdown.is_cancelled() {
+                break if state.lifecycle.is_shutting_down() {
                     close(CloseCode::Away, GOING_AWAY)
                 } else {
                     close(CloseCode::Normal, "the stream ended")
@@ -495,7 +495,7 @@ async fn single(
                 }
                 // Pinged on every tick, even while the stream is busy: the
                 // pong is what keeps the socket from its idle timeout.
-                let ticks = state.signals.ticks();
+                let ticks = state.lifecycle.ticks();
                 if ticks != pinged {
                     pinged = ticks;
                     if raw.send(Opcode::Ping, b"").await.is_err() {
@@ -614,10 +614,8 @@ impl Socket {
     /// Runs the socket's control loop: client messages, pings, the idle
     /// timeout and the token's expiry.
     async fn run(mut self, mut done_rx: mpsc::Receiver<(String, u64)>, mut msgs: Inbox) {
-        let shutdown = self.state.shutdown.clone();
-        let mut ticks = self.state.ticks.clone();
-        ticks.borrow_and_update();
-        let mut ticking = true;
+        let lifecycle = self.state.lifecycle.clone();
+        let mut ticks = lifecycle.ticks();
         let idle = tokio::time::sleep(self.idle_timeout);
         tokio::pin!(idle);
         let deadline = self.principal.deadline();
@@ -628,7 +626,7 @@ impl Socket {
                 // Ordered: an ended subscription frees its id before the
                 // next client message is read.
                 biased;
-                _ = shutdown.cancelled(), if self.subs.is_empty() => {
+                _ = lifecycle.shutting_down(), if self.subs.is_empty() => {
                     break close(CloseCode::Away, GOING_AWAY);
                 }
                 Some((id, generation)) = done_rx.recv() => {
@@ -636,11 +634,9 @@ impl Socket {
                         self.subs.remove(&id);
                     }
                 }
-                ticked = ticks.changed(), if ticking => {
-                    match ticked {
-                        Ok(()) => { let _ = self.out_tx.try_send(Message::Ping(Bytes::new())); }
-                        Err(_) => ticking = false,
-                    }
+                ticked = lifecycle.next_tick(ticks), if !lifecycle.is_shutting_down() => {
+                    ticks = ticked;
+                    let _ = self.out_tx.try_send(Message::Ping(Bytes::new()));
                 }
                 _ = &mut idle => break close(CloseCode::Policy, IDLE),
                 _ = &mut expiry, if deadline.is_some() => {

@@ -77,7 +77,7 @@ pub async fn watch(
         ViewSpec::new(filter),
         resume,
         state.stream.sync_timeout,
-        state.signals.clone(),
+        state.lifecycle.clone(),
         state.metrics.clone(),
         Transport::KubeWatch,
     )

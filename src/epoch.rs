@@ -1,25 +1,27 @@
 //! Waking many waiting subscribers at once, cheaply.
 //!
-//! A [`Beacon`] is a counter (its epoch) and the wakers of everyone waiting
-//! for it to move. A waiter registers once per epoch (a subscription that
-//! is polled again for another reason does not register twice), and
-//! [`Beacon::wake_all`] moves the epoch and wakes each registered waiter
+//! An [`Epoch`] is a counter and the wakers of everyone waiting for it to
+//! move on. A waiter registers once per epoch (a subscription that is
+//! polled again for another reason does not register twice), and
+//! [`Epoch::advance`] moves the counter and wakes each registered waiter
 //! exactly once. A subscription that goes away takes its waker out, so a
-//! quiet beacon holds no waker of a finished task.
+//! quiet epoch holds no waker of a finished task. Each hub has one (its
+//! changes), and the gateway's [`crate::lifecycle::Lifecycle`] one (ticks
+//! and shutdown).
 //!
 //! This replaces a `tokio::sync::watch` plus `select!` per subscription,
 //! which registered and unregistered three waiters (change, keep-alive
 //! tick, shutdown) under three locks on every event for every subscriber:
 //! the largest user-space cost of a delivery in the load test's profile.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use slab::Slab;
 
 #[derive(Default)]
-pub struct Beacon {
+pub struct Epoch {
     epoch: AtomicU64,
     waiters: Mutex<Waiters>,
 }
@@ -27,18 +29,18 @@ pub struct Beacon {
 #[derive(Default)]
 struct Waiters {
     current: Slab<Waker>,
-    /// An empty slab with room, swapped in by `wake_all` so that the
+    /// An empty slab with room, swapped in by `advance` so that the
     /// next epoch's registrations do not grow a fresh one.
     spare: Slab<Waker>,
 }
 
-/// One waiter's place in a beacon: the epoch it registered in and its key.
+/// One waiter's place in an epoch: the epoch it registered in and its key.
 #[derive(Default)]
 pub struct Registration(Option<(u64, usize, Waker)>);
 
-impl Beacon {
-    /// The current epoch: a waiter that saw this one waits for the next.
-    pub fn epoch(&self) -> u64 {
+impl Epoch {
+    /// The current value: a waiter that saw this one waits for the next.
+    pub fn current(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
     }
 
@@ -47,7 +49,7 @@ impl Beacon {
     }
 
     /// Moves the epoch on and wakes every registered waiter.
-    pub fn wake_all(&self) {
+    pub fn advance(&self) {
         let mut taken = {
             let mut waiters = self.lock();
             // Under the lock: a waiter that checks the epoch under the
@@ -69,7 +71,7 @@ impl Beacon {
     /// Ready once the epoch is past `seen`; until then `cx`'s waker is
     /// registered (once per epoch, unless the waker changes).
     pub fn poll_moved(&self, seen: u64, reg: &mut Registration, cx: &mut Context<'_>) -> Poll<()> {
-        if self.epoch() != seen {
+        if self.current() != seen {
             return Poll::Ready(());
         }
         let mut guard = self.lock();
@@ -96,7 +98,7 @@ impl Beacon {
     pub fn deregister(&self, reg: &mut Registration) {
         if let Some((epoch, key, _)) = reg.0.take() {
             let mut waiters = self.lock();
-            // A key from an earlier epoch was drained by `wake_all` and
+            // A key from an earlier epoch was drained by `advance` and
             // may belong to someone else now.
             if self.epoch.load(Ordering::Acquire) == epoch {
                 waiters.current.try_remove(key);
@@ -105,48 +107,10 @@ impl Beacon {
     }
 }
 
-/// What every subscription listens to besides its hub: the keep-alive
-/// tick and shutdown.
-#[derive(Default)]
-pub struct Signals {
-    beacon: Beacon,
-    ticks: AtomicU64,
-    shutdown: AtomicBool,
-}
-
-impl Signals {
-    pub fn new() -> Arc<Signals> {
-        Arc::new(Signals::default())
-    }
-
-    pub fn beacon(&self) -> &Beacon {
-        &self.beacon
-    }
-
-    /// A keep-alive interval has passed.
-    pub fn tick(&self) {
-        self.ticks.fetch_add(1, Ordering::AcqRel);
-        self.beacon.wake_all();
-    }
-
-    pub fn ticks(&self) -> u64 {
-        self.ticks.load(Ordering::Acquire)
-    }
-
-    /// Every subscription ends (with [`super::Item::Shutdown`]).
-    pub fn shut_down(&self) {
-        self.shutdown.store(true, Ordering::Release);
-        self.beacon.wake_all();
-    }
-
-    pub fn is_shut_down(&self) -> bool {
-        self.shutdown.load(Ordering::Acquire)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use std::sync::atomic::AtomicUsize;
     use std::task::Wake;
 
@@ -159,61 +123,43 @@ mod tests {
 
     #[test]
     fn a_waiter_registers_once_per_epoch_and_is_woken_once() {
-        let beacon = Beacon::default();
+        let epoch = Epoch::default();
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let mut cx = Context::from_waker(&waker);
         let mut reg = Registration::default();
-        let seen = beacon.epoch();
+        let seen = epoch.current();
         for _ in 0..5 {
-            assert!(beacon.poll_moved(seen, &mut reg, &mut cx).is_pending());
+            assert!(epoch.poll_moved(seen, &mut reg, &mut cx).is_pending());
         }
         assert_eq!(
-            beacon.lock().current.len(),
+            epoch.lock().current.len(),
             1,
             "polled five times, registered once"
         );
-        beacon.wake_all();
+        epoch.advance();
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
-        assert!(beacon.poll_moved(seen, &mut reg, &mut cx).is_ready());
-        assert!(beacon.lock().current.is_empty());
+        assert!(epoch.poll_moved(seen, &mut reg, &mut cx).is_ready());
+        assert!(epoch.lock().current.is_empty());
     }
 
     #[test]
     fn a_departed_waiter_leaves_nothing_behind_and_stale_keys_are_ignored() {
-        let beacon = Beacon::default();
+        let epoch = Epoch::default();
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let mut cx = Context::from_waker(&waker);
         let (mut a, mut b) = (Registration::default(), Registration::default());
-        let seen = beacon.epoch();
-        let _ = beacon.poll_moved(seen, &mut a, &mut cx);
-        beacon.deregister(&mut a);
-        assert!(beacon.lock().current.is_empty());
+        let seen = epoch.current();
+        let _ = epoch.poll_moved(seen, &mut a, &mut cx);
+        epoch.deregister(&mut a);
+        assert!(epoch.lock().current.is_empty());
         // `b` registered in an old epoch; its key may be reused since.
-        let _ = beacon.poll_moved(seen, &mut b, &mut cx);
-        beacon.wake_all();
-        let seen = beacon.epoch();
-        let _ = beacon.poll_moved(seen, &mut a, &mut cx);
-        beacon.deregister(&mut b);
-        assert_eq!(beacon.lock().current.len(), 1, "a's new place is kept");
-    }
-
-    #[test]
-    fn signals_tick_and_shut_down_wake_waiters() {
-        let signals = Signals::new();
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
-        let mut cx = Context::from_waker(&waker);
-        let mut reg = Registration::default();
-        let seen = signals.beacon().epoch();
-        let _ = signals.beacon().poll_moved(seen, &mut reg, &mut cx);
-        signals.tick();
-        assert_eq!(signals.ticks(), 1);
-        let seen = signals.beacon().epoch();
-        let _ = signals.beacon().poll_moved(seen, &mut reg, &mut cx);
-        signals.shut_down();
-        assert!(signals.is_shut_down());
-        assert_eq!(count.0.load(Ordering::SeqCst), 2);
+        let _ = epoch.poll_moved(seen, &mut b, &mut cx);
+        epoch.advance();
+        let seen = epoch.current();
+        let _ = epoch.poll_moved(seen, &mut a, &mut cx);
+        epoch.deregister(&mut b);
+        assert_eq!(epoch.lock().current.len(), 1, "a's new place is kept");
     }
 }
