@@ -35,6 +35,8 @@ struct Waiters {
 }
 
 /// One waiter's place in an epoch: the epoch it registered in and its key.
+/// Whoever holds one must [`Epoch::deregister`] it when done waiting (a
+/// subscription does in its `Drop`; [`Epoch::until`] does itself).
 #[derive(Default)]
 pub struct Registration(Option<(u64, usize, Waker)>);
 
@@ -94,6 +96,36 @@ impl Epoch {
         Poll::Pending
     }
 
+    /// Resolves once `done` holds, checking it now and whenever the epoch
+    /// moves. Cancel-safe: a dropped wait leaves no waker behind.
+    pub async fn until(&self, mut done: impl FnMut() -> bool) {
+        struct Waiting<'a> {
+            epoch: &'a Epoch,
+            reg: Registration,
+        }
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.epoch.deregister(&mut self.reg);
+            }
+        }
+        let mut waiting = Waiting {
+            epoch: self,
+            reg: Registration::default(),
+        };
+        std::future::poll_fn(|cx| {
+            loop {
+                let seen = self.current();
+                if done() {
+                    return Poll::Ready(());
+                }
+                if self.poll_moved(seen, &mut waiting.reg, cx).is_pending() {
+                    return Poll::Pending;
+                }
+            }
+        })
+        .await
+    }
+
     /// Takes `reg`'s waker out, if it is still waiting in this epoch.
     pub fn deregister(&self, reg: &mut Registration) {
         if let Some((epoch, key, _)) = reg.0.take() {
@@ -140,6 +172,33 @@ mod tests {
         epoch.advance();
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert!(epoch.poll_moved(seen, &mut reg, &mut cx).is_ready());
+        assert!(epoch.lock().current.is_empty());
+    }
+
+    #[tokio::test]
+    async fn until_returns_when_the_condition_holds_and_leaves_no_waker() {
+        let epoch = Arc::new(Epoch::default());
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waiter = tokio::spawn({
+            let (epoch, flag) = (epoch.clone(), flag.clone());
+            async move { epoch.until(|| flag.load(Ordering::Acquire)).await }
+        });
+        while epoch.lock().current.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        epoch.advance();
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "moved, but the condition is false");
+        flag.store(true, Ordering::Release);
+        epoch.advance();
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
+        // A wait given up leaves nothing registered.
+        let gave_up =
+            tokio::time::timeout(std::time::Duration::from_millis(1), epoch.until(|| false)).await;
+        assert!(gave_up.is_err());
         assert!(epoch.lock().current.is_empty());
     }
 

@@ -10,15 +10,13 @@
 //! kind of waiter at once, so no two of them can disagree about where the
 //! gateway is.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::epoch::{Epoch, Registration};
+use crate::epoch::Epoch;
 
 #[derive(Default)]
 pub struct Lifecycle {
@@ -102,49 +100,11 @@ impl Lifecycle {
 
     /// Resolves at the next tick after `seen` (a value of [`Lifecycle::ticks`]),
     /// or at shutdown; returns the ticks then.
-    pub fn next_tick(&self, seen: u64) -> NextTick<'_> {
-        NextTick {
-            lifecycle: self,
-            seen,
-            reg: Registration::default(),
-        }
-    }
-}
-
-/// The future of [`Lifecycle::next_tick`]; its waker leaves the epoch when
-/// it is dropped (in a `select!` another branch often wins).
-pub struct NextTick<'a> {
-    lifecycle: &'a Lifecycle,
-    seen: u64,
-    reg: Registration,
-}
-
-impl Future for NextTick<'_> {
-    type Output = u64;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u64> {
-        let this = self.get_mut();
-        let lifecycle = this.lifecycle;
-        loop {
-            let epoch = lifecycle.epoch.current();
-            let ticks = lifecycle.ticks();
-            if ticks != this.seen || lifecycle.is_shutting_down() {
-                return Poll::Ready(ticks);
-            }
-            if lifecycle
-                .epoch
-                .poll_moved(epoch, &mut this.reg, cx)
-                .is_pending()
-            {
-                return Poll::Pending;
-            }
-        }
-    }
-}
-
-impl Drop for NextTick<'_> {
-    fn drop(&mut self) {
-        self.lifecycle.epoch.deregister(&mut self.reg);
+    pub async fn next_tick(&self, seen: u64) -> u64 {
+        self.epoch
+            .until(|| self.ticks() != seen || self.is_shutting_down())
+            .await;
+        self.ticks()
     }
 }
 

@@ -5,13 +5,17 @@
 //! cursors (`seq` numbers) into that log, driven by [`Subscription`].
 //!
 //! # Invariant
-//! Every mutation (apply, bookmark, relist) and every join (snapshot +
-//! cursor) happens under one lock, so a joiner's snapshot reflects exactly
-//! the events before its cursor: no gap, no duplicate. Appending never waits
-//! on a subscriber: subscribers are woken through a `watch` channel and copy
-//! `Arc`s out under a read lock; one that falls behind the log's tail is
-//! lapped and must take a fresh snapshot (see [`Subscription`]). Event
-//! resourceVersions never decrease along the log.
+//! Every mutation (apply, bookmark, relist, close) and every join (a
+//! snapshot and a cursor) happens under one lock, so a joiner's snapshot reflects
+//! exactly the events before its cursor: no gap, no duplicate. A mutation
+//! never waits on a subscriber: after releasing the lock it moves the
+//! hub's one [`Epoch`] ([`Hub::changes`]), which wakes every waiter at
+//! once — subscriptions, and whoever waits for a resourceVersion or the
+//! first sync — and subscribers copy `Arc`s out under a read lock. One that
+//! falls behind the log's tail is lapped and must take a fresh snapshot
+//! (see [`Subscription`]). Event resourceVersions never decrease along the
+//! log; the hub's resourceVersion never decreases except on a rewind,
+//! which laps every cursor.
 
 pub mod encode;
 mod filter;
@@ -104,13 +108,11 @@ pub struct Hub {
     meta: ResourceMeta,
     limits: LogLimits,
     state: RwLock<State>,
-    /// The next `seq` to be appended; changes wake subscribers.
-    head_tx: watch::Sender<u64>,
-    /// Wakes subscriptions on the same changes as `head_tx`.
+    /// Moves after every mutation: what subscriptions and every other
+    /// waiter on this hub wait on.
     changes: Epoch,
     /// Set with `State::closed`, read without the lock.
     is_closed: AtomicBool,
-    synced_tx: watch::Sender<bool>,
     /// Users counted in ([`Hub::enter`]): open subscriptions and readers.
     /// The informer registry stops an on-demand hub that stays at 0.
     subscribers_tx: watch::Sender<usize>,
@@ -153,10 +155,8 @@ impl Hub {
                 synced: false,
                 closed: None,
             }),
-            head_tx: watch::channel(0).0,
             changes: Epoch::default(),
             is_closed: AtomicBool::new(false),
-            synced_tx: watch::channel(false).0,
             subscribers_tx: watch::channel(0).0,
             views: std::sync::Mutex::new(HashMap::new()),
             metrics: metrics.hub_metrics(&meta.name),
@@ -212,7 +212,11 @@ impl Hub {
             EventType::Deleted => match st.cache.remove(&key) {
                 Some(prev) => (EventType::Deleted, Some(prev)),
                 None => {
+                    // Nothing to tell subscribers, but a waiter for this
+                    // resourceVersion has it now.
                     st.rv = rv;
+                    drop(st);
+                    self.changes.advance();
                     return false;
                 }
             },
@@ -246,8 +250,11 @@ impl Hub {
         let mut st = self.write_state();
         if st.synced && rv > st.rv && st.closed.is_none() {
             st.rv = rv;
-            // A subscriber that is caught up now sits at `rv`; no event is
-            // appended, so waking anyone is unnecessary.
+            drop(st);
+            // No event is appended, but whoever waits for this
+            // resourceVersion (a resume from another replica) has it now,
+            // and caught-up subscriptions move their position to it.
+            self.changes.advance();
         }
     }
 
@@ -301,7 +308,6 @@ impl Hub {
                 }
                 st.synced = true;
                 self.publish(st);
-                self.synced_tx.send_replace(true);
                 return outcome;
             }
         };
@@ -424,9 +430,7 @@ impl Hub {
             stats.log_bytes,
             stats.synced,
         );
-        let next = st.next_seq;
         drop(st);
-        self.head_tx.send_replace(next);
         self.changes.advance();
     }
 
@@ -480,7 +484,7 @@ impl Hub {
 
     /// The `seq` the next event will get: a cursor here is caught up.
     pub fn head(&self) -> u64 {
-        *self.head_tx.borrow()
+        self.read_state().next_seq
     }
 
     /// The view for `spec`, shared with every subscription asking the same.
@@ -504,12 +508,6 @@ impl Hub {
         ));
         views.insert(key, Arc::downgrade(&view));
         view
-    }
-
-    /// A receiver that changes whenever an event is appended or the
-    /// resourceVersion advances.
-    pub fn head_rx(&self) -> watch::Receiver<u64> {
-        self.head_tx.subscribe()
     }
 
     /// Ends the hub: its informer has stopped (the resource is gone
@@ -541,12 +539,9 @@ impl Hub {
         // Wake everyone, including joiners still waiting for the first sync.
         st.synced = true;
         self.metrics.state(0, 0, 0, false);
-        let next = st.next_seq;
         self.is_closed.store(true, Ordering::Release);
         drop(st);
-        self.head_tx.send_replace(next);
         self.changes.advance();
-        self.synced_tx.send_replace(true);
     }
 
     /// Why the hub was closed, if it was.
@@ -557,7 +552,7 @@ impl Hub {
         self.read_state().closed.clone()
     }
 
-    /// Moves whenever `head_rx` changes: what subscriptions wait on.
+    /// Moves after every mutation: what subscriptions wait on.
     pub fn changes(&self) -> &Epoch {
         &self.changes
     }
@@ -590,17 +585,15 @@ impl Hub {
         self.subscribers_tx.subscribe()
     }
 
+    /// Whether the first list has been loaded (or the hub closed, which
+    /// releases everyone waiting for it).
     pub fn is_synced(&self) -> bool {
-        *self.synced_tx.borrow()
+        self.read_state().synced
     }
 
     /// Waits until the first list has been loaded, at most `timeout`.
     pub async fn wait_synced(&self, timeout: Duration) -> bool {
-        let mut rx = self.synced_tx.subscribe();
-        matches!(
-            tokio::time::timeout(timeout, rx.wait_for(|s| *s)).await,
-            Ok(Ok(_))
-        )
+        self.wait_until(timeout, |st| st.synced).await
     }
 
     pub fn resource_version(&self) -> u64 {
@@ -621,22 +614,13 @@ impl Hub {
 
     /// Waits until the hub has reached `rv`, at most `timeout`.
     pub async fn wait_for_rv(&self, rv: u64, timeout: Duration) -> bool {
-        let mut head = self.head_rx();
-        let reached = async {
-            loop {
-                head.borrow_and_update();
-                if self.resource_version() >= rv {
-                    return true;
-                }
-                // The sender lives in `self`, so this only ends by timeout.
-                if head.changed().await.is_err() {
-                    return false;
-                }
-            }
-        };
-        tokio::time::timeout(timeout, reached)
-            .await
-            .unwrap_or(false)
+        self.wait_until(timeout, |st| st.rv >= rv).await
+    }
+
+    /// Waits until `done` holds of the state, at most `timeout`.
+    async fn wait_until(&self, timeout: Duration, done: impl Fn(&State) -> bool) -> bool {
+        let until = self.changes.until(|| done(&self.read_state()));
+        tokio::time::timeout(timeout, until).await.is_ok()
     }
 
     /// The current objects (no order), for tests and lists.
@@ -1118,6 +1102,37 @@ mod tests {
             EventType::Modified,
             "ADDED of a known object is a MODIFIED"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_for_a_version_only_a_bookmark_reaches_returns_at_once() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(5).build()], 5);
+        // A client resuming on this replica from a position another replica
+        // reached on a quiet resource: only bookmarks move this one there.
+        let waiter = tokio::spawn({
+            let hub = hub.clone();
+            async move { hub.wait_for_rv(9, Duration::from_secs(10)).await }
+        });
+        tokio::task::yield_now().await;
+        hub.bookmark(9);
+        let reached = tokio::time::timeout(Duration::from_millis(100), waiter)
+            .await
+            .expect("woken by the bookmark, not by its timeout")
+            .unwrap();
+        assert!(reached);
+        // A DELETED of an object the hub never had moves it on too.
+        let waiter = tokio::spawn({
+            let hub = hub.clone();
+            async move { hub.wait_for_rv(12, Duration::from_secs(10)).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!hub.apply(EventType::Deleted, pod("gone").rv(12).build()));
+        let reached = tokio::time::timeout(Duration::from_millis(100), waiter)
+            .await
+            .expect("woken by the change, not by its timeout")
+            .unwrap();
+        assert!(reached);
     }
 
     #[tokio::test(start_paused = true)]

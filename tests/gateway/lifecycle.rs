@@ -63,17 +63,10 @@ async fn users(hub: &Hub, n: usize) {
 
 /// Waits for the hub to be closed; returns why.
 async fn closed(hub: &Hub) -> String {
-    let mut head = hub.head_rx();
-    tokio::time::timeout(WAIT, async {
-        loop {
-            if let Some(reason) = hub.closed() {
-                return reason;
-            }
-            head.changed().await.expect("hub alive");
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{} was not closed", hub.name()))
+    tokio::time::timeout(WAIT, hub.changes().until(|| hub.closed().is_some()))
+        .await
+        .unwrap_or_else(|_| panic!("{} was not closed", hub.name()));
+    hub.closed().expect("closed")
 }
 
 /// Waits until the simulated server has `n` watches open on `key`. The

@@ -19,14 +19,10 @@ async fn caught_up(app: &App, resource: &str, rv: u64) {
         .await
         .expect("resource resolves");
     assert!(hub.wait_synced(WAIT).await, "{resource} did not sync");
-    let mut head = hub.head_rx();
-    tokio::time::timeout(WAIT, async {
-        while hub.resource_version() < rv {
-            head.changed().await.expect("hub alive");
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("replica did not reach resourceVersion {rv}"));
+    assert!(
+        hub.wait_for_rv(rv, WAIT).await,
+        "replica did not reach resourceVersion {rv}"
+    );
 }
 
 /// A burst of writes (creates, relabels, moves, deletes); returns the

@@ -86,14 +86,10 @@ impl TestEnv {
             .hub(resource)
             .await
             .expect("resource resolves");
-        let mut head = hub.head_rx();
-        tokio::time::timeout(WAIT, async {
-            while hub.resource_version() < rv {
-                head.changed().await.expect("hub alive");
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("gateway did not reach resourceVersion {rv}"));
+        assert!(
+            hub.wait_for_rv(rv, WAIT).await,
+            "gateway did not reach resourceVersion {rv}"
+        );
     }
 
     pub async fn sse(&self, path_and_query: &str) -> SseClient {
