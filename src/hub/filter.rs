@@ -2,16 +2,14 @@
 //! reaches it.
 //!
 //! A filter is matched against the previous and the current version of an
-//! object, as kube-apiserver's watch cache does: one that starts matching
-//! arrives as ADDED, one that stops matching as DELETED (carrying its last
-//! matching state, stamped with the change's resourceVersion), one that
-//! matches both as MODIFIED, one that matches neither is not sent.
+//! object; [`super::transition`] decides what the subscriber gets.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::transition::{Transition, restamp, transition};
 use super::{Delivery, Event, EventType, Frame, Obj};
 use crate::selector::{FieldSelector, LabelSelector, field_text};
 
@@ -76,25 +74,18 @@ impl Filter {
 
     /// How an event reaches a subscriber with this filter, if at all.
     pub fn deliver(&self, ev: &Arc<Event>) -> Option<Delivery> {
+        let before = ev.prev.as_ref().is_some_and(|p| self.matches(p));
         let now = self.matches(&ev.obj);
-        match ev.kind {
-            EventType::Added | EventType::Deleted => now.then(|| Delivery::Shared(ev.clone())),
-            EventType::Modified => {
-                let before = ev.prev.as_ref().is_some_and(|p| self.matches(p));
-                match (before, now) {
-                    (true, true) => Some(Delivery::Shared(ev.clone())),
-                    (false, true) => Some(retyped(ev, EventType::Added, &ev.obj.json())),
-                    (true, false) => {
-                        // Invariant: `before` is true only with a previous version.
-                        let prev = ev.prev.as_ref().expect("a matching previous version");
-                        Some(retyped(
-                            ev,
-                            EventType::Deleted,
-                            &restamp(&prev.json(), ev.rv),
-                        ))
-                    }
-                    (false, false) => None,
-                }
+        match transition(ev.kind, before, now)? {
+            Transition::AsIs => Some(Delivery::Shared(ev.clone())),
+            Transition::Added => Some(retyped(ev, EventType::Added, &ev.obj.json())),
+            Transition::Deleted => {
+                // `before` holds only with a previous version.
+                let prev = ev.prev.as_ref()?;
+                let mut last: Value = serde_json::from_slice(&prev.json()).ok()?;
+                restamp(&mut last, ev.rv);
+                let object = serde_json::to_vec(&last).ok()?;
+                Some(retyped(ev, EventType::Deleted, &object))
             }
         }
     }
@@ -111,20 +102,6 @@ fn retyped(ev: &Event, kind: EventType, object: &[u8]) -> Delivery {
             ev.has_id.then_some(ev.rv),
             object,
         ),
-    }
-}
-
-/// The object with `metadata.resourceVersion` set to `rv`.
-fn restamp(json: &[u8], rv: u64) -> Vec<u8> {
-    match serde_json::from_slice::<serde_json::Value>(json) {
-        Ok(mut v) => {
-            if let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
-                meta.insert("resourceVersion".into(), rv.to_string().into());
-            }
-            serde_json::to_vec(&v).unwrap_or_else(|_| json.to_vec())
-        }
-        // The hub only holds JSON it encoded itself.
-        Err(_) => json.to_vec(),
     }
 }
 

@@ -22,6 +22,7 @@ mod filter;
 mod object;
 pub mod projection;
 mod subscription;
+pub mod transition;
 mod view;
 
 use std::collections::{HashMap, VecDeque};

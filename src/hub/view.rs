@@ -20,6 +20,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 
 use super::projection::{Projection, merge_diff};
+use super::transition::{Transition, restamp, transition};
 use super::{Delivery, Event, EventType, Filter, Frame, Obj, ObjKey};
 
 /// Event encodings a view keeps (subscribers of a view read within a few
@@ -205,43 +206,10 @@ impl View {
             .as_deref()
             .is_some_and(|p| filter.matches_full(p, prev_json.as_ref(), self.precomputed));
         let whole = self.spec.projection.is_none() && self.spec.delta == Delta::Full;
-        if whole
-            && matches!(
-                (ev.kind, before, now),
-                (EventType::Added | EventType::Deleted, _, true)
-                    | (EventType::Modified, true, true)
-            )
-        {
+        let (kind, object, patch) = match transition(ev.kind, before, now)? {
             // Shown as the hub encoded it.
-            return Some(Delivery::Shared(ev.clone()));
-        }
-        let (kind, object, patch) = match (ev.kind, before, now) {
-            (EventType::Added, _, true) => (
-                EventType::Added,
-                self.shown(&ev.obj, cur_json.as_ref()),
-                false,
-            ),
-            (EventType::Deleted, _, true) => (
-                EventType::Deleted,
-                self.shown(&ev.obj, cur_json.as_ref()),
-                false,
-            ),
-            (EventType::Modified, false, true) => (
-                EventType::Added,
-                self.shown(&ev.obj, cur_json.as_ref()),
-                false,
-            ),
-            (EventType::Modified, true, false) => {
-                // Stops matching: its last matching state, at this change's
-                // resourceVersion, as the watch cache sends it.
-                let prev = ev.prev.as_deref()?;
-                let mut shown = self.shown_value(prev, prev_json.as_ref());
-                if let Some(meta) = shown.get_mut("metadata").and_then(Value::as_object_mut) {
-                    meta.insert("resourceVersion".into(), ev.rv.to_string().into());
-                }
-                (EventType::Deleted, to_vec(&shown), false)
-            }
-            (EventType::Modified, true, true) => {
+            Transition::AsIs if whole => return Some(Delivery::Shared(ev.clone())),
+            Transition::AsIs if ev.kind == EventType::Modified => {
                 let prev = ev.prev.as_deref()?;
                 let (old, new) = (
                     self.shown_value(prev, prev_json.as_ref()),
@@ -266,7 +234,18 @@ impl View {
                     Delta::Full => (EventType::Modified, to_vec(&new), false),
                 }
             }
-            _ => return None,
+            Transition::AsIs => (ev.kind, self.shown(&ev.obj, cur_json.as_ref()), false),
+            Transition::Added => (
+                EventType::Added,
+                self.shown(&ev.obj, cur_json.as_ref()),
+                false,
+            ),
+            Transition::Deleted => {
+                let prev = ev.prev.as_deref()?;
+                let mut shown = self.shown_value(prev, prev_json.as_ref());
+                restamp(&mut shown, ev.rv);
+                (EventType::Deleted, to_vec(&shown), false)
+            }
         };
         self.encodings.inc();
         let kind_name = kind.as_str();
