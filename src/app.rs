@@ -11,13 +11,14 @@ use tokio::task::JoinHandle;
 
 use crate::auth::Auth;
 use crate::config::{AuthMode, Config, StreamConfig};
+use crate::hub::SubscriptionContext;
 use crate::lifecycle::Lifecycle;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::ops;
-use crate::transport::detach::Streams;
 use crate::transport::error::status_json;
 use crate::transport::kube as kube_face;
+use crate::transport::takeover::Streams;
 use crate::transport::{sse, ws};
 use crate::upstream::Informers;
 
@@ -29,7 +30,9 @@ pub struct AppState {
     /// Keep-alive ticks (one timer for all subscribers), shutdown and the
     /// hard stop.
     pub lifecycle: Arc<Lifecycle>,
-    /// Streams that took their connection over (`transport::detach`).
+    /// What every subscription is started with.
+    pub subscriptions: SubscriptionContext,
+    /// Streams that took their connection over (`transport::takeover`).
     pub streams: Arc<Streams>,
     /// Snapshots behind the Kubernetes face's `continue` tokens.
     pub kube_pages: kube_face::Pages,
@@ -73,6 +76,11 @@ impl App {
             metrics: metrics.clone(),
             stream: cfg.stream.clone(),
             lifecycle: lifecycle.clone(),
+            subscriptions: SubscriptionContext {
+                sync_timeout: cfg.stream.sync_timeout,
+                lifecycle: lifecycle.clone(),
+                metrics: metrics.clone(),
+            },
             streams: Arc::new(Streams::on_current_runtime(
                 cfg.stream.write_timeout,
                 lifecycle.clone(),
@@ -93,7 +101,7 @@ impl App {
         let addr = listener.local_addr()?;
         let grace = cfg.shutdown_grace;
         let streams = state.streams.clone();
-        let server = crate::server::serve(
+        let server = crate::transport::takeover::server::serve(
             listener,
             cfg.workers.max(1),
             grace.as_secs().max(1),

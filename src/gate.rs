@@ -30,8 +30,8 @@ use bytes::Bytes;
 use crate::app::AppState;
 use crate::auth::Principal;
 use crate::limits::Permit;
-use crate::transport::detach::CorsHeaders;
 use crate::transport::error::ApiError;
+use crate::transport::takeover::CorsHeaders;
 
 /// Paths that are never gated: probes must work without credentials, and
 /// the dashboard page carries no data (it asks for a token when its
@@ -157,7 +157,7 @@ pub async fn gate(
     };
     req.extensions_mut().insert(principal);
     // The permit and the CORS headers ride in the request: a stream that
-    // takes its connection over (`transport::detach`) takes both along.
+    // takes its connection over (`transport::takeover`) takes both along.
     req.extensions_mut().insert(permit);
     let mut cors_headers = HeaderMap::new();
     if listed {

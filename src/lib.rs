@@ -34,7 +34,6 @@ pub mod limits;
 pub mod metrics;
 pub mod ops;
 pub mod selector;
-pub mod server;
 pub mod sim;
 pub mod transport;
 pub mod upstream;

@@ -37,7 +37,10 @@ use crate::metrics::{HubMetrics, Metrics};
 pub use encode::{EventType, Frame};
 pub use filter::Filter;
 pub use object::{Event, Obj, ObjKey};
-pub use subscription::{Delivery, Item, ResetReason, Subscription, SubscriptionError};
+pub use subscription::{
+    Delivery, Denial, Item, ResetReason, Subscribe, Subscription, SubscriptionContext,
+    SubscriptionError,
+};
 pub use view::{Delta, View, ViewSpec};
 
 /// Bounds of the event log. Whichever is hit first trims the oldest events.
@@ -819,7 +822,9 @@ mod tests {
                 }
                 Item::Progress { rv } => position = position.max(rv),
                 Item::KeepAlive => {}
-                Item::Shutdown | Item::Closed(_) => panic!("unexpected end: {item:?}"),
+                Item::Shutdown | Item::Closed(_) | Item::Denied(_) => {
+                    panic!("unexpected end: {item:?}")
+                }
             }
         }
         seen
@@ -827,21 +832,31 @@ mod tests {
 
     /// Starts a subscription with defaults (no resume, no ticks, its own
     /// metrics), for tests about whether it starts at all.
+    fn request(spec: ViewSpec, resume: Option<u64>) -> Subscribe {
+        Subscribe {
+            spec,
+            resume,
+            transport: Transport::Sse,
+            expires: None,
+        }
+    }
+
+    fn context(sync_timeout: Duration) -> (SubscriptionContext, Arc<Lifecycle>) {
+        let lifecycle = Lifecycle::new();
+        let cx = SubscriptionContext {
+            sync_timeout,
+            lifecycle: lifecycle.clone(),
+            metrics: Arc::new(Metrics::new()),
+        };
+        (cx, lifecycle)
+    }
+
     async fn try_start(
         hub: &Arc<Hub>,
         spec: ViewSpec,
         sync_timeout: Duration,
     ) -> Result<Subscription, SubscriptionError> {
-        Subscription::start(
-            hub.clone(),
-            spec,
-            None,
-            sync_timeout,
-            Lifecycle::new(),
-            Arc::new(Metrics::new()),
-            Transport::Sse,
-        )
-        .await
+        Subscription::start(hub.clone(), request(spec, None), &context(sync_timeout).0).await
     }
 
     async fn subscribe(
@@ -849,18 +864,10 @@ mod tests {
         filter: Filter,
         resume: Option<u64>,
     ) -> (Subscription, Arc<Lifecycle>) {
-        let lifecycle = Lifecycle::new();
-        let sub = Subscription::start(
-            hub.clone(),
-            ViewSpec::new(filter),
-            resume,
-            Duration::from_secs(1),
-            lifecycle.clone(),
-            Arc::new(Metrics::new()),
-            Transport::Sse,
-        )
-        .await
-        .unwrap();
+        let (cx, lifecycle) = context(Duration::from_secs(1));
+        let sub = Subscription::start(hub.clone(), request(ViewSpec::new(filter), resume), &cx)
+            .await
+            .unwrap();
         (sub, lifecycle)
     }
 
@@ -1228,17 +1235,14 @@ mod tests {
         };
         let mut subs = Vec::new();
         for _ in 0..1000 {
-            let sub = Subscription::start(
-                hub.clone(),
-                spec(),
-                None,
-                Duration::from_secs(1),
-                Lifecycle::new(),
-                metrics.clone(),
-                Transport::Sse,
-            )
-            .await
-            .unwrap();
+            let cx = SubscriptionContext {
+                sync_timeout: Duration::from_secs(1),
+                lifecycle: Lifecycle::new(),
+                metrics: metrics.clone(),
+            };
+            let sub = Subscription::start(hub.clone(), request(spec(), None), &cx)
+                .await
+                .unwrap();
             subs.push(sub);
         }
         let mut views: Vec<View> = (0..1000).map(|_| View::new()).collect();
@@ -1279,22 +1283,45 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn expired_credentials_end_the_subscription_with_a_denial() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(5).build()], 5);
+        let (cx, _lifecycle) = context(Duration::from_secs(1));
+        let mut req = request(ViewSpec::default(), None);
+        req.expires = Some(tokio::time::Instant::now() + Duration::from_secs(30));
+        let mut sub = Subscription::start(hub.clone(), req, &cx).await.unwrap();
+        assert!(matches!(sub.next().await, Some(Item::Snapshot(_))));
+        assert!(matches!(sub.next().await, Some(Item::SnapshotEnd { .. })));
+        // Waiting, caught up: the expiry wakes it.
+        let started = tokio::time::Instant::now();
+        match sub.next().await {
+            Some(Item::Denied(denial)) => assert_eq!(denial.code, 401),
+            other => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() <= Duration::from_secs(30));
+        assert!(sub.next().await.is_none(), "nothing follows the denial");
+        // Busy, with events waiting: the expiry still comes first.
+        let mut req = request(ViewSpec::default(), None);
+        req.expires = Some(tokio::time::Instant::now());
+        let mut sub = Subscription::start(hub.clone(), req, &cx).await.unwrap();
+        hub.apply(EventType::Modified, pod("a").rv(6).build());
+        let mut items = Vec::new();
+        while let Some(item) = sub.next().await {
+            items.push(item);
+        }
+        assert!(matches!(items.last(), Some(Item::Denied(_))), "{items:?}");
+        assert!(!items.iter().any(|i| matches!(i, Item::Events(_))));
+    }
+
     #[tokio::test]
     async fn shutdown_ends_the_subscription_with_a_shutdown_item() {
         let hub = hub();
         hub.relist(vec![], 1);
-        let lifecycle = Lifecycle::new();
-        let mut sub = Subscription::start(
-            hub,
-            ViewSpec::default(),
-            None,
-            Duration::from_secs(1),
-            lifecycle.clone(),
-            Arc::new(Metrics::new()),
-            Transport::Sse,
-        )
-        .await
-        .unwrap();
+        let (cx, lifecycle) = context(Duration::from_secs(1));
+        let mut sub = Subscription::start(hub, request(ViewSpec::default(), None), &cx)
+            .await
+            .unwrap();
         assert!(matches!(sub.next().await, Some(Item::SnapshotEnd { .. })));
         lifecycle.shut_down();
         let item = tokio::time::timeout(Duration::from_secs(1), sub.next())

@@ -8,11 +8,13 @@
 //! buffer of its own: memory per subscriber is the cursor plus what the
 //! transport has in flight.
 
+use std::future::poll_fn;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
-use std::future::poll_fn;
-use std::task::Poll;
+use tokio::time::{Instant, Sleep};
 
 use super::{Event, EventType, Frame, Hub, Joined, Obj, SubscriberGuard, View, ViewSpec};
 use crate::epoch::Registration;
@@ -64,6 +66,51 @@ pub enum Item {
     /// The resource's hub was closed (see `Hub::close`); the stream ends
     /// after this. A client may subscribe again.
     Closed(String),
+    /// The subscriber may no longer see the stream (its token expired);
+    /// the stream ends after this.
+    Denied(Denial),
+}
+
+/// Why a subscriber may no longer see its stream, as an HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// 401: the credentials ended; 403: the access did.
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Denial {
+    /// The credentials expired (a JWT's `exp`).
+    pub fn expired() -> Denial {
+        Denial {
+            code: 401,
+            reason: "Unauthorized",
+            message: "token expired; reconnect with a fresh token (Last-Event-ID resumes)".into(),
+        }
+    }
+}
+
+/// What a subscriber asks for.
+#[derive(Debug, Clone)]
+pub struct Subscribe {
+    pub spec: ViewSpec,
+    /// A resourceVersion the client has seen; `None` asks for a snapshot.
+    pub resume: Option<u64>,
+    pub transport: Transport,
+    /// When the subscriber's credentials expire: the subscription ends
+    /// then with [`Item::Denied`].
+    pub expires: Option<Instant>,
+}
+
+/// What every subscription needs of the gateway around it; one, cloned.
+#[derive(Clone)]
+pub struct SubscriptionContext {
+    /// How long a new subscriber waits for a resource's first list.
+    pub sync_timeout: Duration,
+    /// Keep-alive ticks and shutdown.
+    pub lifecycle: Arc<Lifecycle>,
+    pub metrics: Arc<Metrics>,
 }
 
 /// One change as this subscription must see it: usually the hub's shared
@@ -138,6 +185,9 @@ pub struct Subscription {
     /// The position reached (events read, filtered or not).
     pos_rv: u64,
     finished: bool,
+    /// When the subscriber's credentials expire, and the timer for it
+    /// (boxed: most subscriptions have none).
+    expires: Option<(Instant, Pin<Box<Sleep>>)>,
     metrics: Arc<Metrics>,
     transport: Transport,
     _counted: SubscriberGuard,
@@ -152,19 +202,24 @@ struct SnapshotProgress {
 }
 
 impl Subscription {
-    /// Waits (at most `sync_timeout`) for the hub's first list, then joins
-    /// it at `resume` (a resourceVersion the client has seen) or with a
-    /// snapshot. `lifecycle` ticks every keep-alive interval.
-    #[allow(clippy::too_many_arguments)]
+    /// Waits (at most the sync timeout) for the hub's first list, then
+    /// joins it at the resume position or with a snapshot.
     pub async fn start(
         hub: Arc<Hub>,
-        spec: ViewSpec,
-        resume: Option<u64>,
-        sync_timeout: Duration,
-        lifecycle: Arc<Lifecycle>,
-        metrics: Arc<Metrics>,
-        transport: Transport,
+        request: Subscribe,
+        cx: &SubscriptionContext,
     ) -> Result<Subscription, SubscriptionError> {
+        let Subscribe {
+            spec,
+            resume,
+            transport,
+            expires,
+        } = request;
+        let SubscriptionContext {
+            sync_timeout,
+            lifecycle,
+            metrics,
+        } = cx.clone();
         // Counted in before waiting, so an idle stop cannot close the hub
         // between this check and the join.
         let counted = hub.enter()?;
@@ -191,6 +246,7 @@ impl Subscription {
             sent_rv: 0,
             pos_rv: 0,
             finished: false,
+            expires: expires.map(|at| (at, Box::pin(tokio::time::sleep_until(at)))),
             metrics,
             transport,
             _counted: counted,
@@ -238,6 +294,15 @@ impl Subscription {
             return None;
         }
         loop {
+            // Before anything else: nothing is sent past the expiry.
+            if self
+                .expires
+                .as_ref()
+                .is_some_and(|(at, _)| Instant::now() >= *at)
+            {
+                self.finished = true;
+                return Some(Item::Denied(Denial::expired()));
+            }
             if let Some(reason) = self.reset.take() {
                 self.metrics.reset(self.hub.name(), reason.as_str());
                 return Some(Item::Reset(reason));
@@ -267,6 +332,7 @@ impl Subscription {
                 self.finished = true;
                 return Some(Item::Shutdown);
             }
+
             if let Some(reason) = self.hub.closed() {
                 self.finished = true;
                 return Some(Item::Closed(reason));
@@ -303,8 +369,14 @@ impl Subscription {
                 }
             }
 
-            // Caught up: wait for the hub to move, a tick, or shutdown.
+            // Caught up: wait for the hub to move, a tick, shutdown, or the
+            // credentials' expiry.
             let moved = poll_fn(|cx| {
+                if let Some((_, timer)) = &mut self.expires
+                    && timer.as_mut().poll(cx).is_ready()
+                {
+                    return Poll::Ready(false);
+                }
                 let hub = self
                     .hub
                     .changes()

@@ -1,10 +1,12 @@
 //! Transports: how subscribers are framed on the wire. Each one only frames
 //! what the hub already encoded; none keeps state of its own.
 
-pub mod detach;
 pub mod error;
 pub mod kube;
+pub mod message;
 pub mod sse;
+pub mod stream;
+pub mod takeover;
 pub mod ws;
 
 use actix_web::web;
@@ -12,15 +14,15 @@ use bytes::Bytes;
 
 use crate::app::AppState;
 use crate::auth::{Principal, Verb};
-use crate::hub::Subscription;
 use crate::hub::projection::Projection;
 use crate::hub::{Delta, Filter, ViewSpec};
+use crate::hub::{Subscribe, Subscription};
 use crate::metrics::Transport;
 use crate::selector::{FieldSelector, LabelSelector};
 use error::ApiError;
 
 /// A streaming response body produced one chunk at a time.
-pub(crate) trait ChunkSource: Send + 'static {
+pub trait ChunkSource: Send + 'static {
     /// The next chunk to write, or `None` when the stream is over.
     fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> + Send;
 }
@@ -46,19 +48,17 @@ pub(crate) async fn subscribe(
             &params.namespaces,
         )
         .await?;
-    let params = &params;
+    let request = Subscribe {
+        spec: params.view_spec(),
+        resume: params.resume,
+        transport,
+        expires: principal.deadline(),
+    };
+    let request = &request;
     state
         .informers
         .with_hub::<_, ApiError, _, _>(resource, |hub| {
-            Subscription::start(
-                hub,
-                params.view_spec(),
-                params.resume,
-                state.stream.sync_timeout,
-                state.lifecycle.clone(),
-                state.metrics.clone(),
-                transport,
-            )
+            Subscription::start(hub, request.clone(), &state.subscriptions)
         })
         .await
 }

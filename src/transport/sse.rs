@@ -2,9 +2,10 @@
 //!
 //! Frames only: every event and snapshot object arrives from the hub
 //! already encoded as an SSE frame ([`crate::hub::Frame`]), shared by all
-//! subscribers; this module writes them out back to back, and builds the
+//! subscribers; [`SseFraming`] writes them out back to back, and builds the
 //! few per-subscriber frames (snapshot end, progress bookmark, reset,
-//! shutdown). The protocol is specified in `proto/PROTOCOL.md`.
+//! the ERROR that ends a stream). The protocol is specified in
+//! `proto/PROTOCOL.md`.
 //!
 //! The stream is hand-framed rather than built on `actix-web-lab`'s `Sse`
 //! because that type re-encodes each event per subscriber, which is the
@@ -12,15 +13,15 @@
 
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
-use bytes::{BufMut, Bytes, BytesMut};
-use prometheus_client::metrics::counter::Counter;
-use serde_json::json;
+use bytes::Bytes;
 
-use super::error::{ApiError, status_json};
-use super::{ChunkSource, detach, parse_stream_query, subscribe};
+use super::error::ApiError;
+use super::message::{Message, bookmark_object, event_json, reset_status};
+use super::stream::{Chunk, Framed, Framing};
+use super::{ChunkSource, parse_stream_query, subscribe, takeover};
 use crate::app::AppState;
 use crate::auth::{self, Principal};
-use crate::hub::{Item, ResetReason, ResourceMeta, Subscription};
+use crate::hub::ResourceMeta;
 use crate::metrics::Transport;
 
 /// `GET /stream/{resource}`: a snapshot, its end marker, then every change.
@@ -39,20 +40,15 @@ pub async fn stream(
         }
     }
     let sub = subscribe(&state, &principal, &resource, &params, Transport::Sse).await?;
-    let sent = state.metrics.events_sent(sub.hub().name(), Transport::Sse);
-    let meta = sub.hub().meta().clone();
-    let preamble = Bytes::from(format!("retry: {}\n\n", state.stream.retry.as_millis()));
-    let meta_name = sub.hub().name().to_string();
+    let bytes_sent = state.metrics.bytes_sent(sub.hub().name(), Transport::Sse);
     let body = SseBody {
-        sub,
-        meta,
-        sent,
-        preamble: Some(preamble),
-        expires: principal.deadline(),
-        ended: false,
+        preamble: Some(Bytes::from(format!(
+            "retry: {}\n\n",
+            state.stream.retry.as_millis()
+        ))),
+        framed: Framed::new(sub, SseFraming, &state.metrics, Transport::Sse),
     };
-    let bytes_sent = state.metrics.bytes_sent(&meta_name, Transport::Sse);
-    Ok(detach::respond(
+    Ok(takeover::respond(
         &req,
         &state.streams,
         &[
@@ -81,158 +77,76 @@ fn parse_last_event_id(value: &HeaderValue) -> Result<Option<u64>, ApiError> {
     })
 }
 
+/// The `retry:` hint, then the framed stream.
 struct SseBody {
-    sub: Subscription,
-    meta: ResourceMeta,
-    sent: Counter,
     preamble: Option<Bytes>,
-    /// When the client's credentials expire: the stream ends then, after
-    /// an ERROR (401).
-    expires: Option<tokio::time::Instant>,
-    ended: bool,
+    framed: Framed<SseFraming>,
 }
 
 impl ChunkSource for SseBody {
-    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> + Send {
-        self.next_chunk()
-    }
-}
-
-impl SseBody {
-    async fn next_chunk(&mut self) -> Option<Bytes> {
+    async fn chunk(&mut self) -> Option<Bytes> {
         if let Some(preamble) = self.preamble.take() {
             return Some(preamble);
         }
-        if self.ended {
-            return None;
-        }
-        let item = match self.expires {
-            None => self.sub.next().await?,
-            Some(at) => tokio::select! {
-                item = self.sub.next() => item?,
-                _ = tokio::time::sleep_until(at) => {
-                    self.ended = true;
-                    return Some(frame("ERROR", None, &expired_status().to_string(), false));
-                }
-            },
-        };
-        Some(match item {
-            Item::Snapshot(objects) => {
-                let mut buf = BytesMut::with_capacity(objects.iter().map(|f| f.len()).sum());
-                for obj in &objects {
-                    buf.put_slice(obj.sse());
-                }
-                self.sent.inc_by(objects.len() as u64);
-                buf.freeze()
-            }
-            Item::Events(events) => {
-                if let [single] = events.as_slice() {
-                    self.sent.inc();
-                    return Some(single.frame().sse().clone());
-                }
-                let mut buf = BytesMut::with_capacity(events.iter().map(|e| e.frame().len()).sum());
-                for ev in &events {
-                    buf.put_slice(ev.frame().sse());
-                }
-                self.sent.inc_by(events.len() as u64);
-                buf.freeze()
-            }
-            Item::SnapshotEnd { rv } => bookmark(&self.meta, rv, true),
-            Item::Progress { rv } => bookmark(&self.meta, rv, false),
-            Item::KeepAlive => Bytes::from_static(b": keep-alive\n\n"),
-            Item::Reset(reason) => {
-                // `id:` with no value clears the client's Last-Event-ID, so a
-                // reconnect during the snapshot asks for a fresh one.
-                frame("RESET", None, &reset_status(reason).to_string(), true)
-            }
-            Item::Closed(reason) => frame(
-                "ERROR",
-                None,
-                &closed_status(&self.meta, &reason).to_string(),
-                false,
-            ),
-            Item::Shutdown => frame("ERROR", None, &shutdown_status().to_string(), false),
-        })
+        self.framed.next_chunk().await
     }
 }
 
-/// The `object` of a RESET message.
-pub(super) fn reset_status(reason: ResetReason) -> serde_json::Value {
-    status_json(
-        410,
-        reason.as_str(),
-        &format!(
-            "{}: your position is gone; a fresh snapshot follows and replaces your state",
-            reason.as_str()
-        ),
-    )
+/// Messages as SSE frames.
+pub struct SseFraming;
+
+impl Framing for SseFraming {
+    type Out = Chunk;
+
+    fn frame(&mut self, msg: Message<'_>, meta: &ResourceMeta, out: &mut Chunk) -> bool {
+        match msg {
+            Message::Object(frame) => out.shared(frame.sse()),
+            Message::Event(delivery) => out.shared(delivery.frame().sse()),
+            Message::Bookmark { rv, initial_end } => out.put(&frame(
+                "BOOKMARK",
+                Some(rv),
+                &bookmark_object(meta, rv, initial_end),
+                false,
+            )),
+            Message::KeepAlive => out.put(b": keep-alive\n\n"),
+            // `id:` with no value clears the client's Last-Event-ID, so a
+            // reconnect during the snapshot asks for a fresh one.
+            Message::Reset(reason) => out.put(&frame(
+                "RESET",
+                None,
+                &reset_status(reason).to_string(),
+                true,
+            )),
+            Message::End(ending) => {
+                out.put(&frame(
+                    "ERROR",
+                    None,
+                    &ending.status(meta).to_string(),
+                    false,
+                ));
+                return false;
+            }
+        }
+        true
+    }
+
+    fn reserve(&mut self, out: &mut Chunk, bytes: usize) {
+        out.reserve(bytes);
+    }
 }
 
-/// The `object` of the ERROR that ends a stream whose hub was closed.
-pub(super) fn closed_status(meta: &ResourceMeta, reason: &str) -> serde_json::Value {
-    status_json(
-        404,
-        "NotFound",
-        &format!("{} is no longer served: {reason}", meta.name),
-    )
-}
-
-/// The `object` of the ERROR that ends a stream whose token expired.
-pub(super) fn expired_status() -> serde_json::Value {
-    status_json(
-        401,
-        "Unauthorized",
-        "token expired; reconnect with a fresh token (Last-Event-ID resumes)",
-    )
-}
-
-/// The `object` of the ERROR that ends every stream at shutdown.
-pub(super) fn shutdown_status() -> serde_json::Value {
-    status_json(
-        503,
-        "ServiceUnavailable",
-        "kubefan is shutting down; reconnect",
-    )
-}
-
-/// A BOOKMARK carrying a resume position; `initial_end` marks the end of
-/// a snapshot, as Kubernetes marks the end of `sendInitialEvents`.
-fn bookmark(meta: &ResourceMeta, rv: u64, initial_end: bool) -> Bytes {
-    frame(
-        "BOOKMARK",
-        Some(rv),
-        &bookmark_object(meta, rv, initial_end),
-        false,
-    )
-}
-
-/// The `object` of a BOOKMARK.
-pub(super) fn bookmark_object(meta: &ResourceMeta, rv: u64, initial_end: bool) -> String {
-    let annotations = if initial_end {
-        r#","annotations":{"k8s.io/initial-events-end":"true"}"#
-    } else {
-        ""
-    };
-    format!(
-        r#"{{"kind":{},"apiVersion":{},"metadata":{{"resourceVersion":"{rv}"{annotations}}}}}"#,
-        json!(meta.kind),
-        json!(meta.api_version),
-    )
-}
-
-/// An SSE frame `event: NAME` whose data is `{"type":NAME,"object":OBJECT}`,
-/// in the key order Kubernetes uses.
-fn frame(name: &str, id: Option<u64>, object: &str, clear_id: bool) -> Bytes {
+/// An SSE frame `event: NAME` whose data is `{"type":NAME,"object":OBJECT}`.
+fn frame(name: &str, id: Option<u64>, object: &str, clear_id: bool) -> Vec<u8> {
     let mut out = format!("event: {name}\n");
     if let Some(id) = id {
         out.push_str(&format!("id: {id}\n"));
     } else if clear_id {
         out.push_str("id:\n");
     }
-    out.push_str(&format!(
-        "data: {{\"type\":\"{name}\",\"object\":{object}}}\n\n"
-    ));
-    Bytes::from(out)
+    out.push_str("data: ");
+    out.push_str(&event_json(name, object));
+    out.push_str("\n\n");
+    out.into_bytes()
 }
 
 #[cfg(test)]
@@ -260,7 +174,13 @@ mod tests {
             api_version: "v1".into(),
             kind: "Pod".into(),
         };
-        let text = String::from_utf8(bookmark(&meta, 9, true).to_vec()).unwrap();
+        let mut chunk = Chunk::default();
+        let bookmark = Message::Bookmark {
+            rv: 9,
+            initial_end: true,
+        };
+        assert!(SseFraming.frame(bookmark, &meta, &mut chunk));
+        let text = String::from_utf8(chunk.take().unwrap().to_vec()).unwrap();
         assert!(text.starts_with("event: BOOKMARK\nid: 9\ndata: "), "{text}");
         assert!(text.ends_with("\n\n"));
         let data: serde_json::Value =

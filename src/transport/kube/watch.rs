@@ -18,16 +18,17 @@ use std::time::Duration;
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse};
-use bytes::{BufMut, Bytes, BytesMut};
-use prometheus_client::metrics::counter::Counter;
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::KubeQuery;
 use crate::app::AppState;
-use crate::hub::{Filter, Hub, Item, ResourceMeta, Subscription, ViewSpec};
+use crate::hub::{Filter, Hub, ResetReason, ResourceMeta, Subscribe, Subscription, ViewSpec};
 use crate::metrics::Transport;
 use crate::transport::error::{ApiError, status_json};
-use crate::transport::{ChunkSource, detach};
+use crate::transport::message::{Ending, Message, bookmark_object, event_json};
+use crate::transport::stream::{Chunk, Framed, Framing};
+use crate::transport::{ChunkSource, takeover};
 
 /// A watch without `timeoutSeconds` ends after this long, as
 /// kube-apiserver's `--min-request-timeout` (1800 s) bounds it.
@@ -72,36 +73,29 @@ pub async fn watch(
     }
     // sendInitialEvents: a snapshot not older than `rv` (waited for above).
     let resume = if send_initial { None } else { rv };
-    let sub = Subscription::start(
-        hub,
-        ViewSpec::new(filter),
+    let request = Subscribe {
+        spec: ViewSpec::new(filter),
         resume,
-        state.stream.sync_timeout,
-        state.lifecycle.clone(),
-        state.metrics.clone(),
-        Transport::KubeWatch,
-    )
-    .await?;
+        transport: Transport::KubeWatch,
+        expires,
+    };
+    let sub = Subscription::start(hub.clone(), request, &state.subscriptions).await?;
     let timeout = q
         .timeout_seconds
         .filter(|t| *t > 0)
         .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
-    let meta_name = sub.hub().name().to_string();
-    let body = WatchBody {
-        sent: state
-            .metrics
-            .events_sent(sub.hub().name(), Transport::KubeWatch),
-        meta: sub.hub().meta().clone(),
-        sub,
+    let bytes_sent = state.metrics.bytes_sent(hub.name(), Transport::KubeWatch);
+    let framing = WatchFraming {
+        hub,
         send_initial,
         bookmarks: q.allow_bookmarks,
         position: rv.unwrap_or(0),
-        deadline: Instant::now() + timeout,
-        expires,
-        ended: false,
     };
-    let bytes_sent = state.metrics.bytes_sent(&meta_name, Transport::KubeWatch);
-    Ok(detach::respond(
+    let body = WatchBody {
+        framed: Framed::new(sub, framing, &state.metrics, Transport::KubeWatch),
+        deadline: Instant::now() + timeout,
+    };
+    Ok(takeover::respond(
         req,
         &state.streams,
         &[
@@ -114,125 +108,100 @@ pub async fn watch(
 }
 
 struct WatchBody {
-    sub: Subscription,
-    meta: ResourceMeta,
-    sent: Counter,
+    framed: Framed<WatchFraming>,
+    /// `timeoutSeconds`: the watch ends cleanly then.
+    deadline: Instant,
+}
+
+impl ChunkSource for WatchBody {
+    async fn chunk(&mut self) -> Option<Bytes> {
+        tokio::select! {
+            chunk = self.framed.next_chunk() => chunk,
+            _ = tokio::time::sleep_until(self.deadline) => None,
+        }
+    }
+}
+
+/// Messages as kube-apiserver's watch lines.
+struct WatchFraming {
+    hub: Arc<Hub>,
     send_initial: bool,
     bookmarks: bool,
     /// The newest resourceVersion this client holds.
     position: u64,
-    deadline: Instant,
-    /// When the client's token expires: an ERROR (401), then the end.
-    expires: Option<Instant>,
-    ended: bool,
 }
 
-impl ChunkSource for WatchBody {
-    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> + Send {
-        self.next_chunk()
-    }
-}
+impl Framing for WatchFraming {
+    type Out = Chunk;
 
-impl WatchBody {
-    async fn next_chunk(&mut self) -> Option<Bytes> {
-        loop {
-            if self.ended {
-                return None;
+    fn frame(&mut self, msg: Message<'_>, meta: &ResourceMeta, out: &mut Chunk) -> bool {
+        match msg {
+            Message::Object(frame) => out.shared(&frame.ndjson()),
+            Message::Event(delivery) => {
+                out.shared(&delivery.frame().ndjson());
+                self.position = self.position.max(delivery.rv());
             }
-            let item = tokio::select! {
-                item = self.sub.next() => item?,
-                _ = tokio::time::sleep_until(self.deadline) => return None,
-                _ = tokio::time::sleep_until(self.expires.unwrap_or(self.deadline)), if self.expires.is_some() => {
-                    self.ended = true;
-                    return Some(error_line(401, "Unauthorized", "token expired"));
+            Message::Bookmark {
+                rv,
+                initial_end: true,
+            } => {
+                self.position = rv;
+                if self.send_initial {
+                    out.put(&self.bookmark(meta, true));
                 }
-            };
-            match item {
-                Item::Snapshot(objects) => {
-                    let mut buf = BytesMut::with_capacity(objects.iter().map(|f| f.len()).sum());
-                    for obj in &objects {
-                        buf.put_slice(&obj.ndjson());
-                    }
-                    self.sent.inc_by(objects.len() as u64);
-                    return Some(buf.freeze());
+            }
+            Message::Bookmark { rv, .. } => {
+                self.position = self.position.max(rv);
+                if self.bookmarks {
+                    out.put(&self.bookmark(meta, false));
                 }
-                Item::SnapshotEnd { rv } => {
-                    self.position = rv;
-                    if self.send_initial {
-                        return Some(self.bookmark(true));
-                    }
+            }
+            Message::KeepAlive => {
+                if self.bookmarks && self.position > 0 {
+                    out.put(&self.bookmark(meta, false));
                 }
-                Item::Events(events) => {
-                    let mut buf =
-                        BytesMut::with_capacity(events.iter().map(|e| e.frame().len()).sum());
-                    for ev in &events {
-                        buf.put_slice(&ev.frame().ndjson());
-                        self.position = self.position.max(ev.rv());
-                    }
-                    self.sent.inc_by(events.len() as u64);
-                    return Some(buf.freeze());
-                }
-                Item::Progress { rv } => {
-                    self.position = self.position.max(rv);
-                    if self.bookmarks {
-                        return Some(self.bookmark(false));
-                    }
-                }
-                Item::KeepAlive => {
-                    if self.bookmarks && self.position > 0 {
-                        return Some(self.bookmark(false));
-                    }
-                }
-                Item::Reset(reason) => {
-                    // Kubernetes clients relist on 410; a reset is never
-                    // replayed as a snapshot on this face.
-                    self.ended = true;
-                    let message = match reason {
-                        crate::hub::ResetReason::Expired => {
-                            format!(
-                                "too old resource version: {} ({})",
-                                self.position,
-                                self.sub.hub().resource_version()
-                            )
-                        }
-                        crate::hub::ResetReason::Lapped => format!(
-                            "the watch fell behind the event log (too slow reader) at resource version {}",
-                            self.position
-                        ),
-                    };
-                    return Some(error_line(410, "Expired", &message));
-                }
-                Item::Closed(reason) => {
-                    self.ended = true;
-                    return Some(error_line(
-                        404,
-                        "NotFound",
-                        &format!("{} is no longer served: {reason}", self.meta.name),
-                    ));
-                }
-                Item::Shutdown => return None,
+            }
+            Message::Reset(reason) => {
+                // Kubernetes clients relist on 410; a reset is never
+                // replayed as a snapshot on this face.
+                let message = match reason {
+                    ResetReason::Expired => format!(
+                        "too old resource version: {} ({})",
+                        self.position,
+                        self.hub.resource_version()
+                    ),
+                    ResetReason::Lapped => format!(
+                        "the watch fell behind the event log (too slow reader) at resource version {}",
+                        self.position
+                    ),
+                };
+                out.put(&error_line(&status_json(410, "Expired", &message)));
+                return false;
+            }
+            // kube-apiserver closes its watches at shutdown with no event:
+            // clients re-watch elsewhere.
+            Message::End(Ending::Shutdown) => return false,
+            Message::End(ending) => {
+                out.put(&error_line(&ending.status(meta)));
+                return false;
             }
         }
+        true
     }
 
-    fn bookmark(&self, initial_end: bool) -> Bytes {
-        let annotations = if initial_end {
-            r#","annotations":{"k8s.io/initial-events-end":"true"}"#
-        } else {
-            ""
-        };
-        Bytes::from(format!(
-            "{{\"type\":\"BOOKMARK\",\"object\":{{\"kind\":{},\"apiVersion\":{},\"metadata\":{{\"resourceVersion\":\"{}\"{annotations}}}}}}}\n",
-            serde_json::Value::from(self.meta.kind.as_str()),
-            serde_json::Value::from(self.meta.api_version.as_str()),
-            self.position,
-        ))
+    fn reserve(&mut self, out: &mut Chunk, bytes: usize) {
+        out.reserve(bytes);
     }
 }
 
-fn error_line(code: u16, reason: &str, message: &str) -> Bytes {
-    Bytes::from(format!(
-        "{{\"type\":\"ERROR\",\"object\":{}}}\n",
-        status_json(code, reason, message)
-    ))
+impl WatchFraming {
+    /// A BOOKMARK at the position this client holds.
+    fn bookmark(&self, meta: &ResourceMeta, initial_end: bool) -> Vec<u8> {
+        let object = bookmark_object(meta, self.position, initial_end);
+        format!("{}\n", event_json("BOOKMARK", &object)).into_bytes()
+    }
+}
+
+fn error_line(status: &serde_json::Value) -> Vec<u8> {
+    format!("{{\"type\":\"ERROR\",\"object\":{status}}}\n").into_bytes()
 }

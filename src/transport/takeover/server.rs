@@ -6,7 +6,7 @@
 //! request's connection data carries a [`Takeover`] handle to it. A
 //! long-lived stream (SSE, Kubernetes watch) takes the socket out once the
 //! gate and its handler have accepted the request, and writes the response
-//! itself (`transport::detach`). actix then sees a connection whose writes
+//! itself (`transport::takeover`). actix then sees a connection whose writes
 //! go nowhere and whose reads end, and lets it go, with its two 8 KiB
 //! buffers and its task: a stream costs its subscription and its socket,
 //! nothing more (loadtest/RESULTS.md has the numbers).
@@ -50,7 +50,7 @@ pub struct Takeover(Slot);
 
 impl Takeover {
     /// The socket, taken away from actix. `None` if already taken.
-    pub fn take(&self) -> Option<TcpStream> {
+    pub fn take_socket(&self) -> Option<TcpStream> {
         let mut conn = self.0.borrow_mut();
         let io = conn.io.take();
         if let Some(reader) = conn.reader.take() {

@@ -1,0 +1,172 @@
+//! One path from a subscription's items to bytes.
+//!
+//! [`Framed`] pulls a [`Subscription`], turns each item into
+//! [`Message`]s (`message::messages_of`), counts the deliveries, and hands
+//! every message to the transport's [`Framing`]: that is all a transport
+//! supplies (SSE frames, Kubernetes watch lines, WebSocket text messages).
+//! Where the framed bytes go is the writer's business: a taken-over socket
+//! today (`transport::takeover`), and anything else that takes chunks.
+//!
+//! Byte framings write into a [`Chunk`], which passes one shared frame
+//! through without a copy (the common case: one event, many subscribers)
+//! and joins several into one buffer sized once.
+
+use bytes::{Bytes, BytesMut};
+use prometheus_client::metrics::counter::Counter;
+
+use super::message::{Message, messages_of};
+use crate::hub::{Item, ResourceMeta, Subscription};
+use crate::metrics::{Metrics, Transport};
+
+/// How one transport frames messages.
+pub trait Framing {
+    /// Where framed messages collect until the writer takes them.
+    type Out: Default;
+
+    /// Frames `msg` into `out`. False when the stream ends after it.
+    fn frame(&mut self, msg: Message<'_>, meta: &ResourceMeta, out: &mut Self::Out) -> bool;
+
+    /// About `bytes` of several shared frames follow: room for them.
+    fn reserve(&mut self, _out: &mut Self::Out, _bytes: usize) {}
+}
+
+/// A subscription and its transport's framing.
+pub struct Framed<F> {
+    sub: Subscription,
+    framing: F,
+    meta: ResourceMeta,
+    sent: Counter,
+    ended: bool,
+}
+
+impl<F: Framing> Framed<F> {
+    pub fn new(sub: Subscription, framing: F, metrics: &Metrics, transport: Transport) -> Self {
+        Framed {
+            sent: metrics.events_sent(sub.hub().name(), transport),
+            meta: sub.hub().meta().clone(),
+            sub,
+            framing,
+            ended: false,
+        }
+    }
+
+    pub fn subscription(&self) -> &Subscription {
+        &self.sub
+    }
+
+    pub fn framing(&self) -> &F {
+        &self.framing
+    }
+
+    /// Frames the subscription's next item into `out`. False once the
+    /// stream is over (and nothing was framed).
+    pub async fn next_into(&mut self, out: &mut F::Out) -> bool {
+        if self.ended {
+            return false;
+        }
+        let Some(item) = self.sub.next().await else {
+            self.ended = true;
+            return false;
+        };
+        let (count, bytes) = match &item {
+            Item::Snapshot(objects) => (objects.len(), objects.iter().map(|f| f.len()).sum()),
+            Item::Events(events) => (events.len(), events.iter().map(|e| e.frame().len()).sum()),
+            _ => (0, 0),
+        };
+        if count > 1 {
+            self.framing.reserve(out, bytes);
+        }
+        let mut more = true;
+        let delivered = messages_of(&item, |msg| {
+            if more {
+                more = self.framing.frame(msg, &self.meta, out);
+            }
+        });
+        self.sent.inc_by(delivered);
+        self.ended = !more;
+        true
+    }
+}
+
+impl<F: Framing<Out = Chunk>> Framed<F> {
+    /// The next non-empty chunk of bytes, or `None` once the stream is over.
+    pub async fn next_chunk(&mut self) -> Option<Bytes> {
+        let mut chunk = Chunk::default();
+        loop {
+            let more = self.next_into(&mut chunk).await;
+            if let Some(bytes) = chunk.take() {
+                return Some(bytes);
+            }
+            if !more {
+                return None;
+            }
+        }
+    }
+}
+
+/// The bytes framed from one item.
+#[derive(Default)]
+pub struct Chunk {
+    /// A shared frame, passed through as it is while it is alone.
+    one: Option<Bytes>,
+    buf: BytesMut,
+}
+
+impl Chunk {
+    /// Adds a shared, already encoded frame (cheap to clone).
+    pub fn shared(&mut self, bytes: &Bytes) {
+        if self.one.is_none() && self.buf.is_empty() {
+            self.one = Some(bytes.clone());
+            return;
+        }
+        self.join();
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Adds bytes framed for this subscriber alone.
+    pub fn put(&mut self, bytes: &[u8]) {
+        self.join();
+        self.buf.extend_from_slice(bytes);
+    }
+
+    pub fn reserve(&mut self, bytes: usize) {
+        self.buf.reserve(bytes);
+    }
+
+    fn join(&mut self) {
+        if let Some(one) = self.one.take() {
+            self.buf.extend_from_slice(&one);
+        }
+    }
+
+    /// What was framed, if anything; the chunk is empty afterwards.
+    pub fn take(&mut self) -> Option<Bytes> {
+        if let Some(one) = self.one.take() {
+            debug_assert!(self.buf.is_empty());
+            return Some(one);
+        }
+        (!self.buf.is_empty()).then(|| self.buf.split().freeze())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lone_shared_frame_passes_through_uncopied() {
+        let frame = Bytes::from_static(b"data: {}\n\n");
+        let mut chunk = Chunk::default();
+        chunk.shared(&frame);
+        let out = chunk.take().unwrap();
+        assert_eq!(out.as_ptr(), frame.as_ptr(), "the same buffer");
+        assert!(chunk.take().is_none());
+        chunk.shared(&frame);
+        chunk.put(b": x\n\n");
+        chunk.shared(&frame);
+        assert_eq!(
+            &chunk.take().unwrap()[..],
+            b"data: {}\n\n: x\n\ndata: {}\n\n"
+        );
+    }
+}

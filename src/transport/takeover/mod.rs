@@ -1,0 +1,121 @@
+//! Streams that leave actix: once the middleware and a stream's handler
+//! have accepted a request, the handler takes the connection's socket away
+//! from actix ([`server::Takeover`]) and kubefan writes the response on it
+//! from a small task of its own. actix lets the emptied connection go, so a
+//! stream keeps neither actix's read and write buffers nor its connection
+//! task (loadtest/RESULTS.md has the numbers).
+//!
+//! One file per concept: [`server`] (the HTTP server whose connections can
+//! be taken), [`http`] (a chunked response written by kubefan), [`ws_read`]
+//! and [`ws_write`] (a WebSocket's two halves), [`io`] (bounded writes and
+//! watching for client input).
+//!
+//! No stream waits for its client forever: one that cannot write a single
+//! byte for the write timeout gives up and closes the connection, and at
+//! shutdown every stream still blocked after the grace period is ended
+//! (the lifecycle's hard stop).
+
+mod http;
+mod io;
+pub mod server;
+mod ws_read;
+mod ws_write;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::HttpRequest;
+use actix_web::http::header::HeaderMap;
+use tokio_util::task::TaskTracker;
+
+pub use http::respond;
+use io::WriteDeadline;
+pub use ws_read::Inbox;
+pub use ws_write::{Opcode, Taken, Upgraded, WsWriter, upgrade};
+
+use crate::lifecycle::Lifecycle;
+use crate::metrics::Metrics;
+use crate::transport::error::ApiError;
+use server::Takeover;
+
+/// Where taken-over streams run, and how they are stopped.
+pub struct Streams {
+    runtime: tokio::runtime::Handle,
+    tracker: TaskTracker,
+    deadline: WriteDeadline,
+}
+
+impl Streams {
+    /// Streams run on the runtime current when this is called. A stream
+    /// whose client takes no byte for `write_timeout` is closed (and
+    /// counted in `kubefan_limits_hit_total{kind="write_timeout"}`).
+    pub fn on_current_runtime(
+        write_timeout: Duration,
+        lifecycle: Arc<Lifecycle>,
+        metrics: Arc<Metrics>,
+    ) -> Streams {
+        Streams {
+            runtime: tokio::runtime::Handle::current(),
+            tracker: TaskTracker::new(),
+            deadline: WriteDeadline {
+                lifecycle,
+                timeout: write_timeout,
+                metrics,
+            },
+        }
+    }
+
+    /// `fut`, counted among the streams [`Streams::stop`] waits for.
+    pub fn track<F: Future>(&self, fut: F) -> tokio_util::task::task_tracker::TrackedFuture<F> {
+        self.tracker.track_future(fut)
+    }
+
+    /// Runs `fut` as a stream: on the streams' runtime (the informer's,
+    /// whose wake-ups then cross no thread), counted among the streams
+    /// [`Streams::stop`] waits for.
+    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, fut: F) {
+        self.runtime.spawn(self.tracker.track_future(fut));
+    }
+
+    /// Waits up to `grace` for the streams to end (they end by themselves
+    /// on shutdown, after their ERROR message), then ends the rest.
+    pub async fn stop(&self, grace: Duration) {
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::info!(
+                streams = self.tracker.len(),
+                "ending streams still writing after the grace period"
+            );
+            self.deadline.lifecycle.hard_stop();
+            self.tracker.wait().await;
+        }
+    }
+}
+
+/// What a stream answers if its connection cannot be taken over: every
+/// connection of `crate::server` can be, so this is a bug, not a client's
+/// mistake.
+pub fn not_taken_over() -> ApiError {
+    tracing::error!("a stream's connection could not be taken over from actix");
+    ApiError::Status(
+        500,
+        "InternalError",
+        "this connection cannot carry a stream".into(),
+    )
+}
+
+/// The CORS headers the middleware decided a response gets (set for listed
+/// origins; a taken-over response writes them itself).
+#[derive(Clone)]
+pub struct CorsHeaders(pub HeaderMap);
+
+/// `req`'s socket, taken from actix and out of its reactor (which drops
+/// actix's waker for it, and through it actix's whole connection task);
+/// `None` if the connection cannot be taken over.
+fn socket_of(req: &HttpRequest) -> Option<std::io::Result<std::net::TcpStream>> {
+    let socket = req.conn_data::<Takeover>()?.take_socket()?;
+    Some(socket.into_std())
+}

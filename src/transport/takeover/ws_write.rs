@@ -1,0 +1,189 @@
+//! A taken-over WebSocket: the upgrade (the socket taken from actix, its
+//! `101` written before the first frame) and the write half, which frames
+//! kubefan's messages (one unfragmented, unmasked frame each, header and
+//! payload in one `writev`).
+
+use std::io::{self, IoSlice};
+
+use actix_web::{HttpMessage, HttpRequest};
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedWriteHalf;
+
+use super::io::{WriteDeadline, write_all};
+use super::ws_read::Inbox;
+use super::{Streams, socket_of};
+use crate::limits::Permit;
+
+/// A WebSocket connection taken over from actix after its handshake was
+/// validated: [`Inbox`] reads what the client sends from the socket's read
+/// half, and [`WsWriter`] frames what kubefan sends onto the write half.
+pub struct Upgraded {
+    pub inbox: Inbox,
+    pub writer: WsWriter,
+}
+
+/// A WebSocket connection taken from actix, out of any reactor until
+/// [`Taken::open`] is called on the runtime that is to drive it.
+pub struct Taken {
+    socket: std::net::TcpStream,
+    head: Bytes,
+    max_message: usize,
+    deadline: WriteDeadline,
+    permit: Option<Permit>,
+}
+
+/// Takes `req`'s connection over for a WebSocket, if it can. `head` is the
+/// `101 Switching Protocols` response, written before the first frame;
+/// client messages larger than `max_message` bytes are refused.
+pub fn upgrade(
+    req: &HttpRequest,
+    streams: &Streams,
+    head: Bytes,
+    max_message: usize,
+) -> Option<io::Result<Taken>> {
+    let socket = match socket_of(req)? {
+        Ok(socket) => socket,
+        Err(err) => return Some(Err(err)),
+    };
+    let permit = req.extensions_mut().remove::<Permit>();
+    Some(Ok(Taken {
+        socket,
+        head,
+        max_message,
+        deadline: streams.deadline.clone(),
+        permit,
+    }))
+}
+
+impl Taken {
+    /// Registers the socket with the current runtime's reactor.
+    pub fn open(self) -> io::Result<Upgraded> {
+        let socket = TcpStream::from_std(self.socket)?;
+        // Every message is whole: do not hold one back for the next.
+        socket.set_nodelay(true)?;
+        let (read, write) = socket.into_split();
+        Ok(Upgraded {
+            inbox: Inbox::new(read, self.max_message),
+            writer: WsWriter {
+                write,
+                head: Some(self.head),
+                deadline: self.deadline,
+                _permit: self.permit,
+            },
+        })
+    }
+}
+
+/// WebSocket opcodes kubefan sends (RFC 6455 section 5.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opcode {
+    Text = 0x1,
+    Close = 0x8,
+    Ping = 0x9,
+    Pong = 0xA,
+}
+
+/// The write half of a taken-over WebSocket: each message is one
+/// unfragmented, unmasked frame (a server's frames are never masked),
+/// written as its header and payload in one `writev`.
+pub struct WsWriter {
+    write: OwnedWriteHalf,
+    /// The handshake response, not yet sent.
+    head: Option<Bytes>,
+    deadline: WriteDeadline,
+    /// The connection's place in the limits, given back when it ends.
+    _permit: Option<Permit>,
+}
+
+impl WsWriter {
+    /// Sends the handshake response (`101 Switching Protocols`).
+    pub async fn open(&mut self) -> io::Result<()> {
+        match self.head.take() {
+            Some(head) => write_all(&self.write, &self.deadline, &mut [IoSlice::new(&head)]).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Sends one frame; an error means the connection is gone.
+    pub async fn send(&mut self, opcode: Opcode, payload: &[u8]) -> io::Result<()> {
+        self.send_parts(opcode, &[payload]).await
+    }
+
+    /// Sends one frame whose payload is `parts` (at most three) one after
+    /// the other, in one `writev` with no copy.
+    pub async fn send_parts<const N: usize>(
+        &mut self,
+        opcode: Opcode,
+        parts: &[&[u8]; N],
+    ) -> io::Result<()> {
+        const { assert!(N <= 3, "a frame is sent in at most three parts") };
+        self.open().await?;
+        let mut header = [0u8; 10];
+        let len = parts.iter().map(|p| p.len()).sum();
+        let header = frame_header(&mut header, opcode, len);
+        let mut bufs = [IoSlice::new(&[]); 4];
+        bufs[0] = IoSlice::new(header);
+        for (buf, part) in bufs[1..].iter_mut().zip(parts) {
+            *buf = IoSlice::new(part);
+        }
+        write_all(&self.write, &self.deadline, &mut bufs[..=N]).await
+    }
+
+    /// A Close frame with `code` and `reason` (cut to fit the 125-byte
+    /// control frame limit), then the end of the connection's sending side.
+    pub async fn close(&mut self, code: u16, reason: &str) {
+        let mut payload = code.to_be_bytes().to_vec();
+        let mut end = reason.len().min(123);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        payload.extend_from_slice(&reason.as_bytes()[..end]);
+        if self.send(Opcode::Close, &payload).await.is_ok() {
+            let _ = self.write.shutdown().await;
+        }
+    }
+}
+
+/// The header of a final, unmasked frame of `len` payload bytes.
+fn frame_header(buf: &mut [u8; 10], opcode: Opcode, len: usize) -> &[u8] {
+    buf[0] = 0x80 | opcode as u8;
+    if len < 126 {
+        buf[1] = len as u8;
+        &buf[..2]
+    } else if let Ok(len) = u16::try_from(len) {
+        buf[1] = 126;
+        buf[2..4].copy_from_slice(&len.to_be_bytes());
+        &buf[..4]
+    } else {
+        buf[1] = 127;
+        buf[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+        &buf[..10]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn websocket_frame_headers_use_the_shortest_length() {
+        let mut buf = [0u8; 10];
+        assert_eq!(frame_header(&mut buf, Opcode::Text, 5), [0x81, 5]);
+        assert_eq!(frame_header(&mut buf, Opcode::Ping, 0), [0x89, 0]);
+        assert_eq!(frame_header(&mut buf, Opcode::Text, 125), [0x81, 125]);
+        assert_eq!(
+            frame_header(&mut buf, Opcode::Text, 126),
+            [0x81, 126, 0, 126]
+        );
+        assert_eq!(
+            frame_header(&mut buf, Opcode::Close, 65535),
+            [0x88, 126, 0xff, 0xff]
+        );
+        assert_eq!(
+            frame_header(&mut buf, Opcode::Text, 65536),
+            [0x81, 127, 0, 0, 0, 0, 0, 1, 0, 0]
+        );
+    }
+}

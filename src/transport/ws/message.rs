@@ -1,0 +1,236 @@
+//! WebSocket messages: the SSE `data` JSON the hub already encoded, with
+//! `"id"` spliced in where SSE sends an `id:` line and, on `/ws`,
+//! `{"sub":ID,` spliced in front; one copy at most, no re-serialisation.
+//! [`WsFraming`] turns a stream's messages into them.
+
+use actix_ws::{CloseCode, CloseReason};
+use bytes::{BufMut, Bytes, BytesMut};
+use bytestring::ByteString;
+use serde_json::Value;
+
+use crate::hub::ResourceMeta;
+use crate::transport::message::{Ending, Message, bookmark_object, event_json, reset_status};
+use crate::transport::stream::Framing;
+
+/// The Close code of a socket whose credentials ended (after an ERROR per
+/// subscription); see `proto/PROTOCOL.md`.
+pub const CLOSE_UNAUTHORIZED: u16 = 4001;
+/// The Close code of a socket whose access was withdrawn.
+pub const CLOSE_FORBIDDEN: u16 = 4003;
+
+/// Why a socket closes on an idle timeout.
+pub const IDLE: &str = "no pong or message within the idle timeout";
+/// ... on shutdown.
+pub const GOING_AWAY: &str = "kubefan is shutting down; reconnect";
+
+/// The `id` a message carries: where SSE sends `id:`, and empty where SSE
+/// clears the client's id (RESET).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Id {
+    None,
+    Clear,
+    Rv(u64),
+}
+
+/// One message before its `{"sub":..,` prefix: shared JSON and its id.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    pub json: Bytes,
+    pub id: Id,
+}
+
+/// Messages as WebSocket text messages. A single-stream socket also needs
+/// to know how its stream ended, to choose its Close frame.
+#[derive(Default)]
+pub struct WsFraming {
+    pub ending: Option<Ending>,
+}
+
+impl Framing for WsFraming {
+    type Out = Vec<Outgoing>;
+
+    fn frame(&mut self, msg: Message<'_>, meta: &ResourceMeta, out: &mut Vec<Outgoing>) -> bool {
+        let (json, id) = match msg {
+            Message::Object(frame) => (frame.json(), Id::None),
+            Message::Event(delivery) => {
+                let id = if delivery.has_id() {
+                    Id::Rv(delivery.rv())
+                } else {
+                    Id::None
+                };
+                (delivery.frame().json(), id)
+            }
+            Message::Bookmark { rv, initial_end } => {
+                let object = bookmark_object(meta, rv, initial_end);
+                (Bytes::from(event_json("BOOKMARK", &object)), Id::Rv(rv))
+            }
+            // The socket's own pings keep it alive.
+            Message::KeepAlive => return true,
+            Message::Reset(reason) => (
+                Bytes::from(event_json("RESET", &reset_status(reason).to_string())),
+                Id::Clear,
+            ),
+            Message::End(ending) => {
+                out.push(Outgoing {
+                    json: error_json(&ending.status(meta)),
+                    id: Id::None,
+                });
+                self.ending = Some(ending);
+                return false;
+            }
+        };
+        out.push(Outgoing { json, id });
+        true
+    }
+}
+
+/// The Close frame a single-stream socket sends once its stream ended.
+pub fn close_for(ending: Option<&Ending>) -> CloseReason {
+    match ending {
+        Some(Ending::Shutdown) => close_reason(CloseCode::Away, GOING_AWAY),
+        Some(Ending::Denied(d)) if d.code == 403 => {
+            close_reason(CloseCode::Other(CLOSE_FORBIDDEN), "access withdrawn")
+        }
+        Some(Ending::Denied(_)) => {
+            close_reason(CloseCode::Other(CLOSE_UNAUTHORIZED), "token expired")
+        }
+        Some(Ending::Closed(_)) | None => close_reason(CloseCode::Normal, "the stream ended"),
+    }
+}
+
+pub fn close_reason(code: CloseCode, description: &str) -> CloseReason {
+    CloseReason {
+        code,
+        description: Some(description.to_string()),
+    }
+}
+
+/// `json` (a `{"type":..}` object), with `prefix` (`{"sub":ID,`) spliced in
+/// front and `"id"` at the end. Without either it is `json` itself, shared.
+pub fn message(prefix: Option<&[u8]>, json: Bytes, id: Id) -> ByteString {
+    if prefix.is_none() && id == Id::None {
+        return text(json);
+    }
+    let mut tail = [0u8; TAIL];
+    let parts = parts(prefix, &json, id, &mut tail);
+    let mut buf = BytesMut::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        buf.put_slice(part);
+    }
+    text(buf.freeze())
+}
+
+/// Room for the end of a message: `,"id":"` and a `u64` and `"}`.
+pub const TAIL: usize = 32;
+
+/// A message in three parts, to copy or to write as they are: its start
+/// (`prefix`, or `{`), the inside of `json`, and its end (`"id"` and `}`).
+pub fn parts<'a>(
+    prefix: Option<&'a [u8]>,
+    json: &'a [u8],
+    id: Id,
+    tail: &'a mut [u8; TAIL],
+) -> [&'a [u8]; 3] {
+    debug_assert!(json.len() >= 2 && json[0] == b'{' && json[json.len() - 1] == b'}');
+    let tail: &[u8] = match id {
+        Id::None => b"}",
+        Id::Clear => br#","id":""}"#,
+        Id::Rv(rv) => {
+            // Written backwards: `"}`, the digits, `,"id":"` (at most 29
+            // bytes), without the formatting machinery, per socket and
+            // message.
+            let mut at = TAIL;
+            let mut put = |bytes: &[u8]| {
+                at -= bytes.len();
+                tail[at..at + bytes.len()].copy_from_slice(bytes);
+            };
+            put(br#""}"#);
+            let mut rest = rv;
+            loop {
+                put(&[b'0' + (rest % 10) as u8]);
+                rest /= 10;
+                if rest == 0 {
+                    break;
+                }
+            }
+            put(br#","id":""#);
+            &tail[at..]
+        }
+    };
+    [prefix.unwrap_or(b"{"), &json[1..json.len() - 1], tail]
+}
+
+/// Every message is built from serde_json output and ASCII, so it is UTF-8;
+/// the lossy path only exists so that a broken invariant cannot panic.
+fn text(bytes: Bytes) -> ByteString {
+    ByteString::try_from(bytes.clone())
+        .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned().into())
+}
+
+/// An ERROR event carrying `status`.
+pub fn error_json(status: &Value) -> Bytes {
+    Bytes::from(event_json("ERROR", &status.to_string()))
+}
+
+pub fn error_message(prefix: Option<&[u8]>, status: &Value) -> ByteString {
+    message(prefix, error_json(status), Id::None)
+}
+
+/// `{"sub":ID,` for a client's subscription id.
+pub fn sub_prefix(id: &str) -> Bytes {
+    Bytes::from(format!(r#"{{"sub":{},"#, Value::from(id)))
+}
+
+/// The prefix of replies not attributable to a subscription.
+pub const NULL_PREFIX: &[u8] = br#"{"sub":null,"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(b: ByteString) -> String {
+        b.to_string()
+    }
+
+    #[test]
+    fn messages_splice_sub_and_id_into_the_shared_json() {
+        let json = Bytes::from_static(br#"{"type":"ADDED","object":{"a":1}}"#);
+        assert_eq!(
+            s(message(None, json.clone(), Id::None)),
+            std::str::from_utf8(&json).unwrap()
+        );
+        assert_eq!(
+            s(message(None, json.clone(), Id::Rv(42))),
+            r#"{"type":"ADDED","object":{"a":1},"id":"42"}"#
+        );
+        assert_eq!(
+            s(message(Some(&sub_prefix("a\"b")), json.clone(), Id::Clear)),
+            r#"{"sub":"a\"b","type":"ADDED","object":{"a":1},"id":""}"#
+        );
+        assert_eq!(
+            s(message(Some(NULL_PREFIX), json.clone(), Id::None)),
+            r#"{"sub":null,"type":"ADDED","object":{"a":1}}"#
+        );
+        // The longest id fits the tail the writer keeps on its stack.
+        let mut tail = [0u8; TAIL];
+        assert_eq!(
+            parts(None, &json, Id::Rv(u64::MAX), &mut tail).concat(),
+            br#"{"type":"ADDED","object":{"a":1},"id":"18446744073709551615"}"#
+        );
+    }
+
+    #[test]
+    fn a_stream_closes_with_the_code_of_its_ending() {
+        use crate::hub::Denial;
+        let code = |e: Option<Ending>| u16::from(close_for(e.as_ref()).code);
+        assert_eq!(code(None), 1000);
+        assert_eq!(code(Some(Ending::Shutdown)), 1001);
+        assert_eq!(code(Some(Ending::Denied(Denial::expired()))), 4001);
+        let forbidden = Denial {
+            code: 403,
+            reason: "Forbidden",
+            message: "no".into(),
+        };
+        assert_eq!(code(Some(Ending::Denied(forbidden))), 4003);
+    }
+}

@@ -1,0 +1,177 @@
+//! WebSocket: `GET /stream/{resource}` upgraded (one subscription per
+//! socket, [`single`]) and `GET /ws` (many subscriptions on one socket,
+//! named by client-chosen ids, [`mux`]). The protocol is specified in
+//! `proto/PROTOCOL.md`.
+//!
+//! Frames only, as SSE does: a message is the SSE `data` JSON the hub
+//! already encoded, with the id and the subscription spliced in
+//! ([`message`]); the items of a subscription become messages on the path
+//! every transport shares (`transport::stream`).
+//!
+//! # Never waiting on a client, never buffering without bound
+//! Both kinds of socket are taken over from actix after the handshake
+//! (`transport::takeover`, which also parses what the client sends, with
+//! actix-http's frame codec).
+//!
+//! A single-stream socket is one task on the streams' runtime, as an SSE
+//! stream is: it pulls its subscription and writes each message straight
+//! onto the socket, and between messages looks at the socket's readiness
+//! for the client's frames (pongs, Close). A socket that is not read blocks
+//! its task (up to the write timeout) with the cursor in place.
+//!
+//! On `/ws`, each subscription is a task that pulls its subscription and
+//! pushes text frames into the socket's outbox, a bounded channel drained by
+//! one writer task; a socket that is not read fills the outbox and its
+//! subscriptions wait. The control loop (client messages, pings, idle
+//! timeout) only ever *tries* to queue a ping or pong, and waits at most the
+//! idle timeout to queue anything else, so a stuck socket cannot pin it.
+//!
+//! Either way the hub never waits for a subscriber and, if one stays
+//! behind, laps it: RESET and a fresh snapshot, as on SSE.
+
+pub mod message;
+mod mux;
+mod ops;
+mod single;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use actix_ws::{AggregatedMessage, CloseCode, CloseReason, ProtocolError};
+use bytes::Bytes;
+use bytestring::ByteString;
+
+use super::error::ApiError;
+use super::takeover::{self, Taken, Upgraded};
+use super::{parse_stream_query, subscribe};
+use crate::app::AppState;
+use crate::auth::{self, Principal};
+use crate::metrics::Transport;
+use message::close_reason;
+
+/// `GET /stream/{resource}` with `Upgrade: websocket`: the SSE stream's
+/// messages, one JSON text frame each. The subscription starts before the
+/// upgrade, so every refusal is a plain HTTP error with a `Status` body.
+pub async fn stream(
+    req: HttpRequest,
+    resource: web::Path<String>,
+    state: web::Data<AppState>,
+    principal: Principal,
+) -> Result<HttpResponse, ApiError> {
+    let params = parse_stream_query(&auth::strip_token(req.query_string()))?;
+    let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
+    let taken = handshake(&req, &state)?;
+    state
+        .streams
+        .spawn(single::serve(taken, sub, state.clone()));
+    // actix writes this into the emptied connection, where it vanishes.
+    Ok(HttpResponse::Ok().finish())
+}
+
+/// `GET /ws`: one socket, any number of subscriptions (up to
+/// `max_subscriptions_per_socket`), opened and closed by client messages.
+pub async fn mux(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    principal: Principal,
+) -> Result<HttpResponse, ApiError> {
+    let Upgraded { writer, inbox } = handshake(&req, &state)?.open().map_err(lost)?;
+    mux::spawn(state, writer, inbox, principal);
+    // actix writes this into the emptied connection, where it vanishes.
+    Ok(HttpResponse::Ok().finish())
+}
+
+/// Validates the handshake and takes the connection over from actix: kubefan
+/// reads the client's frames from the socket and writes its own, without
+/// actix's connection, buffers and body stream.
+fn handshake(req: &HttpRequest, state: &AppState) -> Result<Taken, ApiError> {
+    let accept = actix_http::ws::handshake(req.head())
+        .map_err(|e| ApiError::BadRequest(format!("not a WebSocket handshake: {e}")))?
+        .finish();
+    let max = state.stream.ws_max_message;
+    takeover::upgrade(req, &state.streams, switching(&accept), max)
+        .ok_or_else(takeover::not_taken_over)?
+        .map_err(lost)
+}
+
+/// The socket left actix but could not be driven by kubefan: the connection
+/// is lost either way.
+fn lost(err: std::io::Error) -> ApiError {
+    tracing::warn!(error = %err, "could not take a WebSocket's connection over");
+    ApiError::Status(
+        500,
+        "InternalError",
+        "this connection cannot carry a stream".into(),
+    )
+}
+
+/// The `101 Switching Protocols` head of a handshake `response`.
+fn switching<B>(response: &actix_http::Response<B>) -> Bytes {
+    let status = response.status();
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\n",
+        status.as_str(),
+        status.canonical_reason().unwrap_or("")
+    );
+    for (name, value) in response.headers() {
+        head.push_str(name.as_str());
+        head.push_str(": ");
+        head.push_str(value.to_str().unwrap_or(""));
+        head.push_str("\r\n");
+    }
+    // actix writes this one from the response's connection type.
+    head.push_str("connection: Upgrade\r\n\r\n");
+    Bytes::from(head)
+}
+
+/// Why a socket ends: the Close frame to send (none when the connection is
+/// gone: nobody to send it to).
+type Ending = Option<CloseReason>;
+
+/// What a client's frame (or the end of its connection) asks of either kind
+/// of socket.
+enum ClientFrame {
+    /// A ping, to answer with this pong payload.
+    Ping(Bytes),
+    /// A pong: only a sign of life.
+    Pong,
+    /// A text message.
+    Text(ByteString),
+    /// The socket ends.
+    End(Ending),
+}
+
+impl ClientFrame {
+    fn of(msg: Option<Result<AggregatedMessage, ProtocolError>>) -> ClientFrame {
+        match msg {
+            None => ClientFrame::End(None),
+            Some(Err(err)) => ClientFrame::End(protocol_close(&err)),
+            Some(Ok(AggregatedMessage::Ping(payload))) => ClientFrame::Ping(payload),
+            Some(Ok(AggregatedMessage::Pong(_))) => ClientFrame::Pong,
+            Some(Ok(AggregatedMessage::Text(text))) => ClientFrame::Text(text),
+            // The client's code echoed, no reason.
+            Some(Ok(AggregatedMessage::Close(reason))) => ClientFrame::End(Some(CloseReason {
+                code: reason.map_or(CloseCode::Normal, |r| r.code),
+                description: None,
+            })),
+            Some(Ok(AggregatedMessage::Binary(_))) => ClientFrame::End(Some(close_reason(
+                CloseCode::Unsupported,
+                "kubefan accepts JSON text messages only",
+            ))),
+        }
+    }
+}
+
+/// The Close frame for a frame the server cannot take.
+fn protocol_close(err: &ProtocolError) -> Ending {
+    let close = |code, text| Some(close_reason(code, text));
+    match err {
+        ProtocolError::Overflow => close(CloseCode::Size, "message too big"),
+        ProtocolError::Io(io) if io.to_string().contains("continuation size") => {
+            close(CloseCode::Size, "message too big")
+        }
+        ProtocolError::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+            close(CloseCode::Invalid, "text is not UTF-8")
+        }
+        ProtocolError::Io(_) => None,
+        other => close(CloseCode::Protocol, &other.to_string()),
+    }
+}
