@@ -10,37 +10,18 @@ use actix_web::{HttpResponse, guard, web};
 use tokio::task::JoinHandle;
 
 use crate::auth::Auth;
-use crate::config::{AuthMode, Config, StreamConfig};
+use crate::config::{AuthMode, Config};
 use crate::hub::SubscriptionContext;
 use crate::lifecycle::Lifecycle;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::ops;
-use crate::transport::error::status_json;
+use crate::status::status_json;
 use crate::transport::kube as kube_face;
+use crate::transport::state::AppState;
 use crate::transport::takeover::Streams;
 use crate::transport::{sse, ws};
 use crate::upstream::Informers;
-
-/// What every request handler can reach.
-pub struct AppState {
-    pub informers: Arc<Informers>,
-    pub metrics: Arc<Metrics>,
-    pub stream: StreamConfig,
-    /// Keep-alive ticks (one timer for all subscribers), shutdown and the
-    /// hard stop.
-    pub lifecycle: Arc<Lifecycle>,
-    /// What every subscription is started with.
-    pub subscriptions: SubscriptionContext,
-    /// Streams that took their connection over (`transport::takeover`).
-    pub streams: Arc<Streams>,
-    /// Snapshots behind the Kubernetes face's `continue` tokens.
-    pub kube_pages: kube_face::Pages,
-    pub auth: Arc<Auth>,
-    pub limits: Arc<Limits>,
-    /// Origins allowed cross-origin (lowercase, no trailing slash).
-    pub allowed_origins: Vec<String>,
-}
 
 pub struct App {
     addr: SocketAddr,
@@ -86,7 +67,6 @@ impl App {
                 lifecycle.clone(),
                 metrics.clone(),
             )),
-            kube_pages: kube_face::Pages::default(),
             auth: Arc::new(auth),
             limits: Limits::new(cfg.limits.clone()),
             allowed_origins: cfg
@@ -95,6 +75,8 @@ impl App {
                 .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
                 .collect(),
         });
+        // One for every worker: a continue token is served by any of them.
+        let pages = web::Data::new(kube_face::Pages::default());
         let informers_data = web::Data::new(informers.clone());
         let metrics_data = web::Data::new(metrics.clone());
         let listener = listen(cfg.listen)?;
@@ -126,7 +108,7 @@ impl App {
                     .route("/healthz", web::get().to(ops::healthz))
                     .route("/readyz", web::get().to(ops::readyz))
                     .route("/metrics", web::get().to(ops::metrics))
-                    .configure(kube_face::configure)
+                    .configure(|cfg| kube_face::configure(cfg, pages.clone()))
                     .default_service(web::to(not_found))
             },
         )?;

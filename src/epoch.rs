@@ -6,7 +6,7 @@
 //! [`Epoch::advance`] moves the counter and wakes each registered waiter
 //! exactly once. A subscription that goes away takes its waker out, so a
 //! quiet epoch holds no waker of a finished task. Each hub has one (its
-//! changes), and the gateway's [`crate::lifecycle::Lifecycle`] one (ticks
+//! changes), and the gateway's lifecycle one (ticks
 //! and shutdown).
 //!
 //! This replaces a `tokio::sync::watch` plus `select!` per subscription,

@@ -27,10 +27,10 @@ use actix_web::middleware::Next;
 use actix_web::{HttpMessage, HttpResponse, ResponseError, web};
 use bytes::Bytes;
 
-use crate::app::AppState;
 use crate::auth::Principal;
 use crate::limits::Permit;
-use crate::transport::error::ApiError;
+use crate::status::ApiError;
+use crate::transport::state::AppState;
 use crate::transport::takeover::CorsHeaders;
 
 /// Paths that are never gated: probes must work without credentials, and

@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod ops;
 pub mod selector;
 pub mod sim;
+pub mod status;
 pub mod transport;
 pub mod upstream;
 pub mod web;

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::config::LimitsConfig;
-use crate::transport::error::ApiError;
+use crate::status::ApiError;
 
 /// Seconds a client refused by a per-principal or per-address limit is
 /// told to wait.

@@ -39,7 +39,7 @@ use actix_web::http::header::{self, HeaderMap};
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
 
 use crate::config::{AuthConfig, AuthMode};
-use crate::transport::error::ApiError;
+use crate::status::ApiError;
 use crate::upstream::{self, Informers, ResourceInfo};
 
 /// The query parameter a token may be sent in (EventSource cannot set
@@ -588,10 +588,6 @@ mod tests {
             "namespace=a"
         );
         assert_eq!(strip_token("access_token=x"), "");
-        assert!(
-            crate::transport::parse_stream_query(&strip_token("access_token=x&namespace=a"))
-                .is_ok()
-        );
     }
 
     #[test]

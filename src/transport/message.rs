@@ -6,8 +6,8 @@
 
 use serde_json::{Value, json};
 
-use super::error::status_json;
 use crate::hub::{Delivery, Denial, Frame, Item, ResetReason, ResourceMeta};
+use crate::status::status_json;
 
 /// One message of a stream.
 #[derive(Debug)]

@@ -1,10 +1,10 @@
 //! Transports: how subscribers are framed on the wire. Each one only frames
 //! what the hub already encoded; none keeps state of its own.
 
-pub mod error;
 pub mod kube;
 pub mod message;
 pub mod sse;
+pub mod state;
 pub mod stream;
 pub mod takeover;
 pub mod ws;
@@ -12,14 +12,14 @@ pub mod ws;
 use actix_web::web;
 use bytes::Bytes;
 
-use crate::app::AppState;
 use crate::auth::{Principal, Verb};
 use crate::hub::projection::Projection;
 use crate::hub::{Delta, Filter, ViewSpec};
 use crate::hub::{Subscribe, Subscription};
 use crate::metrics::Transport;
 use crate::selector::{FieldSelector, LabelSelector};
-use error::ApiError;
+use crate::status::ApiError;
+use state::AppState;
 
 /// A streaming response body produced one chunk at a time.
 pub trait ChunkSource: Send + 'static {
@@ -227,6 +227,14 @@ mod tests {
             None
         );
         assert_eq!(parse_stream_query("").unwrap(), StreamParams::default());
+    }
+
+    #[test]
+    fn a_token_in_the_query_never_reaches_the_stream_parser() {
+        // The parser refuses unknown parameters: `access_token` must go first.
+        assert!(parse_stream_query("access_token=x&namespace=a").is_err());
+        let stripped = crate::auth::strip_token("access_token=x&namespace=a");
+        assert_eq!(parse_stream_query(&stripped).unwrap().namespaces, ["a"]);
     }
 
     #[test]

@@ -15,14 +15,14 @@ use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
-use super::error::ApiError;
 use super::message::{Message, bookmark_object, event_json, reset_status};
 use super::stream::{Chunk, Framed, Framing};
 use super::{ChunkSource, parse_stream_query, subscribe, takeover};
-use crate::app::AppState;
 use crate::auth::{self, Principal};
 use crate::hub::ResourceMeta;
 use crate::metrics::Transport;
+use crate::status::ApiError;
+use crate::transport::state::AppState;
 
 /// `GET /stream/{resource}`: a snapshot, its end marker, then every change.
 pub async fn stream(

@@ -8,8 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     ServerAddressByClientCIDR,
 };
 
-use crate::app::AppState;
-use crate::transport::error::ApiError;
+use crate::status::ApiError;
+use crate::transport::state::AppState;
 use crate::upstream::ResourceInfo;
 
 async fn served(state: &AppState) -> Result<Vec<ResourceInfo>, ApiError> {

@@ -26,10 +26,10 @@ use actix_web::HttpResponse;
 use bytes::{BufMut, BytesMut};
 
 use super::KubeQuery;
-use crate::app::AppState;
 use crate::auth::Principal;
 use crate::hub::{Filter, Hub, Joined, Obj};
-use crate::transport::error::ApiError;
+use crate::status::ApiError;
+use crate::transport::state::AppState;
 use crate::upstream::ResourceInfo;
 
 /// Paginated list snapshots kept at once.
@@ -182,6 +182,7 @@ async fn synced(state: &AppState, hub: &Hub) -> Result<(), ApiError> {
 /// `GET .../{resource}`: a `{Kind}List`.
 pub async fn list(
     state: &AppState,
+    pages: &Pages,
     hub: &Arc<Hub>,
     owner: PageOwner,
     q: &KubeQuery,
@@ -191,10 +192,7 @@ pub async fn list(
     let continued = q.continue_token.as_deref().map(Token::parse).transpose()?;
     let (id, rv, items, offset) = match &continued {
         Some(token) => {
-            let (rv, items) = state
-                .kube_pages
-                .find(&token.id, &owner)
-                .ok_or_else(expired_token)?;
+            let (rv, items) = pages.find(&token.id, &owner).ok_or_else(expired_token)?;
             if token.offset > items.len() {
                 return Err(expired_token());
             }
@@ -244,7 +242,7 @@ pub async fn list(
     let token = if more {
         let id = match id {
             Some(id) => id,
-            None => state.kube_pages.store(owner, rv, items.clone())?,
+            None => pages.store(owner, rv, items.clone())?,
         };
         Some(Token { id, offset: end }.encode())
     } else {

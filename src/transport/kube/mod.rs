@@ -17,16 +17,18 @@ mod watch;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 
-use super::error::ApiError;
-use crate::app::AppState;
 use crate::auth::{self, Principal, Verb};
 use crate::hub::Filter;
+use crate::status::ApiError;
+use crate::transport::state::AppState;
 use crate::upstream::{self, ResourceInfo};
 use params::KubeQuery;
 
-/// Registers the Kubernetes face's routes.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/version", web::get().to(discovery::version))
+/// Registers the Kubernetes face's routes; `pages` holds the snapshots
+/// behind `continue` tokens.
+pub fn configure(cfg: &mut web::ServiceConfig, pages: web::Data<Pages>) {
+    cfg.app_data(pages)
+        .route("/version", web::get().to(discovery::version))
         .route("/api", web::get().to(discovery::api_versions))
         .route("/api/", web::get().to(discovery::api_versions))
         .route("/apis", web::get().to(discovery::api_groups))
@@ -90,28 +92,51 @@ async fn core_request(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     state: web::Data<AppState>,
+    pages: web::Data<Pages>,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let (version, tail) = path.into_inner();
-    serve(req, String::new(), version, tail, state, principal).await
+    let target = Request {
+        group: String::new(),
+        version,
+        tail,
+    };
+    serve(req, target, state, pages, principal).await
 }
 
 async fn group_request(
     req: HttpRequest,
     path: web::Path<(String, String, String)>,
     state: web::Data<AppState>,
+    pages: web::Data<Pages>,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let (group, version, tail) = path.into_inner();
-    serve(req, group, version, tail, state, principal).await
+    let target = Request {
+        group,
+        version,
+        tail,
+    };
+    serve(req, target, state, pages, principal).await
+}
+
+/// A resource path as routed: `/api/{version}/{tail}` (core group) or
+/// `/apis/{group}/{version}/{tail}`.
+struct Request {
+    group: String,
+    version: String,
+    tail: String,
 }
 
 async fn serve(
     req: HttpRequest,
-    group: String,
-    version: String,
-    tail: String,
+    Request {
+        group,
+        version,
+        tail,
+    }: Request,
     state: web::Data<AppState>,
+    pages: web::Data<Pages>,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let target = parse_tail(&tail)?;
@@ -172,7 +197,7 @@ async fn serve(
             resource: info.canonical_name(),
             filter,
         };
-        list::list(&state, &hub, owner, &query, &info).await
+        list::list(&state, &pages, &hub, owner, &query, &info).await
     }
 }
 

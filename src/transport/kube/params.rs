@@ -5,7 +5,7 @@
 use actix_web::web;
 
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::transport::error::ApiError;
+use crate::status::ApiError;
 
 /// Parameters accepted and ignored: they do not change what is returned.
 const IGNORED: &[&str] = &["pretty", "timeout"];

@@ -22,11 +22,11 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::KubeQuery;
-use crate::app::AppState;
 use crate::hub::{Filter, Hub, ResetReason, ResourceMeta, Subscribe, Subscription, ViewSpec};
 use crate::metrics::Transport;
-use crate::transport::error::{ApiError, status_json};
+use crate::status::{ApiError, status_json};
 use crate::transport::message::{Ending, Message, bookmark_object, event_json};
+use crate::transport::state::AppState;
 use crate::transport::stream::{Chunk, Framed, Framing};
 use crate::transport::{ChunkSource, takeover};
 

@@ -35,7 +35,7 @@ pub use ws_write::{Opcode, Taken, Upgraded, WsWriter, upgrade};
 
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
-use crate::transport::error::ApiError;
+use crate::status::ApiError;
 use server::Takeover;
 
 /// Where taken-over streams run, and how they are stopped.

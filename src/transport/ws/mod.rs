@@ -39,12 +39,12 @@ use actix_ws::{AggregatedMessage, CloseCode, CloseReason, ProtocolError};
 use bytes::Bytes;
 use bytestring::ByteString;
 
-use super::error::ApiError;
 use super::takeover::{self, Taken, Upgraded};
 use super::{parse_stream_query, subscribe};
-use crate::app::AppState;
 use crate::auth::{self, Principal};
 use crate::metrics::Transport;
+use crate::status::ApiError;
+use crate::transport::state::AppState;
 use message::close_reason;
 
 /// `GET /stream/{resource}` with `Upgrade: websocket`: the SSE stream's

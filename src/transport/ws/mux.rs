@@ -22,11 +22,11 @@ use super::message::{
 };
 use super::ops::{Op, OpError, parse_op};
 use super::{ClientFrame, Ending};
-use crate::app::AppState;
 use crate::auth::Principal;
 use crate::metrics::Transport;
-use crate::transport::error::status_json;
+use crate::status::status_json;
 use crate::transport::message::shutdown_status;
+use crate::transport::state::AppState;
 use crate::transport::stream::Framed;
 use crate::transport::takeover::{Inbox, Opcode, WsWriter};
 use crate::transport::{StreamParams, subscribe};

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::transport::error::ApiError;
+use crate::status::ApiError;
 use crate::transport::{StreamParams, parse_stream_params};
 
 /// Longest subscription id a client may choose, in bytes.

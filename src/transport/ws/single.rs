@@ -13,9 +13,9 @@ use tokio::time::Instant;
 
 use super::message::{IDLE, Outgoing, TAIL, WsFraming, close_for, close_reason, parts};
 use super::{ClientFrame, Ending, lost};
-use crate::app::AppState;
 use crate::hub::Subscription;
 use crate::metrics::Transport;
+use crate::transport::state::AppState;
 use crate::transport::stream::Framed;
 use crate::transport::takeover::{Opcode, Taken, Upgraded, WsWriter};
 

@@ -1,4 +1,4 @@
-//! Request errors of every transport, mapped to HTTP in one place.
+//! Request errors of every surface, mapped to HTTP in one place.
 //!
 //! Bodies are Kubernetes `Status` objects, so a Kubernetes client and a
 //! browser read the same thing: `{"kind":"Status","code":404,"reason":

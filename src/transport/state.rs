@@ -1,0 +1,32 @@
+//! What every request handler can reach: the gateway's shared parts, built
+//! once by `app::App::build`. It sits below the middleware and the
+//! transports that read it, so imports point down.
+
+use std::sync::Arc;
+
+use crate::auth::Auth;
+use crate::config::StreamConfig;
+use crate::hub::SubscriptionContext;
+use crate::lifecycle::Lifecycle;
+use crate::limits::Limits;
+use crate::metrics::Metrics;
+use crate::transport::takeover::Streams;
+use crate::upstream::Informers;
+
+/// What every request handler can reach.
+pub struct AppState {
+    pub informers: Arc<Informers>,
+    pub metrics: Arc<Metrics>,
+    pub stream: StreamConfig,
+    /// Keep-alive ticks (one timer for all subscribers), shutdown and the
+    /// hard stop.
+    pub lifecycle: Arc<Lifecycle>,
+    /// What every subscription is started with.
+    pub subscriptions: SubscriptionContext,
+    /// Streams that took their connection over (`transport::takeover`).
+    pub streams: Arc<Streams>,
+    pub auth: Arc<Auth>,
+    pub limits: Arc<Limits>,
+    /// Origins allowed cross-origin (lowercase, no trailing slash).
+    pub allowed_origins: Vec<String>,
+}
