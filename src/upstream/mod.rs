@@ -6,13 +6,8 @@
 //!
 //! # Policy
 //! A resource is served when the upstream serves it (CRDs included) and
-//! the policy allows it, checked in this order: Secrets are refused unless
-//! `allow_secrets` (even when listed in the allow list); a resource named
-//! by `deny_resources` is refused; a non-empty `allow_resources` refuses
-//! everything it does not name. Configured names are resolved through the
-//! current discovery catalog like client names (`po` is `pods`), so a name
-//! for a CRD installed later takes effect once it appears. Refusals are
-//! [`Error::Forbidden`] naming the flag.
+//! the policy allows it (`policy`); refusals are [`Error::Forbidden`]
+//! naming the flag.
 //!
 //! # Lifecycle
 //! - Boot resources start at start-up and run until shutdown.
@@ -49,23 +44,24 @@
 pub mod discovery;
 pub mod informer;
 pub mod ingest;
+mod policy;
+mod registry;
 
-use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use kube::Client;
-use kube::api::Api;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::hub::{Hub, LogLimits, ResourceMeta, SubscriptionError};
+use crate::hub::{Hub, LogLimits, SubscriptionError};
 use crate::metrics::Metrics;
 pub use discovery::{Catalog, ResourceInfo};
 pub use informer::InformerConfig;
 pub use ingest::IngestOptions;
+use registry::Registry;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -146,63 +142,6 @@ pub struct Informers {
 /// A boot resource name → its hub, or why it has none yet.
 type BootResource = (String, Result<Arc<Hub>, String>);
 
-#[derive(Default)]
-struct Registry {
-    running: HashMap<String, Running>,
-    /// Canonical names of boot resources, once resolved.
-    boot: HashSet<String>,
-}
-
-/// A started informer. Its tasks (informer, idle supervisor) share a
-/// child of the shutdown token, which stopping it cancels.
-struct Running {
-    hub: Arc<Hub>,
-    boot: bool,
-}
-
-const SECRETS_REFUSED: &str = " (Secrets are refused unless --allow-secrets)";
-const DENIED: &str = " (refused by --deny-resources)";
-const NOT_ALLOWED: &str = " (not listed in --allow-resources)";
-
-/// Why the policy refuses a resource (the text of [`Error::Forbidden`]),
-/// or `None` when it is served.
-fn refusal(cfg: &UpstreamConfig, catalog: &Catalog, info: &ResourceInfo) -> Option<&'static str> {
-    let key = info.canonical_name();
-    if info.api.group.is_empty() && info.api.plural == "secrets" && !cfg.allow_secrets {
-        return Some(SECRETS_REFUSED);
-    }
-    let named = |list: &[String]| {
-        list.iter().any(|entry| {
-            let entry = entry.trim().to_ascii_lowercase();
-            entry == key
-                || catalog
-                    .resolve(&entry)
-                    .is_some_and(|r| r.canonical_name() == key)
-        })
-    };
-    if named(&cfg.deny_resources) {
-        return Some(DENIED);
-    }
-    if !cfg.allow_resources.is_empty() && !named(&cfg.allow_resources) {
-        return Some(NOT_ALLOWED);
-    }
-    None
-}
-
-/// Policy names the catalog does not resolve, with the flag naming them.
-fn unknown_policy_names<'a>(
-    cfg: &'a UpstreamConfig,
-    catalog: &Catalog,
-) -> Vec<(&'static str, &'a str)> {
-    let allow = cfg.allow_resources.iter().map(|n| ("--allow-resources", n));
-    let deny = cfg.deny_resources.iter().map(|n| ("--deny-resources", n));
-    allow
-        .chain(deny)
-        .filter(|(_, n)| catalog.resolve(n).is_none())
-        .map(|(flag, n)| (flag, n.as_str()))
-        .collect()
-}
-
 impl Informers {
     pub fn new(
         client: Client,
@@ -273,39 +212,8 @@ impl Informers {
         });
     }
 
-    /// Warns about allow/deny names discovery does not know. False when
-    /// discovery failed (try again later).
-    async fn check_policy_names(&self) -> bool {
-        let cfg = &self.cfg;
-        if (cfg.allow_resources.is_empty() && cfg.deny_resources.is_empty())
-            || self.policy_checked.load(Ordering::Relaxed)
-        {
-            return true;
-        }
-        let catalog = match self.current_catalog() {
-            Some(catalog) => catalog,
-            None => match self.refresh(Instant::now()).await {
-                Ok(catalog) => catalog,
-                Err(err) => {
-                    tracing::warn!(error = %err, "cannot check the resource policy against discovery yet");
-                    return false;
-                }
-            },
-        };
-        for (flag, name) in unknown_policy_names(cfg, &catalog) {
-            tracing::warn!(flag, resource = %name,
-                "the upstream does not serve this resource (yet); the rule applies if it appears");
-        }
-        self.policy_checked.store(true, Ordering::Relaxed);
-        true
-    }
-
     fn lock_boot(&self) -> MutexGuard<'_, Vec<BootResource>> {
         self.boot.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn lock_registry(&self) -> MutexGuard<'_, Registry> {
-        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The hub for a resource name, starting its informer on first use.
@@ -334,173 +242,6 @@ impl Informers {
             }
             other => Ok(other?),
         }
-    }
-
-    async fn start(&self, name: &str, boot: bool) -> Result<Arc<Hub>, Error> {
-        let info = self.resolve(name).await?;
-        let key = info.canonical_name();
-        // `resolve` succeeded, so there is a catalog.
-        let catalog = self.current_catalog().unwrap_or_default();
-        if let Some(why) = refusal(&self.cfg, &catalog, &info) {
-            return Err(Error::Forbidden(key, why));
-        }
-        let mut reg = self.lock_registry();
-        if boot {
-            reg.boot.insert(key.clone());
-        }
-        let boot = reg.boot.contains(&key);
-        if let Some(running) = reg.running.get_mut(&key) {
-            running.boot |= boot;
-            return Ok(running.hub.clone());
-        }
-        let hub = Hub::new(
-            ResourceMeta {
-                name: key.clone(),
-                api_version: info.api.api_version.clone(),
-                kind: info.api.kind.clone(),
-            },
-            self.cfg.log_limits,
-            self.metrics.clone(),
-        );
-        let stop = self.shutdown.child_token();
-        reg.running.insert(
-            key.clone(),
-            Running {
-                hub: hub.clone(),
-                boot,
-            },
-        );
-        drop(reg);
-        if boot {
-            // A boot resource started again after it was removed upstream.
-            for (_, state) in self.lock_boot().iter_mut() {
-                if matches!(state, Ok(old) if old.name() == key) {
-                    *state = Ok(hub.clone());
-                }
-            }
-        }
-        tracing::info!(resource = %key, on_demand = !boot, "starting informer");
-        self.metrics.informer_running(&key, true);
-        let this = self.arc();
-        self.tasks
-            .spawn(this.clone().run_informer(info, hub.clone(), stop.clone()));
-        if !boot {
-            self.tasks.spawn(this.stop_when_idle(hub.clone(), stop));
-        }
-        Ok(hub)
-    }
-
-    /// Runs the informer until stopped. On 404 it re-reads discovery: a
-    /// resource that is gone is retired, one still listed is retried.
-    async fn run_informer(
-        self: Arc<Self>,
-        info: ResourceInfo,
-        hub: Arc<Hub>,
-        stop: CancellationToken,
-    ) {
-        let mut delay = self.cfg.informer.backoff_min;
-        loop {
-            let informer = informer::Informer {
-                hub: hub.clone(),
-                api: Api::all_with(self.client.clone(), &info.api),
-                resource: info.api.clone(),
-                cfg: self.cfg.informer,
-                metrics: self.metrics.clone(),
-                shutdown: stop.clone(),
-            };
-            if informer.run().await == informer::Exit::Stopped {
-                return;
-            }
-            let key = hub.name();
-            match self.refresh(Instant::now()).await {
-                Ok(catalog)
-                    if !catalog
-                        .resources()
-                        .iter()
-                        .any(|r| r.canonical_name() == key) =>
-                {
-                    self.retire(&hub, &stop, "resource removed upstream");
-                    return;
-                }
-                Ok(_) => {
-                    tracing::warn!(resource = %key, "upstream answered 404 but still lists the resource; retrying")
-                }
-                Err(err) => {
-                    tracing::warn!(resource = %key, error = %err, "upstream answered 404 and discovery failed; retrying")
-                }
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
-            }
-            delay = (delay * 2).min(self.cfg.informer.backoff_max);
-        }
-    }
-
-    /// Closes an on-demand hub once its user count has stayed at 0,
-    /// unchanged, for `idle_grace`.
-    async fn stop_when_idle(self: Arc<Self>, hub: Arc<Hub>, stop: CancellationToken) {
-        let grace = self.cfg.idle_grace;
-        let mut users = hub.subscribers_rx();
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                idle = users.wait_for(|n| *n == 0) => if idle.is_err() { return },
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                // Anyone entering (even entering and leaving again)
-                // restarts the grace period.
-                changed = users.changed() => {
-                    if changed.is_err() { return }
-                    continue;
-                }
-                _ = tokio::time::sleep(grace) => {}
-            }
-            if self.stop_if_idle(&hub, &stop, grace) {
-                return;
-            }
-        }
-    }
-
-    /// Stops an idle informer; false if a user came in meanwhile. True
-    /// also when there is nothing left to supervise (the hub was replaced
-    /// or became a boot resource).
-    fn stop_if_idle(&self, hub: &Arc<Hub>, stop: &CancellationToken, grace: Duration) -> bool {
-        let key = hub.name();
-        let mut reg = self.lock_registry();
-        match reg.running.get(key) {
-            Some(running) if Arc::ptr_eq(&running.hub, hub) && !running.boot => {}
-            _ => return true,
-        }
-        if !hub.close_if_unused(&format!("stopped after {grace:?} without subscribers")) {
-            return false;
-        }
-        reg.running.remove(key);
-        drop(reg);
-        stop.cancel();
-        self.metrics.informer_running(key, false);
-        tracing::info!(resource = %key, idle = ?grace, "stopped informer without subscribers");
-        true
-    }
-
-    /// Closes a hub for good (its resource is gone upstream) and stops its
-    /// informer.
-    fn retire(&self, hub: &Arc<Hub>, stop: &CancellationToken, reason: &str) {
-        let key = hub.name();
-        let mut reg = self.lock_registry();
-        if reg
-            .running
-            .get(key)
-            .is_some_and(|running| Arc::ptr_eq(&running.hub, hub))
-        {
-            reg.running.remove(key);
-        }
-        hub.close(reason);
-        drop(reg);
-        stop.cancel();
-        self.metrics.informer_running(key, false);
-        tracing::info!(resource = %key, reason, "stopped informer");
     }
 
     /// Resolves a name through discovery, refreshing it (rate-limited) when
@@ -587,13 +328,6 @@ impl Informers {
             .ok_or_else(|| Error::Discovery("no discovery information".into()))
     }
 
-    /// Whether the policy lets clients use this resource (what the
-    /// Kubernetes face's discovery advertises).
-    pub fn serves(&self, info: &ResourceInfo) -> bool {
-        let catalog = self.current_catalog().unwrap_or_default();
-        refusal(&self.cfg, &catalog, info).is_none()
-    }
-
     /// The Kubernetes client kubefan uses upstream.
     pub fn client(&self) -> &Client {
         &self.client
@@ -635,7 +369,7 @@ impl Informers {
         self.lock_registry()
             .running
             .values()
-            .map(|running| running.hub.clone())
+            .map(|active| active.hub.clone())
             .collect()
     }
 
@@ -643,80 +377,5 @@ impl Informers {
     pub async fn stopped(&self) {
         self.tasks.close();
         self.tasks.wait().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn info(group: &str, plural: &str, kind: &str, short: &[&str]) -> ResourceInfo {
-        ResourceInfo::fixture(group, plural, kind, short)
-    }
-
-    fn catalog() -> Catalog {
-        Catalog::from_resources(vec![
-            info("", "pods", "Pod", &["po"]),
-            info("", "secrets", "Secret", &[]),
-            info("", "services", "Service", &["svc"]),
-            info("apps", "deployments", "Deployment", &["deploy"]),
-            info("metrics.k8s.io", "pods", "PodMetrics", &[]),
-        ])
-    }
-
-    fn policy(allow: &[&str], deny: &[&str], secrets: bool) -> UpstreamConfig {
-        UpstreamConfig {
-            allow_resources: allow.iter().map(|s| s.to_string()).collect(),
-            deny_resources: deny.iter().map(|s| s.to_string()).collect(),
-            allow_secrets: secrets,
-            ..UpstreamConfig::default()
-        }
-    }
-
-    fn verdicts(cfg: &UpstreamConfig) -> Vec<(String, Option<&'static str>)> {
-        let c = catalog();
-        c.resources()
-            .iter()
-            .map(|r| (r.canonical_name(), refusal(cfg, &c, r)))
-            .collect()
-    }
-
-    #[test]
-    fn deny_wins_over_allow_and_secrets_need_their_own_flag() {
-        let cfg = policy(&["po", "Secrets", "deploy", "svc"], &["services"], false);
-        let got = verdicts(&cfg);
-        let want = [
-            ("pods", None),
-            ("secrets", Some(SECRETS_REFUSED)),
-            ("services", Some(DENIED)),
-            ("deployments.apps", None),
-            // `po` resolves to the core group's pods, not to these.
-            ("pods.metrics.k8s.io", Some(NOT_ALLOWED)),
-        ];
-        let want: Vec<_> = want.iter().map(|(n, v)| (n.to_string(), *v)).collect();
-        assert_eq!(got, want);
-        let cfg = policy(&[], &["deployments.apps", "pods.metrics.k8s.io"], true);
-        let refused: Vec<_> = verdicts(&cfg)
-            .into_iter()
-            .filter(|(_, v)| v.is_some())
-            .map(|(n, _)| n)
-            .collect();
-        assert_eq!(refused, ["deployments.apps", "pods.metrics.k8s.io"]);
-    }
-
-    #[test]
-    fn unknown_policy_names_are_reported_with_their_flag() {
-        let cfg = policy(
-            &["pods", "widgets.example.com"],
-            &["gadgets", "deploy"],
-            false,
-        );
-        assert_eq!(
-            unknown_policy_names(&cfg, &catalog()),
-            [
-                ("--allow-resources", "widgets.example.com"),
-                ("--deny-resources", "gadgets")
-            ]
-        );
     }
 }
