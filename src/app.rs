@@ -90,7 +90,9 @@ impl App {
             lifecycle.clone(),
             move || {
                 actix_web::App::new()
-                    .wrap(actix_web::middleware::from_fn(crate::gate::gate))
+                    .wrap(actix_web::middleware::from_fn(
+                        crate::middleware::check_request,
+                    ))
                     .app_data(state.clone())
                     .app_data(informers_data.clone())
                     .app_data(metrics_data.clone())

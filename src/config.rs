@@ -133,7 +133,7 @@ impl Default for AuthConfig {
     }
 }
 
-/// Bounds on what clients may open and send (see `crate::gate`). A limit
+/// Bounds on what clients may open and send (see `crate::middleware`). A limit
 /// of 0 is no limit.
 #[derive(Debug, Clone)]
 pub struct LimitsConfig {

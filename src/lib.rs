@@ -5,33 +5,38 @@
 //! one list+watch per resource however many viewers connect.
 //!
 //! # Layout
-//! - [`upstream`]: discovery, one informer (list-then-watch loop) per
-//!   resource, ingest transforms (managedFields, Secret redaction).
+//! `upstream → hub → transport`; imports point down this list, from the
+//! modules that wire things together to the ones everything uses
+//! (`ARCHITECTURE.md` has the codemap and the invariants).
+//! - [`app`]: builds the gateway and serves it (`App::build`, `App::stop`).
+//! - [`middleware`]: what every request passes first: size bounds, origins,
+//!   CORS, authentication, connection limits ([`limits`]).
+//! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
+//! - [`web`]: the dashboard page at `/`, compiled into the binary.
+//! - [`transport`]: SSE, WebSocket, the Kubernetes face; the one path from
+//!   a subscription's items to bytes; the socket takeover.
+//! - [`auth`]: principals, JWT and Kubernetes authentication, grants.
+//! - [`config`]: the configuration tree; each module takes its section.
+//! - [`status`]: request errors as Kubernetes `Status` responses.
+//! - [`upstream`]: discovery, the resource policy, one informer
+//!   (list-then-watch loop) per resource, ingest transforms.
 //! - [`hub`]: per resource, the cache and a bounded event log; subscribers
 //!   are cursors into it. The one place that owns consistency.
-//! - [`transport`]: SSE framing and request errors; transports only frame
-//!   what the hub encoded once.
-//! - [`auth`]: principals, JWT and Kubernetes authentication, grants.
-//! - [`gate`]: what every request passes first: size bounds, origins,
-//!   CORS, authentication, connection limits ([`limits`]).
-//! - [`ops`]: metrics, health and readiness.
-//! - [`app`]: wires everything onto one HTTP server.
-//! - [`config`]: the configuration tree and its flags.
-//! - [`heap`]: gives freed memory back to the system.
-//! - [`selector`]: Kubernetes label and field selectors.
+//! - [`metrics`], [`lifecycle`], [`epoch`], [`selector`], [`heap`]: what the
+//!   rest records to, stops with, waits on, filters with, and gives memory
+//!   back through.
 //! - [`sim`]: the simulated API server used by the demo, tests and load tests.
-//! - [`web`]: the dashboard page at `/`, compiled into the binary.
 
 pub mod app;
 pub mod auth;
 pub mod config;
 pub mod epoch;
-pub mod gate;
 pub mod heap;
 pub mod hub;
 pub mod lifecycle;
 pub mod limits;
 pub mod metrics;
+pub mod middleware;
 pub mod ops;
 pub mod selector;
 pub mod sim;

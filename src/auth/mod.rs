@@ -1,7 +1,7 @@
 //! Authentication and authorization: who a request comes from
 //! ([`Principal`]) and what it may see ([`Auth::authorize`]).
 //!
-//! The gate (`crate::gate`) authenticates every request except the probes
+//! The middleware (`crate::middleware`) authenticates every request except the probes
 //! once and stores the [`Principal`] in the request's extensions; handlers
 //! take it as an extractor and, before they subscribe, ask
 //! [`Auth::authorize`] which namespaces of a resource to serve. Hubs and
@@ -195,8 +195,8 @@ impl Principal {
     }
 }
 
-/// Handlers take the principal the gate stored; a request that reached a
-/// handler without one (a route the gate does not cover) is refused.
+/// Handlers take the principal the middleware stored; a request that
+/// reached a handler without one (a route it does not cover) is refused.
 impl FromRequest for Principal {
     type Error = ApiError;
     type Future = Ready<Result<Principal, ApiError>>;

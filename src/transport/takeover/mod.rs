@@ -6,8 +6,8 @@
 //! task (loadtest/RESULTS.md has the numbers).
 //!
 //! One file per concept: [`server`] (the HTTP server whose connections can
-//! be taken), [`http`] (a chunked response written by kubefan), [`ws_read`]
-//! and [`ws_write`] (a WebSocket's two halves), [`io`] (bounded writes and
+//! be taken), `http` (a chunked response written by kubefan), `ws_read`
+//! and `ws_write` (a WebSocket's two halves), `io` (bounded writes and
 //! watching for client input).
 //!
 //! No stream waits for its client forever: one that cannot write a single

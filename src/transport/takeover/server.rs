@@ -5,7 +5,7 @@
 //! connection's socket sits in a shared slot ([`FrontIo`]), and the
 //! request's connection data carries a [`Takeover`] handle to it. A
 //! long-lived stream (SSE, Kubernetes watch) takes the socket out once the
-//! gate and its handler have accepted the request, and writes the response
+//! middleware and its handler have accepted the request, and writes the response
 //! itself (`transport::takeover`). actix then sees a connection whose writes
 //! go nowhere and whose reads end, and lets it go, with its two 8 KiB
 //! buffers and its task: a stream costs its subscription and its socket,

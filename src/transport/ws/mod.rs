@@ -1,6 +1,6 @@
 //! WebSocket: `GET /stream/{resource}` upgraded (one subscription per
-//! socket, [`single`]) and `GET /ws` (many subscriptions on one socket,
-//! named by client-chosen ids, [`mux`]). The protocol is specified in
+//! socket, `single`) and `GET /ws` (many subscriptions on one socket,
+//! named by client-chosen ids, `mux`). The protocol is specified in
 //! `proto/PROTOCOL.md`.
 //!
 //! Frames only, as SSE does: a message is the SSE `data` JSON the hub

@@ -50,14 +50,14 @@ pub(super) fn spawn(
 }
 
 /// A subscription task's view of its socket.
-struct Outlet {
+struct Outbox {
     out_tx: mpsc::Sender<Message>,
     prefix: Bytes,
     done_tx: mpsc::Sender<(String, u64)>,
     key: (String, u64),
 }
 
-impl Outlet {
+impl Outbox {
     /// Queues a message; waits while the socket is slow. False once the
     /// socket is gone.
     async fn send(&self, msg: ByteString, bytes_sent: Option<&Counter>) -> bool {
@@ -74,7 +74,7 @@ impl Outlet {
 async fn run_subscription(
     state: web::Data<AppState>,
     principal: Principal,
-    outlet: Outlet,
+    outbox: Outbox,
     start: Box<(String, StreamParams)>,
 ) {
     let (resource, params) = *start;
@@ -91,11 +91,11 @@ async fn run_subscription(
     let sub = match started {
         Ok(sub) => sub,
         Err(status) => {
-            if outlet
-                .send(error_message(Some(&outlet.prefix), &status), None)
+            if outbox
+                .send(error_message(Some(&outbox.prefix), &status), None)
                 .await
             {
-                let _ = outlet.done_tx.send(outlet.key).await;
+                let _ = outbox.done_tx.send(outbox.key).await;
             }
             return;
         }
@@ -112,14 +112,14 @@ async fn run_subscription(
     let mut out = Vec::new();
     while framed.next_into(&mut out).await {
         for msg in out.drain(..) {
-            let text = message(Some(&outlet.prefix), msg.json, msg.id);
-            if !outlet.send(text, Some(&bytes_sent)).await {
+            let text = message(Some(&outbox.prefix), msg.json, msg.id);
+            if !outbox.send(text, Some(&bytes_sent)).await {
                 return;
             }
         }
         out.shrink_to(4);
     }
-    let _ = outlet.done_tx.send(outlet.key).await;
+    let _ = outbox.done_tx.send(outbox.key).await;
 }
 
 /// A subscription task and which of the id's uses it is.
@@ -255,7 +255,7 @@ impl Socket {
 
     fn spawn(&mut self, id: String, start: Box<(String, StreamParams)>) {
         self.generation += 1;
-        let outlet = Outlet {
+        let outbox = Outbox {
             out_tx: self.out_tx.clone(),
             prefix: sub_prefix(&id),
             done_tx: self.done_tx.clone(),
@@ -264,7 +264,7 @@ impl Socket {
         let task = tokio::spawn(run_subscription(
             self.state.clone(),
             self.principal.clone(),
-            outlet,
+            outbox,
             start,
         ));
         self.subs.insert(

@@ -1,5 +1,5 @@
-//! The gate every request passes before a handler (`/healthz` and
-//! `/readyz` excepted), in this order:
+//! The middleware every request passes before a handler (`/healthz`,
+//! `/readyz` and the dashboard page excepted), in this order:
 //!
 //! 1. size bounds: request target (414) and headers (431);
 //! 2. CORS preflights, answered here for allowed origins;
@@ -38,7 +38,7 @@ use crate::transport::takeover::CorsHeaders;
 /// streams are refused).
 const OPEN: &[&str] = &["/healthz", "/readyz", "/"];
 
-pub async fn gate(
+pub async fn check_request(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
@@ -167,7 +167,7 @@ pub async fn gate(
     }
     let res = next.call(req).await?;
     let permit = res.request().extensions_mut().remove::<Permit>();
-    let mut res = res.map_body(|_, body| Held {
+    let mut res = res.map_body(|_, body| PermitHoldingBody {
         body: body.boxed(),
         _permit: permit,
     });
@@ -216,12 +216,12 @@ fn cors(headers: &mut HeaderMap, origin: Option<&str>) {
 }
 
 /// A response body that holds a connection permit until it is dropped.
-struct Held {
+struct PermitHoldingBody {
     body: BoxBody,
     _permit: Option<Permit>,
 }
 
-impl MessageBody for Held {
+impl MessageBody for PermitHoldingBody {
     type Error = Box<dyn std::error::Error>;
 
     fn size(&self) -> BodySize {
