@@ -13,18 +13,22 @@ WORKDIR /src
 # Dependency layer: manifests plus empty targets.
 COPY Cargo.toml Cargo.lock ./
 COPY loadtest/Cargo.toml loadtest/
-RUN mkdir -p src benches loadtest/src \
+COPY crates/sim/Cargo.toml crates/sim/
+RUN mkdir -p src benches loadtest/src crates/sim/src \
     && echo 'fn main() {}' > src/main.rs \
     && echo '' > src/lib.rs \
+    && echo '' > crates/sim/src/lib.rs \
     && echo 'fn main() {}' > benches/hub.rs \
     && echo 'fn main() {}' > loadtest/src/main.rs \
     && cargo build --release --locked --package kubefan \
-    && rm -rf src benches
+    && rm -rf src benches crates/sim/src
 COPY src src
+COPY crates/sim/src crates/sim/src
 COPY benches benches
 COPY proto proto
 # Make sure cargo sees the real sources as newer than the dummy build.
-RUN touch src/main.rs src/lib.rs && cargo build --release --locked --package kubefan
+RUN touch src/main.rs src/lib.rs crates/sim/src/lib.rs \
+    && cargo build --release --locked --package kubefan
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/kubefan /usr/local/bin/kubefan

@@ -25,7 +25,11 @@
 //! - [`metrics`], [`lifecycle`], [`epoch`], [`selector`], [`heap`]: what the
 //!   rest records to, stops with, waits on, filters with, and gives memory
 //!   back through.
-//! - [`sim`]: the simulated API server used by the demo, tests and load tests.
+//!
+//! The simulated API server the demo, the tests and the load tests use is
+//! its own crate (`crates/sim`, `kubefan_sim`), apart from this library.
+
+#![deny(unsafe_code)]
 
 pub mod app;
 pub mod auth;
@@ -39,7 +43,6 @@ pub mod metrics;
 pub mod middleware;
 pub mod ops;
 pub mod selector;
-pub mod sim;
 pub mod status;
 pub mod transport;
 pub mod upstream;

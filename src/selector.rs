@@ -476,18 +476,18 @@ mod tests {
     const KEYS: &[&str] = &["app", "tier", "example.com/role", "a.b-c_d", "k8s.io/x"];
     const VALUES: &[&str] = &["web", "db", "v1.2", "a_b-c", "x"];
 
-    fn pick<'a>(rng: &mut impl rand::Rng, xs: &[&'a str]) -> &'a str {
+    fn pick<'a>(rng: &mut impl rand::RngExt, xs: &[&'a str]) -> &'a str {
         xs[rng.random_range(0..xs.len())]
     }
 
-    fn space(rng: &mut impl rand::Rng) -> &'static str {
+    fn space(rng: &mut impl rand::RngExt) -> &'static str {
         ["", " ", "  ", "\t"][rng.random_range(0..4)]
     }
 
     impl Model {
-        fn random(rng: &mut impl rand::Rng) -> Model {
+        fn random(rng: &mut impl rand::RngExt) -> Model {
             let k = pick(rng, KEYS).to_string();
-            let set = |rng: &mut dyn rand::RngCore| -> Vec<String> {
+            let set = |rng: &mut dyn rand::Rng| -> Vec<String> {
                 let n = 1 + (rng.next_u32() % 3) as usize;
                 (0..n)
                     .map(|_| VALUES[(rng.next_u32() as usize) % VALUES.len()].to_string())
@@ -533,7 +533,7 @@ mod tests {
 
     #[test]
     fn random_selectors_match_the_reference_model() {
-        use rand::{Rng, SeedableRng};
+        use rand::{RngExt, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(0x5e1ec7);
         for _ in 0..2000 {
             let reqs: Vec<Model> = (0..rng.random_range(0..4))

@@ -22,7 +22,7 @@ use crate::support::{
     validate_status,
 };
 use kubefan::config::{AuthMode, Config};
-use kubefan::sim::{SimRule, SimUser, Subject, pod};
+use kubefan_sim::{SimRule, SimUser, Subject, pod};
 
 const SECRET: &str = "kubefan-test-secret";
 const ISSUER: &str = "https://issuer.test";
@@ -599,7 +599,7 @@ async fn expiry_ends_streams_and_a_fresh_token_resumes_without_reset() {
     env.stop().await;
 }
 
-fn kube_mode_sim() -> kubefan::sim::Sim {
+fn kube_mode_sim() -> kubefan_sim::Sim {
     let sim = seeded(20);
     sim.set_users(vec![
         SimUser::new("alice-token", "alice", &["devs"]),

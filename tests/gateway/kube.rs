@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::sse::{pods_of, seeded, subscribed};
 use crate::support::{TestEnv, WAIT, spawn, test_config, validate, validate_status};
-use kubefan::sim::pod;
+use kubefan_sim::pod;
 
 /// name → resourceVersion of the simulated server's pods.
 fn upstream_state(env: &TestEnv) -> BTreeMap<String, String> {
@@ -484,7 +484,7 @@ async fn kubefan_behind_kubefan_serves_consistent_streams_with_one_upstream_watc
     assert!(hub2.wait_synced(WAIT).await);
     let tier2 = TestEnv {
         sim: tier1.sim.clone(),
-        server: kubefan::sim::Sim::new(Default::default())
+        server: kubefan_sim::Sim::new(Default::default())
             .serve("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap(),

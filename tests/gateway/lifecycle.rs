@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kubefan::config::Config;
 use kubefan::hub::Hub;
-use kubefan::sim::{ResourceDef, ResourceStats, Sim};
+use kubefan_sim::{ResourceDef, ResourceStats, Sim};
 use serde_json::{Value, json};
 
 use crate::sse::subscribed;

@@ -4,7 +4,7 @@
 //! no duplicate, no RESET.
 
 use kubefan::app::App;
-use kubefan::sim::pod;
+use kubefan_sim::pod;
 use serde_json::json;
 
 use crate::sse::{pods_of, seeded, subscribed};
@@ -27,7 +27,7 @@ async fn caught_up(app: &App, resource: &str, rv: u64) {
 
 /// A burst of writes (creates, relabels, moves, deletes); returns the
 /// resourceVersion of each, in order.
-fn writes(sim: &kubefan::sim::Sim, round: u32, n: u32) -> Vec<u64> {
+fn writes(sim: &kubefan_sim::Sim, round: u32, n: u32) -> Vec<u64> {
     let rv = |v: serde_json::Value| {
         v["metadata"]["resourceVersion"]
             .as_str()

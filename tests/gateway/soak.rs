@@ -15,12 +15,12 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::support::{ClientView, TestEnv, WAIT, sim_config, spawn, test_config};
-use kubefan::sim::{Sim, pod};
+use kubefan_sim::{Sim, pod};
 
 const NAMESPACES: &[&str] = &["web", "batch", "default"];
 

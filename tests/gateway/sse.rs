@@ -6,7 +6,7 @@ use crate::support::{
     ClientView, SseClient, WAIT, sim_config, spawn, test_config, validate_status,
 };
 use futures::future::join_all;
-use kubefan::sim::{ChurnConfig, ResourceDef, Sim, pod, seed_cluster};
+use kubefan_sim::{ChurnConfig, ResourceDef, Sim, pod, seed_cluster};
 use serde_json::{Value, json};
 
 pub(crate) fn seeded(pods: usize) -> Sim {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kubefan::app::App;
 use kubefan::config::Config;
-use kubefan::sim::{Sim, SimConfig, SimServer};
+use kubefan_sim::{Sim, SimConfig, SimServer};
 use serde_json::Value;
 
 /// Every wait in the tests is bounded by this.
@@ -494,7 +494,7 @@ impl ClientView {
                             .get_mut(&key)
                             .unwrap_or_else(|| panic!("patch for unknown {key}"));
                         let before = rv_of(held);
-                        kubefan::hub::projection::merge_apply(held, obj);
+                        json_patch::merge(held, obj);
                         assert!(rv_of(held) > before, "patched {key} does not move forward");
                         self.patches += 1;
                     }

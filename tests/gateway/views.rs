@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use kubefan::hub::projection::Projection;
 use kubefan::selector::{FieldSelector, LabelSelector};
-use kubefan::sim::{Sim, pod};
+use kubefan_sim::{Sim, pod};
 use serde_json::{Value, json};
 
 use crate::sse::{pods_of, subscribed};

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use kubefan::sim::pod;
+use kubefan_sim::pod;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

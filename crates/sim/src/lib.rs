@@ -13,7 +13,8 @@
 //! - `store.rs`: objects, resourceVersions, history, watchers, list snapshots
 //! - `watch.rs`: the body of one watch stream
 //! - `http.rs`: routing, query parsing, `Status` responses, `SimServer`
-//! - `selector.rs`, `patch.rs`: label/field selectors, JSON merge patch
+//! - `selector.rs`, `patch.rs`: label/field selectors, JSON merge patch,
+//!   written apart from the gateway's so the two check each other
 //! - `churn.rs`: a seeded cluster and a background workload
 //! - `cli.rs`: `kubefan sim`
 //! - `auth.rs`: TokenReview and SubjectAccessReview from configured users
@@ -22,12 +23,15 @@
 //! Not simulated: authentication of its own clients, admission, namespace existence checks,
 //! finalizers, subresources, protobuf, server-side apply.
 
+#![deny(unsafe_code)]
+
 mod auth;
 mod churn;
 mod cli;
 mod http;
 mod patch;
 mod resource;
+mod selector;
 mod store;
 mod watch;
 
@@ -103,12 +107,6 @@ pub enum SimError {
     Internal(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
-}
-
-impl From<crate::selector::Error> for SimError {
-    fn from(err: crate::selector::Error) -> SimError {
-        SimError::BadRequest(err.0)
-    }
 }
 
 impl SimError {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
-use rand::Rng;
+use rand::RngExt;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;

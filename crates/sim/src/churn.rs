@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -348,7 +348,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::{ChurnConfig, pod, seed_cluster, spawn_churn};
-    use crate::sim::{Sim, SimConfig};
+    use crate::{Sim, SimConfig};
 
     #[test]
     fn seeded_pods_are_realistic() {

@@ -1,11 +1,31 @@
-//! JSON merge patch (RFC 7386), the semantics the simulator gives both
-//! `application/merge-patch+json` and `application/strategic-merge-patch+json`.
-//! One implementation serves the gateway (deltas) and the simulator: it
-//! lives in `hub::projection`; this module keeps the RFC's own examples.
+//! JSON merge patch (RFC 7386, section 2's pseudocode), the semantics the
+//! simulator gives both `application/merge-patch+json` and
+//! `application/strategic-merge-patch+json`. The simulator's own copy,
+//! apart from the gateway's, so each checks the other.
 
-/// Applies `patch` to `target` in place: `null` deletes a member, objects merge
-/// recursively, anything else (arrays included) replaces.
-pub use crate::hub::projection::merge_apply as merge_patch;
+use serde_json::{Map, Value};
+
+/// Applies `patch` to `target` in place: `null` deletes a member, objects
+/// merge recursively, anything else (arrays included) replaces.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(members) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let Value::Object(object) = target else {
+        unreachable!("made an object just above");
+    };
+    for (name, value) in members {
+        if value.is_null() {
+            object.remove(name);
+        } else {
+            merge_patch(object.entry(name.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
