@@ -40,6 +40,7 @@ pub fn spawn_trimmer(lifecycle: Arc<Lifecycle>) {
 /// Returns the free pages of every arena to the operating system; true if
 /// any was returned.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)] // The crate's one foreign call.
 pub fn trim() -> bool {
     // SAFETY: malloc_trim takes no pointer and is thread-safe: it locks each
     // arena while it walks it.

@@ -6,18 +6,20 @@
 //! environment variable unless that variable is already set, so clap's own
 //! flag-over-environment rule does the rest.
 
+#![deny(unsafe_code)]
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 
 use kubefan::app::App;
 use kubefan::config::GatewayArgs;
-use kubefan::sim;
+use kubefan_sim as sim;
 
 #[derive(Parser)]
 #[command(
@@ -86,24 +88,22 @@ struct DemoArgs {
 }
 
 fn main() -> anyhow::Result<()> {
-    let from_file = match config_path(std::env::args_os(), std::env::var_os("KUBEFAN_CONFIG")) {
-        Some(path) => {
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("reading --config {}", path.display()))?;
-            config_settings(&path, &text, &Cli::command())?
-        }
-        None => Vec::new(),
-    };
-    let mut applied = Vec::new();
-    for (key, var, value) in from_file {
-        if std::env::var_os(&var).is_none() {
-            // SAFETY: no other thread exists yet (the runtime starts below),
-            // so nothing reads the environment concurrently.
-            unsafe { std::env::set_var(&var, value) };
-            applied.push(key);
-        }
+    let mut cmd = Cli::command();
+    let mut from_file = Vec::new();
+    if let Some(path) = config_path(std::env::args_os(), std::env::var_os("KUBEFAN_CONFIG")) {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading --config {}", path.display()))?;
+        from_file = config_settings(&path, &text, &cmd)?;
+        cmd = with_file_defaults(cmd, &from_file);
     }
-    let cli = Cli::parse();
+    let matches = cmd.get_matches();
+    // Taken from the file: the settings no flag or variable overrode.
+    let applied = from_file
+        .iter()
+        .filter(|s| took_default(&matches, &s.id))
+        .map(|s| s.key.clone())
+        .collect();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -270,16 +270,23 @@ fn config_path(args: impl IntoIterator<Item = OsString>, env: Option<OsString>) 
     env.filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
+/// One setting of a `--config` file.
+#[derive(Debug, Clone, PartialEq)]
+struct Setting {
+    /// The key as the file spells it (a long flag name or alias).
+    key: String,
+    /// The flag's argument.
+    id: clap::Id,
+    /// The value as the flag would take it (a list comma-joined).
+    value: String,
+}
+
 /// Reads a `--config` file (YAML, so JSON too): a map from long flag names
 /// of `cmd` to values (a string, number or boolean, or a list for
-/// comma-separated flags). Returns (key, environment variable, value) for
-/// each setting; an unknown key, or one whose flag reads no environment
-/// variable, is an error naming it.
-fn config_settings(
-    path: &Path,
-    text: &str,
-    cmd: &clap::Command,
-) -> anyhow::Result<Vec<(String, String, String)>> {
+/// comma-separated flags). An unknown key, or one for a flag that reads no
+/// environment variable (the file ranks with the variables), is an error
+/// naming it.
+fn config_settings(path: &Path, text: &str, cmd: &clap::Command) -> anyhow::Result<Vec<Setting>> {
     let file = path.display();
     let doc: serde_json::Value =
         serde_norway::from_str(text).with_context(|| format!("--config {file}: not YAML"))?;
@@ -303,10 +310,9 @@ fn config_settings(
                     "--config {file}: unknown key {key:?} (keys are the long flag names of `kubefan serve --help`)"
                 )
             })?;
-        let var = arg
-            .get_env()
-            .and_then(|v| v.to_str())
-            .ok_or_else(|| anyhow::anyhow!("--config {file}: {key:?} cannot be set from a file"))?;
+        if arg.get_env().is_none() {
+            anyhow::bail!("--config {file}: {key:?} cannot be set from a file");
+        }
         let scalar = |v: &serde_json::Value| match v {
             serde_json::Value::String(s) => Ok(s.clone()),
             serde_json::Value::Number(n) => Ok(n.to_string()),
@@ -323,48 +329,114 @@ fn config_settings(
                 .join(","),
             v => scalar(v)?,
         };
-        settings.push((key, var.to_string(), value));
+        settings.push(Setting {
+            key,
+            id: arg.get_id().clone(),
+            value,
+        });
     }
     Ok(settings)
+}
+
+/// `cmd` with each setting as its flag's default, in every subcommand the
+/// flag appears in: a flag or a `KUBEFAN_*` variable still wins, as the
+/// documented precedence says, and nothing touches the environment.
+fn with_file_defaults(mut cmd: clap::Command, settings: &[Setting]) -> clap::Command {
+    for setting in settings {
+        if cmd.get_arguments().any(|a| a.get_id() == &setting.id) {
+            let value = setting.value.clone();
+            cmd = cmd.mut_arg(setting.id.clone(), |a| a.default_value(value));
+        }
+    }
+    let subcommands: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in subcommands {
+        cmd = cmd.mut_subcommand(name, |sub| with_file_defaults(sub, settings));
+    }
+    cmd
+}
+
+/// Whether `id` (in `matches` or the subcommand chosen) took its default.
+fn took_default(matches: &clap::ArgMatches, id: &clap::Id) -> bool {
+    let here = matches
+        .try_get_raw(id.as_str())
+        .ok()
+        .flatten()
+        .is_some()
+        .then(|| matches.value_source(id.as_str()));
+    match here {
+        Some(source) => source == Some(clap::parser::ValueSource::DefaultValue),
+        None => matches
+            .subcommand()
+            .is_some_and(|(_, sub)| took_default(sub, id)),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn settings(text: &str) -> anyhow::Result<Vec<(String, String, String)>> {
+    fn settings(text: &str) -> anyhow::Result<Vec<Setting>> {
         config_settings(Path::new("kubefan.yaml"), text, &Cli::command())
     }
 
-    #[test]
-    fn a_config_file_maps_flag_names_to_their_environment_variables() {
-        let got = settings(
-            "listen: 0.0.0.0:9090\nresources: [pods, deployments.apps]\nkeepalive-secs: 20\n\
-             allow-secrets: true\nauth: jwt\nlog-format: json\nreveal-secret-data: false\n\
-             kubeconfig: /etc/kube/config\n",
-        )
-        .unwrap();
-        let want = [
-            ("listen", "KUBEFAN_LISTEN", "0.0.0.0:9090"),
-            ("resources", "KUBEFAN_RESOURCES", "pods,deployments.apps"),
-            ("keepalive-secs", "KUBEFAN_KEEPALIVE_SECS", "20"),
-            ("allow-secrets", "KUBEFAN_ALLOW_SECRETS", "true"),
-            ("auth", "KUBEFAN_AUTH", "jwt"),
-            ("log-format", "KUBEFAN_LOG_FORMAT", "json"),
-            ("reveal-secret-data", "KUBEFAN_SECRET_DATA", "false"),
-            ("kubeconfig", "KUBEFAN_KUBECONFIG", "/etc/kube/config"),
-        ];
-        let mut got: Vec<_> = got
+    /// Parses `argv` with `file` as the config file's text.
+    fn parse_with_file(file: &str, argv: &[&str]) -> (Cli, Vec<String>) {
+        let settings = settings(file).unwrap();
+        let cmd = with_file_defaults(Cli::command(), &settings);
+        let matches = cmd.try_get_matches_from(argv).unwrap();
+        let applied = settings
             .iter()
-            .map(|(k, v, x)| (k.as_str(), v.as_str(), x.as_str()))
+            .filter(|s| took_default(&matches, &s.id))
+            .map(|s| s.key.clone())
             .collect();
-        got.sort();
-        let mut want = want.to_vec();
-        want.sort();
-        assert_eq!(got, want);
+        (Cli::from_arg_matches(&matches).unwrap(), applied)
+    }
+
+    #[test]
+    fn a_config_file_sets_what_its_flags_would() {
+        let file = "listen: 127.0.0.1:9090\nresources: [pods, deployments.apps]\nkeepalive-secs: 20\n\
+             allow-secrets: true\nauth: jwt\nlog-format: json\nreveal-secret-data: true\n\
+             kubeconfig: /etc/kube/config\njwt-secret-file: /s\n";
+        let (cli, applied) = parse_with_file(file, &["kubefan"]);
+        assert!(matches!(cli.log_format, LogFormat::Json));
+        assert_eq!(
+            cli.serve.kubeconfig.as_deref(),
+            Some(Path::new("/etc/kube/config"))
+        );
+        let cfg = cli.serve.gateway.into_config();
+        assert_eq!(cfg.listen.port(), 9090);
+        assert_eq!(cfg.upstream.boot_resources, ["pods", "deployments.apps"]);
+        assert_eq!(cfg.stream.keepalive, Duration::from_secs(20));
+        assert!(cfg.upstream.allow_secrets);
+        assert!(cfg.upstream.informer.ingest.reveal_secret_data);
+        assert_eq!(applied.len(), 9, "{applied:?}");
+        // The same file under a subcommand.
+        let (cli, _) = parse_with_file(file, &["kubefan", "demo", "--pods", "5"]);
+        let Some(Command::Demo(demo)) = cli.command else {
+            panic!("demo")
+        };
+        assert_eq!(
+            demo.gateway.into_config().stream.keepalive,
+            Duration::from_secs(20)
+        );
         // JSON is YAML too; an empty file sets nothing.
         assert_eq!(settings(r#"{"workers": 4}"#).unwrap().len(), 1);
         assert!(settings("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_flag_wins_over_the_config_file() {
+        let (cli, applied) = parse_with_file(
+            "keepalive-secs: 20\nworkers: 3\n",
+            &["kubefan", "--keepalive-secs", "7"],
+        );
+        let cfg = cli.serve.gateway.into_config();
+        assert_eq!(cfg.stream.keepalive, Duration::from_secs(7));
+        assert_eq!(cfg.workers, 3);
+        assert_eq!(applied, ["workers"]);
     }
 
     #[test]
@@ -404,39 +476,5 @@ mod tests {
             config_path(args(&["kubefan", "--", "--config", "x"]), None),
             None
         );
-    }
-
-    #[test]
-    fn values_written_from_a_file_parse_as_their_flags_would() {
-        // clap parses a variable as it parses the flag's value (a list split
-        // on commas; a switch as `true`/`false`), so the same values given
-        // as flags must parse.
-        let cmd = Cli::command();
-        let got = settings(
-            "allow-secrets: false\nkeep-managed-fields: true\nresources: [pods, nodes]\n\
-             keepalive-secs: 20\nauth: kubernetes\nlog-format: json\n",
-        )
-        .unwrap();
-        let mut argv = vec!["kubefan".to_string()];
-        for (key, _, value) in got {
-            let arg = cmd
-                .get_arguments()
-                .find(|a| a.get_long() == Some(key.as_str()))
-                .unwrap();
-            if arg.get_action().takes_values() {
-                argv.push(format!("--{key}={value}"));
-            } else {
-                assert!(value == "true" || value == "false", "{key}: {value}");
-                if value == "true" {
-                    argv.push(format!("--{key}"));
-                }
-            }
-        }
-        let cli = Cli::try_parse_from(&argv).unwrap();
-        let cfg = cli.serve.gateway.into_config();
-        assert_eq!(cfg.upstream.boot_resources, ["pods", "nodes"]);
-        assert_eq!(cfg.stream.keepalive, Duration::from_secs(20));
-        assert!(cfg.upstream.informer.ingest.keep_managed_fields);
-        assert!(!cfg.upstream.allow_secrets);
     }
 }

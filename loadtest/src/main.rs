@@ -2,6 +2,8 @@
 //! `loadtest/RESULTS.md` for the figures. Every loop is bounded in count
 //! and time, and every address is on loopback.
 
+#![deny(unsafe_code)]
+
 mod floor;
 mod subscriber;
 
