@@ -42,10 +42,13 @@ use bytestring::ByteString;
 use super::takeover::{self, Taken, Upgraded};
 use super::{parse_stream_query, subscribe};
 use crate::auth::{self, Principal};
+use crate::hub::Subscription;
 use crate::metrics::Transport;
 use crate::status::ApiError;
 use crate::transport::state::AppState;
-use message::close_reason;
+use crate::transport::stream::Framed;
+use message::{WsFraming, close_reason};
+use prometheus_client::metrics::counter::Counter;
 
 /// `GET /stream/{resource}` with `Upgrade: websocket`: the SSE stream's
 /// messages, one JSON text frame each. The subscription starts before the
@@ -120,6 +123,21 @@ fn switching<B>(response: &actix_http::Response<B>) -> Bytes {
     // actix writes this one from the response's connection type.
     head.push_str("connection: Upgrade\r\n\r\n");
     Bytes::from(head)
+}
+
+/// A subscription framed as WebSocket messages, and the counter of the
+/// bytes its socket writes.
+fn framed(sub: Subscription, state: &AppState) -> (Framed<WsFraming>, Counter) {
+    let bytes_sent = state
+        .metrics
+        .bytes_sent(sub.hub().name(), Transport::WebSocket);
+    let framed = Framed::new(
+        sub,
+        WsFraming::default(),
+        &state.metrics,
+        Transport::WebSocket,
+    );
+    (framed, bytes_sent)
 }
 
 /// Why a socket ends: the Close frame to send (none when the connection is

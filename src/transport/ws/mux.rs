@@ -17,8 +17,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::message::{
-    CLOSE_UNAUTHORIZED, GOING_AWAY, IDLE, Id, NULL_PREFIX, WsFraming, close_reason, error_message,
-    message, sub_prefix,
+    CLOSE_UNAUTHORIZED, GOING_AWAY, IDLE, Id, NULL_PREFIX, close_reason, error_message, message,
+    sub_prefix,
 };
 use super::ops::{Op, OpError, parse_op};
 use super::{ClientFrame, Ending};
@@ -27,7 +27,6 @@ use crate::metrics::Transport;
 use crate::status::status_json;
 use crate::transport::message::shutdown_status;
 use crate::transport::state::AppState;
-use crate::transport::stream::Framed;
 use crate::transport::takeover::{Inbox, Opcode, WsWriter};
 use crate::transport::{StreamParams, subscribe};
 
@@ -100,15 +99,7 @@ async fn run_subscription(
             return;
         }
     };
-    let bytes_sent = state
-        .metrics
-        .bytes_sent(sub.hub().name(), Transport::WebSocket);
-    let mut framed = Framed::new(
-        sub,
-        WsFraming::default(),
-        &state.metrics,
-        Transport::WebSocket,
-    );
+    let (mut framed, bytes_sent) = super::framed(sub, &state);
     let mut out = Vec::new();
     while framed.next_into(&mut out).await {
         for msg in out.drain(..) {

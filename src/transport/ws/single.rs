@@ -11,12 +11,10 @@ use futures::StreamExt;
 use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
-use super::message::{IDLE, Outgoing, TAIL, WsFraming, close_for, close_reason, parts};
+use super::message::{IDLE, Outgoing, TAIL, close_for, close_reason, parts};
 use super::{ClientFrame, Ending, lost};
 use crate::hub::Subscription;
-use crate::metrics::Transport;
 use crate::transport::state::AppState;
-use crate::transport::stream::Framed;
 use crate::transport::takeover::{Opcode, Taken, Upgraded, WsWriter};
 
 /// What the socket's task does next.
@@ -42,15 +40,7 @@ pub(super) async fn serve(taken: Taken, sub: Subscription, state: web::Data<AppS
     if raw.open().await.is_err() {
         return;
     }
-    let bytes_sent = state
-        .metrics
-        .bytes_sent(sub.hub().name(), Transport::WebSocket);
-    let mut framed = Framed::new(
-        sub,
-        WsFraming::default(),
-        &state.metrics,
-        Transport::WebSocket,
-    );
+    let (mut framed, bytes_sent) = super::framed(sub, &state);
     let idle_timeout = state.stream.effective_ws_idle_timeout();
     let idle = tokio::time::sleep(idle_timeout);
     tokio::pin!(idle);
