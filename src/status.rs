@@ -119,6 +119,10 @@ impl From<SubscriptionError> for ApiError {
             // Closed between lookup and join (stopped while idle, or removed
             // upstream): the client may simply retry.
             SubscriptionError::Closed(..) => ApiError::Unavailable(err.to_string()),
+            SubscriptionError::Denied(denial) => match denial.code {
+                401 => ApiError::Unauthorized(denial.message),
+                _ => ApiError::Forbidden(denial.message),
+            },
         }
     }
 }

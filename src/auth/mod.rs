@@ -41,6 +41,7 @@ use actix_web::http::header::HeaderMap;
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
 
 use crate::config::{AuthConfig, AuthMode};
+use crate::hub::scope::{FixedScope, Scope, Scoping};
 use crate::status::ApiError;
 use crate::upstream::{self, Informers, ResourceInfo};
 
@@ -367,6 +368,23 @@ impl Auth {
                 }
                 Ok(requested.to_vec())
             }
+        }
+    }
+
+    /// What a stream asking for `requested` namespaces (empty: all) follows
+    /// while it is open, when its principal's access narrows it: the
+    /// namespaces of its grant (see `hub::scope`). `None` when access does
+    /// not narrow it.
+    pub fn stream_access(&self, principal: &Principal, requested: &[String]) -> Option<Scoping> {
+        match principal.access() {
+            Access::Claims {
+                namespaces: Grant::Only(names),
+                ..
+            } => Some(Scoping {
+                source: Arc::new(FixedScope::new(Scope::Only(names.clone()))),
+                requested: requested.to_vec(),
+            }),
+            _ => None,
         }
     }
 

@@ -22,6 +22,7 @@ mod filter;
 mod object;
 pub mod projection;
 mod relist;
+pub mod scope;
 mod subscription;
 pub mod transition;
 mod view;
@@ -325,6 +326,21 @@ impl Hub {
             rv: st.rv,
             resume_failed: resume.is_some(),
         }
+    }
+
+    /// The cached objects `keep` accepts and the resourceVersion, if
+    /// `cursor` is caught up (no event after it): taken under the lock
+    /// appends take, they are exactly what that cursor's subscriber holds.
+    pub fn objects_at(
+        &self,
+        cursor: u64,
+        keep: &dyn Fn(&Obj) -> bool,
+    ) -> Option<(Vec<Arc<Obj>>, u64)> {
+        let st = self.read_state();
+        (cursor == st.next_seq).then(|| {
+            let objects = st.cache.values().filter(|o| keep(o)).cloned().collect();
+            (objects, st.rv)
+        })
     }
 
     /// Copies up to `max` events from `*cursor` on into `out` and advances
@@ -690,9 +706,10 @@ mod tests {
     fn request(spec: ViewSpec, resume: Option<u64>) -> Subscribe {
         Subscribe {
             spec,
-            resume,
+            resume: resume.map(|rv| scope::Position { rv, tag: None }),
             transport: Transport::Sse,
             expires: None,
+            access: None,
         }
     }
 
@@ -1167,6 +1184,154 @@ mod tests {
         }
         assert!(matches!(items.last(), Some(Item::Denied(_))), "{items:?}");
         assert!(!items.iter().any(|i| matches!(i, Item::Events(_))));
+    }
+
+    /// A scope a test changes by hand.
+    struct TestScope {
+        scope: std::sync::Mutex<scope::Scope>,
+        changes: crate::epoch::Epoch,
+    }
+
+    impl scope::ScopeSource for TestScope {
+        fn changes(&self) -> &crate::epoch::Epoch {
+            &self.changes
+        }
+        fn scope(&self) -> scope::Scope {
+            self.scope.lock().unwrap().clone()
+        }
+    }
+
+    impl TestScope {
+        fn only(ns: &[&str]) -> Arc<TestScope> {
+            Arc::new(TestScope {
+                scope: std::sync::Mutex::new(scope::Scope::Only(
+                    ns.iter().map(|s| s.to_string()).collect(),
+                )),
+                changes: crate::epoch::Epoch::default(),
+            })
+        }
+        fn set(&self, ns: &[&str]) {
+            *self.scope.lock().unwrap() =
+                scope::Scope::Only(ns.iter().map(|s| s.to_string()).collect());
+            self.changes.advance();
+        }
+    }
+
+    /// Keys and kinds of an item's deliveries.
+    fn deliveries(item: Option<Item>) -> Vec<(EventType, String, bool)> {
+        let Some(Item::Events(ds)) = item else {
+            panic!("expected events, got {item:?}")
+        };
+        ds.iter()
+            .map(|d| {
+                let obj: serde_json::Value = serde_json::from_slice(&d.frame().object()).unwrap();
+                let key = format!(
+                    "{}/{}",
+                    obj["metadata"]["namespace"].as_str().unwrap(),
+                    obj["metadata"]["name"].as_str().unwrap()
+                );
+                (d.kind(), key, d.has_id())
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_stream_follows_its_scope_with_added_and_deleted_then_ends_when_nothing_is_left() {
+        let hub = hub();
+        hub.relist(
+            vec![
+                pod("p").ns("a").rv(2).build(),
+                pod("q").ns("b").rv(3).build(),
+                pod("r").ns("c").rv(4).build(),
+            ],
+            4,
+        );
+        let source = TestScope::only(&["a"]);
+        let mut req = request(ViewSpec::default(), None);
+        req.access = Some(scope::Scoping {
+            source: source.clone(),
+            requested: vec![],
+        });
+        let (cx, _lifecycle) = context(Duration::from_secs(1));
+        let mut sub = Subscription::start(hub.clone(), req, &cx).await.unwrap();
+        let first_tag = sub
+            .id_tag()
+            .expect("a narrowed stream tags its ids")
+            .to_string();
+        let Some(Item::Snapshot(frames)) = sub.next().await else {
+            panic!()
+        };
+        assert_eq!(frames.len(), 1, "only namespace a");
+        assert!(matches!(
+            sub.next().await,
+            Some(Item::SnapshotEnd { rv: 4 })
+        ));
+
+        // Gaining b: its pod arrives as ADDED, then the new position.
+        source.set(&["a", "b"]);
+        assert_eq!(
+            deliveries(sub.next().await),
+            [(EventType::Added, "b/q".to_string(), false)]
+        );
+        assert!(matches!(sub.next().await, Some(Item::Progress { rv: 4 })));
+        let second_tag = sub.id_tag().unwrap().to_string();
+        assert_ne!(first_tag, second_tag);
+
+        // Events keep flowing under the new scope.
+        hub.apply(EventType::Modified, pod("q").ns("b").rv(5).build());
+        assert_eq!(
+            deliveries(sub.next().await),
+            [(EventType::Modified, "b/q".to_string(), true)]
+        );
+
+        // Losing a: its pod arrives as DELETED.
+        source.set(&["b"]);
+        assert_eq!(
+            deliveries(sub.next().await),
+            [(EventType::Deleted, "a/p".to_string(), false)]
+        );
+        assert!(matches!(sub.next().await, Some(Item::Progress { rv: 5 })));
+
+        // Nothing left: a 403, and the end.
+        source.set(&[]);
+        match sub.next().await {
+            Some(Item::Denied(denial)) => assert_eq!(denial.code, 403),
+            other => panic!("{other:?}"),
+        }
+        assert!(sub.next().await.is_none());
+
+        // A resume from a position taken under another scope is a reset.
+        let source = TestScope::only(&["a", "b"]);
+        let mut req = request(ViewSpec::default(), None);
+        req.resume = Some(scope::Position {
+            rv: 4,
+            tag: Some(first_tag),
+        });
+        req.access = Some(scope::Scoping {
+            source,
+            requested: vec![],
+        });
+        let mut sub = Subscription::start(hub.clone(), req, &cx).await.unwrap();
+        assert!(matches!(
+            sub.next().await,
+            Some(Item::Reset(ResetReason::AccessChanged))
+        ));
+        // ... and one with the current tag resumes.
+        let source = TestScope::only(&["a", "b"]);
+        let mut req = request(ViewSpec::default(), None);
+        req.resume = Some(scope::Position {
+            rv: 4,
+            tag: Some(second_tag),
+        });
+        req.access = Some(scope::Scoping {
+            source,
+            requested: vec![],
+        });
+        let mut sub = Subscription::start(hub, req, &cx).await.unwrap();
+        assert_eq!(
+            deliveries(sub.next().await),
+            [(EventType::Modified, "b/q".to_string(), true)]
+        );
     }
 
     #[tokio::test]

@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
+use super::scope::{Position, Scoping, scope_tag, shown};
+use super::transition::{Transition, transition};
 use super::{Event, EventType, Frame, Hub, Joined, Obj, SubscriberGuard, View, ViewSpec};
 use crate::epoch::Registration;
 use crate::lifecycle::Lifecycle;
@@ -35,6 +37,9 @@ pub enum ResetReason {
     /// The client's cursor fell off the log: it read too slowly, or the
     /// upstream's resourceVersion went backwards and every cursor was lapped.
     Lapped,
+    /// The client asked to resume a stream whose namespaces its access
+    /// has changed since (see `hub::scope`).
+    AccessChanged,
 }
 
 impl ResetReason {
@@ -42,6 +47,7 @@ impl ResetReason {
         match self {
             ResetReason::Expired => "Expired",
             ResetReason::Lapped => "Lapped",
+            ResetReason::AccessChanged => "AccessChanged",
         }
     }
 }
@@ -94,13 +100,18 @@ impl Denial {
 /// What a subscriber asks for.
 #[derive(Debug, Clone)]
 pub struct Subscribe {
+    /// The view; with `access`, its namespaces are replaced by those the
+    /// scope shows.
     pub spec: ViewSpec,
-    /// A resourceVersion the client has seen; `None` asks for a snapshot.
-    pub resume: Option<u64>,
+    /// A position the client has seen; `None` asks for a snapshot.
+    pub resume: Option<Position>,
     pub transport: Transport,
     /// When the subscriber's credentials expire: the subscription ends
     /// then with [`Item::Denied`].
     pub expires: Option<Instant>,
+    /// Where the namespaces it may see come from, when they can change or
+    /// narrow what it asked for.
+    pub access: Option<Scoping>,
 }
 
 /// What every subscription needs of the gateway around it; one, cloned.
@@ -164,6 +175,9 @@ pub enum SubscriptionError {
     NotSynced(String),
     #[error("resource {0} is no longer served: {1}")]
     Closed(String, String),
+    /// The scope shows nothing (the request named no namespace it may see).
+    #[error("{}", .0.message)]
+    Denied(Denial),
 }
 
 pub struct Subscription {
@@ -188,9 +202,25 @@ pub struct Subscription {
     /// When the subscriber's credentials expire, and the timer for it
     /// (boxed: most subscriptions have none).
     expires: Option<(Instant, Pin<Box<Sleep>>)>,
+    /// Where its namespaces come from, when they can change.
+    scoped: Option<Box<Scoped>>,
+    /// A progress mark is owed (the id's tag changed).
+    announce: bool,
     metrics: Arc<Metrics>,
     transport: Transport,
     _counted: SubscriberGuard,
+}
+
+/// A subscription's access as it follows it (boxed: most have none).
+struct Scoped {
+    access: Scoping,
+    /// The source's epoch when the scope was last read.
+    seen: u64,
+    wait: Registration,
+    /// The tag of the namespaces shown now (see `hub::scope`).
+    tag: Option<String>,
+    /// Namespaces to show once the cursor is caught up.
+    pending: Option<Vec<String>>,
 }
 
 struct SnapshotProgress {
@@ -210,10 +240,11 @@ impl Subscription {
         cx: &SubscriptionContext,
     ) -> Result<Subscription, SubscriptionError> {
         let Subscribe {
-            spec,
+            mut spec,
             resume,
             transport,
             expires,
+            access,
         } = request;
         let SubscriptionContext {
             sync_timeout,
@@ -229,6 +260,23 @@ impl Subscription {
         if let Some(reason) = hub.closed() {
             return Err(SubscriptionError::Closed(hub.name().to_string(), reason));
         }
+        let scoped = match access {
+            None => None,
+            Some(access) => {
+                let seen = access.source.changes().current();
+                let shown_now = shown(&access.requested, &access.source.scope())
+                    .map_err(SubscriptionError::Denied)?;
+                let tag = scope_tag(&access.requested, &shown_now);
+                spec.filter.namespaces = shown_now;
+                Some(Box::new(Scoped {
+                    access,
+                    seen,
+                    wait: Registration::default(),
+                    tag,
+                    pending: None,
+                }))
+            }
+        };
         metrics.subscriber_joined(hub.name(), transport);
         let view = hub.view(spec);
         let mut sub = Subscription {
@@ -247,12 +295,26 @@ impl Subscription {
             pos_rv: 0,
             finished: false,
             expires: expires.map(|at| (at, Box::pin(tokio::time::sleep_until(at)))),
+            scoped,
+            announce: false,
             metrics,
             transport,
             _counted: counted,
         };
-        sub.join(resume);
+        // A position taken under other namespaces than these cannot be
+        // resumed: the client's state would keep what it may no longer see.
+        let tag = sub.scoped.as_ref().and_then(|s| s.tag.clone());
+        let resumable = resume.as_ref().filter(|p| p.tag == tag).map(|p| p.rv);
+        sub.join(resumable);
+        if resume.is_some() && resumable.is_none() {
+            sub.reset = Some(ResetReason::AccessChanged);
+        }
         Ok(sub)
+    }
+
+    /// The tag this stream's ids carry (see `hub::scope`).
+    pub fn id_tag(&self) -> Option<&str> {
+        self.scoped.as_ref().and_then(|s| s.tag.as_deref())
     }
 
     fn join(&mut self, resume: Option<u64>) {
@@ -303,6 +365,10 @@ impl Subscription {
                 self.finished = true;
                 return Some(Item::Denied(Denial::expired()));
             }
+            if let Some(denial) = self.follow_scope() {
+                self.finished = true;
+                return Some(Item::Denied(denial));
+            }
             if let Some(reason) = self.reset.take() {
                 self.metrics.reset(self.hub.name(), reason.as_str());
                 return Some(Item::Reset(reason));
@@ -337,6 +403,12 @@ impl Subscription {
                 self.finished = true;
                 return Some(Item::Closed(reason));
             }
+            if self.announce {
+                // The id's tag changed: tell the client where it is now.
+                self.announce = false;
+                self.sent_rv = self.pos_rv;
+                return Some(Item::Progress { rv: self.pos_rv });
+            }
 
             // Seen before reading: a change after this point wakes us.
             self.hub_seen = self.hub.changes().current();
@@ -368,12 +440,35 @@ impl Subscription {
                     }
                 }
             }
+            if let Some(namespaces) = self.scoped.as_mut().and_then(|s| s.pending.take()) {
+                match self.rescope(&namespaces) {
+                    Some(changed) if !changed.is_empty() => return Some(Item::Events(changed)),
+                    Some(_) => {}
+                    // An event came in meanwhile: read it first.
+                    None => {
+                        if let Some(scoped) = &mut self.scoped {
+                            scoped.pending = Some(namespaces);
+                        }
+                    }
+                }
+                continue;
+            }
 
-            // Caught up: wait for the hub to move, a tick, shutdown, or the
-            // credentials' expiry.
+            // Caught up: wait for the hub to move, a tick, shutdown, the
+            // credentials' expiry or a change of scope.
             let moved = poll_fn(|cx| {
                 if let Some((_, timer)) = &mut self.expires
                     && timer.as_mut().poll(cx).is_ready()
+                {
+                    return Poll::Ready(false);
+                }
+                if let Some(scoped) = &mut self.scoped
+                    && scoped
+                        .access
+                        .source
+                        .changes()
+                        .poll_moved(scoped.seen, &mut scoped.wait, cx)
+                        .is_ready()
                 {
                     return Poll::Ready(false);
                 }
@@ -408,10 +503,76 @@ impl Subscription {
     }
 }
 
+impl Subscription {
+    /// Reads the scope if its source moved: the denial that ends the
+    /// stream, or the namespaces to show once caught up.
+    fn follow_scope(&mut self) -> Option<Denial> {
+        let scoped = self.scoped.as_mut()?;
+        let epoch = scoped.access.source.changes().current();
+        if epoch == scoped.seen {
+            return None;
+        }
+        scoped.seen = epoch;
+        match shown(&scoped.access.requested, &scoped.access.source.scope()) {
+            Err(denial) => return Some(denial),
+            Ok(now) if now != self.view.spec().filter.namespaces => scoped.pending = Some(now),
+            Ok(_) => scoped.pending = None,
+        }
+        None
+    }
+
+    /// Switches to showing `namespaces`: what the client loses arrives as
+    /// DELETED, what it gains as ADDED, at its current position (the
+    /// transition rule, `hub::transition`). `None` when the cursor is not
+    /// caught up: the client's state is then not the cache's.
+    fn rescope(&mut self, namespaces: &[String]) -> Option<Vec<Delivery>> {
+        let mut spec = self.view.spec().clone();
+        spec.filter.namespaces = namespaces.to_vec();
+        let old = self.view.clone();
+        let new = self.hub.view(spec);
+        let (objects, rv) = self
+            .hub
+            .objects_at(self.cursor, &|o| old.prefilter(o) || new.prefilter(o))?;
+        let mut changed = Vec::new();
+        for obj in &objects {
+            let before = old.snapshot(std::slice::from_ref(obj)).pop();
+            let now = new.snapshot(std::slice::from_ref(obj)).pop();
+            let (kind, frame) = match (
+                transition(EventType::Modified, before.is_some(), now.is_some()),
+                before,
+                now,
+            ) {
+                (Some(Transition::Added), _, Some(now)) => (EventType::Added, now),
+                (Some(Transition::Deleted), Some(before), _) => (
+                    EventType::Deleted,
+                    Frame::encode("DELETED", "DELETED", None, &before.object()),
+                ),
+                _ => continue,
+            };
+            changed.push(Delivery::Retyped {
+                kind,
+                rv,
+                has_id: false,
+                frame,
+            });
+        }
+        self.view = new;
+        if let Some(scoped) = &mut self.scoped {
+            scoped.tag = scope_tag(&scoped.access.requested, namespaces);
+        }
+        self.pos_rv = self.pos_rv.max(rv);
+        self.announce = true;
+        Some(changed)
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.hub.changes().deregister(&mut self.hub_wait);
         self.lifecycle.epoch().deregister(&mut self.lifecycle_wait);
+        if let Some(scoped) = &mut self.scoped {
+            scoped.access.source.changes().deregister(&mut scoped.wait);
+        }
         self.metrics
             .subscriber_left(self.hub.name(), self.transport);
     }

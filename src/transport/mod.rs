@@ -14,6 +14,7 @@ use bytes::Bytes;
 
 use crate::auth::{Principal, Verb};
 use crate::hub::projection::Projection;
+use crate::hub::scope::Position;
 use crate::hub::{Delta, Filter, ViewSpec};
 use crate::hub::{Subscribe, Subscription};
 use crate::metrics::Transport;
@@ -38,6 +39,7 @@ pub(crate) async fn subscribe(
     transport: Transport,
 ) -> Result<Subscription, ApiError> {
     let mut params = params.clone();
+    let access = state.auth.stream_access(principal, &params.namespaces);
     params.namespaces = state
         .auth
         .authorize_name(
@@ -49,6 +51,7 @@ pub(crate) async fn subscribe(
         )
         .await?;
     let request = Subscribe {
+        access,
         spec: params.view_spec(),
         resume: params.resume,
         transport,
@@ -67,8 +70,9 @@ pub(crate) async fn subscribe(
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StreamParams {
     pub namespaces: Vec<String>,
-    /// A resourceVersion the client has seen; `None` asks for a snapshot.
-    pub resume: Option<u64>,
+    /// A position the client has seen (`RV`, or `RV~TAG` on a narrowed
+    /// stream); `None` asks for a snapshot.
+    pub resume: Option<Position>,
     pub labels: LabelSelector,
     /// Any dotted path (not only the fields Kubernetes makes selectable).
     pub fields: FieldSelector,
@@ -130,14 +134,7 @@ pub fn parse_stream_params(
                 }
             }
             "resourceVersion" => {
-                params.resume = match value.trim() {
-                    "" | "0" => None,
-                    v => Some(v.parse::<u64>().map_err(|_| {
-                        ApiError::BadRequest(format!(
-                            "resourceVersion {v:?} is not a resourceVersion (a decimal number)"
-                        ))
-                    })?),
-                }
+                params.resume = parse_position("resourceVersion", value.trim())?;
             }
             "labelSelector" => {
                 params.labels = LabelSelector::parse(&value)
@@ -169,6 +166,20 @@ pub fn parse_stream_params(
         }
     }
     Ok(params)
+}
+
+/// A resume position as a client sends it (`resourceVersion`, an SSE
+/// `Last-Event-ID`, a `/ws` field): `RV` or `RV~TAG`; empty and `0` ask
+/// for a snapshot.
+pub fn parse_position(what: &str, value: &str) -> Result<Option<Position>, ApiError> {
+    match value {
+        "" | "0" => Ok(None),
+        v => Position::parse(v).map(Some).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "{what} {v:?} is not a resourceVersion (a decimal number, with a ~TAG on narrowed streams)"
+            ))
+        }),
+    }
 }
 
 /// A Kubernetes namespace name: an RFC 1123 label.
@@ -221,10 +232,19 @@ mod tests {
     fn query_parses_namespaces_and_resume() {
         let p = parse_stream_query("namespace=a,b&namespace=b&resourceVersion=12").unwrap();
         assert_eq!(p.namespaces, vec!["a", "b"]);
-        assert_eq!(p.resume, Some(12));
+        assert_eq!(p.resume, Some(Position { rv: 12, tag: None }));
         assert_eq!(
             parse_stream_query("resourceVersion=0").unwrap().resume,
             None
+        );
+        assert_eq!(
+            parse_stream_query("resourceVersion=7~0a0b0c0d")
+                .unwrap()
+                .resume,
+            Some(Position {
+                rv: 7,
+                tag: Some("0a0b0c0d".into())
+            })
         );
         assert_eq!(parse_stream_query("").unwrap(), StreamParams::default());
     }

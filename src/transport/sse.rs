@@ -16,10 +16,10 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
 use super::message::{Message, bookmark_object, event_json, reset_status};
-use super::stream::{Chunk, Framed, Framing};
-use super::{ChunkSource, parse_stream_query, subscribe, takeover};
+use super::stream::{Chunk, Framed, Framing, Stream};
+use super::{ChunkSource, parse_position, parse_stream_query, subscribe, takeover};
 use crate::auth::{self, Principal};
-use crate::hub::ResourceMeta;
+use crate::hub::scope::Position;
 use crate::metrics::Transport;
 use crate::status::ApiError;
 use crate::transport::state::AppState;
@@ -35,8 +35,8 @@ pub async fn stream(
     if let Some(id) = req.headers().get("Last-Event-ID") {
         // The header wins over `?resourceVersion=`: a browser reconnecting
         // sends the original URL with its newest id in the header.
-        if let Some(rv) = parse_last_event_id(id)? {
-            params.resume = Some(rv);
+        if let Some(position) = parse_last_event_id(id)? {
+            params.resume = Some(position);
         }
     }
     let sub = subscribe(&state, &principal, &resource, &params, Transport::Sse).await?;
@@ -62,7 +62,7 @@ pub async fn stream(
     ))
 }
 
-fn parse_last_event_id(value: &HeaderValue) -> Result<Option<u64>, ApiError> {
+fn parse_last_event_id(value: &HeaderValue) -> Result<Option<Position>, ApiError> {
     let text = value
         .to_str()
         .map_err(|_| ApiError::BadRequest("Last-Event-ID is not valid text".into()))?
@@ -70,11 +70,7 @@ fn parse_last_event_id(value: &HeaderValue) -> Result<Option<u64>, ApiError> {
     if text.is_empty() {
         return Ok(None);
     }
-    text.parse::<u64>().map(Some).map_err(|_| {
-        ApiError::BadRequest(format!(
-            "Last-Event-ID {text:?} is not a resourceVersion (a decimal number)"
-        ))
-    })
+    parse_position("Last-Event-ID", text)
 }
 
 /// The `retry:` hint, then the framed stream.
@@ -98,13 +94,23 @@ pub struct SseFraming;
 impl Framing for SseFraming {
     type Out = Chunk;
 
-    fn frame(&mut self, msg: Message<'_>, meta: &ResourceMeta, out: &mut Chunk) -> bool {
+    fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Chunk) -> bool {
+        let meta = stream.meta;
         match msg {
             Message::Object(frame) => out.shared(frame.sse()),
-            Message::Event(delivery) => out.shared(delivery.frame().sse()),
+            Message::Event(delivery) => match stream.tag {
+                Some(_) if delivery.has_id() => {
+                    // The shared frame up to its blank line, then the tagged
+                    // id: the last `id:` field of an event is the one kept.
+                    let sse = delivery.frame().sse();
+                    out.shared(&sse.slice(..sse.len() - 1));
+                    out.put(format!("id: {}\n\n", stream.id(delivery.rv())).as_bytes());
+                }
+                _ => out.shared(delivery.frame().sse()),
+            },
             Message::Bookmark { rv, initial_end } => out.put(&frame(
                 "BOOKMARK",
-                Some(rv),
+                Some(&stream.id(rv)),
                 &bookmark_object(meta, rv, initial_end),
                 false,
             )),
@@ -136,7 +142,7 @@ impl Framing for SseFraming {
 }
 
 /// An SSE frame `event: NAME` whose data is `{"type":NAME,"object":OBJECT}`.
-fn frame(name: &str, id: Option<u64>, object: &str, clear_id: bool) -> Vec<u8> {
+fn frame(name: &str, id: Option<&str>, object: &str, clear_id: bool) -> Vec<u8> {
     let mut out = format!("event: {name}\n");
     if let Some(id) = id {
         out.push_str(&format!("id: {id}\n"));
@@ -152,12 +158,13 @@ fn frame(name: &str, id: Option<u64>, object: &str, clear_id: bool) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hub::ResourceMeta;
 
     #[test]
     fn last_event_id_must_be_a_resource_version() {
         assert_eq!(
             parse_last_event_id(&HeaderValue::from_static("42")).unwrap(),
-            Some(42)
+            Some(Position { rv: 42, tag: None })
         );
         assert_eq!(
             parse_last_event_id(&HeaderValue::from_static("")).unwrap(),
@@ -179,7 +186,11 @@ mod tests {
             rv: 9,
             initial_end: true,
         };
-        assert!(SseFraming.frame(bookmark, &meta, &mut chunk));
+        let stream = Stream {
+            meta: &meta,
+            tag: None,
+        };
+        assert!(SseFraming.frame(bookmark, &stream, &mut chunk));
         let text = String::from_utf8(chunk.take().unwrap().to_vec()).unwrap();
         assert!(text.starts_with("event: BOOKMARK\nid: 9\ndata: "), "{text}");
         assert!(text.ends_with("\n\n"));

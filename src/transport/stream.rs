@@ -18,13 +18,31 @@ use super::message::{Message, messages_of};
 use crate::hub::{Item, ResourceMeta, Subscription};
 use crate::metrics::{Metrics, Transport};
 
+/// What a framing needs to know of its stream.
+pub struct Stream<'a> {
+    pub meta: &'a ResourceMeta,
+    /// The tag this stream's ids carry after the resourceVersion
+    /// (`RV~TAG`), when access narrows it (`hub::scope`).
+    pub tag: Option<&'a str>,
+}
+
+impl Stream<'_> {
+    /// The id of position `rv` on this stream.
+    pub fn id(&self, rv: u64) -> String {
+        match self.tag {
+            Some(tag) => format!("{rv}~{tag}"),
+            None => rv.to_string(),
+        }
+    }
+}
+
 /// How one transport frames messages.
 pub trait Framing {
     /// Where framed messages collect until the writer takes them.
     type Out: Default;
 
     /// Frames `msg` into `out`. False when the stream ends after it.
-    fn frame(&mut self, msg: Message<'_>, meta: &ResourceMeta, out: &mut Self::Out) -> bool;
+    fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Self::Out) -> bool;
 
     /// About `bytes` of several shared frames follow: room for them.
     fn reserve(&mut self, _out: &mut Self::Out, _bytes: usize) {}
@@ -76,10 +94,14 @@ impl<F: Framing> Framed<F> {
         if count > 1 {
             self.framing.reserve(out, bytes);
         }
+        let stream = Stream {
+            meta: &self.meta,
+            tag: self.sub.id_tag(),
+        };
         let mut more = true;
         let delivered = messages_of(&item, |msg| {
             if more {
-                more = self.framing.frame(msg, &self.meta, out);
+                more = self.framing.frame(msg, &stream, out);
             }
         });
         self.sent.inc_by(delivered);

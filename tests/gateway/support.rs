@@ -439,7 +439,12 @@ impl ClientView {
     pub fn apply(&mut self, ev: &SseEvent) {
         if let Some(id) = &ev.id {
             if !id.is_empty() {
-                let n: u64 = id.parse().expect("ids are resourceVersions");
+                let n: u64 = id
+                    .split('~')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .expect("ids are resourceVersions");
                 assert!(
                     n >= self.position,
                     "id {n} went back from {}",
@@ -518,7 +523,7 @@ impl ClientView {
                 let event_rv = ev
                     .id
                     .as_deref()
-                    .and_then(|i| i.parse().ok())
+                    .and_then(|i| i.split('~').next().unwrap().parse().ok())
                     .unwrap_or(self.position);
                 if let Some((_, last)) = self.changes.last() {
                     assert!(event_rv >= *last || self.replaying, "changes out of order");

@@ -22,12 +22,13 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::KubeQuery;
+use crate::hub::scope::Position;
 use crate::hub::{Filter, Hub, ResetReason, ResourceMeta, Subscribe, Subscription, ViewSpec};
 use crate::metrics::Transport;
 use crate::status::{ApiError, status_json};
 use crate::transport::message::{Ending, Message, bookmark_object, event_json};
 use crate::transport::state::AppState;
-use crate::transport::stream::{Chunk, Framed, Framing};
+use crate::transport::stream::{Chunk, Framed, Framing, Stream};
 use crate::transport::{ChunkSource, takeover};
 
 /// A watch without `timeoutSeconds` ends after this long, as
@@ -75,9 +76,10 @@ pub async fn watch(
     let resume = if send_initial { None } else { rv };
     let request = Subscribe {
         spec: ViewSpec::new(filter),
-        resume,
+        resume: resume.map(|rv| Position { rv, tag: None }),
         transport: Transport::KubeWatch,
         expires,
+        access: None,
     };
     let sub = Subscription::start(hub.clone(), request, &state.subscriptions).await?;
     let timeout = q
@@ -134,7 +136,8 @@ struct WatchFraming {
 impl Framing for WatchFraming {
     type Out = Chunk;
 
-    fn frame(&mut self, msg: Message<'_>, meta: &ResourceMeta, out: &mut Chunk) -> bool {
+    fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Chunk) -> bool {
+        let meta = stream.meta;
         match msg {
             Message::Object(frame) => out.shared(&frame.ndjson()),
             Message::Event(delivery) => {
@@ -174,6 +177,10 @@ impl Framing for WatchFraming {
                         "the watch fell behind the event log (too slow reader) at resource version {}",
                         self.position
                     ),
+                    // Not reached: watches on this face are not narrowed.
+                    ResetReason::AccessChanged => {
+                        format!("access changed since resource version {}", self.position)
+                    }
                 };
                 out.put(&error_line(&status_json(410, "Expired", &message)));
                 return false;

@@ -8,9 +8,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use bytestring::ByteString;
 use serde_json::Value;
 
-use crate::hub::ResourceMeta;
 use crate::transport::message::{Ending, Message, bookmark_object, event_json, reset_status};
-use crate::transport::stream::Framing;
+use crate::transport::stream::{Framing, Stream};
 
 /// The Close code of a socket whose credentials ended (after an ERROR per
 /// subscription); see `proto/PROTOCOL.md`.
@@ -30,6 +29,21 @@ pub enum Id {
     None,
     Clear,
     Rv(u64),
+    /// `RV~TAG` on a stream its access narrows (`hub::scope`).
+    Tagged(u64, [u8; 8]),
+}
+
+impl Id {
+    /// The id of position `rv` on `stream`.
+    fn at(rv: u64, stream: &Stream<'_>) -> Id {
+        match stream
+            .tag
+            .and_then(|t| <[u8; 8]>::try_from(t.as_bytes()).ok())
+        {
+            Some(tag) => Id::Tagged(rv, tag),
+            None => Id::Rv(rv),
+        }
+    }
 }
 
 /// One message before its `{"sub":..,` prefix: shared JSON and its id.
@@ -49,12 +63,13 @@ pub struct WsFraming {
 impl Framing for WsFraming {
     type Out = Vec<Outgoing>;
 
-    fn frame(&mut self, msg: Message<'_>, meta: &ResourceMeta, out: &mut Vec<Outgoing>) -> bool {
+    fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Vec<Outgoing>) -> bool {
+        let meta = stream.meta;
         let (json, id) = match msg {
             Message::Object(frame) => (frame.json(), Id::None),
             Message::Event(delivery) => {
                 let id = if delivery.has_id() {
-                    Id::Rv(delivery.rv())
+                    Id::at(delivery.rv(), stream)
                 } else {
                     Id::None
                 };
@@ -62,7 +77,10 @@ impl Framing for WsFraming {
             }
             Message::Bookmark { rv, initial_end } => {
                 let object = bookmark_object(meta, rv, initial_end);
-                (Bytes::from(event_json("BOOKMARK", &object)), Id::Rv(rv))
+                (
+                    Bytes::from(event_json("BOOKMARK", &object)),
+                    Id::at(rv, stream),
+                )
             }
             // The socket's own pings keep it alive.
             Message::KeepAlive => return true,
@@ -120,8 +138,8 @@ pub fn message(prefix: Option<&[u8]>, json: Bytes, id: Id) -> ByteString {
     text(buf.freeze())
 }
 
-/// Room for the end of a message: `,"id":"` and a `u64` and `"}`.
-pub const TAIL: usize = 32;
+/// Room for the end of a message: `,"id":"`, a `u64`, `~` and a tag, `"}`.
+pub const TAIL: usize = 48;
 
 /// A message in three parts, to copy or to write as they are: its start
 /// (`prefix`, or `{`), the inside of `json`, and its end (`"id"` and `}`).
@@ -135,16 +153,20 @@ pub fn parts<'a>(
     let tail: &[u8] = match id {
         Id::None => b"}",
         Id::Clear => br#","id":""}"#,
-        Id::Rv(rv) => {
-            // Written backwards: `"}`, the digits, `,"id":"` (at most 29
-            // bytes), without the formatting machinery, per socket and
-            // message.
+        Id::Rv(rv) | Id::Tagged(rv, _) => {
+            // Written backwards: `"}`, the tag, the digits, `,"id":"` (at
+            // most 38 bytes), without the formatting machinery, per socket
+            // and message.
             let mut at = TAIL;
             let mut put = |bytes: &[u8]| {
                 at -= bytes.len();
                 tail[at..at + bytes.len()].copy_from_slice(bytes);
             };
             put(br#""}"#);
+            if let Id::Tagged(_, tag) = id {
+                put(&tag);
+                put(b"~");
+            }
             let mut rest = rv;
             loop {
                 put(&[b'0' + (rest % 10) as u8]);
@@ -216,6 +238,10 @@ mod tests {
         assert_eq!(
             parts(None, &json, Id::Rv(u64::MAX), &mut tail).concat(),
             br#"{"type":"ADDED","object":{"a":1},"id":"18446744073709551615"}"#
+        );
+        assert_eq!(
+            parts(None, &json, Id::Tagged(u64::MAX, *b"0a1b2c3d"), &mut tail).concat(),
+            br#"{"type":"ADDED","object":{"a":1},"id":"18446744073709551615~0a1b2c3d"}"#
         );
     }
 

@@ -132,7 +132,7 @@ mod tests {
         };
         assert_eq!((id.as_str(), resource.as_str()), ("a", "pods"));
         assert_eq!(params.namespaces, ["web", "db"]);
-        assert_eq!(params.resume, Some(12));
+        assert_eq!(params.resume.map(|p| p.rv), Some(12));
         assert_eq!(
             parse_op(r#"{"op":"unsubscribe","id":"a"}"#).unwrap(),
             Op::Unsubscribe { id: "a".into() }
