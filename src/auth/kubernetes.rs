@@ -47,15 +47,18 @@ pub struct Attributes {
 pub struct Reviewer {
     client: Client,
     ttl: Duration,
+    /// Sent in every TokenReview; the answer must name one of them.
+    audiences: Vec<String>,
     tokens: Cache<[u8; 32], Result<UserInfo, String>>,
     decisions: Cache<(UserInfo, Attributes), bool>,
 }
 
 impl Reviewer {
-    pub fn new(client: Client, ttl: Duration) -> Reviewer {
+    pub fn new(client: Client, ttl: Duration, audiences: Vec<String>) -> Reviewer {
         Reviewer {
             client,
             ttl,
+            audiences,
             tokens: Cache::default(),
             decisions: Cache::default(),
         }
@@ -86,7 +89,7 @@ impl Reviewer {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_string()),
-                ..Default::default()
+                audiences: Some(self.audiences.clone()).filter(|a| !a.is_empty()),
             },
             ..Default::default()
         };
@@ -96,6 +99,21 @@ impl Reviewer {
             .await
             .map_err(|e| Error::Review(e.to_string()))?;
         let status = done.status.unwrap_or_default();
+        // An audience-aware API server answers the audiences the token and
+        // the review share; one that names none did not check them
+        // (TokenReviewStatus.audiences, authentication.k8s.io/v1).
+        if !self.audiences.is_empty()
+            && !status
+                .audiences
+                .iter()
+                .flatten()
+                .any(|a| self.audiences.contains(a))
+        {
+            return Ok(Err(format!(
+                "token not accepted by the Kubernetes API server for the audiences {:?}",
+                self.audiences
+            )));
+        }
         let user = status.user.unwrap_or_default();
         Ok(match (status.authenticated, user.username) {
             (Some(true), Some(username)) => Ok(UserInfo {

@@ -246,7 +246,11 @@ impl Auth {
             _ => None,
         };
         let kube = match cfg.mode {
-            AuthMode::Kubernetes => Some(kubernetes::Reviewer::new(client, cfg.cache_ttl)),
+            AuthMode::Kubernetes => Some(kubernetes::Reviewer::new(
+                client,
+                cfg.cache_ttl,
+                cfg.token_audiences.clone(),
+            )),
             _ => None,
         };
         Ok(Auth {

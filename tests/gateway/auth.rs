@@ -1007,3 +1007,44 @@ async fn continue_tokens_are_bound_to_their_caller_and_list() {
     .await;
     env.stop().await;
 }
+
+/// `--metrics-listen`: Prometheus scrapes without a token on its own
+/// listener, while the main one still asks for one; the process's own
+/// figures are there beside kubefan's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_listen_serves_metrics_without_a_token_and_process_figures() {
+    let mut cfg = jwt_config();
+    cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let env = spawn(seeded(3), cfg).await;
+    env.synced("pods").await;
+    refused(get(&env, "/metrics", None).await, 401, "no token").await;
+    let addr = env.app.metrics_addr().expect("a metrics listener");
+    let resp = tokio::time::timeout(WAIT, env.http.get(format!("http://{addr}/metrics")).send())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in\n{text}"))
+    };
+    assert!(value("process_resident_memory_bytes") > 1e6);
+    assert!(value("process_open_fds") > 3.0);
+    assert!(value("process_max_fds") >= value("process_open_fds"));
+    assert!(value("process_cpu_seconds_total") > 0.0);
+    assert!(value("process_start_time_seconds") > 1.7e9);
+    assert!(text.contains("kubefan_informer_synced{resource=\"pods\"} 1"));
+    // Only /metrics there.
+    let other = env
+        .http
+        .get(format!("http://{addr}/stream/pods"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404);
+    env.stop().await;
+}
