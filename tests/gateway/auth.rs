@@ -1048,3 +1048,61 @@ async fn metrics_listen_serves_metrics_without_a_token_and_process_figures() {
     assert_eq!(other.status(), 404);
     env.stop().await;
 }
+
+/// The access log says who watched what, and for a stream what it
+/// delivered and how it ended; it never holds a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_says_who_watched_what_and_never_holds_a_token() {
+    let log = crate::support::access_log();
+    let env = spawn(seeded(6), jwt_config()).await;
+    env.synced("pods").await;
+    let token = hs256(&claims("log-reader", &["web"], &["pods"], 600));
+    let mut sse = sse_ok(
+        &env,
+        "/stream/pods?labelSelector=app%3Dweb",
+        Some((&token, Place::Query)),
+    )
+    .await;
+    let view = snapshot(&mut sse).await;
+    let request = log
+        .wait_for("for the stream request", |l| {
+            l["principal"] == "log-reader" && l["message"] == "request"
+        })
+        .await;
+    assert_eq!(request["verb"], "watch");
+    assert_eq!(request["resource"], "pods");
+    assert_eq!(request["namespaces"], "web");
+    assert_eq!(request["status"], 200);
+    assert_eq!(request["path"], "/stream/pods");
+    assert_eq!(request["query"], "labelSelector=app%3Dweb");
+    drop(sse);
+    let ended = log
+        .wait_for("for the stream's end", |l| {
+            l["principal"] == "log-reader" && l["message"] == "stream ended"
+        })
+        .await;
+    assert_eq!(ended["resource"], "pods");
+    assert_eq!(ended["transport"], "Sse");
+    assert_eq!(ended["events"], view.objects.len() as u64);
+    assert!(ended["bytes"].as_u64().unwrap() > 0);
+    assert_eq!(ended["ended"], "connection closed");
+
+    // A refusal is logged too, without the token it carried.
+    let bad = format!("{token}x");
+    refused(
+        get(&env, "/stream/pods", Some((&bad, Place::Query))).await,
+        401,
+        "signature",
+    )
+    .await;
+    log.wait_for("for the refusal", |l| {
+        l["message"] == "request" && l["status"] == 401 && l["principal"] == "-"
+    })
+    .await;
+    let all = serde_json::to_string(&log.all()).unwrap();
+    assert!(
+        !all.contains(&token[20..]),
+        "a token reached the access log"
+    );
+    env.stop().await;
+}
