@@ -109,6 +109,8 @@ impl App {
                     )
                     .route("/", web::get().to(crate::web::dashboard))
                     .route("/ws", web::get().to(ws::mux))
+                    .route("/session", web::post().to(crate::session::create))
+                    .route("/session", web::delete().to(crate::session::delete))
                     .route("/healthz", web::get().to(ops::healthz))
                     .route("/readyz", web::get().to(ops::readyz))
                     .route("/metrics", web::get().to(ops::metrics))

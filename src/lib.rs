@@ -12,6 +12,7 @@
 //! - [`middleware`]: what every request passes first: size bounds, origins,
 //!   CORS, authentication, connection limits ([`limits`]).
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
+//! - [`session`]: `/session`, where a browser trades its token for a cookie.
 //! - [`web`]: the dashboard page at `/`, compiled into the binary.
 //! - [`transport`]: SSE, WebSocket, the Kubernetes face; the one path from
 //!   a subscription's items to bytes; the socket takeover.
@@ -43,6 +44,7 @@ pub mod metrics;
 pub mod middleware;
 pub mod ops;
 pub mod selector;
+pub mod session;
 pub mod status;
 pub mod transport;
 pub mod upstream;

@@ -265,6 +265,11 @@ impl Auth {
         self.mode
     }
 
+    /// The cookie a token may be read from (`--auth-cookie`).
+    pub fn cookie_name(&self) -> &str {
+        &self.cookie
+    }
+
     /// Who sent `headers` and `query`: 401-class errors for a missing or
     /// invalid token.
     pub async fn authenticate(&self, headers: &HeaderMap, query: &str) -> Result<Principal, Error> {

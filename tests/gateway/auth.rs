@@ -1106,3 +1106,71 @@ async fn the_access_log_says_who_watched_what_and_never_holds_a_token() {
     );
     env.stop().await;
 }
+
+/// A browser trades its token once for an HttpOnly, SameSite=Strict
+/// cookie that lives no longer than the token, and streams with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_is_traded_once_for_a_session_cookie_that_lives_no_longer_than_it() {
+    let env = spawn(seeded(4), jwt_config()).await;
+    env.synced("pods").await;
+    let token = hs256(&claims("carol", &["*"], &["*"], 600));
+    let resp = tokio::time::timeout(
+        WAIT,
+        env.http
+            .post(format!("{}/session", env.base))
+            .bearer_auth(&token)
+            .send(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(resp.status(), 204);
+    let cookie = resp.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.starts_with(&format!("kubefan_token={token};")),
+        "{cookie}"
+    );
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(attribute), "{cookie} lacks {attribute}");
+    }
+    assert!(!cookie.contains("Secure"), "plain HTTP: {cookie}");
+    let max_age: u64 = cookie
+        .split("Max-Age=")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((590..=600).contains(&max_age), "{max_age}");
+    // The cookie is all a stream needs.
+    let session = cookie.split(';').next().unwrap().to_string();
+    let resp = env
+        .http
+        .get(format!("{}/stream/pods", env.base))
+        .header("Cookie", session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    assert!(!snapshot(&mut sse).await.objects.is_empty());
+    // Only a token in the header is traded, not one in the URL.
+    let resp = env
+        .http
+        .post(format!("{}/session?access_token={token}", env.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    // Ending it needs no credentials.
+    let resp = env
+        .http
+        .delete(format!("{}/session", env.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    let cleared = resp.headers()["set-cookie"].to_str().unwrap();
+    assert!(cleared.starts_with("kubefan_token=;") && cleared.contains("Max-Age=0"));
+    env.stop().await;
+}
