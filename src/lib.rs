@@ -20,6 +20,7 @@
 //! - [`heap`]: gives freed memory back to the system.
 //! - [`selector`]: Kubernetes label and field selectors.
 //! - [`sim`]: the simulated API server used by the demo, tests and load tests.
+//! - [`table`]: server-side tables (`kubectl get` columns) for the Kubernetes face.
 //! - [`web`]: the dashboard page at `/`, compiled into the binary.
 
 pub mod app;
@@ -33,6 +34,7 @@ pub mod ops;
 pub mod selector;
 pub mod server;
 pub mod sim;
+pub mod table;
 pub mod transport;
 pub mod upstream;
 pub mod web;
