@@ -185,3 +185,133 @@ pub(super) fn print_daemon_set(ds: &Value, clock: &Clock) -> Printed {
         Cell::Str(format_label_selector(ds, &["spec", "selector"])),
     ])
 }
+
+#[cfg(test)]
+mod tests {
+    //! Golden rows ported from kubernetes
+    //! `pkg/printers/internalversion/printers_test.go` (`TestPrintDeployment`,
+    //! `TestPrintDaemonSet`, `TestPrintReplicaSet`, `TestPrintStatefulSet`).
+
+    use serde_json::{Value, json};
+
+    use super::super::test_support::{CLOCK, ago, cells, wide_cells};
+    use super::*;
+
+    fn workload(name: &str, replicas: Option<i64>, status: Value) -> Value {
+        let mut spec = json!({
+            "template": {"spec": {"containers": [
+                {"name": "fake-container1", "image": "fake-image1"},
+                {"name": "fake-container2", "image": "fake-image2"}]}},
+            "selector": {"matchLabels": {"foo": "bar"}},
+        });
+        if let Some(r) = replicas {
+            spec["replicas"] = json!(r);
+        }
+        json!({"metadata": {"name": name, "creationTimestamp": ago(0)}, "spec": spec, "status": status})
+    }
+
+    #[test]
+    fn deployments_show_ready_of_desired_updated_and_available() {
+        let d = workload(
+            "test1",
+            Some(5),
+            json!({"replicas": 10, "updatedReplicas": 2, "availableReplicas": 1, "unavailableReplicas": 4}),
+        );
+        assert_eq!(
+            wide_cells(&print_deployment(&d, &CLOCK)),
+            json!([
+                "test1",
+                "0/5",
+                2,
+                1,
+                "0s",
+                "fake-container1,fake-container2",
+                "fake-image1,fake-image2",
+                "foo=bar"
+            ])
+        );
+        let defaulted = workload("d", None, json!({"readyReplicas": 1}));
+        assert_eq!(cells(&print_deployment(&defaulted, &CLOCK), 2)[1], "1/1");
+        let mut bad = workload("d", Some(1), json!({}));
+        bad["spec"]["selector"] =
+            json!({"matchExpressions": [{"key": "a", "operator": "Near", "values": ["b"]}]});
+        assert_eq!(wide_cells(&print_deployment(&bad, &CLOCK))[7], "<invalid>");
+        bad["spec"]["selector"] = json!(null);
+        assert_eq!(wide_cells(&print_deployment(&bad, &CLOCK))[7], "");
+    }
+
+    #[test]
+    fn daemon_sets_show_scheduling_counts_and_node_selector() {
+        let ds = workload(
+            "test1",
+            None,
+            json!({"currentNumberScheduled": 2, "desiredNumberScheduled": 3, "numberReady": 1,
+                "updatedNumberScheduled": 2, "numberAvailable": 0}),
+        );
+        assert_eq!(
+            wide_cells(&print_daemon_set(&ds, &CLOCK)),
+            json!([
+                "test1",
+                3,
+                2,
+                1,
+                2,
+                0,
+                "<none>",
+                "0s",
+                "fake-container1,fake-container2",
+                "fake-image1,fake-image2",
+                "foo=bar"
+            ])
+        );
+        let mut placed = ds.clone();
+        placed["spec"]["template"]["spec"]["nodeSelector"] =
+            json!({"disk": "ssd", "arch": "arm64"});
+        assert_eq!(
+            wide_cells(&print_daemon_set(&placed, &CLOCK))[6],
+            "arch=arm64,disk=ssd"
+        );
+    }
+
+    #[test]
+    fn replica_sets_show_desired_current_ready() {
+        let rs = workload("test1", Some(5), json!({"replicas": 5, "readyReplicas": 2}));
+        assert_eq!(
+            wide_cells(&print_replica_set(&rs, &CLOCK)),
+            json!([
+                "test1",
+                5,
+                5,
+                2,
+                "0s",
+                "fake-container1,fake-container2",
+                "fake-image1,fake-image2",
+                "foo=bar"
+            ])
+        );
+        let mut no_selector = rs.clone();
+        no_selector["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("selector");
+        assert_eq!(
+            wide_cells(&print_replica_set(&no_selector, &CLOCK))[7],
+            "<none>"
+        );
+    }
+
+    #[test]
+    fn stateful_sets_show_ready_of_desired() {
+        let ss = workload("test1", Some(5), json!({"replicas": 5, "readyReplicas": 2}));
+        assert_eq!(
+            wide_cells(&print_stateful_set(&ss, &CLOCK)),
+            json!([
+                "test1",
+                "2/5",
+                "0s",
+                "fake-container1,fake-container2",
+                "fake-image1,fake-image2"
+            ])
+        );
+    }
+}

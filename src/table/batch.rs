@@ -131,3 +131,200 @@ pub(super) fn print_cron_job(cj: &Value, clock: &Clock) -> Printed {
         )),
     ])
 }
+
+#[cfg(test)]
+mod tests {
+    //! Golden rows ported from kubernetes
+    //! `pkg/printers/internalversion/printers_test.go` (`TestPrintJob`,
+    //! `TestPrintJobList`, `TestPrintCronJob`, `TestPrintCronJobList`).
+
+    use serde_json::{Value, json};
+
+    use super::super::test_support::{CLOCK, ago, cells, wide_cells};
+    use super::*;
+
+    fn job(name: &str, created: i64, spec: Value, status: Value) -> Value {
+        json!({"metadata": {"name": name, "creationTimestamp": ago(created)}, "spec": spec, "status": status})
+    }
+
+    const TEN_YEARS: i64 = 10 * 365 * 24 * 3600;
+
+    #[test]
+    fn jobs_show_status_completions_and_duration() {
+        let templated = json!({
+            "completions": 2,
+            "template": {"spec": {"containers": [
+                {"name": "fake-job-container1", "image": "fake-job-image1"},
+                {"name": "fake-job-container2", "image": "fake-job-image2"}]}},
+            "selector": {"matchLabels": {"job-label": "job-label-value"}},
+        });
+        let j = job("job1", 0, templated.clone(), json!({"succeeded": 1}));
+        assert_eq!(
+            wide_cells(&print_job(&j, &CLOCK)),
+            json!([
+                "job1",
+                "Running",
+                "1/2",
+                "",
+                "0s",
+                "fake-job-container1,fake-job-container2",
+                "fake-job-image1,fake-job-image2",
+                "job-label=job-label-value"
+            ])
+        );
+        let j = job("job2", TEN_YEARS, json!({}), json!({"succeeded": 0}));
+        assert_eq!(
+            cells(&print_job(&j, &CLOCK), 5),
+            json!(["job2", "Running", "0/1", "", "10y"])
+        );
+        // Duration from start to completion; start and completion in the future of creation.
+        let j = job(
+            "job3",
+            TEN_YEARS,
+            json!({}),
+            json!({"startTime": ago(-60), "completionTime": ago(-31 * 60)}),
+        );
+        assert_eq!(
+            cells(&print_job(&j, &CLOCK), 5),
+            json!(["job3", "Running", "0/1", "30m", "10y"])
+        );
+        let j = job(
+            "job4",
+            TEN_YEARS,
+            json!({}),
+            json!({"startTime": ago(20 * 60)}),
+        );
+        assert_eq!(
+            cells(&print_job(&j, &CLOCK), 5),
+            json!(["job4", "Running", "0/1", "20m", "10y"])
+        );
+        for (name, condition, status) in [
+            ("job5", "Complete", "Complete"),
+            ("job6", "Failed", "Failed"),
+            ("job7", "Suspended", "Suspended"),
+            ("job8", "FailureTarget", "FailureTarget"),
+        ] {
+            let j = job(
+                name,
+                0,
+                json!({}),
+                json!({"conditions": [{"type": condition, "status": "True"}]}),
+            );
+            assert_eq!(
+                cells(&print_job(&j, &CLOCK), 5),
+                json!([name, status, "0/1", "", "0s"])
+            );
+        }
+        let mut j = job("job9", 0, json!({}), json!({}));
+        j["metadata"]["deletionTimestamp"] = json!(ago(0));
+        assert_eq!(
+            cells(&print_job(&j, &CLOCK), 5),
+            json!(["job9", "Terminating", "0/1", "", "0s"])
+        );
+        let j = job(
+            "job2",
+            0,
+            templated,
+            json!({"succeeded": 2, "startTime": ago(20 * 60)}),
+        );
+        assert_eq!(
+            cells(&print_job(&j, &CLOCK), 5),
+            json!(["job2", "Running", "2/2", "20m", "0s"])
+        );
+        let j = job("par", 0, json!({"parallelism": 3}), json!({"succeeded": 1}));
+        assert_eq!(cells(&print_job(&j, &CLOCK), 3)[2], "1/1 of 3");
+        let j = job(
+            "late",
+            0,
+            json!({}),
+            json!({"conditions": [{"type": "Complete", "status": "False"}, {"type": "Complete", "status": "True"}]}),
+        );
+        assert_eq!(
+            cells(&print_job(&j, &CLOCK), 2)[1],
+            "Running",
+            "the first condition of a type decides"
+        );
+    }
+
+    fn cron_job(name: &str, created: i64, spec: Value, last: Option<i64>) -> Value {
+        let status = match last {
+            Some(s) => json!({"lastScheduleTime": ago(s)}),
+            None => json!({}),
+        };
+        json!({"metadata": {"name": name, "creationTimestamp": ago(created)}, "spec": spec, "status": status})
+    }
+
+    #[test]
+    fn cron_jobs_show_schedule_timezone_suspend_active_and_last_schedule() {
+        let spec = |tz: Option<&str>| {
+            let mut s = json!({"schedule": "0/5 * * * ?", "suspend": false, "jobTemplate": {"spec": {
+                "completions": 2,
+                "template": {"spec": {"containers": [
+                    {"name": "fake-job-container1", "image": "fake-job-image1"},
+                    {"name": "fake-job-container2", "image": "fake-job-image2"}]}},
+                "selector": {"matchLabels": {"a": "b"}}}}});
+            if let Some(tz) = tz {
+                s["timeZone"] = json!(tz);
+            }
+            s
+        };
+        let cj = cron_job("cronjob1", 0, spec(None), Some(0));
+        assert_eq!(
+            wide_cells(&print_cron_job(&cj, &CLOCK)),
+            json!([
+                "cronjob1",
+                "0/5 * * * ?",
+                "<none>",
+                "False",
+                0,
+                "0s",
+                "0s",
+                "fake-job-container1,fake-job-container2",
+                "fake-job-image1,fake-job-image2",
+                "a=b"
+            ])
+        );
+        let cj = cron_job("cronjob1", 0, spec(Some("LOCAL")), Some(0));
+        assert_eq!(
+            cells(&print_cron_job(&cj, &CLOCK), 7),
+            json!(["cronjob1", "0/5 * * * ?", "LOCAL", "False", 0, "0s", "0s"])
+        );
+        let cj = cron_job(
+            "cronjob2",
+            300,
+            json!({"schedule": "0/5 * * * ?", "suspend": false}),
+            Some(30),
+        );
+        assert_eq!(
+            cells(&print_cron_job(&cj, &CLOCK), 7),
+            json!(["cronjob2", "0/5 * * * ?", "<none>", "False", 0, "30s", "5m"])
+        );
+        let cj = cron_job(
+            "cronjob3",
+            300,
+            json!({"schedule": "0/5 * * * ?", "suspend": false}),
+            None,
+        );
+        assert_eq!(
+            cells(&print_cron_job(&cj, &CLOCK), 7),
+            json!([
+                "cronjob3",
+                "0/5 * * * ?",
+                "<none>",
+                "False",
+                0,
+                "<none>",
+                "5m"
+            ])
+        );
+        let mut active = cron_job(
+            "busy",
+            0,
+            json!({"schedule": "* * * * *", "suspend": true}),
+            None,
+        );
+        active["status"]["active"] = json!([{"name": "a"}, {"name": "b"}]);
+        let c = cells(&print_cron_job(&active, &CLOCK), 5);
+        assert_eq!((&c[3], &c[4]), (&json!("True"), &json!(2)));
+    }
+}

@@ -512,3 +512,768 @@ pub(super) fn print_persistent_volume_claim(pvc: &Value, clock: &Clock) -> Print
         Cell::Str(unset_or(pvc, &["spec", "volumeMode"])),
     ])
 }
+
+#[cfg(test)]
+mod tests {
+    //! Golden rows ported from kubernetes
+    //! `pkg/printers/internalversion/printers_test.go` (`TestPrintNode*`,
+    //! `TestPrintNamespace`, `TestPrintSecret`, `TestPrintServiceAccount`,
+    //! `TestPrintService*`, `TestPrintEndpoint`, `TestPrintConfigMap`,
+    //! `TestPrintPersistentVolume*`). Tables are always wide on the server,
+    //! so the load-balancer column is checked unelided.
+
+    use serde_json::{Value, json};
+
+    use super::super::test_support::{CLOCK, ago, cells, wide_cells};
+    use super::*;
+
+    fn node(name: &str, spec: Value, status: Value) -> Value {
+        json!({"metadata": {"name": name}, "spec": spec, "status": status})
+    }
+
+    fn ready(status: &str) -> Value {
+        json!({"type": "Ready", "status": status})
+    }
+
+    #[test]
+    fn node_status_follows_ready_and_schedulability() {
+        let cases = [
+            (
+                node("foo1", json!({}), json!({"conditions": [ready("True")]})),
+                "Ready",
+            ),
+            (
+                node(
+                    "foo2",
+                    json!({"unschedulable": true}),
+                    json!({"conditions": [ready("True")]}),
+                ),
+                "Ready,SchedulingDisabled",
+            ),
+            (
+                node(
+                    "foo3",
+                    json!({}),
+                    json!({"conditions": [ready("True"), ready("True")]}),
+                ),
+                "Ready",
+            ),
+            (
+                node("foo4", json!({}), json!({"conditions": [ready("False")]})),
+                "NotReady",
+            ),
+            (
+                node(
+                    "foo5",
+                    json!({"unschedulable": true}),
+                    json!({"conditions": [ready("False")]}),
+                ),
+                "NotReady,SchedulingDisabled",
+            ),
+            (
+                node(
+                    "foo6",
+                    json!({}),
+                    json!({"conditions": [{"type": "InvalidValue", "status": "True"}]}),
+                ),
+                "Unknown",
+            ),
+            (
+                node("foo7", json!({}), json!({"conditions": [{}]})),
+                "Unknown",
+            ),
+            (
+                node(
+                    "foo8",
+                    json!({"unschedulable": true}),
+                    json!({"conditions": [{"type": "InvalidValue", "status": "True"}]}),
+                ),
+                "Unknown,SchedulingDisabled",
+            ),
+            (
+                node(
+                    "foo9",
+                    json!({"unschedulable": true}),
+                    json!({"conditions": [{}]}),
+                ),
+                "Unknown,SchedulingDisabled",
+            ),
+        ];
+        for (n, status) in cases {
+            let name = n["metadata"]["name"].clone();
+            assert_eq!(
+                cells(&print_node(&n, &CLOCK), 5),
+                json!([name, status, "<none>", "<unknown>", ""])
+            );
+        }
+    }
+
+    #[test]
+    fn node_roles_come_from_role_labels() {
+        let n = json!({"metadata": {"name": "foo10", "labels": {
+            "node-role.kubernetes.io/master": "", "node-role.kubernetes.io/control-plane": "",
+            "node-role.kubernetes.io/proxy": "", "kubernetes.io/role": "node"}}});
+        assert_eq!(
+            cells(&print_node(&n, &CLOCK), 5),
+            json!([
+                "foo10",
+                "Unknown",
+                "control-plane,master,node,proxy",
+                "<unknown>",
+                ""
+            ])
+        );
+        let n = json!({"metadata": {"name": "foo11", "labels": {"kubernetes.io/role": "node"}}});
+        assert_eq!(cells(&print_node(&n, &CLOCK), 5)[2], "node");
+        let n = json!({"metadata": {"name": "127.0.0.1"}, "status": {}});
+        assert_eq!(
+            cells(&print_node(&n, &CLOCK), 5),
+            json!(["127.0.0.1", "Unknown", "<none>", "<unknown>", ""])
+        );
+    }
+
+    #[test]
+    fn node_wide_columns_show_addresses_and_system_info() {
+        let n = node(
+            "foo1",
+            json!({}),
+            json!({"nodeInfo": {"osImage": "fake-os-image"},
+                "addresses": [{"type": "ExternalIP", "address": "1.1.1.1"}]}),
+        );
+        assert_eq!(
+            wide_cells(&print_node(&n, &CLOCK)),
+            json!([
+                "foo1",
+                "Unknown",
+                "<none>",
+                "<unknown>",
+                "",
+                "<none>",
+                "1.1.1.1",
+                "fake-os-image",
+                "<unknown>",
+                "<unknown>"
+            ])
+        );
+        let n = node(
+            "foo2",
+            json!({}),
+            json!({"nodeInfo": {"kernelVersion": "fake-kernel-version", "containerRuntimeVersion": "foo://1.2.3"},
+                "addresses": [{"type": "InternalIP", "address": "1.1.1.1"}]}),
+        );
+        assert_eq!(
+            wide_cells(&print_node(&n, &CLOCK)),
+            json!([
+                "foo2",
+                "Unknown",
+                "<none>",
+                "<unknown>",
+                "",
+                "1.1.1.1",
+                "<none>",
+                "<unknown>",
+                "fake-kernel-version",
+                "foo://1.2.3"
+            ])
+        );
+        let n = node(
+            "foo3",
+            json!({}),
+            json!({"addresses": [{"type": "ExternalIP", "address": "2.2.2.2"},
+                {"type": "InternalIP", "address": "3.3.3.3"}, {"type": "ExternalIP", "address": "4.4.4.4"}]}),
+        );
+        let c = wide_cells(&print_node(&n, &CLOCK));
+        assert_eq!((&c[5], &c[6]), (&json!("3.3.3.3"), &json!("2.2.2.2")));
+        let n = json!({"metadata": {"name": "n", "creationTimestamp": ago(90)},
+            "status": {"nodeInfo": {"kubeletVersion": "v1.33.1"}, "conditions": [ready("True")]}});
+        assert_eq!(
+            cells(&print_node(&n, &CLOCK), 5),
+            json!(["n", "Ready", "<none>", "90s", "v1.33.1"])
+        );
+    }
+
+    #[test]
+    fn namespaces_secrets_and_service_accounts_print_counts_and_phases() {
+        let ns = json!({"metadata": {"name": "namespace1", "creationTimestamp": ago(0)},
+            "status": {"phase": "FooStatus"}});
+        assert_eq!(
+            wide_cells(&print_namespace(&ns, &CLOCK)),
+            json!(["namespace1", "FooStatus", "0s"])
+        );
+        let ns = json!({"metadata": {"name": "namespace2"}});
+        assert_eq!(
+            wide_cells(&print_namespace(&ns, &CLOCK)),
+            json!(["namespace2", "", "<unknown>"])
+        );
+        let secret = json!({"metadata": {"name": "secret1", "creationTimestamp": ago(0)},
+            "type": "kubernetes.io/service-account-token", "data": {"token": ""}});
+        assert_eq!(
+            wide_cells(&print_secret(&secret, &CLOCK)),
+            json!(["secret1", "kubernetes.io/service-account-token", 1, "0s"])
+        );
+        let secret = json!({"metadata": {"name": "secret1", "creationTimestamp": ago(0)},
+            "type": "kubernetes.io/service-account-token"});
+        assert_eq!(wide_cells(&print_secret(&secret, &CLOCK))[2], 0);
+        let sa = json!({"metadata": {"name": "sa1", "creationTimestamp": ago(0)}, "secrets": []});
+        assert_eq!(
+            wide_cells(&print_service_account(&sa, &CLOCK)),
+            json!(["sa1", 0, "0s"])
+        );
+        let sa = json!({"metadata": {"name": "sa1", "creationTimestamp": ago(0)},
+            "secrets": [{"name": "Secret1"}, {"name": "Secret2"}]});
+        assert_eq!(wide_cells(&print_service_account(&sa, &CLOCK))[1], 2);
+    }
+
+    fn service(name: &str, spec: Value, status: Value) -> Value {
+        json!({"metadata": {"name": name}, "spec": spec, "status": status})
+    }
+
+    #[test]
+    fn load_balancer_services_show_ingress_ips_pending_and_external_ips() {
+        let lb = |ingress: Value, ports: Value, external: Value| {
+            service(
+                "svc",
+                json!({"clusterIPs": ["1.2.3.4"], "type": "LoadBalancer", "ports": ports,
+                    "externalIPs": external, "selector": {"foo": "bar"}}),
+                json!({"loadBalancer": {"ingress": ingress}}),
+            )
+        };
+        let tcp80 = json!([{"port": 80, "protocol": "TCP"}]);
+        let three = json!([{"port": 80, "protocol": "TCP"}, {"port": 8090, "protocol": "UDP"}, {"port": 8000, "protocol": "TCP"}]);
+        let s = lb(
+            json!([{"ip": "2.3.4.5"}, {"ip": "3.4.5.6"}]),
+            tcp80.clone(),
+            json!([]),
+        );
+        assert_eq!(
+            wide_cells(&print_service(&s, &CLOCK)),
+            json!([
+                "svc",
+                "LoadBalancer",
+                "1.2.3.4",
+                "2.3.4.5,3.4.5.6",
+                "80/TCP",
+                "<unknown>",
+                "foo=bar"
+            ])
+        );
+        let s = lb(
+            json!([]),
+            json!([{"port": 80, "protocol": "TCP"}, {"port": 8090, "protocol": "UDP"},
+                {"port": 8000, "protocol": "TCP"}, {"port": 7777, "protocol": "SCTP"}]),
+            json!([]),
+        );
+        let c = wide_cells(&print_service(&s, &CLOCK));
+        assert_eq!(c[3], "<pending>");
+        assert_eq!(c[4], "80/TCP,8090/UDP,8000/TCP,7777/SCTP");
+        let s = lb(json!([{"ip": "2.3.4.5"}]), three.clone(), json!([]));
+        assert_eq!(
+            wide_cells(&print_service(&s, &CLOCK))[4],
+            "80/TCP,8090/UDP,8000/TCP"
+        );
+        // Not elided: the server builds wide tables.
+        let s = lb(
+            json!([{"ip": "2.3.4.5"}, {"ip": "3.4.5.6"}, {"ip": "5.6.7.8", "hostname": "host5678"}]),
+            three,
+            json!([]),
+        );
+        assert_eq!(
+            wide_cells(&print_service(&s, &CLOCK))[3],
+            "2.3.4.5,3.4.5.6,5.6.7.8"
+        );
+        let s = lb(json!([]), tcp80.clone(), json!(["80.11.12.10"]));
+        assert_eq!(wide_cells(&print_service(&s, &CLOCK))[3], "80.11.12.10");
+        let s = lb(
+            json!([{"ip": "3.4.5.6", "hostname": "test.cluster.com"}]),
+            tcp80.clone(),
+            json!(["80.11.12.10"]),
+        );
+        assert_eq!(
+            wide_cells(&print_service(&s, &CLOCK))[3],
+            "3.4.5.6,80.11.12.10"
+        );
+        let s = lb(
+            json!([{"ip": "2.3.4.5", "hostname": "test.cluster.local"}, {"ip": "3.4.5.6", "hostname": "test.cluster.com"}]),
+            tcp80,
+            json!(["80.11.12.10", "80.11.12.11"]),
+        );
+        assert_eq!(
+            wide_cells(&print_service(&s, &CLOCK))[3],
+            "2.3.4.5,3.4.5.6,80.11.12.10,80.11.12.11"
+        );
+        let s = lb(
+            json!([{"hostname": "lb.example.com"}]),
+            json!([]),
+            json!([]),
+        );
+        assert_eq!(wide_cells(&print_service(&s, &CLOCK))[3], "lb.example.com");
+    }
+
+    #[test]
+    fn services_print_type_cluster_ip_ports_and_selector() {
+        let s = service(
+            "test1",
+            json!({"type": "ClusterIP", "ports": [{"protocol": "tcp", "port": 2233}],
+                "clusterIPs": ["10.9.8.7"], "selector": {"foo": "bar"}}),
+            json!({}),
+        );
+        assert_eq!(
+            wide_cells(&print_service(&s, &CLOCK)),
+            json!([
+                "test1",
+                "ClusterIP",
+                "10.9.8.7",
+                "<none>",
+                "2233/tcp",
+                "<unknown>",
+                "foo=bar"
+            ])
+        );
+        let s = service(
+            "test2",
+            json!({"type": "NodePort", "ports": [{"protocol": "tcp", "port": 8888, "nodePort": 9999}],
+                "clusterIPs": ["10.9.8.7"]}),
+            json!({}),
+        );
+        assert_eq!(
+            wide_cells(&print_service(&s, &CLOCK)),
+            json!([
+                "test2",
+                "NodePort",
+                "10.9.8.7",
+                "<none>",
+                "8888:9999/tcp",
+                "<unknown>",
+                "<none>"
+            ])
+        );
+        let s = service(
+            "test7",
+            json!({"type": "ExternalName", "externalName": "my.database.example.com"}),
+            json!({}),
+        );
+        assert_eq!(
+            cells(&print_service(&s, &CLOCK), 6),
+            json!([
+                "test7",
+                "ExternalName",
+                "<none>",
+                "my.database.example.com",
+                "<none>",
+                "<unknown>"
+            ])
+        );
+        let headless = service(
+            "headless",
+            json!({"type": "ClusterIP", "clusterIP": "None", "clusterIPs": ["None"]}),
+            json!({}),
+        );
+        assert_eq!(wide_cells(&print_service(&headless, &CLOCK))[2], "None");
+        let untyped = service("odd", json!({}), json!({}));
+        assert_eq!(wide_cells(&print_service(&untyped, &CLOCK))[3], "<unknown>");
+    }
+
+    #[test]
+    fn endpoints_show_three_addresses_then_a_count() {
+        let ep = |subsets: Value, created: i64| json!({"metadata": {"name": "ep", "creationTimestamp": ago(created)}, "subsets": subsets});
+        assert_eq!(
+            wide_cells(&print_endpoints(&ep(json!(null), 0), &CLOCK)),
+            json!(["ep", "<none>", "0s"])
+        );
+        let no_ports = ep(
+            json!([{"addresses": [{"ip": "1.2.3.4"}, {"ip": "5.6.7.8"}]}]),
+            300,
+        );
+        assert_eq!(
+            wide_cells(&print_endpoints(&no_ports, &CLOCK)),
+            json!(["ep", "1.2.3.4,5.6.7.8", "5m"])
+        );
+        let one_port = ep(
+            json!([{"addresses": [{"ip": "1.2.3.4"}, {"ip": "5.6.7.8"}], "ports": [{"port": 8001, "protocol": "tcp"}]}]),
+            0,
+        );
+        assert_eq!(
+            wide_cells(&print_endpoints(&one_port, &CLOCK))[1],
+            "1.2.3.4:8001,5.6.7.8:8001"
+        );
+        let many = ep(
+            json!([{"addresses": [{"ip": "1.2.3.4"}, {"ip": "5.6.7.8"}, {"ip": "9.8.7.6"}, {"ip": "6.6.6.6"}],
+                "ports": [{"port": 8001, "protocol": "tcp"}]}]),
+            0,
+        );
+        assert_eq!(
+            wide_cells(&print_endpoints(&many, &CLOCK))[1],
+            "1.2.3.4:8001,5.6.7.8:8001,9.8.7.6:8001 + 1 more..."
+        );
+    }
+
+    #[test]
+    fn config_maps_count_data_and_binary_data() {
+        let cm = |extra: Value| {
+            let mut v = json!({"metadata": {"name": "configmap", "creationTimestamp": ago(0)}});
+            for (k, val) in extra.as_object().unwrap() {
+                v[k] = val.clone();
+            }
+            v
+        };
+        assert_eq!(
+            wide_cells(&print_config_map(&cm(json!({})), &CLOCK)),
+            json!(["configmap", 0, "0s"])
+        );
+        assert_eq!(
+            wide_cells(&print_config_map(
+                &cm(json!({"data": {"foo": "bar"}})),
+                &CLOCK
+            ))[1],
+            1
+        );
+        assert_eq!(
+            wide_cells(&print_config_map(
+                &cm(json!({"data": {"foo": "bar"}, "binaryData": {"bin": "YmluYXJ5"}})),
+                &CLOCK
+            ))[1],
+            2
+        );
+    }
+
+    #[test]
+    fn persistent_volumes_print_capacity_modes_claim_and_classes() {
+        let pv = |name: &str,
+                  modes: Value,
+                  size: &str,
+                  phase: &str,
+                  class: Option<&str>,
+                  vac: Option<&str>| {
+            let mut spec = json!({"claimRef": {"name": "test", "namespace": "default"},
+                "accessModes": modes, "capacity": {"storage": size}});
+            if let Some(c) = class {
+                spec["storageClassName"] = json!(c);
+            }
+            if let Some(v) = vac {
+                spec["volumeAttributesClassName"] = json!(v);
+            }
+            json!({"metadata": {"name": name}, "spec": spec, "status": {"phase": phase}})
+        };
+        let cases = [
+            (
+                pv("test1", json!(["ReadOnlyMany"]), "4Gi", "Bound", None, None),
+                json!([
+                    "test1",
+                    "4Gi",
+                    "ROX",
+                    "",
+                    "Bound",
+                    "default/test",
+                    "",
+                    "<unset>",
+                    "",
+                    "<unknown>",
+                    "<unset>"
+                ]),
+            ),
+            (
+                pv(
+                    "test2",
+                    json!(["ReadOnlyMany"]),
+                    "4Gi",
+                    "Failed",
+                    None,
+                    None,
+                ),
+                json!([
+                    "test2",
+                    "4Gi",
+                    "ROX",
+                    "",
+                    "Failed",
+                    "default/test",
+                    "",
+                    "<unset>",
+                    "",
+                    "<unknown>",
+                    "<unset>"
+                ]),
+            ),
+            (
+                pv(
+                    "test3",
+                    json!(["ReadWriteMany"]),
+                    "10Gi",
+                    "Pending",
+                    None,
+                    None,
+                ),
+                json!([
+                    "test3",
+                    "10Gi",
+                    "RWX",
+                    "",
+                    "Pending",
+                    "default/test",
+                    "",
+                    "<unset>",
+                    "",
+                    "<unknown>",
+                    "<unset>"
+                ]),
+            ),
+            (
+                pv(
+                    "test4",
+                    json!(["ReadWriteOnce"]),
+                    "10Gi",
+                    "Pending",
+                    Some("my-scn"),
+                    None,
+                ),
+                json!([
+                    "test4",
+                    "10Gi",
+                    "RWO",
+                    "",
+                    "Pending",
+                    "default/test",
+                    "my-scn",
+                    "<unset>",
+                    "",
+                    "<unknown>",
+                    "<unset>"
+                ]),
+            ),
+            (
+                pv(
+                    "test4",
+                    json!(["ReadWriteOnce"]),
+                    "10Gi",
+                    "Pending",
+                    Some("my-scn"),
+                    Some("my-vacn"),
+                ),
+                json!([
+                    "test4",
+                    "10Gi",
+                    "RWO",
+                    "",
+                    "Pending",
+                    "default/test",
+                    "my-scn",
+                    "my-vacn",
+                    "",
+                    "<unknown>",
+                    "<unset>"
+                ]),
+            ),
+            (
+                pv(
+                    "test5",
+                    json!(["ReadWriteOnce"]),
+                    "10Gi",
+                    "Available",
+                    Some("my-scn"),
+                    None,
+                ),
+                json!([
+                    "test5",
+                    "10Gi",
+                    "RWO",
+                    "",
+                    "Available",
+                    "default/test",
+                    "my-scn",
+                    "<unset>",
+                    "",
+                    "<unknown>",
+                    "<unset>"
+                ]),
+            ),
+            (
+                pv(
+                    "test6",
+                    json!(["ReadWriteOnce"]),
+                    "10Gi",
+                    "Released",
+                    Some("my-scn"),
+                    None,
+                ),
+                json!([
+                    "test6",
+                    "10Gi",
+                    "RWO",
+                    "",
+                    "Released",
+                    "default/test",
+                    "my-scn",
+                    "<unset>",
+                    "",
+                    "<unknown>",
+                    "<unset>"
+                ]),
+            ),
+        ];
+        for (pv, want) in cases {
+            assert_eq!(wide_cells(&print_persistent_volume(&pv, &CLOCK)), want);
+        }
+        let mut all = pv(
+            "t",
+            json!([
+                "ReadWriteOncePod",
+                "ReadWriteMany",
+                "ReadWriteOnce",
+                "ReadWriteOnce"
+            ]),
+            "1Gi",
+            "Bound",
+            Some("spec-class"),
+            None,
+        );
+        all["metadata"]["annotations"] = json!({"volume.beta.kubernetes.io/storage-class": "beta"});
+        all["metadata"]["deletionTimestamp"] = json!(ago(1));
+        all["spec"]["volumeMode"] = json!("Block");
+        let c = wide_cells(&print_persistent_volume(&all, &CLOCK));
+        assert_eq!(c[2], "RWO,RWX,RWOP");
+        assert_eq!(c[4], "Terminating");
+        assert_eq!(c[6], "beta");
+        assert_eq!(c[10], "Block");
+        let no_capacity = json!({"metadata": {"name": "u"}, "spec": {}});
+        assert_eq!(
+            wide_cells(&print_persistent_volume(&no_capacity, &CLOCK))[1],
+            "0"
+        );
+    }
+
+    #[test]
+    fn persistent_volume_claims_show_capacity_once_bound_to_a_volume() {
+        let pvc = |name: &str, spec: Value, phase: &str, modes: Value, size: &str| {
+            json!({"metadata": {"name": name}, "spec": spec,
+                "status": {"phase": phase, "accessModes": modes, "capacity": {"storage": size}}})
+        };
+        let cases = [
+            (
+                pvc(
+                    "test1",
+                    json!({"volumeName": "my-volume", "volumeMode": "Filesystem"}),
+                    "Bound",
+                    json!(["ReadOnlyMany"]),
+                    "4Gi",
+                ),
+                json!([
+                    "test1",
+                    "Bound",
+                    "my-volume",
+                    "4Gi",
+                    "ROX",
+                    "",
+                    "<unset>",
+                    "<unknown>",
+                    "Filesystem"
+                ]),
+            ),
+            (
+                pvc(
+                    "test2",
+                    json!({"volumeMode": "Filesystem"}),
+                    "Lost",
+                    json!(["ReadOnlyMany"]),
+                    "4Gi",
+                ),
+                json!([
+                    "test2",
+                    "Lost",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "<unset>",
+                    "<unknown>",
+                    "Filesystem"
+                ]),
+            ),
+            (
+                pvc(
+                    "test3",
+                    json!({"volumeName": "my-volume", "volumeMode": "Filesystem"}),
+                    "Pending",
+                    json!(["ReadWriteMany"]),
+                    "10Gi",
+                ),
+                json!([
+                    "test3",
+                    "Pending",
+                    "my-volume",
+                    "10Gi",
+                    "RWX",
+                    "",
+                    "<unset>",
+                    "<unknown>",
+                    "Filesystem"
+                ]),
+            ),
+            (
+                pvc(
+                    "test4",
+                    json!({"volumeName": "my-volume", "storageClassName": "my-scn", "volumeMode": "Filesystem"}),
+                    "Pending",
+                    json!(["ReadWriteOnce"]),
+                    "10Gi",
+                ),
+                json!([
+                    "test4",
+                    "Pending",
+                    "my-volume",
+                    "10Gi",
+                    "RWO",
+                    "my-scn",
+                    "<unset>",
+                    "<unknown>",
+                    "Filesystem"
+                ]),
+            ),
+            (
+                pvc(
+                    "test5",
+                    json!({"volumeName": "my-volume", "storageClassName": "my-scn"}),
+                    "Pending",
+                    json!(["ReadWriteOnce"]),
+                    "10Gi",
+                ),
+                json!([
+                    "test5",
+                    "Pending",
+                    "my-volume",
+                    "10Gi",
+                    "RWO",
+                    "my-scn",
+                    "<unset>",
+                    "<unknown>",
+                    "<unset>"
+                ]),
+            ),
+            (
+                pvc(
+                    "test5",
+                    json!({"volumeName": "my-volume", "storageClassName": "my-scn", "volumeAttributesClassName": "my-vacn"}),
+                    "Pending",
+                    json!(["ReadWriteOnce"]),
+                    "10Gi",
+                ),
+                json!([
+                    "test5",
+                    "Pending",
+                    "my-volume",
+                    "10Gi",
+                    "RWO",
+                    "my-scn",
+                    "my-vacn",
+                    "<unknown>",
+                    "<unset>"
+                ]),
+            ),
+        ];
+        for (pvc, want) in cases {
+            assert_eq!(
+                wide_cells(&print_persistent_volume_claim(&pvc, &CLOCK)),
+                want
+            );
+        }
+    }
+}

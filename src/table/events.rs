@@ -123,3 +123,226 @@ fn print(event: &Value, clock: &Clock, f: &Fields) -> Printed {
         Cell::from(str_at(event, &["metadata", "name"])),
     ])
 }
+
+#[cfg(test)]
+mod tests {
+    //! Golden rows ported from kubernetes
+    //! `pkg/printers/internalversion/printers_test.go` (`TestPrintEvent`),
+    //! for `v1` events and the same events as `events.k8s.io/v1` serves them.
+
+    use serde_json::{Value, json};
+
+    use super::super::test_support::{CLOCK, ago, cells, wide_cells};
+    use super::*;
+
+    const DAY: i64 = 24 * 3600;
+
+    fn core(extra: Value) -> Value {
+        let mut e = json!({
+            "source": {"component": "kubelet", "host": "Node1"},
+            "involvedObject": {"kind": "Deployment", "name": "Deployment Name", "fieldPath": "spec.containers{foo}"},
+            "reason": "Event Reason",
+            "message": "Message Data",
+            "type": "Warning",
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            e[k] = v.clone();
+        }
+        e
+    }
+
+    /// The same event as `events.k8s.io/v1` serves it.
+    fn as_events_k8s_io(core: &Value) -> Value {
+        let mut e = json!({});
+        for (from, to) in [
+            ("involvedObject", "regarding"),
+            ("message", "note"),
+            ("source", "deprecatedSource"),
+            ("firstTimestamp", "deprecatedFirstTimestamp"),
+            ("lastTimestamp", "deprecatedLastTimestamp"),
+            ("count", "deprecatedCount"),
+            ("reportingComponent", "reportingController"),
+            ("reportingInstance", "reportingInstance"),
+            ("eventTime", "eventTime"),
+            ("series", "series"),
+            ("reason", "reason"),
+            ("type", "type"),
+            ("metadata", "metadata"),
+        ] {
+            if let Some(v) = core.get(from) {
+                e[to] = v.clone();
+            }
+        }
+        e
+    }
+
+    fn both(event: Value, want: Value) {
+        assert_eq!(wide_cells(&print_core(&event, &CLOCK)), want, "v1");
+        assert_eq!(
+            wide_cells(&print_events_k8s_io(&as_events_k8s_io(&event), &CLOCK)),
+            want,
+            "events.k8s.io/v1"
+        );
+    }
+
+    #[test]
+    fn events_show_last_seen_type_reason_object_and_message() {
+        let e = json!({
+            "source": {"component": "kubelet"},
+            "involvedObject": {"kind": "Pod", "name": "Pod Name", "fieldPath": "spec.containers{foo}"},
+            "reason": "Event Reason", "message": "Message Data",
+            "firstTimestamp": ago(3 * DAY), "lastTimestamp": ago(2 * DAY),
+            "count": 6, "type": "Normal", "metadata": {"name": "event1"},
+        });
+        assert_eq!(
+            cells(&print_core(&e, &CLOCK), 4),
+            json!(["2d", "Normal", "Event Reason", "pod/Pod Name"])
+        );
+        assert_eq!(wide_cells(&print_core(&e, &CLOCK))[6], "Message Data");
+        both(
+            core(
+                json!({"firstTimestamp": ago(3 * DAY), "lastTimestamp": ago(2 * DAY), "count": 6,
+                "metadata": {"name": "event2"}}),
+            ),
+            json!([
+                "2d",
+                "Warning",
+                "Event Reason",
+                "deployment/Deployment Name",
+                "spec.containers{foo}",
+                "kubelet, Node1",
+                "Message Data",
+                "3d",
+                6,
+                "event2"
+            ]),
+        );
+    }
+
+    #[test]
+    fn missing_timestamps_fall_back_to_event_time_and_first_seen() {
+        both(
+            core(
+                json!({"eventTime": "2024-05-29T12:00:00.000000Z", "lastTimestamp": ago(3 * DAY), "count": 1,
+                "metadata": {"name": "event3"}}),
+            ),
+            json!([
+                "3d",
+                "Warning",
+                "Event Reason",
+                "deployment/Deployment Name",
+                "spec.containers{foo}",
+                "kubelet, Node1",
+                "Message Data",
+                "3d",
+                1,
+                "event3"
+            ]),
+        );
+        both(
+            core(
+                json!({"eventTime": "2024-05-29T12:00:00.000000Z", "firstTimestamp": ago(3 * DAY), "count": 1,
+                "metadata": {"name": "event4"}}),
+            ),
+            json!([
+                "3d",
+                "Warning",
+                "Event Reason",
+                "deployment/Deployment Name",
+                "spec.containers{foo}",
+                "kubelet, Node1",
+                "Message Data",
+                "3d",
+                1,
+                "event4"
+            ]),
+        );
+        both(
+            core(
+                json!({"eventTime": "2024-05-29T12:00:00.000000Z", "count": 1, "metadata": {"name": "event5"}}),
+            ),
+            json!([
+                "3d",
+                "Warning",
+                "Event Reason",
+                "deployment/Deployment Name",
+                "spec.containers{foo}",
+                "kubelet, Node1",
+                "Message Data",
+                "3d",
+                1,
+                "event5"
+            ]),
+        );
+    }
+
+    #[test]
+    fn series_and_singletons_count_as_upstream() {
+        both(
+            core(
+                json!({"series": {"count": 2, "lastObservedTime": "2024-05-30T12:00:00.000000Z"},
+                "eventTime": "2024-05-29T12:00:00.000000Z", "metadata": {"name": "event6"}}),
+            ),
+            json!([
+                "2d",
+                "Warning",
+                "Event Reason",
+                "deployment/Deployment Name",
+                "spec.containers{foo}",
+                "kubelet, Node1",
+                "Message Data",
+                "3d",
+                2,
+                "event6"
+            ]),
+        );
+        both(
+            core(
+                json!({"eventTime": "2024-05-29T12:00:00.000000Z", "metadata": {"name": "event7"}}),
+            ),
+            json!([
+                "3d",
+                "Warning",
+                "Event Reason",
+                "deployment/Deployment Name",
+                "spec.containers{foo}",
+                "kubelet, Node1",
+                "Message Data",
+                "3d",
+                1,
+                "event7"
+            ]),
+        );
+    }
+
+    #[test]
+    fn the_reporting_controller_stands_in_for_an_empty_source() {
+        let mut e = core(
+            json!({"reportingComponent": "kubelet", "reportingInstance": "test",
+            "firstTimestamp": ago(3 * DAY), "lastTimestamp": ago(2 * DAY), "count": 6,
+            "metadata": {"name": "event2"}}),
+        );
+        e.as_object_mut().unwrap().remove("source");
+        both(
+            e,
+            json!([
+                "2d",
+                "Warning",
+                "Event Reason",
+                "deployment/Deployment Name",
+                "spec.containers{foo}",
+                "kubelet, test",
+                "Message Data",
+                "3d",
+                6,
+                "event2"
+            ]),
+        );
+        let kindless = json!({"involvedObject": {"kind": "Node"}, "message": "  padded  "});
+        let c = wide_cells(&print_core(&kindless, &CLOCK));
+        assert_eq!(
+            (&c[3], &c[6], &c[0]),
+            (&json!("node"), &json!("padded"), &json!("<unknown>"))
+        );
+    }
+}

@@ -60,6 +60,8 @@ mod read;
 mod swagger;
 #[cfg(test)]
 mod test_support;
+#[cfg(test)]
+mod tests;
 
 pub use cell::Cell;
 pub use column::Column;

@@ -143,3 +143,114 @@ pub(super) fn print_endpoint_slice(slice: &Value, clock: &Clock) -> Printed {
         age(slice, clock),
     ])
 }
+
+#[cfg(test)]
+mod tests {
+    //! Golden rows ported from kubernetes
+    //! `pkg/printers/internalversion/printers_test.go` (`TestPrintIngress`,
+    //! `TestPrintEndpointSlice`).
+
+    use serde_json::json;
+
+    use super::super::test_support::{CLOCK, ago, wide_cells};
+    use super::*;
+
+    #[test]
+    fn ingresses_show_class_hosts_address_and_ports() {
+        let ing = json!({
+            "metadata": {"name": "test1", "creationTimestamp": ago(10 * 365 * 24 * 3600)},
+            "spec": {"ingressClassName": "foo", "defaultBackend": {"service": {"name": "default-backend",
+                "port": {"name": "default-backend", "number": 80}}}},
+            "status": {"loadBalancer": {"ingress": [{"ip": "2.3.4.5", "hostname": "localhost.localdomain"}]}},
+        });
+        assert_eq!(
+            wide_cells(&print_ingress(&ing, &CLOCK)),
+            json!(["test1", "foo", "*", "2.3.4.5", "80", "10y"])
+        );
+        let ing = json!({
+            "metadata": {"name": "hosts"},
+            "spec": {"rules": [{"host": "a"}, {}, {"host": "b"}, {"host": "c"}, {"host": "d"}], "tls": [{}]},
+        });
+        assert_eq!(
+            wide_cells(&print_ingress(&ing, &CLOCK)),
+            json!([
+                "hosts",
+                "<none>",
+                "a,b,c + 2 more...",
+                "",
+                "80, 443",
+                "<unknown>"
+            ])
+        );
+    }
+
+    #[test]
+    fn endpoint_slices_show_three_ports_and_addresses() {
+        let slice = |name: &str,
+                     kind: &str,
+                     ports: serde_json::Value,
+                     endpoints: serde_json::Value,
+                     created: i64| {
+            json!({"metadata": {"name": name, "creationTimestamp": ago(created)},
+                "addressType": kind, "ports": ports, "endpoints": endpoints})
+        };
+        let http = json!({"name": "http", "port": 80, "protocol": "TCP"});
+        let https = json!({"name": "https", "port": 443, "protocol": "TCP"});
+        let two = json!([{"addresses": ["10.1.2.3", "2001:db8::1234:5678"]},
+            {"addresses": ["10.2.3.4", "2001:db8::2345:6789"]}]);
+        let s = slice(
+            "abcslice.123",
+            "IPv4",
+            json!([http]),
+            json!([{"addresses": ["10.1.2.3", "2001:db8::1234:5678"]}]),
+            0,
+        );
+        assert_eq!(
+            wide_cells(&print_endpoint_slice(&s, &CLOCK)),
+            json!([
+                "abcslice.123",
+                "IPv4",
+                "80",
+                "10.1.2.3,2001:db8::1234:5678",
+                "0s"
+            ])
+        );
+        let s = slice(
+            "longerslicename.123",
+            "IPv6",
+            json!([http, https]),
+            two.clone(),
+            300,
+        );
+        assert_eq!(
+            wide_cells(&print_endpoint_slice(&s, &CLOCK)),
+            json!([
+                "longerslicename.123",
+                "IPv6",
+                "80,443",
+                "10.1.2.3,2001:db8::1234:5678,10.2.3.4 + 1 more...",
+                "5m"
+            ])
+        );
+        let s = slice(
+            "multiportslice.123",
+            "IPv4",
+            json!([http, https, {"name": "extra1", "port": 3000}, {"name": "extra2", "port": 3001}]),
+            two,
+            300,
+        );
+        assert_eq!(
+            wide_cells(&print_endpoint_slice(&s, &CLOCK))[2],
+            "80,443,3000 + 1 more..."
+        );
+        let s = slice(
+            "empty",
+            "IPv4",
+            json!([{"name": "named"}, {}]),
+            json!([]),
+            0,
+        );
+        let c = wide_cells(&print_endpoint_slice(&s, &CLOCK));
+        assert_eq!((&c[2], &c[3]), (&json!("named,*"), &json!("<unset>")));
+    }
+}
