@@ -15,7 +15,7 @@
 //! only when their CRD changes.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -259,15 +259,24 @@ impl Printer {
     /// The built-in printer of `resource` (plural) in `group` (`""` for
     /// the core group), if kubefan ports one.
     pub fn builtin(group: &str, resource: &str) -> Option<Printer> {
+        // Built once: their column definitions are encoded a single time.
+        static PRINTERS: LazyLock<Vec<Printer>> = LazyLock::new(|| {
+            BUILTINS
+                .iter()
+                .map(|b| Printer::new(b.columns.into(), Rows::Builtin(b.print)))
+                .collect()
+        });
         BUILTINS
             .iter()
-            .find(|b| b.group == group && b.resource == resource)
-            .map(|b| Printer::new(b.columns.into(), Rows::Builtin(b.print)))
+            .position(|b| b.group == group && b.resource == resource)
+            .map(|i| PRINTERS[i].clone())
     }
 
     /// The default convertor: `Name`, `Created At`.
     pub fn default_columns() -> Printer {
-        Printer::new(DEFAULT_COLUMNS.into(), Rows::Builtin(print_default))
+        static DEFAULT: LazyLock<Printer> =
+            LazyLock::new(|| Printer::new(DEFAULT_COLUMNS.into(), Rows::Builtin(print_default)));
+        DEFAULT.clone()
     }
 
     /// The printer a CRD's `additionalPrinterColumns` define for `version`

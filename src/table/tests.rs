@@ -370,3 +370,74 @@ fn other_resources_get_name_and_created_at() {
         json!(["reader", "2024-05-06T07:08:09Z"])
     );
 }
+
+/// Validates `value` against `$defs/{name}` of `proto/kubefan.schema.json`.
+fn validate(name: &str, value: &Value) {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/proto/kubefan.schema.json"
+    ))
+    .expect("the schema is readable");
+    let mut schema: Value = serde_json::from_str(&text).expect("the schema is JSON");
+    schema.as_object_mut().unwrap().remove("oneOf");
+    schema["$ref"] = Value::String(format!("#/$defs/{name}"));
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(value)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{name} violates the schema: {errors:?}\n{value}"
+    );
+}
+
+#[test]
+fn tables_and_partial_metadata_follow_the_protocol_schema() {
+    let p = pod();
+    let json = serde_json::to_vec(&p).unwrap();
+    let bookmark = json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "50",
+        "annotations": {"k8s.io/initial-events-end": "true"}}});
+    let bookmark_json = serde_json::to_vec(&bookmark).unwrap();
+    for include in [
+        IncludeObject::None,
+        IncludeObject::Metadata,
+        IncludeObject::Object,
+    ] {
+        let v = view(include);
+        let rows = [
+            v.row(&p, &json, &CLOCK),
+            v.row(&bookmark, &bookmark_json, &CLOCK),
+        ];
+        let meta = ListMeta {
+            resource_version: "77",
+            continue_token: Some("abc.2"),
+            remaining_item_count: Some(3),
+        };
+        validate("table", &parse(&v.list(&meta, &rows)));
+        validate("table", &parse(&v.single(&rows[0], true)));
+        validate("table", &parse(&v.single(&rows[1], false)));
+    }
+    validate(
+        "partialObjectMetadata",
+        &parse(&partial_object(MetaVersion::V1beta1, &p)),
+    );
+    validate(
+        "partialObjectMetadataList",
+        &parse(&partial_list(MetaVersion::V1, &ListMeta::default(), [&p])),
+    );
+    // And the schema catches a malformed table.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/proto/kubefan.schema.json"
+    ))
+    .unwrap();
+    let mut schema: Value = serde_json::from_str(&text).unwrap();
+    schema.as_object_mut().unwrap().remove("oneOf");
+    schema["$ref"] = json!("#/$defs/table");
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    assert!(
+        !validator.is_valid(&json!({"kind": "Table", "apiVersion": "meta.k8s.io/v2",
+        "metadata": {}, "columnDefinitions": null, "rows": []}))
+    );
+}
