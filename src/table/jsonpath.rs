@@ -66,11 +66,17 @@ pub struct JsonPath {
 impl JsonPath {
     /// Parses a template (`jsonpath.Parse`).
     pub fn parse(template: &str) -> Result<JsonPath, Error> {
+        if template.len() > MAX_TEMPLATE {
+            return err(format!(
+                "a JSONPath template of more than {MAX_TEMPLATE} bytes"
+            ));
+        }
         let mut p = Parser {
             input: template,
             pos: 0,
             start: 0,
             width: 0,
+            depth: 0,
         };
         Ok(JsonPath {
             root: p.parse_text()?,
@@ -120,7 +126,15 @@ struct Parser<'a> {
     pos: usize,
     start: usize,
     width: usize,
+    /// Nesting of filters and unions, each parsed as its own action.
+    depth: usize,
 }
+
+/// Longest template parsed: column paths are short, and this bounds the
+/// work one CRD can cause.
+const MAX_TEMPLATE: usize = 4096;
+/// Deepest nesting of filters and unions: parsing recurses per level.
+const MAX_DEPTH: usize = 16;
 
 const EOF: Option<char> = None;
 
@@ -297,7 +311,7 @@ impl<'a> Parser<'a> {
         if parts.len() > 1 {
             let union = parts
                 .iter()
-                .map(|part| parse_action(&format!("[{}]", part.trim_matches(' '))))
+                .map(|part| parse_action(&format!("[{}]", part.trim_matches(' ')), self.depth))
                 .collect::<Result<Vec<_>, _>>()?;
             cur.push(Node::Union(union));
             return Ok(());
@@ -308,7 +322,10 @@ impl<'a> Parser<'a> {
             && text.ends_with('\'')
             && !text[1..text.len() - 1].contains('\'')
         {
-            cur.extend(parse_action(&format!(".{}", &text[1..text.len() - 1]))?);
+            cur.extend(parse_action(
+                &format!(".{}", &text[1..text.len() - 1]),
+                self.depth,
+            )?);
             return Ok(());
         }
         cur.push(Node::Array(slice_params(text)?));
@@ -345,14 +362,14 @@ impl<'a> Parser<'a> {
         let text = &text[..text.len() - 2];
         match split_filter(text) {
             None => cur.push(Node::Filter {
-                left: parse_action(text)?,
+                left: parse_action(text, self.depth)?,
                 op: "exists".to_string(),
                 right: Vec::new(),
             }),
             Some((left, op, right)) => cur.push(Node::Filter {
-                left: parse_action(left)?,
+                left: parse_action(left, self.depth)?,
                 op: op.to_string(),
-                right: parse_action(right)?,
+                right: parse_action(right, self.depth)?,
             }),
         }
         Ok(())
@@ -397,12 +414,18 @@ impl<'a> Parser<'a> {
 }
 
 /// `parseAction`: the nodes of `{text}`.
-fn parse_action(text: &str) -> Result<Vec<Node>, Error> {
+fn parse_action(text: &str, depth: usize) -> Result<Vec<Node>, Error> {
+    if depth >= MAX_DEPTH {
+        return err(format!(
+            "filters or unions nested more than {MAX_DEPTH} deep"
+        ));
+    }
     let mut p = Parser {
         input: &format!("{{{text}}}"),
         pos: 0,
         start: 0,
         width: 0,
+        depth: depth + 1,
     }
     .parse_text()?;
     match p.first_mut() {
@@ -936,6 +959,13 @@ mod tests {
             assert!(JsonPath::parse(bad).is_err(), "{bad} should not parse");
         }
         assert!(JsonPath::parse("{.spec.replicas}").is_ok());
+    }
+
+    #[test]
+    fn huge_paths_are_refused() {
+        let long = format!("{{{}}}", ".a".repeat(3000));
+        assert!(JsonPath::parse(&long).is_err());
+        assert!(JsonPath::parse("{.a[?(@.c==1)].d}").is_ok());
     }
 
     #[test]

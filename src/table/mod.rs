@@ -31,7 +31,7 @@
 //! - `format`, `cell`, `column`, `read`, `swagger`: how values are spelled.
 //!
 //! # Use
-//! ```ignore
+//! ```text
 //! let n = table::negotiate(req.headers().get("Accept"))?;         // 406 on error
 //! if let Output::Table(version) = n.output.check(is_list)? {
 //!     let include = IncludeObject::parse(query.get("includeObject"))?; // 400 on error
