@@ -128,6 +128,17 @@ impl TableView {
         }
     }
 
+    /// Identifies equal views (a hub view key): equal keys print equal
+    /// rows and tables.
+    pub fn key(&self) -> String {
+        format!(
+            "table|{}|{}|{:?}",
+            self.printer.id(),
+            self.version.api_version(),
+            self.include
+        )
+    }
+
     pub fn printer(&self) -> &Printer {
         &self.printer
     }

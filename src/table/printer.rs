@@ -229,6 +229,8 @@ enum Rows {
 /// How one resource prints: its columns and its rows. Cheap to clone.
 #[derive(Clone)]
 pub struct Printer {
+    /// Names what decides the rows: equal ids print equal rows.
+    id: Arc<str>,
     columns: Arc<[Column]>,
     /// `columnDefinitions`, encoded once.
     columns_json: Bytes,
@@ -247,9 +249,10 @@ impl std::fmt::Debug for Printer {
 }
 
 impl Printer {
-    fn new(columns: Arc<[Column]>, rows: Rows) -> Printer {
+    fn new(id: String, columns: Arc<[Column]>, rows: Rows) -> Printer {
         let columns_json = Bytes::from(columns_json(&columns));
         Printer {
+            id: id.into(),
             columns,
             columns_json,
             rows,
@@ -263,7 +266,13 @@ impl Printer {
         static PRINTERS: LazyLock<Vec<Printer>> = LazyLock::new(|| {
             BUILTINS
                 .iter()
-                .map(|b| Printer::new(b.columns.into(), Rows::Builtin(b.print)))
+                .map(|b| {
+                    Printer::new(
+                        format!("builtin:{}.{}", b.resource, b.group),
+                        b.columns.into(),
+                        Rows::Builtin(b.print),
+                    )
+                })
                 .collect()
         });
         BUILTINS
@@ -274,8 +283,13 @@ impl Printer {
 
     /// The default convertor: `Name`, `Created At`.
     pub fn default_columns() -> Printer {
-        static DEFAULT: LazyLock<Printer> =
-            LazyLock::new(|| Printer::new(DEFAULT_COLUMNS.into(), Rows::Builtin(print_default)));
+        static DEFAULT: LazyLock<Printer> = LazyLock::new(|| {
+            Printer::new(
+                "default".to_string(),
+                DEFAULT_COLUMNS.into(),
+                Rows::Builtin(print_default),
+            )
+        });
         DEFAULT.clone()
     }
 
@@ -286,9 +300,21 @@ impl Printer {
     pub fn for_crd(crd: &Value, version: &str) -> Option<Printer> {
         let custom = CustomColumns::from_crd(crd, version)?;
         Some(Printer::new(
+            format!(
+                "crd:{}@{}/{version}",
+                str_at(crd, &["metadata", "name"]),
+                str_at(crd, &["metadata", "resourceVersion"])
+            ),
             custom.columns().into(),
             Rows::Custom(Arc::new(custom)),
         ))
+    }
+
+    /// What decides this printer's rows: `builtin:pods.`, `default`, or
+    /// `crd:<name>@<resourceVersion>/<version>`. Views whose printers have
+    /// equal ids (and equal version and `includeObject`) share rows.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     pub fn columns(&self) -> &[Column] {

@@ -441,3 +441,41 @@ fn tables_and_partial_metadata_follow_the_protocol_schema() {
         "metadata": {}, "columnDefinitions": null, "rows": []}))
     );
 }
+
+#[test]
+fn views_share_a_key_only_when_they_print_the_same_rows() {
+    let pods = || Printer::builtin("", "pods").unwrap();
+    let key = |p: Printer, v, i| TableView::new(p, v, i).key();
+    assert_eq!(
+        key(pods(), MetaVersion::V1, IncludeObject::None),
+        key(pods(), MetaVersion::V1, IncludeObject::None)
+    );
+    assert_ne!(
+        key(pods(), MetaVersion::V1, IncludeObject::None),
+        key(pods(), MetaVersion::V1, IncludeObject::Object)
+    );
+    assert_ne!(
+        key(pods(), MetaVersion::V1, IncludeObject::None),
+        key(pods(), MetaVersion::V1beta1, IncludeObject::None)
+    );
+    assert_ne!(
+        key(pods(), MetaVersion::V1, IncludeObject::None),
+        key(
+            Printer::builtin("", "nodes").unwrap(),
+            MetaVersion::V1,
+            IncludeObject::None
+        )
+    );
+    let crd = |rv: &str| {
+        json!({"metadata": {"name": "widgets.example.com", "resourceVersion": rv},
+            "spec": {"group": "example.com", "names": {"plural": "widgets"},
+                "versions": [{"name": "v1"}]}})
+    };
+    let widget = |rv: &str| Printer::for_crd(&crd(rv), "v1").unwrap();
+    assert_eq!(widget("1").id(), widget("1").id());
+    assert_ne!(
+        widget("1").id(),
+        widget("2").id(),
+        "a changed CRD prints anew"
+    );
+}
