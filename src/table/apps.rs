@@ -1,7 +1,8 @@
-//! Printers of the `apps` group: deployments, replicasets, statefulsets,
-//! daemonsets (kubernetes `pkg/printers/internalversion/printers.go`,
-//! v1.33: `printDeployment`, `printReplicaSet`, `printStatefulSet`,
-//! `printDaemonSet`).
+//! Printers of workload controllers: deployments, replicasets,
+//! statefulsets, daemonsets (`apps`) and replicationcontrollers (core)
+//! (kubernetes `pkg/printers/internalversion/printers.go`, v1.33:
+//! `printDeployment`, `printReplicaSet`, `printStatefulSet`,
+//! `printDaemonSet`, `printReplicationController`).
 //!
 //! `spec.replicas` is read with its API default (1) when absent: the API
 //! server defaults it on every read, so that is what it prints.
@@ -128,6 +129,32 @@ pub(super) fn print_stateful_set(ss: &Value, clock: &Clock) -> Printed {
         age(ss, clock),
         containers,
         images,
+    ])
+}
+
+pub(super) const REPLICATION_CONTROLLER_COLUMNS: &[Column] = &[
+    NAME,
+    Column::new("Desired", "integer", swagger::RC_SPEC_REPLICAS),
+    Column::new("Current", "integer", swagger::RC_STATUS_REPLICAS),
+    Column::new("Ready", "integer", swagger::RC_STATUS_READY_REPLICAS),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    Column::wide("Selector", "string", swagger::RC_SPEC_SELECTOR),
+];
+
+/// The selector is a plain label map (`labels.FormatLabels`).
+pub(super) fn print_replication_controller(rc: &Value, clock: &Clock) -> Printed {
+    let (containers, images) = template_containers(rc);
+    Printed::cells(vec![
+        name(rc),
+        Cell::Int(desired(rc)),
+        Cell::Int(int_at(rc, &["status", "replicas"])),
+        Cell::Int(int_at(rc, &["status", "readyReplicas"])),
+        age(rc, clock),
+        containers,
+        images,
+        Cell::Str(format_labels(rc, &["spec", "selector"])),
     ])
 }
 
@@ -297,6 +324,28 @@ mod tests {
         assert_eq!(
             wide_cells(&print_replica_set(&no_selector, &CLOCK))[7],
             "<none>"
+        );
+    }
+
+    #[test]
+    fn replication_controllers_show_desired_current_ready_and_label_selector() {
+        let mut rc = workload("rc1", Some(5), json!({"replicas": 3, "readyReplicas": 1}));
+        rc["spec"]["selector"] = json!({"a": "b"});
+        rc["spec"]["template"]["spec"]["containers"] =
+            json!([{"name": "test", "image": "test_image"}]);
+        rc["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("creationTimestamp");
+        assert_eq!(
+            wide_cells(&print_replication_controller(&rc, &CLOCK)),
+            json!(["rc1", 5, 3, 1, "<unknown>", "test", "test_image", "a=b"])
+        );
+        // A bookmark-like object: no template, no selector.
+        let bare = json!({"metadata": {}, "spec": {"replicas": 0}});
+        assert_eq!(
+            wide_cells(&print_replication_controller(&bare, &CLOCK)),
+            json!(["", 0, 0, 0, "<unknown>", "", "", "<none>"])
         );
     }
 

@@ -16,7 +16,10 @@
 //! endpointslices, deployments, replicasets, statefulsets, daemonsets,
 //! jobs, cronjobs, configmaps, secrets, events (`v1` and
 //! `events.k8s.io/v1`), ingresses, persistentvolumes,
-//! persistentvolumeclaims and serviceaccounts; CRD columns from
+//! persistentvolumeclaims and serviceaccounts, and also
+//! replicationcontrollers, poddisruptionbudgets, role bindings,
+//! storageclasses, priorityclasses, ingressclasses, networkpolicies and
+//! leases; CRD columns from
 //! apiextensions-apiserver's table convertor with client-go's JSONPath;
 //! `Name`/`Created At` for anything else, as apiserver's default table
 //! convertor. Cells are computed from JSON, never a typed decode: a
@@ -25,7 +28,8 @@
 //! # Layout
 //! - [`negotiate`](negotiate()): `Accept` and `includeObject`.
 //! - `printer`: [`Printer`], [`Printers`] (built-in, CRD, default).
-//! - `pod`, `core`, `apps`, `batch`, `network`, `events`: built-in printers.
+//! - `pod`, `core`, `apps`, `batch`, `network`, `events`, `cluster`:
+//!   built-in printers.
 //! - `crd`, `jsonpath`: `additionalPrinterColumns`.
 //! - `encode`: [`TableView`], [`Row`], partial metadata.
 //! - `format`, `cell`, `column`, `read`, `swagger`: how values are spelled.
@@ -45,6 +49,7 @@
 mod apps;
 mod batch;
 mod cell;
+mod cluster;
 mod column;
 mod core;
 mod crd;

@@ -26,7 +26,7 @@ use super::column::{Column, NAME, columns_json};
 use super::crd::{self, CustomColumns};
 use super::format::Clock;
 use super::read::{str_at, time_at};
-use super::{apps, batch, core, events, network, pod, swagger};
+use super::{apps, batch, cluster, core, events, network, pod, swagger};
 
 /// A row's `Completed` condition (`metav1.RowCompleted`, status `True`):
 /// kubectl greys such rows out. Only pods set it upstream.
@@ -183,6 +183,60 @@ pub(super) const BUILTINS: &[Builtin] = &[
         resource: "endpointslices",
         columns: network::ENDPOINT_SLICE_COLUMNS,
         print: network::print_endpoint_slice,
+    },
+    Builtin {
+        group: "",
+        resource: "replicationcontrollers",
+        columns: apps::REPLICATION_CONTROLLER_COLUMNS,
+        print: apps::print_replication_controller,
+    },
+    Builtin {
+        group: "policy",
+        resource: "poddisruptionbudgets",
+        columns: cluster::POD_DISRUPTION_BUDGET_COLUMNS,
+        print: cluster::print_pod_disruption_budget,
+    },
+    Builtin {
+        group: "rbac.authorization.k8s.io",
+        resource: "rolebindings",
+        columns: cluster::ROLE_BINDING_COLUMNS,
+        print: cluster::print_binding,
+    },
+    Builtin {
+        group: "rbac.authorization.k8s.io",
+        resource: "clusterrolebindings",
+        columns: cluster::CLUSTER_ROLE_BINDING_COLUMNS,
+        print: cluster::print_binding,
+    },
+    Builtin {
+        group: "storage.k8s.io",
+        resource: "storageclasses",
+        columns: cluster::STORAGE_CLASS_COLUMNS,
+        print: cluster::print_storage_class,
+    },
+    Builtin {
+        group: "scheduling.k8s.io",
+        resource: "priorityclasses",
+        columns: cluster::PRIORITY_CLASS_COLUMNS,
+        print: cluster::print_priority_class,
+    },
+    Builtin {
+        group: "networking.k8s.io",
+        resource: "ingressclasses",
+        columns: cluster::INGRESS_CLASS_COLUMNS,
+        print: cluster::print_ingress_class,
+    },
+    Builtin {
+        group: "networking.k8s.io",
+        resource: "networkpolicies",
+        columns: cluster::NETWORK_POLICY_COLUMNS,
+        print: cluster::print_network_policy,
+    },
+    Builtin {
+        group: "coordination.k8s.io",
+        resource: "leases",
+        columns: cluster::LEASE_COLUMNS,
+        print: cluster::print_lease,
     },
 ];
 

@@ -109,6 +109,51 @@ const UPSTREAM: &[(&str, &str, &str)] = &[
         "endpointslices",
         "Name:string:name AddressType:string Ports:string Endpoints:string Age:string",
     ),
+    (
+        "",
+        "replicationcontrollers",
+        "Name:string:name Desired:integer Current:integer Ready:integer Age:string Containers:string* Images:string* Selector:string*",
+    ),
+    (
+        "policy",
+        "poddisruptionbudgets",
+        "Name:string:name Min_Available:string Max_Unavailable:string Allowed_Disruptions:integer Age:string",
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        "Name:string:name Role:string Age:string Users:string* Groups:string* ServiceAccounts:string*",
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "clusterrolebindings",
+        "Name:string:name Role:string Age:string Users:string* Groups:string* ServiceAccounts:string*",
+    ),
+    (
+        "storage.k8s.io",
+        "storageclasses",
+        "Name:string:name Provisioner:string ReclaimPolicy:string VolumeBindingMode:string AllowVolumeExpansion:string Age:string",
+    ),
+    (
+        "scheduling.k8s.io",
+        "priorityclasses",
+        "Name:string:name Value:integer Global-Default:boolean Age:string PreemptionPolicy:string",
+    ),
+    (
+        "networking.k8s.io",
+        "ingressclasses",
+        "Name:string:name Controller:string Parameters:string Age:string",
+    ),
+    (
+        "networking.k8s.io",
+        "networkpolicies",
+        "Name:string:name Pod-Selector:string Age:string",
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        "Name:string:name Holder:string Age:string",
+    ),
 ];
 
 fn spell(columns: &[super::Column]) -> String {
