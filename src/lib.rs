@@ -23,6 +23,8 @@
 //!   (list-then-watch loop) per resource, ingest transforms.
 //! - [`hub`]: per resource, the cache and a bounded event log; subscribers
 //!   are cursors into it. The one place that owns consistency.
+//! - [`table`]: server-side tables (the columns `kubectl get` shows) for
+//!   the Kubernetes face: printers, CRD printer columns, negotiation.
 //! - [`metrics`], [`lifecycle`], [`epoch`], [`selector`], [`heap`]: what the
 //!   rest records to, stops with, waits on, filters with, and gives memory
 //!   back through.
@@ -46,6 +48,7 @@ pub mod ops;
 pub mod selector;
 pub mod session;
 pub mod status;
+pub mod table;
 pub mod transport;
 pub mod upstream;
 pub mod web;
