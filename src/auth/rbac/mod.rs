@@ -68,6 +68,10 @@ mod cache;
 pub mod identity;
 mod index;
 mod object;
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
