@@ -28,6 +28,7 @@
 
 pub mod jwt;
 pub mod kubernetes;
+pub mod rbac;
 mod token;
 
 pub use token::{TOKEN_PARAM, bearer_token, query_token, strip_token, token_from};
