@@ -150,6 +150,8 @@ struct PrincipalInner {
     name: String,
     expires: Option<SystemTime>,
     access: Access,
+    /// A Kubernetes token, held to be reviewed again while streams live.
+    credential: Option<Arc<kubernetes::Credential>>,
 }
 
 impl Principal {
@@ -158,7 +160,27 @@ impl Principal {
             name,
             expires,
             access,
+            credential: None,
         }))
+    }
+
+    /// This principal, holding `credential` (reviewed again while held).
+    pub fn with_credential(self, credential: Arc<kubernetes::Credential>) -> Principal {
+        let inner = Arc::try_unwrap(self.0).unwrap_or_else(|shared| PrincipalInner {
+            name: shared.name.clone(),
+            expires: shared.expires,
+            access: shared.access.clone(),
+            credential: None,
+        });
+        Principal(Arc::new(PrincipalInner {
+            credential: Some(credential),
+            ..inner
+        }))
+    }
+
+    /// The Kubernetes credential behind this principal, if any.
+    pub fn credential(&self) -> Option<&Arc<kubernetes::Credential>> {
+        self.0.credential.as_ref()
     }
 
     pub fn anonymous() -> Principal {
