@@ -1177,9 +1177,9 @@ export class SharedClient extends Client {
 
   renew(status) {
     if (this._fallback) return this._fallback.renew(status);
-    // The worker's socket asks every tab for tokens; this tab's fresh one
-    // is what it gets next.
-    this.token = undefined;
+    // The worker asks the tabs for a token; this tab answers with a fresh
+    // one from getToken (a fixed token stays what it is).
+    if (this.options.getToken) this.token = undefined;
     const rid = ++this._seq;
     return new Promise((resolve) => {
       const timer = setTimeout(() => {

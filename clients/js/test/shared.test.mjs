@@ -166,6 +166,28 @@ test('the worker takes its token from a tab, and a fresh one from a tab to renew
   assert.equal(w.snapshots, 1);
 });
 
+test('a fixed token that expires is final: the watch reports it, and keeps the token for a retry', async (t) => {
+  const b = browser();
+  const tab = b.tab({token: 'fixed'});
+  t.after(() => tab.close());
+  const w = tab.watch('pods');
+  await until('a socket', () => b.sockets.length === 1);
+  assert.equal(b.sockets[0].url.searchParams.get('access_token'), 'fixed');
+  b.sockets[0].accept();
+  await until('subscribed', () => b.sockets[0].subscribes().length === 1);
+  const sub = b.sockets[0].subscribes()[0].id;
+  b.sockets[0].deliver({sub, ...end('10')});
+  await until('synced', () => w.synced);
+  b.sockets[0].deliver({sub, type: 'ERROR', object: {kind: 'Status', code: 401, reason: 'Unauthorized', message: 'token expired'}});
+  b.sockets[0].drop(4001, 'token expired');
+  await until('the error', () => w.state === 'error');
+  assert.equal(w.error.message, 'token expired');
+  assert.equal(b.sockets.length, 1, 'no reconnection with the same expired token');
+  w.retry();
+  await until('a retry', () => b.sockets.length === 2);
+  assert.equal(b.sockets[1].url.searchParams.get('access_token'), 'fixed');
+});
+
 test('where SharedWorker is missing or fails, a tab keeps a socket of its own', async () => {
   const {WebSocket, sockets} = fakeWebSocket();
   const missing = new SharedClient({base: 'http://gw.test', SharedWorker: null, WebSocket});
