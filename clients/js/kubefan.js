@@ -787,6 +787,13 @@ export class WsClient extends Client {
     });
   }
 
+  /** Drops the token; a socket opened with it closes (its watches come back on a new one). */
+  forgetToken() {
+    this.token = undefined;
+    const s = this._socket;
+    if (s && s.token) this._retire(s);
+  }
+
   close() {
     if (this._closed) return;
     clearTimeout(this._timer);
@@ -1341,7 +1348,11 @@ export class SharedHub {
     }
   }
 
-  /** A tab is gone: its subscriptions end. */
+  /**
+   * A tab is gone: its subscriptions end. When the last tab that had
+   * credentials goes, so does the token it lent the socket: the tabs left
+   * reconnect with none of their own.
+   */
   detach(port) {
     const tab = this.tabs.get(port);
     if (!tab) return;
@@ -1353,6 +1364,7 @@ export class SharedHub {
     } catch (_) {
       // Already closed.
     }
+    if (tab.credentials && this.client && ![...this.tabs.values()].some((t) => t.credentials)) this.client.forgetToken();
   }
 
   /** A token from the newest tab that has credentials, then the next. */

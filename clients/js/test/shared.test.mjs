@@ -188,6 +188,27 @@ test('a fixed token that expires is final: the watch reports it, and keeps the t
   assert.equal(b.sockets[1].url.searchParams.get('access_token'), 'fixed');
 });
 
+test('when the last tab with a token goes, the socket it lent its token to closes', async () => {
+  const b = browser();
+  const lender = b.tab({token: 'secret'});
+  const other = b.tab();
+  lender.watch('pods');
+  const w = other.watch('pods', {namespace: 'web'});
+  await until('a socket', () => b.sockets.length === 1);
+  assert.equal(b.sockets[0].url.searchParams.get('access_token'), 'secret');
+  b.sockets[0].accept();
+  await until('subscribed', () => b.sockets[0].subscribes().length === 2);
+  const sub = b.sockets[0].subscribes().find((m) => m.namespace === 'web').id;
+  b.sockets[0].deliver({sub, ...end('10')});
+  await until('synced', () => w.synced);
+
+  lender.close();
+  await until('the socket closed', () => b.sockets[0].closedWith === 1000);
+  await until('a new socket', () => b.sockets.length === 2);
+  assert.equal(b.sockets[1].url.searchParams.has('access_token'), false, 'no token the remaining tab did not give');
+  other.close();
+});
+
 test('where SharedWorker is missing or fails, a tab keeps a socket of its own', async () => {
   const {WebSocket, sockets} = fakeWebSocket();
   const missing = new SharedClient({base: 'http://gw.test', SharedWorker: null, WebSocket});
