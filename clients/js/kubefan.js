@@ -132,6 +132,15 @@ async function readStatus(resp) {
   return s;
 }
 
+/**
+ * The `fetch` to use, called as a plain function: browsers throw "Illegal
+ * invocation" when their fetch is called as a method of something else.
+ */
+function fetchOf(options) {
+  const f = options.fetch || globalThis.fetch;
+  return typeof f === 'function' ? (url, init) => f(url, init) : null;
+}
+
 function retryAfterOf(resp) {
   const n = Number(resp.headers.get('Retry-After'));
   return Number.isFinite(n) && n > 0 ? n : 0;
@@ -637,8 +646,8 @@ export class SseClient extends Client {
   constructor(options) {
     super(options);
     this.kind = 'sse';
-    this._fetch = this.options.fetch || globalThis.fetch;
-    if (typeof this._fetch !== 'function') throw new TypeError('kubefan: no fetch; pass options.fetch');
+    this._fetch = fetchOf(this.options);
+    if (!this._fetch) throw new TypeError('kubefan: no fetch; pass options.fetch');
     this.idleTimeoutMs = this.options.idleTimeoutMs || DEFAULT_IDLE_TIMEOUT_MS;
     this._streams = new Set(); // each open stream's end
     this._setState('open');
@@ -748,7 +757,7 @@ export class WsClient extends Client {
     this.kind = 'ws';
     this._WebSocket = this.options.WebSocket || globalThis.WebSocket;
     if (typeof this._WebSocket !== 'function') throw new TypeError('kubefan: no WebSocket; pass options.WebSocket');
-    this._fetch = this.options.fetch || globalThis.fetch;
+    this._fetch = fetchOf(this.options);
     this.lingerMs = this.options.lingerMs === undefined ? SOCKET_LINGER_MS : this.options.lingerMs;
     this._subs = new Map(); // id -> {request, sink, socket (sent on) | null}
     this._seq = 0;
@@ -960,7 +969,7 @@ export class WsClient extends Client {
   }
 
   async _probe(token) {
-    if (typeof this._fetch !== 'function') return null;
+    if (!this._fetch) return null;
     const url = this._url('ws', token ? {access_token: token} : {});
     let resp;
     try {

@@ -11,7 +11,9 @@ import {added, end, error, fakeWebSocket, pod, settle} from './fakes.mjs';
 /** A fetch whose responses the test writes: `calls[i].write(text)`, `.finish()`. */
 function fakeFetch(answer) {
   const calls = [];
-  const fetch = async (url, init) => {
+  // As browsers' fetch: called as a method of anything but the global, it throws.
+  const fetch = async function (url, init) {
+    if (this !== undefined && this !== globalThis) throw new TypeError('Illegal invocation');
     const call = {url: new URL(url), init};
     calls.push(call);
     const custom = answer && answer(call);
@@ -159,7 +161,8 @@ afterEach(() => {
 function wsClient(options = {}) {
   const {WebSocket, sockets} = fakeWebSocket();
   const probes = [];
-  const fetch = async (url) => {
+  const fetch = async function (url) {
+    if (this !== undefined && this !== globalThis) throw new TypeError('Illegal invocation');
     probes.push(new URL(url));
     return options.probe ? options.probe() : new Response('not a WebSocket handshake', {status: 400});
   };
