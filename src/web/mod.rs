@@ -1,10 +1,10 @@
 //! The dashboard page at `/`, and kubefan's client library at `/lib/`.
 //!
 //! The dashboard is a real-time "pods on nodes" view that uses only the
-//! public stream protocol (`EventSource` on `/stream/pods` and
-//! `/stream/nodes` with `fields=` projections). The client library
-//! (`clients/js/`) is served at `/lib/kubefan.js`, with its SharedWorker
-//! (`/lib/kubefan-worker.js`) and types.
+//! public stream protocol, through the client library (`clients/js/`,
+//! served here at `/lib/kubefan.js`): one multiplexed `/ws` socket for all
+//! its watches, shared by every tab of the browser through the library's
+//! SharedWorker (`/lib/kubefan-worker.js`).
 //!
 //! Everything is compiled into the binary (`include_str!`): nothing is read
 //! from disk or fetched from a CDN at run time. The page, its stylesheet
@@ -15,8 +15,10 @@
 //! credentials).
 //!
 //! The page's Content-Security-Policy allows exactly its inline script and
-//! style (by SHA-256 hash) and connections to this origin only; the script
-//! never renders data as HTML (it builds elements and sets `textContent`).
+//! style (by SHA-256 hash), scripts and workers from this origin (the
+//! library: kubefan serves nothing else as JavaScript, and every response
+//! says `nosniff`), and connections to this origin only; the script never
+//! renders data as HTML (it builds elements and sets `textContent`).
 //!
 //! What the page does with the protocol is described at the top of
 //! `dashboard.js`, and what the library does in `clients/js/README.md`.
@@ -94,9 +96,9 @@ fn page() -> &'static Page {
             .replacen("{{style}}", STYLE, 1)
             .replacen("{{script}}", SCRIPT, 1);
         let csp = format!(
-            "default-src 'none'; script-src 'sha256-{}'; style-src 'sha256-{}'; \
-             connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
-             frame-ancestors 'none'",
+            "default-src 'none'; script-src 'sha256-{}' 'self'; style-src 'sha256-{}'; \
+             worker-src 'self'; connect-src 'self'; img-src data:; base-uri 'none'; \
+             form-action 'none'; frame-ancestors 'none'",
             sha256_base64(SCRIPT),
             sha256_base64(STYLE)
         );
@@ -250,10 +252,28 @@ mod tests {
         // their own element early.
         assert!(!SCRIPT.contains("</script"));
         assert!(!STYLE.contains("</style"));
-        assert!(page.html.contains(&format!("<script>{SCRIPT}</script>")));
+        assert!(
+            page.html
+                .contains(&format!("<script type=\"module\">{SCRIPT}</script>"))
+        );
         assert!(page.html.contains(&format!("<style>{STYLE}</style>")));
         assert!(page.csp.contains(&sha256_base64(SCRIPT)));
         assert!(page.csp.contains(&sha256_base64(STYLE)));
+    }
+
+    #[test]
+    fn the_page_policy_admits_scripts_and_workers_of_this_origin_and_no_inline_code() {
+        let csp = &page().csp;
+        assert!(
+            csp.contains(&format!(
+                "script-src 'sha256-{}' 'self';",
+                sha256_base64(SCRIPT)
+            )),
+            "{csp}"
+        );
+        assert!(csp.contains("worker-src 'self';"), "{csp}");
+        assert!(csp.contains("connect-src 'self';"), "{csp}");
+        assert!(!csp.contains("unsafe"), "{csp}");
     }
 
     /// Every module the page and the worker import is one this module
@@ -277,7 +297,10 @@ mod tests {
                 imports += 1;
             }
         }
-        assert_eq!(imports, 1, "the worker imports the library");
+        assert_eq!(
+            imports, 2,
+            "the page imports the library, the worker imports it"
+        );
     }
 
     #[test]

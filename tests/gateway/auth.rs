@@ -947,6 +947,17 @@ async fn the_client_library_loads_without_a_token_and_nothing_else_does() {
         assert_eq!(again.headers()["etag"], etag.as_str());
         assert!(again.bytes().await.unwrap().is_empty());
     }
+    // The page admits the library and its SharedWorker, and no inline code
+    // but its own.
+    let page = get(&env, "/", None).await;
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(csp.contains("worker-src 'self'"), "{csp}");
+    assert!(csp.contains("' 'self'; style-src"), "{csp}");
+    assert!(!csp.contains("unsafe"), "{csp}");
+
     // Anything else still needs a token.
     refused(get(&env, "/lib/other.js", None).await, 401, "").await;
     refused(get(&env, "/lib/", None).await, 401, "").await;
