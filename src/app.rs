@@ -107,7 +107,7 @@ impl App {
                             )
                             .route(web::get().to(sse::stream)),
                     )
-                    .route("/", web::get().to(crate::web::dashboard))
+                    .configure(crate::web::configure)
                     .route("/ws", web::get().to(ws::mux))
                     .route("/session", web::post().to(crate::session::create))
                     .route("/session", web::delete().to(crate::session::delete))

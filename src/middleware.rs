@@ -1,5 +1,6 @@
 //! The middleware every request passes before a handler (`/healthz`,
-//! `/readyz` and the dashboard page excepted), in this order:
+//! `/readyz`, the dashboard page and the client library excepted), in this
+//! order:
 //!
 //! 1. size bounds: request target (414) and headers (431);
 //! 2. CORS preflights, answered here for allowed origins;
@@ -35,10 +36,10 @@ use crate::transport::access_log::AccessNote;
 use crate::transport::state::AppState;
 use crate::transport::takeover::CorsHeaders;
 
-/// Paths that are never gated: probes must work without credentials, and
-/// the dashboard page carries no data (it asks for a token when its
-/// streams are refused).
-const OPEN: &[&str] = &["/healthz", "/readyz", "/"];
+/// Paths that are never gated: probes must work without credentials; the
+/// dashboard page and the client library (`crate::web::is_public`) carry
+/// no data (the page asks for a token when its streams are refused).
+const OPEN: &[&str] = &["/healthz", "/readyz"];
 
 pub async fn check_request(
     req: ServiceRequest,
@@ -46,7 +47,7 @@ pub async fn check_request(
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     // Ending a session needs no credentials: they may have expired.
     let logout = req.path() == "/session" && req.method() == Method::DELETE;
-    if OPEN.contains(&req.path()) || logout {
+    if OPEN.contains(&req.path()) || crate::web::is_public(req.path()) || logout {
         return Ok(next.call(req).await?.map_into_boxed_body());
     }
     let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {

@@ -904,6 +904,74 @@ async fn the_page_loads_without_a_token_and_refusals_are_counted() {
     env.stop().await;
 }
 
+/// The client library the page imports is code, not data: anyone may load
+/// it, at a stable path, with the same bytes as `clients/js/` (what npm
+/// ships), a validator and CORS for pages on other origins. Nothing else
+/// under `/lib/` and no stream is opened by that exception.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_library_loads_without_a_token_and_nothing_else_does() {
+    let env = spawn(seeded(3), jwt_config()).await;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/js/");
+    for (file, content_type) in [
+        ("kubefan.js", "text/javascript; charset=utf-8"),
+        ("kubefan-worker.js", "text/javascript; charset=utf-8"),
+        ("kubefan.d.ts", "application/typescript; charset=utf-8"),
+    ] {
+        let resp = get(&env, &format!("/lib/{file}"), None).await;
+        assert_eq!(resp.status(), 200, "{file}");
+        let h = resp.headers().clone();
+        assert_eq!(h["content-type"], content_type, "{file}");
+        assert_eq!(h["cache-control"], "no-cache", "{file}");
+        assert_eq!(h["x-content-type-options"], "nosniff", "{file}");
+        assert_eq!(h["access-control-allow-origin"], "*", "{file}");
+        let etag = h["etag"].to_str().unwrap().to_string();
+        assert!(etag.starts_with('"') && etag.len() > 10, "{etag}");
+        let body = resp.text().await.unwrap();
+        assert_eq!(
+            body,
+            std::fs::read_to_string(format!("{root}{file}")).unwrap()
+        );
+
+        // Revalidation: the same ETag gets 304 and no body.
+        let again = tokio::time::timeout(
+            WAIT,
+            env.http
+                .get(format!("{}/lib/{file}", env.base))
+                .header("If-None-Match", format!("W/{etag}"))
+                .send(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(again.status(), 304, "{file}");
+        assert_eq!(again.headers()["etag"], etag.as_str());
+        assert!(again.bytes().await.unwrap().is_empty());
+    }
+    // The page admits the library and its SharedWorker, and no inline code
+    // but its own.
+    let page = get(&env, "/", None).await;
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(csp.contains("worker-src 'self'"), "{csp}");
+    assert!(csp.contains("' 'self'; style-src"), "{csp}");
+    assert!(!csp.contains("unsafe"), "{csp}");
+
+    // Anything else still needs a token.
+    refused(get(&env, "/lib/other.js", None).await, 401, "").await;
+    refused(get(&env, "/lib/", None).await, 401, "").await;
+    refused(get(&env, "/ws", None).await, 401, "").await;
+    let token = hs256(&claims("ops", &["*"], &["*"], 600));
+    refused(
+        get(&env, "/lib/other.js", Some((&token, Place::Header))).await,
+        404,
+        "no file \"other.js\" in the client library",
+    )
+    .await;
+    env.stop().await;
+}
+
 /// A `continue` token opens only the list it was made for: another
 /// resource, namespace, selector or caller gets 410 and no data; a token
 /// kubefan did not issue gets 400.
