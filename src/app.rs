@@ -39,18 +39,26 @@ pub struct App {
 impl App {
     /// Starts the boot-time informers, binds `cfg.listen` and serves.
     pub async fn build(cfg: Config, client: kube::Client) -> std::io::Result<App> {
-        let auth = Auth::new(&cfg.auth, client.clone())
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let auth = Arc::new(
+            Auth::new(&cfg.auth, client.clone(), cfg.stream.sync_timeout)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+        );
         log_exposure(&cfg);
         let lifecycle = Lifecycle::new();
         let metrics = Arc::new(Metrics::new());
-        let informers = Informers::new(
-            client,
-            cfg.upstream.clone(),
-            metrics.clone(),
-            lifecycle.child_token(),
-        );
+        let mut upstream = cfg.upstream.clone();
+        if auth.rbac().is_some() {
+            // Read for kubefan itself, and waited for by /readyz.
+            upstream.internal_resources = crate::auth::feed::resources();
+        }
+        let informers = Informers::new(client, upstream, metrics.clone(), lifecycle.child_token());
         informers.start_boot();
+        let subscriptions = SubscriptionContext {
+            sync_timeout: cfg.stream.sync_timeout,
+            lifecycle: lifecycle.clone(),
+            metrics: metrics.clone(),
+        };
+        auth.start(informers.clone(), subscriptions.clone());
         crate::heap::spawn_trimmer(lifecycle.clone());
         lifecycle.spawn_ticker(cfg.stream.keepalive);
 
@@ -59,17 +67,13 @@ impl App {
             metrics: metrics.clone(),
             stream: cfg.stream.clone(),
             lifecycle: lifecycle.clone(),
-            subscriptions: SubscriptionContext {
-                sync_timeout: cfg.stream.sync_timeout,
-                lifecycle: lifecycle.clone(),
-                metrics: metrics.clone(),
-            },
+            subscriptions,
             streams: Arc::new(Streams::on_current_runtime(
                 cfg.stream.write_timeout,
                 lifecycle.clone(),
                 metrics.clone(),
             )),
-            auth: Arc::new(auth),
+            auth,
             limits: Limits::new(cfg.limits.clone()),
             allowed_origins: cfg
                 .allowed_origins

@@ -18,6 +18,8 @@ pub enum Transport {
     Sse,
     WebSocket,
     KubeWatch,
+    /// kubefan's own readers (the RBAC objects it evaluates).
+    Internal,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]

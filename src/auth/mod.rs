@@ -26,11 +26,15 @@
 //! - `kubernetes` ([`kubernetes`]): TokenReview for the token,
 //!   SubjectAccessReview per subscription, both cached briefly.
 
+mod authorize;
+pub mod feed;
 pub mod jwt;
 pub mod kubernetes;
 pub mod rbac;
+mod scope;
 mod token;
 
+pub use authorize::AcrossNamespaces;
 pub use token::{TOKEN_PARAM, bearer_token, query_token, strip_token, token_from};
 
 use std::future::{Ready, ready};
@@ -41,10 +45,11 @@ use actix_web::dev::Payload;
 use actix_web::http::header::HeaderMap;
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
 
-use crate::config::{AuthConfig, AuthMode};
-use crate::hub::scope::{FixedScope, Scope, Scoping};
+use crate::config::{AuthConfig, AuthMode, AuthorizationMode};
+use crate::epoch::Epoch;
+use crate::hub::SubscriptionContext;
 use crate::status::ApiError;
-use crate::upstream::{self, Informers, ResourceInfo};
+use crate::upstream::Informers;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -258,30 +263,77 @@ pub struct Auth {
     mode: AuthMode,
     cookie: String,
     jwt: Option<jwt::Verifier>,
-    kube: Option<kubernetes::Reviewer>,
+    kube: Option<Arc<kubernetes::Reviewer>>,
+    authorization: AuthorizationMode,
+    /// `--authorization rbac`: the cluster's RBAC, evaluated locally.
+    rbac: Option<Arc<rbac::Rbac>>,
+    /// Moves whenever the RBAC index changed (what requests waiting for
+    /// the first load wait on).
+    rbac_changes: Epoch,
+    /// How long a request waits for the RBAC objects' first load.
+    sync_timeout: std::time::Duration,
 }
 
 impl Auth {
-    /// Loads keys (JWT) or sets up the review client (Kubernetes).
-    pub fn new(cfg: &AuthConfig, client: kube::Client) -> Result<Auth, Error> {
+    /// Loads keys (JWT) or sets up the review client (Kubernetes);
+    /// requests wait at most `sync_timeout` for what authorization needs
+    /// loaded first.
+    pub fn new(
+        cfg: &AuthConfig,
+        client: kube::Client,
+        sync_timeout: std::time::Duration,
+    ) -> Result<Auth, Error> {
         let jwt = match cfg.mode {
             AuthMode::Jwt => Some(jwt::Verifier::new(&cfg.jwt)?),
             _ => None,
         };
         let kube = match cfg.mode {
-            AuthMode::Kubernetes => Some(kubernetes::Reviewer::new(
+            AuthMode::Kubernetes => Some(Arc::new(kubernetes::Reviewer::new(
                 client,
                 cfg.cache_ttl,
                 cfg.token_audiences.clone(),
-            )),
+            ))),
             _ => None,
         };
+        let rbac = (cfg.mode == AuthMode::Kubernetes
+            && cfg.authorization == AuthorizationMode::Rbac)
+            .then(|| Arc::new(rbac::Rbac::new()));
+        if let (Some(kube), Some(rbac)) = (&kube, &rbac) {
+            // A revoked credential's streams wait on their user's access.
+            let rbac = rbac.clone();
+            kube.on_revoked(Box::new(move |user| rbac.hold(user).changes().advance()));
+        }
         Ok(Auth {
             mode: cfg.mode,
             cookie: cfg.cookie.clone(),
             jwt,
             kube,
+            authorization: cfg.authorization,
+            rbac,
+            rbac_changes: Epoch::default(),
+            sync_timeout,
         })
+    }
+
+    /// Starts what authorization runs in the background: the RBAC feed
+    /// (`--authorization rbac`) and the review of held tokens.
+    pub fn start(self: &Arc<Self>, informers: Arc<Informers>, cx: SubscriptionContext) {
+        if let Some(kube) = &self.kube {
+            kube.spawn_rereview(cx.lifecycle.clone());
+        }
+        if self.rbac.is_some() {
+            feed::spawn(self.clone(), informers, cx);
+        }
+    }
+
+    /// The local RBAC evaluator, under `--authorization rbac`.
+    pub fn rbac(&self) -> Option<&Arc<rbac::Rbac>> {
+        self.rbac.as_ref()
+    }
+
+    /// TokenReviews sent so far (Kubernetes mode).
+    pub fn token_reviews(&self) -> u64 {
+        self.kube.as_ref().map_or(0, |k| k.reviews())
     }
 
     pub fn mode(&self) -> AuthMode {
@@ -309,204 +361,6 @@ impl Auth {
             None => Err(Error::Invalid("no authenticator configured".into())),
         }
     }
-
-    /// Resolves `name` and authorizes `verb` on it: the namespaces to
-    /// serve (empty: all) for a request naming `requested` (empty: all).
-    /// Refusals never tell an unauthorized principal whether the resource
-    /// exists.
-    pub async fn authorize_name(
-        &self,
-        principal: &Principal,
-        informers: &Informers,
-        name: &str,
-        verb: Verb,
-        requested: &[String],
-    ) -> Result<Vec<String>, ApiError> {
-        if matches!(principal.access(), Access::Everything) {
-            return Ok(requested.to_vec());
-        }
-        match informers.resolve(name).await {
-            Ok(info) => {
-                self.authorize(principal, informers, &info, verb, requested)
-                    .await
-            }
-            Err(err @ upstream::Error::UnknownResource(_)) => {
-                let (plural, group) = name.split_once('.').unwrap_or((name, ""));
-                Err(self
-                    .unknown(principal, group, plural, verb, requested, err.into())
-                    .await)
-            }
-            Err(err) => Err(err.into()),
-        }
-    }
-
-    /// [`Auth::authorize_name`] for a resolved resource.
-    pub async fn authorize(
-        &self,
-        principal: &Principal,
-        informers: &Informers,
-        info: &ResourceInfo,
-        verb: Verb,
-        requested: &[String],
-    ) -> Result<Vec<String>, ApiError> {
-        let resource = info.canonical_name();
-        match principal.access() {
-            Access::Everything => Ok(requested.to_vec()),
-            Access::Claims {
-                namespaces,
-                resources,
-            } => {
-                let granted = match resources {
-                    Grant::All => true,
-                    Grant::Only(names) => {
-                        let catalog = informers.catalog().await.unwrap_or_default();
-                        names.iter().any(|n| {
-                            let n = n.trim().to_ascii_lowercase();
-                            n == resource
-                                || catalog
-                                    .resolve(&n)
-                                    .is_some_and(|r| r.canonical_name() == resource)
-                        })
-                    }
-                };
-                if !granted {
-                    return Err(forbidden(principal, verb, &resource, None));
-                }
-                narrow(principal, verb, info, &resource, namespaces, requested)
-            }
-            Access::Kubernetes(user) => {
-                let Some(kube) = &self.kube else {
-                    return Err(forbidden(principal, verb, &resource, None));
-                };
-                let attrs = |namespace: &str| kubernetes::Attributes {
-                    verb,
-                    group: info.api.group.clone(),
-                    resource: info.api.plural.clone(),
-                    namespace: namespace.to_string(),
-                };
-                if requested.is_empty() || !info.namespaced {
-                    if kube.allowed(user, attrs("")).await? {
-                        return Ok(requested.to_vec());
-                    }
-                    let hint = info
-                        .namespaced
-                        .then_some("; name the namespaces you may see with ?namespace=");
-                    return Err(forbidden(principal, verb, &resource, hint));
-                }
-                for ns in requested {
-                    if !kube.allowed(user, attrs(ns)).await? {
-                        return Err(forbidden_in(principal, verb, &resource, ns));
-                    }
-                }
-                Ok(requested.to_vec())
-            }
-        }
-    }
-
-    /// What a stream asking for `requested` namespaces (empty: all) follows
-    /// while it is open, when its principal's access narrows it: the
-    /// namespaces of its grant (see `hub::scope`). `None` when access does
-    /// not narrow it.
-    pub fn stream_access(&self, principal: &Principal, requested: &[String]) -> Option<Scoping> {
-        match principal.access() {
-            Access::Claims {
-                namespaces: Grant::Only(names),
-                ..
-            } => Some(Scoping {
-                source: Arc::new(FixedScope::new(Scope::Only(names.clone()))),
-                requested: requested.to_vec(),
-            }),
-            _ => None,
-        }
-    }
-
-    /// The answer for a resource that does not exist: `not_found` only
-    /// for a principal who would be allowed to see it if it did.
-    pub async fn unknown(
-        &self,
-        principal: &Principal,
-        group: &str,
-        plural: &str,
-        verb: Verb,
-        requested: &[String],
-        not_found: ApiError,
-    ) -> ApiError {
-        let name = if group.is_empty() {
-            plural.to_string()
-        } else {
-            format!("{plural}.{group}")
-        };
-        let may_know = match principal.access() {
-            Access::Everything => true,
-            Access::Claims { resources, .. } => *resources == Grant::All,
-            Access::Kubernetes(user) => match &self.kube {
-                Some(kube) => {
-                    let ns = requested.first().cloned().unwrap_or_default();
-                    let attrs = kubernetes::Attributes {
-                        verb,
-                        group: group.to_string(),
-                        resource: plural.to_string(),
-                        namespace: ns,
-                    };
-                    kube.allowed(user, attrs).await.unwrap_or(false)
-                }
-                None => false,
-            },
-        };
-        if may_know {
-            not_found
-        } else {
-            forbidden(principal, verb, &name, None)
-        }
-    }
-}
-
-/// The namespaces a claim grant lets `requested` see.
-fn narrow(
-    principal: &Principal,
-    verb: Verb,
-    info: &ResourceInfo,
-    resource: &str,
-    granted: &Grant,
-    requested: &[String],
-) -> Result<Vec<String>, ApiError> {
-    match granted {
-        Grant::All => Ok(requested.to_vec()),
-        Grant::Only(_) if !info.namespaced => Err(forbidden(
-            principal,
-            verb,
-            resource,
-            Some(" (a cluster-scoped resource needs a grant of every namespace)"),
-        )),
-        Grant::Only(names) if requested.is_empty() => {
-            if names.is_empty() {
-                Err(forbidden(principal, verb, resource, None))
-            } else {
-                Ok(names.clone())
-            }
-        }
-        Grant::Only(names) => match requested.iter().find(|ns| !names.contains(ns)) {
-            Some(ns) => Err(forbidden_in(principal, verb, resource, ns)),
-            None => Ok(requested.to_vec()),
-        },
-    }
-}
-
-fn forbidden(principal: &Principal, verb: Verb, resource: &str, hint: Option<&str>) -> ApiError {
-    ApiError::Forbidden(format!(
-        "{} may not {} {resource}{}",
-        principal.name(),
-        verb.as_str(),
-        hint.unwrap_or("")
-    ))
-}
-
-fn forbidden_in(principal: &Principal, verb: Verb, resource: &str, ns: &str) -> ApiError {
-    ApiError::Forbidden(format!(
-        "{} may not {} {resource} in namespace {ns:?}",
-        principal.name(),
-        verb.as_str()
-    ))
 }
 
 #[cfg(test)]

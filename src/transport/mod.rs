@@ -13,7 +13,7 @@ pub mod ws;
 use actix_web::web;
 use bytes::Bytes;
 
-use crate::auth::{Principal, Verb};
+use crate::auth::Principal;
 use crate::hub::projection::Projection;
 use crate::hub::scope::Position;
 use crate::hub::{Delta, Filter, ViewSpec};
@@ -40,17 +40,11 @@ pub(crate) async fn subscribe(
     transport: Transport,
 ) -> Result<Subscription, ApiError> {
     let mut params = params.clone();
-    let access = state.auth.stream_access(principal, &params.namespaces);
-    params.namespaces = state
+    let (namespaces, access) = state
         .auth
-        .authorize_name(
-            principal,
-            &state.informers,
-            resource,
-            Verb::Watch,
-            &params.namespaces,
-        )
+        .authorize_stream(principal, &state.informers, resource, &params.namespaces)
         .await?;
+    params.namespaces = namespaces;
     let request = Subscribe {
         access,
         spec: params.view_spec(),

@@ -79,6 +79,11 @@ pub struct UpstreamConfig {
     /// Resources whose informers start at boot; `/readyz` waits for them.
     /// They never stop for lack of subscribers.
     pub boot_resources: Vec<String>,
+    /// Resources kubefan reads for itself (the RBAC kinds under
+    /// `--authorization rbac`): started at boot like `boot_resources` and
+    /// waited for by `/readyz`, but exempt from the policy, which is about
+    /// what clients may use.
+    pub internal_resources: Vec<String>,
     /// Resources served (names as clients use them); empty: everything the
     /// upstream serves.
     pub allow_resources: Vec<String>,
@@ -101,6 +106,7 @@ impl Default for UpstreamConfig {
     fn default() -> Self {
         UpstreamConfig {
             boot_resources: Vec::new(),
+            internal_resources: Vec::new(),
             allow_resources: Vec::new(),
             deny_resources: Vec::new(),
             allow_secrets: false,
@@ -139,8 +145,13 @@ pub struct Informers {
     policy_checked: AtomicBool,
 }
 
-/// A boot resource name → its hub, or why it has none yet.
-type BootResource = (String, Result<Arc<Hub>, String>);
+/// A boot resource: its name, whether kubefan reads it for itself
+/// (exempt from the policy), and its hub or why it has none yet.
+struct BootResource {
+    name: String,
+    internal: bool,
+    state: Result<Arc<Hub>, String>,
+}
 
 impl Informers {
     pub fn new(
@@ -152,7 +163,13 @@ impl Informers {
         let boot = cfg
             .boot_resources
             .iter()
-            .map(|r| (r.clone(), Err("not started".to_string())))
+            .map(|r| (r, false))
+            .chain(cfg.internal_resources.iter().map(|r| (r, true)))
+            .map(|(name, internal)| BootResource {
+                name: name.clone(),
+                internal,
+                state: Err("not started".to_string()),
+            })
             .collect();
         Arc::new_cyclic(|me| Informers {
             me: me.clone(),
@@ -185,12 +202,16 @@ impl Informers {
             let mut delay = this.cfg.informer.backoff_min;
             loop {
                 let mut pending = !this.check_policy_names().await;
-                let names: Vec<String> = this.lock_boot().iter().map(|(n, _)| n.clone()).collect();
-                for (i, name) in names.iter().enumerate() {
-                    if this.lock_boot()[i].1.is_ok() {
+                let names: Vec<(String, bool)> = this
+                    .lock_boot()
+                    .iter()
+                    .map(|b| (b.name.clone(), b.internal))
+                    .collect();
+                for (i, (name, internal)) in names.iter().enumerate() {
+                    if this.lock_boot()[i].state.is_ok() {
                         continue;
                     }
-                    let state = match this.start(name, true).await {
+                    let state = match this.start(name, true, !internal).await {
                         Ok(hub) => Ok(hub),
                         Err(err) => {
                             pending |= matches!(err, Error::Discovery(_));
@@ -198,7 +219,7 @@ impl Informers {
                             Err(err.to_string())
                         }
                     };
-                    this.lock_boot()[i].1 = state;
+                    this.lock_boot()[i].state = state;
                 }
                 if !pending {
                     return;
@@ -220,7 +241,14 @@ impl Informers {
     /// The hub returned may be closed at any moment after (stopped while
     /// idle, or removed upstream): use [`Informers::with_hub`] to join it.
     pub async fn hub(&self, name: &str) -> Result<Arc<Hub>, Error> {
-        self.start(name, false).await
+        self.start(name, false, true).await
+    }
+
+    /// The hub of a resource kubefan reads for itself (see
+    /// `UpstreamConfig::internal_resources`): started if need be, never
+    /// stopped, exempt from the policy.
+    pub async fn internal_hub(&self, name: &str) -> Result<Arc<Hub>, Error> {
+        self.start(name, true, false).await
     }
 
     /// Runs `join` (a subscription start, or a read under `hub.enter()`)
@@ -337,7 +365,7 @@ impl Informers {
     pub fn readiness(&self) -> Vec<Readiness> {
         self.lock_boot()
             .iter()
-            .map(|(name, state)| match state {
+            .map(|boot| match &boot.state {
                 Ok(hub) => match hub.closed() {
                     Some(reason) => Readiness {
                         resource: hub.name().to_string(),
@@ -356,7 +384,7 @@ impl Informers {
                     },
                 },
                 Err(reason) => Readiness {
-                    resource: name.clone(),
+                    resource: boot.name.clone(),
                     ready: false,
                     reason: Some(reason.clone()),
                 },

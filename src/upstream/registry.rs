@@ -33,12 +33,20 @@ impl Informers {
         self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(super) async fn start(&self, name: &str, boot: bool) -> Result<Arc<Hub>, Error> {
+    /// The hub for `name`, starting its informer if need be; `policy`:
+    /// whether the client policy applies (not to what kubefan reads for
+    /// itself).
+    pub(super) async fn start(
+        &self,
+        name: &str,
+        boot: bool,
+        policy: bool,
+    ) -> Result<Arc<Hub>, Error> {
         let info = self.resolve(name).await?;
         let key = info.canonical_name();
         // `resolve` succeeded, so there is a catalog.
         let catalog = self.current_catalog().unwrap_or_default();
-        if let Some(why) = refusal(&self.cfg, &catalog, &info) {
+        if policy && let Some(why) = refusal(&self.cfg, &catalog, &info) {
             return Err(Error::Forbidden(key, why));
         }
         let mut reg = self.lock_registry();
@@ -70,9 +78,9 @@ impl Informers {
         drop(reg);
         if boot {
             // A boot resource started again after it was removed upstream.
-            for (_, state) in self.lock_boot().iter_mut() {
-                if matches!(state, Ok(old) if old.name() == key) {
-                    *state = Ok(hub.clone());
+            for boot in self.lock_boot().iter_mut() {
+                if matches!(&boot.state, Ok(old) if old.name() == key) {
+                    boot.state = Ok(hub.clone());
                 }
             }
         }

@@ -21,7 +21,7 @@ use crate::support::{
     ClientView, SseClient, SseEvent, TestEnv, WAIT, spawn, test_config, validate_def,
     validate_status,
 };
-use kubefan::config::{AuthMode, Config};
+use kubefan::config::{AuthMode, AuthorizationMode, Config};
 use kubefan_sim::{SimRule, SimUser, Subject, pod};
 
 const SECRET: &str = "kubefan-test-secret";
@@ -617,6 +617,7 @@ fn kube_mode_sim() -> kubefan_sim::Sim {
 async fn kubernetes_mode_reviews_tokens_and_access_and_caches_the_answers() {
     let mut cfg = test_config(&["pods"]);
     cfg.auth.mode = AuthMode::Kubernetes;
+    cfg.auth.authorization = AuthorizationMode::Review;
     cfg.auth.cache_ttl = Duration::from_secs(300);
     let env = spawn(kube_mode_sim(), cfg).await;
     env.synced("pods").await;

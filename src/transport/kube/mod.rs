@@ -17,7 +17,7 @@ mod watch;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 
-use crate::auth::{self, Principal, Verb};
+use crate::auth::{self, AcrossNamespaces, Principal, Verb};
 use crate::hub::Filter;
 use crate::status::ApiError;
 use crate::transport::state::AppState;
@@ -159,10 +159,35 @@ async fn serve(
         }
         Err(err) => return Err(err),
     };
-    let namespaces = state
-        .auth
-        .authorize(&principal, &state.informers, &info, verb, &requested)
-        .await?;
+    let namespaces = match &target.name {
+        // A single object: `resourceNames` grants count.
+        Some(name) => {
+            state
+                .auth
+                .authorize_get(
+                    &principal,
+                    &state.informers,
+                    &info,
+                    target.namespace.as_deref(),
+                    name,
+                )
+                .await?;
+            requested.clone()
+        }
+        None => {
+            state
+                .auth
+                .authorize(
+                    &principal,
+                    &state.informers,
+                    &info,
+                    verb,
+                    &requested,
+                    AcrossNamespaces::Refuse,
+                )
+                .await?
+        }
+    };
     if target.namespace.is_some() && !info.namespaced {
         return Err(not_found(&group, &version, &target.plural));
     }

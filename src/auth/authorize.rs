@@ -1,0 +1,377 @@
+//! What a principal may see of a resource: the namespaces to serve for a
+//! request, refusals that never reveal whether a resource exists, and
+//! what an open stream follows while its access changes.
+//!
+//! # Rules
+//! - Decided before existence is revealed: a principal that may not see a
+//!   resource gets 403 whether or not it exists; only one that would be
+//!   allowed learns that a name is unknown (404).
+//! - Naming a namespace not granted is 403; a cluster-scoped resource
+//!   needs a cluster-wide grant.
+//! - Asking for every namespace with access to only some: a **stream**
+//!   (SSE, WebSocket) is narrowed to them, and follows them while open
+//!   (`hub::scope`); the **Kubernetes face** answers 403, as kube-apiserver
+//!   does (its clients assume a list across namespaces holds everything).
+
+use std::sync::Arc;
+
+use super::rbac::access::{AccessSet, Namespaces};
+use super::scope::{CredentialScope, RbacScope, qualified};
+use super::{Access, Auth, Grant, Principal, Verb, kubernetes};
+use crate::config::AuthorizationMode;
+use crate::hub::scope::{FixedScope, Scope, Scoping};
+use crate::status::ApiError;
+use crate::upstream::{self, Informers, ResourceInfo};
+
+/// How a request across every namespace is answered when the principal
+/// may see only some.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcrossNamespaces {
+    /// Serve the namespaces it may see (streams).
+    Narrow,
+    /// 403, as kube-apiserver answers (the Kubernetes face).
+    Refuse,
+}
+
+impl Auth {
+    /// Authorizes a stream of `name` (watch): the namespaces to serve now
+    /// (empty: all), and what the stream follows while open, when its
+    /// access can narrow or end it.
+    pub async fn authorize_stream(
+        &self,
+        principal: &Principal,
+        informers: &Informers,
+        name: &str,
+        requested: &[String],
+    ) -> Result<(Vec<String>, Option<Scoping>), ApiError> {
+        if matches!(principal.access(), Access::Everything) {
+            return Ok((requested.to_vec(), None));
+        }
+        let info = match informers.resolve(name).await {
+            Ok(info) => info,
+            Err(err @ upstream::Error::UnknownResource(_)) => {
+                let (plural, group) = name.split_once('.').unwrap_or((name, ""));
+                return Err(self
+                    .unknown(principal, group, plural, Verb::Watch, requested, err.into())
+                    .await);
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let namespaces = self
+            .authorize(
+                principal,
+                informers,
+                &info,
+                Verb::Watch,
+                requested,
+                AcrossNamespaces::Narrow,
+            )
+            .await?;
+        let scoping = self.scoping(principal, &info, requested);
+        Ok((namespaces, scoping))
+    }
+
+    /// What an open stream of `info` follows, when its access can change
+    /// what it shows or end it.
+    fn scoping(
+        &self,
+        principal: &Principal,
+        info: &ResourceInfo,
+        requested: &[String],
+    ) -> Option<Scoping> {
+        let source: Arc<dyn crate::hub::scope::ScopeSource> = match principal.access() {
+            Access::Everything => return None,
+            Access::Claims {
+                namespaces: Grant::Only(names),
+                ..
+            } => Arc::new(FixedScope::new(Scope::Only(names.clone()))),
+            Access::Claims { .. } => return None,
+            Access::Kubernetes(user) => match (&self.rbac, principal.credential()) {
+                (Some(rbac), credential) if self.authorization == AuthorizationMode::Rbac => {
+                    Arc::new(RbacScope {
+                        access: rbac.hold(user),
+                        credential: credential.cloned(),
+                        verb: Verb::Watch,
+                        group: info.api.group.clone(),
+                        resource: info.api.plural.clone(),
+                    })
+                }
+                (_, Some(credential)) => Arc::new(CredentialScope {
+                    credential: credential.clone(),
+                }),
+                (_, None) => return None,
+            },
+        };
+        Some(Scoping {
+            source,
+            requested: requested.to_vec(),
+        })
+    }
+
+    /// Authorizes `verb` on a resolved resource for a request naming
+    /// `requested` namespaces (empty: all): the namespaces to serve
+    /// (empty: all).
+    pub async fn authorize(
+        &self,
+        principal: &Principal,
+        informers: &Informers,
+        info: &ResourceInfo,
+        verb: Verb,
+        requested: &[String],
+        across: AcrossNamespaces,
+    ) -> Result<Vec<String>, ApiError> {
+        let resource = info.canonical_name();
+        match principal.access() {
+            Access::Everything => Ok(requested.to_vec()),
+            Access::Claims {
+                namespaces,
+                resources,
+            } => {
+                let granted = match resources {
+                    Grant::All => true,
+                    Grant::Only(names) => {
+                        let catalog = informers.catalog().await.unwrap_or_default();
+                        names.iter().any(|n| {
+                            let n = n.trim().to_ascii_lowercase();
+                            n == resource
+                                || catalog
+                                    .resolve(&n)
+                                    .is_some_and(|r| r.canonical_name() == resource)
+                        })
+                    }
+                };
+                if !granted {
+                    return Err(forbidden(principal, verb, &resource, None));
+                }
+                narrow_claims(principal, verb, info, &resource, namespaces, requested)
+            }
+            Access::Kubernetes(user) if self.authorization == AuthorizationMode::Rbac => {
+                let access = self.rbac_access(user).await?;
+                rbac_namespaces(principal, &access, verb, info, requested, across)
+            }
+            Access::Kubernetes(user) => self.review(principal, user, verb, info, requested).await,
+        }
+    }
+
+    /// `--authorization review`: a SubjectAccessReview per namespace asked
+    /// for, or one cluster-wide.
+    async fn review(
+        &self,
+        principal: &Principal,
+        user: &kubernetes::UserInfo,
+        verb: Verb,
+        info: &ResourceInfo,
+        requested: &[String],
+    ) -> Result<Vec<String>, ApiError> {
+        let resource = info.canonical_name();
+        let Some(kube) = &self.kube else {
+            return Err(forbidden(principal, verb, &resource, None));
+        };
+        let attrs = |namespace: &str| kubernetes::Attributes {
+            verb,
+            group: info.api.group.clone(),
+            resource: info.api.plural.clone(),
+            namespace: namespace.to_string(),
+        };
+        if requested.is_empty() || !info.namespaced {
+            if kube.allowed(user, attrs("")).await? {
+                return Ok(requested.to_vec());
+            }
+            let hint = info
+                .namespaced
+                .then_some("; name the namespaces you may see with ?namespace=");
+            return Err(forbidden(principal, verb, &resource, hint));
+        }
+        for ns in requested {
+            if !kube.allowed(user, attrs(ns)).await? {
+                return Err(forbidden_in(principal, verb, &resource, ns));
+            }
+        }
+        Ok(requested.to_vec())
+    }
+
+    /// Whether `principal` may `get` the object `name` (in `namespace`):
+    /// `resourceNames` grants count here.
+    pub async fn authorize_get(
+        &self,
+        principal: &Principal,
+        informers: &Informers,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        if let Access::Kubernetes(user) = principal.access()
+            && self.authorization == AuthorizationMode::Rbac
+        {
+            let access = self.rbac_access(user).await?;
+            let ns = namespace.unwrap_or("");
+            if access.may_get(&info.api.group, &info.api.plural, ns, name) {
+                return Ok(());
+            }
+            return Err(match namespace {
+                Some(ns) => forbidden_in(principal, Verb::Get, &info.canonical_name(), ns),
+                None => forbidden(principal, Verb::Get, &info.canonical_name(), None),
+            });
+        }
+        let requested: Vec<String> = namespace.iter().map(|n| n.to_string()).collect();
+        self.authorize(
+            principal,
+            informers,
+            info,
+            Verb::Get,
+            &requested,
+            AcrossNamespaces::Refuse,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// The answer for a resource that does not exist: `not_found` only
+    /// for a principal who would be allowed to see it if it did.
+    pub async fn unknown(
+        &self,
+        principal: &Principal,
+        group: &str,
+        plural: &str,
+        verb: Verb,
+        requested: &[String],
+        not_found: ApiError,
+    ) -> ApiError {
+        let name = qualified(group, plural);
+        let may_know = match principal.access() {
+            Access::Everything => true,
+            Access::Claims { resources, .. } => *resources == Grant::All,
+            Access::Kubernetes(user) if self.authorization == AuthorizationMode::Rbac => {
+                match self.rbac_access(user).await {
+                    Ok(access) => access.namespaces(verb, group, plural) != Namespaces::Nothing,
+                    Err(_) => false,
+                }
+            }
+            Access::Kubernetes(user) => match &self.kube {
+                Some(kube) => {
+                    let ns = requested.first().cloned().unwrap_or_default();
+                    let attrs = kubernetes::Attributes {
+                        verb,
+                        group: group.to_string(),
+                        resource: plural.to_string(),
+                        namespace: ns,
+                    };
+                    kube.allowed(user, attrs).await.unwrap_or(false)
+                }
+                None => false,
+            },
+        };
+        if may_know {
+            not_found
+        } else {
+            forbidden(principal, verb, &name, None)
+        }
+    }
+
+    /// The user's access set, once the RBAC objects are loaded (at most the
+    /// sync timeout; 503 after).
+    async fn rbac_access(&self, user: &kubernetes::UserInfo) -> Result<Arc<AccessSet>, ApiError> {
+        let Some(rbac) = &self.rbac else {
+            return Err(ApiError::Unavailable(
+                "RBAC evaluation is not set up".into(),
+            ));
+        };
+        if !rbac.synced() {
+            let synced = self.rbac_changes.until(|| rbac.synced());
+            if tokio::time::timeout(self.sync_timeout, synced)
+                .await
+                .is_err()
+            {
+                return Err(ApiError::Unavailable(
+                    "the cluster's RBAC objects are not loaded yet; retry shortly".into(),
+                ));
+            }
+        }
+        Ok(rbac.access(user))
+    }
+}
+
+/// The namespaces an RBAC access set lets `requested` see.
+fn rbac_namespaces(
+    principal: &Principal,
+    access: &AccessSet,
+    verb: Verb,
+    info: &ResourceInfo,
+    requested: &[String],
+    across: AcrossNamespaces,
+) -> Result<Vec<String>, ApiError> {
+    let resource = info.canonical_name();
+    let (group, plural) = (&info.api.group, &info.api.plural);
+    if !info.namespaced {
+        return if access.cluster_wide(verb, group, plural) {
+            Ok(requested.to_vec())
+        } else {
+            Err(forbidden(principal, verb, &resource, None))
+        };
+    }
+    match access.namespaces(verb, group, plural) {
+        Namespaces::All => Ok(requested.to_vec()),
+        Namespaces::Nothing => Err(forbidden(principal, verb, &resource, None)),
+        Namespaces::Only(granted) if requested.is_empty() => match across {
+            AcrossNamespaces::Narrow => Ok(granted.into_iter().collect()),
+            AcrossNamespaces::Refuse => Err(forbidden(
+                principal,
+                verb,
+                &resource,
+                Some(" across all namespaces; ask within a namespace you may see"),
+            )),
+        },
+        Namespaces::Only(granted) => match requested.iter().find(|ns| !granted.contains(*ns)) {
+            Some(ns) => Err(forbidden_in(principal, verb, &resource, ns)),
+            None => Ok(requested.to_vec()),
+        },
+    }
+}
+
+/// The namespaces a claim grant lets `requested` see.
+fn narrow_claims(
+    principal: &Principal,
+    verb: Verb,
+    info: &ResourceInfo,
+    resource: &str,
+    granted: &Grant,
+    requested: &[String],
+) -> Result<Vec<String>, ApiError> {
+    match granted {
+        Grant::All => Ok(requested.to_vec()),
+        Grant::Only(_) if !info.namespaced => Err(forbidden(
+            principal,
+            verb,
+            resource,
+            Some(" (a cluster-scoped resource needs a grant of every namespace)"),
+        )),
+        Grant::Only(names) if requested.is_empty() => {
+            if names.is_empty() {
+                Err(forbidden(principal, verb, resource, None))
+            } else {
+                Ok(names.clone())
+            }
+        }
+        Grant::Only(names) => match requested.iter().find(|ns| !names.contains(ns)) {
+            Some(ns) => Err(forbidden_in(principal, verb, resource, ns)),
+            None => Ok(requested.to_vec()),
+        },
+    }
+}
+
+fn forbidden(principal: &Principal, verb: Verb, resource: &str, hint: Option<&str>) -> ApiError {
+    ApiError::Forbidden(format!(
+        "{} may not {} {resource}{}",
+        principal.name(),
+        verb.as_str(),
+        hint.unwrap_or("")
+    ))
+}
+
+fn forbidden_in(principal: &Principal, verb: Verb, resource: &str, ns: &str) -> ApiError {
+    ApiError::Forbidden(format!(
+        "{} may not {} {resource} in namespace {ns:?}",
+        principal.name(),
+        verb.as_str()
+    ))
+}
