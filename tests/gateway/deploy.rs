@@ -793,5 +793,8 @@ fn the_tls_component_serves_https_from_a_mounted_secret_with_https_probes() {
     let svc = service.expect("a Service").spec.unwrap();
     let svc_port = one(svc.ports.as_deref().unwrap(), "Service port");
     assert_eq!(svc_port.port, 443);
-    assert_eq!(svc_port.target_port, Some(IntOrString::String("https".into())));
+    assert_eq!(
+        svc_port.target_port,
+        Some(IntOrString::String("https".into()))
+    );
 }

@@ -527,3 +527,65 @@ async fn kubectl_lists_pods_over_https_with_the_kubeconfig_kubefan_writes() {
     }
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_over_tls_is_taken_over_and_reads_and_writes_through_the_session() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let ca = Authority::new("kubefan test CA");
+    let dir = Dir::new("wss");
+    let env = spawn_tls(&dir, &ca.leaf("first"), |_| {}).await;
+    let tls = connect(
+        env.app.local_addr(),
+        client_config(&ca.pem(), &[b"http/1.1"]),
+    )
+    .await;
+    let (mut ws, response) =
+        tokio_tungstenite::client_async("wss://127.0.0.1/stream/pods?namespace=wss", tls)
+            .await
+            .expect("WebSocket handshake over TLS");
+    assert_eq!(response.status(), 101);
+    let mut next = async || {
+        tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("a message in time")
+            .expect("the socket is open")
+            .expect("a frame")
+    };
+    loop {
+        if let Message::Text(text) = next().await
+            && text.contains("k8s.io/initial-events-end")
+        {
+            break;
+        }
+    }
+    // A client frame, decrypted by the taken-over session, answered
+    // through it.
+    ws.send(Message::Ping(Bytes::from_static(b"are you there")))
+        .await
+        .unwrap();
+    let mut next = async || {
+        tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("a message in time")
+            .expect("the socket is open")
+            .expect("a frame")
+    };
+    loop {
+        if let Message::Pong(payload) = next().await {
+            assert_eq!(&payload[..], b"are you there");
+            break;
+        }
+    }
+    env.sim
+        .create("pods", pod("over-wss").ns("wss").node("node-1").build())
+        .unwrap();
+    loop {
+        if let Message::Text(text) = next().await
+            && text.contains("\"name\":\"over-wss\"")
+        {
+            break;
+        }
+    }
+    env.stop().await;
+}
