@@ -307,10 +307,11 @@ async fn demo(mut args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result
     let cfg = args.gateway.into_config();
     cfg.validate()?;
     log_config(&cfg);
+    let scheme = if cfg.tls.enabled() { "https" } else { "http" };
     let app = App::build(cfg, client)
         .await
         .context("starting the gateway")?;
-    let base = format!("http://{}", app.local_addr());
+    let base = format!("{scheme}://{}", app.local_addr());
     println!(
         "kubefan demo: a simulated cluster with {} nodes and {} pods, churning",
         args.nodes, args.pods
