@@ -19,7 +19,7 @@ use crate::ops;
 use crate::status::status_json;
 use crate::transport::kube as kube_face;
 use crate::transport::state::AppState;
-use crate::transport::takeover::Streams;
+use crate::transport::takeover::{Streams, h2, server};
 use crate::transport::{sse, ws};
 use crate::upstream::Informers;
 
@@ -44,6 +44,7 @@ impl App {
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
         );
         log_exposure(&cfg);
+        let certificate = load_certificate(&cfg.tls)?;
         let lifecycle = Lifecycle::new();
         let metrics = Arc::new(Metrics::new());
         let mut upstream = cfg.upstream.clone();
@@ -89,46 +90,68 @@ impl App {
         let addr = listener.local_addr()?;
         let grace = cfg.shutdown_grace;
         let streams = state.streams.clone();
-        let server = crate::transport::takeover::server::serve(
-            listener,
-            cfg.workers.max(1),
-            grace.as_secs().max(1),
-            lifecycle.clone(),
-            move || {
-                actix_web::App::new()
-                    .wrap(actix_web::middleware::from_fn(
-                        crate::middleware::check_request,
-                    ))
-                    .app_data(state.clone())
-                    .app_data(informers_data.clone())
-                    .app_data(metrics_data.clone())
-                    .service(
-                        web::resource("/stream/{resource}")
-                            .route(
-                                web::get()
-                                    .guard(guard::fn_guard(|ctx| ctx.head().upgrade()))
-                                    .to(ws::stream),
-                            )
-                            .route(web::get().to(sse::stream)),
-                    )
-                    .configure(crate::web::configure)
-                    .route("/ws", web::get().to(ws::mux))
-                    .route("/session", web::post().to(crate::session::create))
-                    .route("/session", web::delete().to(crate::session::delete))
-                    .route("/healthz", web::get().to(ops::healthz))
-                    .route("/readyz", web::get().to(ops::readyz))
-                    .route("/metrics", web::get().to(ops::metrics))
-                    .configure(|cfg| kube_face::configure(cfg, pages.clone()))
-                    .default_service(web::to(not_found))
-            },
-        )?;
+        let tls = match certificate {
+            Some(certificate) => {
+                let tls = certificate.server_config().map_err(invalid_input)?;
+                certificate.watch(lifecycle.clone());
+                Some(tls)
+            }
+            None => None,
+        };
+        let settings = server::Settings {
+            workers: cfg.workers.max(1),
+            grace_secs: grace.as_secs().max(1),
+            lifecycle: lifecycle.clone(),
+            tls,
+            h2: h2::Settings::new(
+                &streams,
+                cfg.tls.http2_max_streams,
+                u32::try_from(cfg.limits.max_header_bytes.saturating_mul(2))
+                    .unwrap_or(u32::MAX)
+                    .max(16 << 10),
+                cfg.stream.keepalive,
+            ),
+            metrics: metrics.clone(),
+        };
+        let scheme = if settings.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let server = server::serve(listener, settings, move || {
+            actix_web::App::new()
+                .wrap(actix_web::middleware::from_fn(
+                    crate::middleware::check_request,
+                ))
+                .app_data(state.clone())
+                .app_data(informers_data.clone())
+                .app_data(metrics_data.clone())
+                .service(
+                    web::resource("/stream/{resource}")
+                        .route(
+                            web::get()
+                                .guard(guard::fn_guard(|ctx| ctx.head().upgrade()))
+                                .to(ws::stream),
+                        )
+                        .route(web::get().to(sse::stream)),
+                )
+                .configure(crate::web::configure)
+                .route("/ws", web::get().to(ws::mux))
+                .route("/session", web::post().to(crate::session::create))
+                .route("/session", web::delete().to(crate::session::delete))
+                .route("/healthz", web::get().to(ops::healthz))
+                .route("/readyz", web::get().to(ops::readyz))
+                .route("/metrics", web::get().to(ops::metrics))
+                .configure(|cfg| kube_face::configure(cfg, pages.clone()))
+                .default_service(web::to(not_found))
+        })?;
         let handle = server.handle();
         let server = tokio::spawn(server);
         let metrics_server = match cfg.metrics_listen {
             Some(addr) => Some(serve_metrics(addr, metrics.clone())?),
             None => None,
         };
-        tracing::info!(%addr, "kubefan listening");
+        tracing::info!(%addr, scheme, "kubefan listening");
         Ok(App {
             addr,
             metrics_server,
@@ -207,6 +230,26 @@ fn serve_metrics(
     let handle = server.handle();
     tracing::info!(addr = %local, "serving /metrics without authentication");
     Ok((local, handle, tokio::spawn(server)))
+}
+
+/// The served certificate, when TLS is configured: a file that cannot be
+/// served is a start-up error naming it.
+fn load_certificate(
+    tls: &crate::config::TlsConfig,
+) -> std::io::Result<Option<Arc<crate::tls::Certificate>>> {
+    match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => {
+            let certificate = crate::tls::Certificate::load(cert, key).map_err(invalid_input)?;
+            tracing::info!(cert = %cert.display(), key = %key.display(), "serving HTTPS (HTTP/2 and HTTP/1.1); the files are re-read when they change");
+            Ok(Some(certificate))
+        }
+        (None, None) => Ok(None),
+        _ => Err(invalid_input(crate::config::Error::TlsPair)),
+    }
+}
+
+fn invalid_input(err: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, err)
 }
 
 /// Binds `addr` with room for a herd of connections arriving at once

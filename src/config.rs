@@ -191,6 +191,69 @@ impl Default for LimitsConfig {
     }
 }
 
+/// TLS and HTTP/2 on the main listener (see `crate::tls`).
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    /// PEM certificate chain, end-entity first; with `key_file`, the
+    /// listener speaks TLS only. Re-read when it changes.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`'s certificate.
+    pub key_file: Option<PathBuf>,
+    /// The CA clients should trust (for `kubefan kubeconfig`); when absent,
+    /// the served chain stands for it.
+    pub ca_file: Option<PathBuf>,
+    /// Streams one HTTP/2 connection may have open at once
+    /// (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub http2_max_streams: u32,
+}
+
+impl TlsConfig {
+    pub fn enabled(&self) -> bool {
+        self.cert_file.is_some() || self.key_file.is_some()
+    }
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            cert_file: None,
+            key_file: None,
+            ca_file: None,
+            http2_max_streams: 128,
+        }
+    }
+}
+
+/// TLS flags, shared by `serve`, `demo` and `kubeconfig`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TlsArgs {
+    /// PEM certificate chain to serve HTTPS with (HTTP/2 and HTTP/1.1);
+    /// re-read when it changes. Needs --tls-key-file.
+    #[arg(long, env = "KUBEFAN_TLS_CERT_FILE", value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file's certificate.
+    #[arg(long, env = "KUBEFAN_TLS_KEY_FILE", value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// PEM CA certificate clients should trust, written by `kubefan
+    /// kubeconfig` (default: the served chain).
+    #[arg(long, env = "KUBEFAN_TLS_CA_FILE", value_name = "FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+    /// Streams one HTTP/2 connection may have open at once.
+    #[arg(long, env = "KUBEFAN_HTTP2_MAX_STREAMS", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub http2_max_streams: u32,
+}
+
+impl TlsArgs {
+    pub fn into_config(self) -> TlsConfig {
+        TlsConfig {
+            cert_file: self.tls_cert_file,
+            key_file: self.tls_key_file,
+            ca_file: self.tls_ca_file,
+            http2_max_streams: self.http2_max_streams,
+        }
+    }
+}
+
 /// A configuration kubefan refuses to start with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -200,6 +263,8 @@ pub enum Error {
     Unauthenticated(SocketAddr),
     #[error("--auth jwt needs a key: --jwt-secret-file, --jwt-public-key-file or --jwks-file")]
     NoJwtKeys,
+    #[error("TLS needs both --tls-cert-file and --tls-key-file")]
+    TlsPair,
 }
 
 /// Everything the gateway needs besides a Kubernetes client.
@@ -220,6 +285,7 @@ pub struct Config {
     /// Origins (`scheme://host[:port]`) allowed cross-origin: WebSocket
     /// upgrades, and CORS with credentials. Same-origin is always allowed.
     pub allowed_origins: Vec<String>,
+    pub tls: TlsConfig,
 }
 
 impl Default for Config {
@@ -234,6 +300,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
             allowed_origins: Vec::new(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -243,6 +310,9 @@ impl Config {
     /// authentication on a non-loopback address (unless
     /// `allow_unauthenticated`), JWT mode without a key.
     pub fn validate(&self) -> Result<(), Error> {
+        if self.tls.enabled() && (self.tls.cert_file.is_none() || self.tls.key_file.is_none()) {
+            return Err(Error::TlsPair);
+        }
         match self.auth.mode {
             AuthMode::None
                 if !self.listen.ip().is_loopback() && !self.auth.allow_unauthenticated =>
@@ -428,6 +498,8 @@ pub struct GatewayArgs {
     /// limits count is read from `X-Forwarded-For`.
     #[arg(long, env = "KUBEFAN_TRUSTED_PROXIES", value_delimiter = ',', value_parser = parse_net)]
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 /// An address range (`10.0.0.0/8`) or one address (`10.0.0.7`).
@@ -502,6 +574,7 @@ impl GatewayArgs {
                 ..LimitsConfig::default()
             },
             allowed_origins: names(self.allowed_origins),
+            tls: self.tls.into_config(),
         }
     }
 }
@@ -548,6 +621,17 @@ mod tests {
         assert!(matches!(cfg.validate(), Err(Error::NoJwtKeys)));
         cfg.auth.jwt.secret_file = Some("/s".into());
         cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn tls_needs_both_a_certificate_and_a_key() {
+        let mut cfg = Config::default();
+        cfg.tls.cert_file = Some("/tls.crt".into());
+        assert!(matches!(cfg.validate(), Err(Error::TlsPair)));
+        cfg.tls.key_file = Some("/tls.key".into());
+        cfg.validate().unwrap();
+        cfg.tls.cert_file = None;
+        assert!(matches!(cfg.validate(), Err(Error::TlsPair)));
     }
 
     #[test]

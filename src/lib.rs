@@ -18,6 +18,9 @@
 //!   a subscription's items to bytes; the socket takeover.
 //! - [`auth`]: principals, JWT and Kubernetes authentication, grants.
 //! - [`config`]: the configuration tree; each module takes its section.
+//! - [`tls`]: the served certificate (PEM files, re-read when they change)
+//!   and the rustls configuration; [`kubeconfig`]: a kubeconfig pointing
+//!   ordinary Kubernetes clients at kubefan.
 //! - [`status`]: request errors as Kubernetes `Status` responses.
 //! - [`upstream`]: discovery, the resource policy, one informer
 //!   (list-then-watch loop) per resource, ingest transforms.
@@ -40,6 +43,7 @@ pub mod config;
 pub mod epoch;
 pub mod heap;
 pub mod hub;
+pub mod kubeconfig;
 pub mod lifecycle;
 pub mod limits;
 pub mod metrics;
@@ -49,6 +53,7 @@ pub mod selector;
 pub mod session;
 pub mod status;
 pub mod table;
+pub mod tls;
 pub mod transport;
 pub mod upstream;
 pub mod web;

@@ -1,4 +1,4 @@
-//! The `kubefan` command: `serve` (default), `demo`, `sim`.
+//! The `kubefan` command: `serve` (default), `demo`, `sim`, `kubeconfig`.
 //!
 //! Settings come from flags, `KUBEFAN_*` environment variables and a
 //! `--config FILE`, in that order of precedence. The file is applied before
@@ -51,6 +51,31 @@ enum Command {
     Demo(DemoArgs),
     /// Run the simulated API server alone.
     Sim(sim::SimArgs),
+    /// Write a kubeconfig that points kubectl, client-go and client-node at
+    /// this kubefan (its URL, its CA when TLS is on, a token when auth is on).
+    Kubeconfig(KubeconfigArgs),
+}
+
+#[derive(clap::Args)]
+struct KubeconfigArgs {
+    /// The URL clients reach kubefan at (default: from --listen, https://
+    /// when --tls-cert-file is set).
+    #[arg(long)]
+    server: Option<String>,
+    /// A file holding the bearer token the kubeconfig's user sends (needed
+    /// when --auth is jwt or kubernetes).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Where to write the kubeconfig (default: standard output).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// The cluster, user and context name.
+    #[arg(long, default_value = "kubefan")]
+    name: String,
+    /// The gateway's own settings (the same flags, variables and --config
+    /// file as `serve`): --listen, the --tls-* files, --auth.
+    #[command(flatten)]
+    gateway: GatewayArgs,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -104,6 +129,9 @@ fn main() -> anyhow::Result<()> {
         .map(|s| s.key.clone())
         .collect();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
+    if let Some(Command::Kubeconfig(args)) = cli.command {
+        return write_kubeconfig(args);
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -124,7 +152,63 @@ async fn run(cli: Cli, from_file: Vec<String>) -> anyhow::Result<()> {
         Command::Sim(args) => sim::run(args, shutdown)
             .await
             .context("simulated API server failed"),
+        Command::Kubeconfig(args) => write_kubeconfig(args),
     }
+}
+
+/// `kubefan kubeconfig` (see `kubefan::kubeconfig`).
+fn write_kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
+    use kubefan::kubeconfig::{
+        Kubeconfig, check_server, read_certificates, read_token, server_url,
+    };
+    let cfg = args.gateway.into_config();
+    cfg.validate()?;
+    let tls = cfg.tls.enabled();
+    let server = match &args.server {
+        Some(url) => check_server(url)?,
+        None => server_url(cfg.listen, tls),
+    };
+    let ca_pem = match (&cfg.tls.ca_file, &cfg.tls.cert_file) {
+        (Some(ca), _) => Some(read_certificates("--tls-ca-file", ca)?),
+        (None, Some(cert)) => Some(read_certificates("--tls-cert-file", cert)?),
+        (None, None) => None,
+    };
+    if ca_pem.is_some() && server.starts_with("http://") {
+        anyhow::bail!("--server {server} is http:// but kubefan serves TLS: use https://");
+    }
+    let token = args.token_file.as_deref().map(read_token).transpose()?;
+    if token.is_none() && cfg.auth.mode != kubefan::config::AuthMode::None {
+        eprintln!(
+            "kubefan kubeconfig: --auth is on but no --token-file was given; clients will need a token"
+        );
+    }
+    let anonymous = cfg.auth.mode == kubefan::config::AuthMode::None;
+    let yaml = Kubeconfig {
+        name: args.name,
+        server,
+        ca_pem,
+        token,
+        anonymous,
+    }
+    .to_yaml();
+    match &args.output {
+        None => print!("{yaml}"),
+        Some(path) => {
+            use std::io::Write as _;
+            use std::os::unix::fs::OpenOptionsExt as _;
+            // It may hold a token: readable by its owner only.
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(path)
+                .with_context(|| format!("writing {}", path.display()))?;
+            file.write_all(yaml.as_bytes())
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    Ok(())
 }
 
 fn init_logging(format: LogFormat) {
@@ -223,10 +307,11 @@ async fn demo(mut args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result
     let cfg = args.gateway.into_config();
     cfg.validate()?;
     log_config(&cfg);
+    let scheme = if cfg.tls.enabled() { "https" } else { "http" };
     let app = App::build(cfg, client)
         .await
         .context("starting the gateway")?;
-    let base = format!("http://{}", app.local_addr());
+    let base = format!("{scheme}://{}", app.local_addr());
     println!(
         "kubefan demo: a simulated cluster with {} nodes and {} pods, churning",
         args.nodes, args.pods

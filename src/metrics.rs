@@ -71,6 +71,25 @@ pub struct Metrics {
     last_sync: Family<ResourceLabel, Gauge>,
     auth_failures: Family<KindLabel, Counter>,
     limits_hit: Family<KindLabel, Counter>,
+    connections: Family<ProtocolLabel, Counter>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ProtocolLabel {
+    protocol: Protocol,
+}
+
+/// What a client connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum Protocol {
+    /// HTTP/1.x over plain TCP.
+    Http1,
+    /// HTTP/1.1 over TLS.
+    Https1,
+    /// HTTP/2 over TLS (ALPN `h2`).
+    H2,
+    /// A TLS handshake that failed or timed out.
+    TlsFailed,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -130,6 +149,7 @@ impl Metrics {
             views: Family::default(),
             auth_failures: Family::default(),
             limits_hit: Family::default(),
+            connections: Family::default(),
             bytes_sent: Family::default(),
             snapshot_objects: Family::new_with_constructor(object_buckets),
             snapshot_bytes: Family::new_with_constructor(byte_buckets),
@@ -228,6 +248,11 @@ impl Metrics {
             m.limits_hit.clone(),
         );
         registry.register(
+            "connections",
+            "Client connections accepted, by protocol (Http1, Https1, H2; TlsFailed: a failed TLS handshake)",
+            m.connections.clone(),
+        );
+        registry.register(
             "bytes_sent",
             "Message bytes written to subscribers, every transport",
             m.bytes_sent.clone(),
@@ -285,6 +310,14 @@ impl Metrics {
             .get_or_create(&KindLabel {
                 kind: kind.to_string(),
             })
+            .inc();
+    }
+
+    /// A client connection was accepted (and, over TLS, its handshake
+    /// chose `protocol`).
+    pub fn connection(&self, protocol: Protocol) {
+        self.connections
+            .get_or_create(&ProtocolLabel { protocol })
             .inc();
     }
 

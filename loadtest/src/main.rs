@@ -19,7 +19,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use subscriber::{Target, Transport, client_for, connect, now_nanos, read};
+use subscriber::{Client, Target, Transport, client_for, connect, h2_connection, now_nanos, read};
 
 #[derive(Parser)]
 #[command(about = "Load generator for kubefan and nginx+nchan")]
@@ -81,6 +81,14 @@ struct RunArgs {
     /// Write the JSON report here too.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+    /// PEM CA to trust when --base is https:// (kubefan's --tls-ca-file,
+    /// or its certificate when self-signed).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// Subscribe over HTTP/2 (TLS, ALPN h2), this many streams per
+    /// connection; 0: HTTP/1.1, one connection per subscriber.
+    #[arg(long, default_value_t = 0)]
+    h2_streams_per_connection: usize,
 }
 
 #[derive(clap::Args)]
@@ -140,16 +148,42 @@ fn local_address(i: usize, first: u8, count: u8) -> IpAddr {
 }
 
 async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
-    let clients: Vec<reqwest::Client> = (0..cfg.addresses.max(1) as usize)
-        .map(|i| client_for(local_address(i, cfg.first_address, cfg.addresses)))
-        .collect::<anyhow::Result<_>>()?;
     let started = Instant::now();
+    let per_connection = cfg.target.h2_streams;
+    let clients: Vec<Client> = if per_connection > 0 {
+        // Subscriber i uses connection i / per_connection.
+        let connections = cfg.subscribers.div_ceil(per_connection);
+        let mut sends = Vec::with_capacity(connections);
+        for c in 0..connections {
+            let local = local_address(c, cfg.first_address, cfg.addresses);
+            let send =
+                tokio::time::timeout(Duration::from_secs(60), h2_connection(&cfg.target, local))
+                    .await
+                    .context("an HTTP/2 connection in time")??;
+            sends.push(Client::H2(send));
+        }
+        sends
+    } else {
+        (0..cfg.addresses.max(1) as usize)
+            .map(|i| {
+                client_for(
+                    local_address(i, cfg.first_address, cfg.addresses),
+                    cfg.target.ca_pem.as_deref(),
+                )
+                .map(Client::Http)
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
     let mut conns = Vec::with_capacity(cfg.subscribers);
     let mut failed = 0;
     // At most 256 handshakes in flight.
     let mut pending = FuturesUnordered::new();
     for i in 0..cfg.subscribers {
-        let (target, client) = (cfg.target.clone(), clients[i % clients.len()].clone());
+        let client = match i.checked_div(per_connection) {
+            Some(connection) => clients[connection].clone(),
+            None => clients[i % clients.len()].clone(),
+        };
+        let target = cfg.target.clone();
         let local = local_address(i, cfg.first_address, cfg.addresses);
         pending.push(async move {
             tokio::time::timeout(Duration::from_secs(60), connect(&target, &client, local)).await
@@ -288,11 +322,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         setup_kubefan(&http, &args.sim).await?;
     }
     let before = args.pid.and_then(proc_stats);
+    let ca_pem = match &args.tls_ca {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading --tls-ca {}", path.display()))?,
+        ),
+        None => None,
+    };
+    if args.h2_streams_per_connection > 0 && ca_pem.is_none() {
+        bail!("--h2-streams-per-connection needs TLS: an https:// --base and --tls-ca");
+    }
     let target = Target {
         server: args.server.clone(),
         base: args.base.clone(),
         transport: args.transport,
         path: None,
+        ca_pem,
+        h2_streams: args.h2_streams_per_connection,
     };
     let workers = args.workers.max(1);
     let exe = std::env::current_exe()?;
@@ -422,6 +468,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let report = serde_json::json!({
         "server": args.server, "transport": args.transport, "subscribers": args.subscribers,
+        "tls": args.tls_ca.is_some(), "h2_streams_per_connection": args.h2_streams_per_connection,
         "rate": args.rate, "duration_secs": args.duration_secs, "changes": changes,
         "failed_connections": failed, "publish_errors": publish_errors,
         "expected": expected, "delivered": delivered, "lost": expected.saturating_sub(delivered),
@@ -479,6 +526,8 @@ async fn herd(args: HerdArgs) -> anyhow::Result<()> {
         base: args.base.clone(),
         transport: Transport::Sse,
         path: Some("/stream/pods".into()),
+        ca_pem: None,
+        h2_streams: 0,
     };
     let started = Instant::now();
     let mut all = FuturesUnordered::new();
@@ -486,7 +535,7 @@ async fn herd(args: HerdArgs) -> anyhow::Result<()> {
         let target = target.clone();
         let local = local_address(i, 2, 8);
         all.push(async move {
-            let client = client_for(local)?;
+            let client = Client::Http(client_for(local, None)?);
             // `connect` returns once the snapshot's end marker has arrived.
             connect(&target, &client, local)
                 .await

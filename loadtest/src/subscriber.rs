@@ -6,6 +6,7 @@
 //! subscriber records, per sequence number, whether it arrived and how late.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
@@ -93,6 +94,13 @@ pub struct Target {
     pub transport: Transport,
     /// Overrides the path (and query) subscribed to.
     pub path: Option<String>,
+    /// PEM CA to trust for an `https://` base.
+    #[serde(default)]
+    pub ca_pem: Option<String>,
+    /// HTTP/2 streams per connection (ALPN `h2`); 0: HTTP/1.1, one
+    /// connection per subscriber.
+    #[serde(default)]
+    pub h2_streams: usize,
 }
 
 impl Target {
@@ -125,6 +133,74 @@ const SNAPSHOT_END: &[u8] = b"k8s.io/initial-events-end";
 pub enum Conn {
     Http(futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>),
     Ws(Box<WsConn>),
+    /// An HTTP/2 stream; its window is given back as it is read.
+    H2(h2::RecvStream),
+}
+
+/// What subscribers connect through.
+#[derive(Clone)]
+pub enum Client {
+    /// HTTP/1.1 (plain or TLS), one connection per subscriber.
+    Http(reqwest::Client),
+    /// One HTTP/2 connection, shared by several subscribers' streams.
+    H2(h2::client::SendRequest<Bytes>),
+}
+
+/// A rustls client (ring) trusting `ca_pem`, offering `alpn`.
+pub fn tls_config(ca_pem: &str, alpn: &[&[u8]]) -> anyhow::Result<rustls::ClientConfig> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(cfg)
+}
+
+/// `host:port` of a base URL.
+fn authority(base: &str) -> anyhow::Result<&str> {
+    base.split("://")
+        .nth(1)
+        .map(|rest| rest.split('/').next().unwrap_or(rest))
+        .context("the base URL has a host")
+}
+
+/// Opens one HTTP/2 connection (TLS, ALPN `h2`) from `local`, with
+/// browser-sized windows (6 MiB per stream, 15 MiB per connection).
+pub async fn h2_connection(
+    target: &Target,
+    local: IpAddr,
+) -> anyhow::Result<h2::client::SendRequest<Bytes>> {
+    let ca = target
+        .ca_pem
+        .as_deref()
+        .context("HTTP/2 needs TLS: --tls-ca")?;
+    let host = authority(&target.base)?;
+    let addr: std::net::SocketAddr = host.parse()?;
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((local, 0).into())?;
+    let tcp = socket.connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from(addr.ip().to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(tls_config(ca, &[b"h2"])?))
+        .connect(name, tcp)
+        .await?;
+    if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+        bail!("{host} did not agree to HTTP/2");
+    }
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(6 << 20)
+        .initial_connection_window_size(15 << 20)
+        .handshake::<_, Bytes>(tls)
+        .await?;
+    tokio::spawn(conn);
+    Ok(send)
 }
 
 /// A WebSocket client read straight off its socket: frames are split in
@@ -229,13 +305,13 @@ impl WsConn {
 
 /// Connects and reads until the snapshot is complete (kubefan) or the
 /// response has started (nchan).
-pub async fn connect(
-    target: &Target,
-    client: &reqwest::Client,
-    local: IpAddr,
-) -> anyhow::Result<Conn> {
+pub async fn connect(target: &Target, client: &Client, local: IpAddr) -> anyhow::Result<Conn> {
     let url = target.url();
     let nchan = target.server != "kubefan";
+    let client = match client {
+        Client::Http(client) => client,
+        Client::H2(send) => return connect_h2(target, send.clone(), &url).await,
+    };
     match target.transport {
         Transport::Ws => {
             let socket = tokio::net::TcpSocket::new_v4()?;
@@ -289,6 +365,40 @@ pub async fn connect(
     }
 }
 
+/// An HTTP/2 stream, read until its snapshot is complete.
+async fn connect_h2(
+    target: &Target,
+    send: h2::client::SendRequest<Bytes>,
+    url: &str,
+) -> anyhow::Result<Conn> {
+    if target.transport == Transport::Ws {
+        bail!("WebSocket is HTTP/1.1 only (kubefan does not offer RFC 8441)");
+    }
+    let mut send = send.ready().await?;
+    let req = http::Request::get(url).body(())?;
+    let (response, _) = send.send_request(req, true)?;
+    let response = response.await?;
+    if !response.status().is_success() {
+        bail!("{url}: HTTP {}", response.status());
+    }
+    let mut body = response.into_body();
+    let mut tail: Vec<u8> = Vec::new();
+    loop {
+        let chunk = body
+            .data()
+            .await
+            .context("stream ended before its snapshot")??;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        tail.extend_from_slice(&chunk);
+        if memmem::find(&tail, SNAPSHOT_END).is_some() {
+            break;
+        }
+        let keep = tail.len().saturating_sub(SNAPSHOT_END.len());
+        tail.drain(..keep);
+    }
+    Ok(Conn::H2(body))
+}
+
 /// Reads changes until `deadline`, or until every change has arrived.
 pub async fn read(conn: Conn, changes: usize, deadline: tokio::time::Instant) -> Seen {
     let mut seen = Seen::new(changes);
@@ -299,23 +409,27 @@ pub async fn read(conn: Conn, changes: usize, deadline: tokio::time::Instant) ->
         *pending == 0
     };
     match conn {
-        Conn::Http(mut body) => loop {
-            let next = tokio::time::timeout_at(deadline, body.next()).await;
-            let Ok(Some(Ok(chunk))) = next else { break };
-            buf.extend_from_slice(&chunk);
-            // Frames end with a blank line (SSE) or a newline (watch); a
-            // change is one frame, so split on newlines.
-            while let Some(end) = memchr::memchr(b'\n', &buf) {
-                let line: Vec<u8> = buf.drain(..=end).collect();
-                if memmem::find(&line, b"\"RESET\"").is_some() {
-                    seen.resets += 1;
+        Conn::Http(_) | Conn::H2(_) => {
+            let mut conn = conn;
+            loop {
+                let Some(chunk) = next_chunk(&mut conn, deadline).await else {
+                    break;
+                };
+                buf.extend_from_slice(&chunk);
+                // Frames end with a blank line (SSE) or a newline (watch); a
+                // change is one frame, so split on newlines.
+                while let Some(end) = memchr::memchr(b'\n', &buf) {
+                    let line: Vec<u8> = buf.drain(..=end).collect();
+                    if memmem::find(&line, b"\"RESET\"").is_some() {
+                        seen.resets += 1;
+                    }
+                    seen.record(&line);
                 }
-                seen.record(&line);
+                if chunk.len() < 64 * 1024 && done(&seen, &mut pending) {
+                    break;
+                }
             }
-            if chunk.len() < 64 * 1024 && done(&seen, &mut pending) {
-                break;
-            }
-        },
+        }
         Conn::Ws(mut ws) => loop {
             let next = tokio::time::timeout_at(deadline, ws.next()).await;
             let Ok(Ok(Some(msg))) = next else { break };
@@ -332,12 +446,34 @@ pub async fn read(conn: Conn, changes: usize, deadline: tokio::time::Instant) ->
     seen
 }
 
-pub fn client_for(local: IpAddr) -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
+/// The next chunk of an HTTP/1.1 or HTTP/2 body, before `deadline`.
+async fn next_chunk(conn: &mut Conn, deadline: tokio::time::Instant) -> Option<Bytes> {
+    match conn {
+        Conn::Http(body) => match tokio::time::timeout_at(deadline, body.next()).await {
+            Ok(Some(Ok(chunk))) => Some(chunk),
+            _ => None,
+        },
+        Conn::H2(body) => match tokio::time::timeout_at(deadline, body.data()).await {
+            Ok(Some(Ok(chunk))) => {
+                let _ = body.flow_control().release_capacity(chunk.len());
+                Some(chunk)
+            }
+            _ => None,
+        },
+        Conn::Ws(_) => None,
+    }
+}
+
+/// An HTTP/1.1 client from `local`, trusting `ca_pem` for https.
+pub fn client_for(local: IpAddr, ca_pem: Option<&str>) -> anyhow::Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder()
         .local_address(local)
         .pool_max_idle_per_host(0)
-        .connect_timeout(Duration::from_secs(10))
-        .build()?)
+        .connect_timeout(Duration::from_secs(10));
+    if let Some(ca) = ca_pem {
+        builder = builder.use_preconfigured_tls(tls_config(ca, &[b"http/1.1"])?);
+    }
+    Ok(builder.build()?)
 }
 
 #[cfg(test)]

@@ -742,3 +742,114 @@ async fn the_grafana_dashboard_queries_only_metrics_kubefan_exports_and_they_car
     drop(sse);
     env.stop().await;
 }
+
+/// `path` relative to `from` (both absolute), as kustomize wants its
+/// resources named.
+fn relative(path: &Path, from: &Path) -> PathBuf {
+    let common = path
+        .components()
+        .zip(from.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut rel = PathBuf::new();
+    for _ in from.components().skip(common) {
+        rel.push("..");
+    }
+    for part in path.components().skip(common) {
+        rel.push(part);
+    }
+    rel
+}
+
+#[test]
+fn the_tls_component_serves_https_from_a_mounted_secret_with_https_probes() {
+    // An overlay outside deploy/, as the component's own comment says to
+    // write, rendered by kubectl's kustomize.
+    let overlay = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kubefan-tls-overlay-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&overlay).unwrap();
+    let deploy = relative(&root().join("deploy"), &overlay);
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "resources: [{}]\ncomponents: [{}]\n",
+            deploy.display(),
+            deploy.join("tls").display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&overlay)
+        .output()
+        .expect("kubectl is installed (DESIGN.md: v1.32 on the machines)");
+    let _ = std::fs::remove_dir_all(&overlay);
+    assert!(
+        out.status.success(),
+        "kubectl kustomize: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut deployment = None;
+    let mut service = None;
+    for doc in serde_norway::Deserializer::from_str(&text) {
+        let value = Value::deserialize(doc).unwrap();
+        match value["kind"].as_str() {
+            Some("Deployment") => deployment = Some(typed::<Deployment>("tls", &value)),
+            Some("Service") => service = Some(typed::<Service>("tls", &value)),
+            _ => {}
+        }
+    }
+    let deployment = deployment.expect("a Deployment");
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let c = one(&pod.containers, "container");
+
+    // The certificate and key flags, known to kubefan, name files in a
+    // read-only mount of a Secret.
+    let flags = serve_flags();
+    let args = c.args.clone().unwrap();
+    let arg = |flag: &str| {
+        assert!(flags.contains(flag), "kubefan serve has no --{flag}");
+        args.iter()
+            .find_map(|a| a.strip_prefix(&format!("--{flag}=")))
+            .unwrap_or_else(|| panic!("--{flag} in {args:?}"))
+            .to_string()
+    };
+    let volumes = pod.volumes.clone().unwrap();
+    for flag in ["tls-cert-file", "tls-key-file", "tls-ca-file"] {
+        let file = arg(flag);
+        // The innermost mount holding the file.
+        let mount = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| file.starts_with(&format!("{}/", m.mount_path)))
+            .max_by_key(|m| m.mount_path.len())
+            .unwrap_or_else(|| panic!("{file} is in no mount"));
+        assert_eq!(mount.read_only, Some(true), "{}", mount.mount_path);
+        let volume = volumes.iter().find(|v| v.name == mount.name).unwrap();
+        let secret = volume.secret.as_ref().expect("a Secret volume");
+        assert_eq!(secret.secret_name.as_deref(), Some("kubefan-tls"));
+    }
+
+    // Probes over HTTPS to the container's port, which the Service targets.
+    let port = one(c.ports.as_deref().unwrap(), "container port");
+    assert_eq!(port.name.as_deref(), Some("https"));
+    assert_eq!(port.container_port, 8080);
+    for (probe, path) in [
+        (c.liveness_probe.as_ref(), "/healthz"),
+        (c.readiness_probe.as_ref(), "/readyz"),
+    ] {
+        let get = probe.and_then(|p| p.http_get.as_ref()).expect("HTTP probe");
+        assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(get.scheme.as_deref(), Some("HTTPS"), "{path}");
+        assert_eq!(get.port, IntOrString::String("https".into()));
+    }
+    let svc = service.expect("a Service").spec.unwrap();
+    let svc_port = one(svc.ports.as_deref().unwrap(), "Service port");
+    assert_eq!(svc_port.port, 443);
+    assert_eq!(
+        svc_port.target_port,
+        Some(IntOrString::String("https".into()))
+    );
+}

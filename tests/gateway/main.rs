@@ -10,5 +10,6 @@ mod replicas;
 mod soak;
 mod sse;
 mod support;
+mod tls;
 mod views;
 mod ws;

@@ -4,24 +4,25 @@
 //! with the last chunk; HTTP/1.0 ones end when the connection closes. Both
 //! carry `Connection: close`: the connection is not reused after a stream.
 //! A client that hangs up is noticed without waiting for the next write.
+//! Over TLS the same, through the connection's session (`socket`); a
+//! request that came over HTTP/2 is answered on its HTTP/2 stream
+//! instead (`h2_stream`).
 
 use std::future::poll_fn;
 use std::io::{self, IoSlice, Write as _};
 use std::pin::pin;
 use std::task::Poll;
 
+use super::io::{InputWatch, WriteDeadline, write_all};
+use super::socket::Detached;
+use super::{CorsHeaders, Streams, h2_stream, not_taken_over, socket_of};
+use crate::limits::Permit;
+use crate::transport::ChunkSource;
 use actix_web::http::Version;
 use actix_web::http::header::{self, HeaderMap, HeaderName};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, ResponseError};
 use bytes::{BufMut, Bytes, BytesMut};
 use prometheus_client::metrics::counter::Counter;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-
-use super::io::{InputWatch, WriteDeadline, write_all};
-use super::{CorsHeaders, Streams, not_taken_over, socket_of};
-use crate::limits::Permit;
-use crate::transport::ChunkSource;
 
 /// Answers `req` with `200 OK`, `headers` and the chunks of `source`,
 /// counting the bytes in `bytes_sent`, on the connection taken over from
@@ -33,6 +34,9 @@ pub fn respond<S: ChunkSource>(
     source: S,
     bytes_sent: Counter,
 ) -> HttpResponse {
+    if let Some(stream) = h2_stream::take(req) {
+        return stream.respond(req, streams, headers, source, bytes_sent);
+    }
     let socket = match socket_of(req) {
         Some(Ok(socket)) => socket,
         Some(Err(err)) => {
@@ -87,18 +91,16 @@ fn head(headers: &[(HeaderName, &'static str)], cors: Option<&HeaderMap>, chunke
 /// Writes the head, then every chunk, until the source ends, the client
 /// hangs up or a write fails.
 async fn pump<S: ChunkSource>(
-    socket: std::net::TcpStream,
+    socket: Detached,
     head: Bytes,
     mut source: S,
     chunked: bool,
     bytes_sent: Counter,
     deadline: &WriteDeadline,
 ) {
-    let Ok(mut socket) = TcpStream::from_std(socket) else {
+    let Ok(socket) = socket.attach() else {
         return;
     };
-    // Each chunk is a whole message; do not hold it back for the next one.
-    let _ = socket.set_nodelay(true);
     if write_all(&socket, deadline, &mut [IoSlice::new(&head)])
         .await
         .is_err()
@@ -145,7 +147,7 @@ async fn pump<S: ChunkSource>(
                 if chunked {
                     let _ = write_all(&socket, deadline, &mut [IoSlice::new(b"0\r\n\r\n")]).await;
                 }
-                let _ = socket.shutdown().await;
+                socket.shutdown();
                 return;
             }
         };

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
-
+use super::socket::Socket;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 
@@ -41,15 +39,15 @@ impl InputWatch {
     /// nothing costs no buffer at all.
     pub fn poll_read(
         &mut self,
-        socket: &TcpStream,
+        socket: &Socket,
         cx: &mut Context<'_>,
-        mut read: impl FnMut(&TcpStream) -> io::Result<usize>,
+        mut read: impl FnMut(&Socket) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
         loop {
             if self.armed {
                 // Reads only if readiness came since arming.
                 let mut looked = false;
-                let done = socket.try_io(tokio::io::Interest::READABLE, || {
+                let done = socket.tcp().try_io(tokio::io::Interest::READABLE, || {
                     looked = true;
                     read(socket)
                 });
@@ -63,7 +61,7 @@ impl InputWatch {
                     done => return Poll::Ready(done),
                 }
             }
-            match socket.poll_read_ready(cx) {
+            match socket.tcp().poll_read_ready(cx) {
                 Poll::Pending => {
                     self.armed = true;
                     return Poll::Pending;
@@ -79,8 +77,8 @@ impl InputWatch {
 
     /// Whether the client of a stream that takes no input is gone (end of
     /// file or an error); what it sends is read and dropped.
-    pub fn hung_up(&mut self, socket: &TcpStream, cx: &mut Context<'_>) -> bool {
-        let discard = |socket: &TcpStream| socket.try_read(&mut [0u8; 512]);
+    pub fn hung_up(&mut self, socket: &Socket, cx: &mut Context<'_>) -> bool {
+        let discard = |socket: &Socket| socket.try_read(&mut [0u8; 512]);
         loop {
             match self.poll_read(socket, cx, discard) {
                 Poll::Pending => return false,
@@ -93,7 +91,7 @@ impl InputWatch {
 
 /// Waits until `socket` takes more, at most `deadline.timeout` and not past
 /// the hard stop.
-async fn writable(socket: &impl Writer, deadline: &WriteDeadline) -> io::Result<()> {
+async fn writable(socket: &Socket, deadline: &WriteDeadline) -> io::Result<()> {
     tokio::select! {
         ready = socket.writable() => ready,
         _ = deadline.lifecycle.hard_stopped() => Err(io::ErrorKind::TimedOut.into()),
@@ -105,41 +103,28 @@ async fn writable(socket: &impl Writer, deadline: &WriteDeadline) -> io::Result<
     }
 }
 
-/// A socket, or its write half.
-pub trait Writer {
-    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
-    fn writable(&self) -> impl Future<Output = io::Result<()>>;
-}
-
-impl Writer for TcpStream {
-    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        TcpStream::try_write_vectored(self, bufs)
-    }
-    fn writable(&self) -> impl Future<Output = io::Result<()>> {
-        TcpStream::writable(self)
-    }
-}
-
-impl Writer for OwnedWriteHalf {
-    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        OwnedWriteHalf::try_write_vectored(self, bufs)
-    }
-    fn writable(&self) -> impl Future<Output = io::Result<()>> {
-        OwnedWriteHalf::writable(self)
-    }
-}
-
-/// Writes all of `bufs`, waiting for the socket when its buffer is full
-/// (not forever: see [`writable`]).
+/// Writes all of `bufs` (and, over TLS, sends all of it), waiting for the
+/// socket when its buffer is full (not forever: see [`writable`]).
 pub async fn write_all(
-    socket: &impl Writer,
+    socket: &Socket,
     deadline: &WriteDeadline,
     mut bufs: &mut [IoSlice<'_>],
 ) -> io::Result<()> {
-    while !bufs.is_empty() {
-        match socket.try_write_vectored(bufs) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+    loop {
+        let done = if bufs.is_empty() {
+            socket.try_flush().map(|()| true)
+        } else {
+            socket.try_write_vectored(bufs).and_then(|n| match n {
+                0 => Err(io::ErrorKind::WriteZero.into()),
+                n => {
+                    IoSlice::advance_slices(&mut bufs, n);
+                    Ok(false)
+                }
+            })
+        };
+        match done {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
             // Boxed: a stream's task holds this state only while its
             // client is behind, not for as long as it streams.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -148,5 +133,4 @@ pub async fn write_all(
             Err(e) => return Err(e),
         }
     }
-    Ok(())
 }

@@ -6,18 +6,24 @@
 //! task (loadtest/RESULTS.md has the numbers).
 //!
 //! One file per concept: [`server`] (the HTTP server whose connections can
-//! be taken), `http` (a chunked response written by kubefan), `ws_read`
-//! and `ws_write` (a WebSocket's two halves), `io` (bounded writes and
-//! watching for client input).
+//! be taken: plain, or TLS with ALPN), `socket` (a taken-over connection,
+//! plain or TLS), `http` (a chunked response written by kubefan),
+//! `ws_read` and `ws_write` (a WebSocket's two halves), `io` (bounded
+//! writes and watching for client input), [`h2`] (HTTP/2 connections,
+//! which actix never sees) and `h2_stream` (a stream's response on its
+//! HTTP/2 stream, with the same write deadline).
 //!
 //! No stream waits for its client forever: one that cannot write a single
 //! byte for the write timeout gives up and closes the connection, and at
 //! shutdown every stream still blocked after the grace period is ended
 //! (the lifecycle's hard stop).
 
+pub mod h2;
+mod h2_stream;
 mod http;
 mod io;
 pub mod server;
+mod socket;
 mod ws_read;
 mod ws_write;
 
@@ -112,10 +118,10 @@ pub fn not_taken_over() -> ApiError {
 #[derive(Clone)]
 pub struct CorsHeaders(pub HeaderMap);
 
-/// `req`'s socket, taken from actix and out of its reactor (which drops
-/// actix's waker for it, and through it actix's whole connection task);
-/// `None` if the connection cannot be taken over.
-fn socket_of(req: &HttpRequest) -> Option<std::io::Result<std::net::TcpStream>> {
-    let socket = req.conn_data::<Takeover>()?.take_socket()?;
-    Some(socket.into_std())
+/// `req`'s connection, taken from actix and out of its reactor (which
+/// drops actix's waker for it, and through it actix's whole connection
+/// task); `None` if the connection cannot be taken over.
+fn socket_of(req: &HttpRequest) -> Option<std::io::Result<socket::Detached>> {
+    let front = req.conn_data::<Takeover>()?.take_socket()?;
+    Some(front.detach())
 }

@@ -1,5 +1,5 @@
 //! The HTTP server: actix-web's application served by actix-http over TCP
-//! connections that a handler may take over.
+//! connections that a handler may take over, plain or TLS.
 //!
 //! This is what `actix_web::HttpServer` does, with one difference: each
 //! connection's socket sits in a shared slot ([`FrontIo`]), and the
@@ -10,31 +10,68 @@
 //! go nowhere and whose reads end, and lets it go, with its two 8 KiB
 //! buffers and its task: a stream costs its subscription and its socket,
 //! nothing more (loadtest/RESULTS.md has the numbers).
+//!
+//! With TLS, every connection is TLS: the handshake is done here (rustls,
+//! the served certificate as it is at that moment), then ALPN decides:
+//! `h2` goes to kubefan's own HTTP/2 connection ([`super::h2`]), which
+//! calls the same actix-web application for every request; anything else
+//! is HTTP/1.1 through actix-http, over a slot that holds the TLS stream
+//! and is taken over the same way.
 
 use std::cell::RefCell;
 use std::fmt;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
-use actix_http::body::MessageBody;
+use actix_http::body::{BoxBody, MessageBody};
 use actix_http::{HttpService, Protocol, Request, Response};
 use actix_server::Server;
 use actix_service::{
-    IntoServiceFactory, Service, ServiceFactory, ServiceFactoryExt, fn_service, map_config,
+    IntoServiceFactory, Service, ServiceFactory, ServiceFactoryExt, fn_factory, fn_service,
+    map_config,
 };
 use actix_web::dev::AppConfig;
-use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 
+use super::h2;
+use super::socket::Detached;
 use crate::lifecycle::Lifecycle;
+use crate::metrics::{Metrics, Protocol as Wire};
+
+/// How long a client has to complete its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 type Slot = Rc<RefCell<Conn>>;
 
+/// A connection as actix-http serves it: plain TCP, or TLS over it.
+pub enum Front {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Front {
+    /// Out of this runtime's reactor, with its TLS session if it has one.
+    pub fn detach(self) -> io::Result<Detached> {
+        match self {
+            Front::Plain(tcp) => Ok(Detached::plain(tcp.into_std()?)),
+            Front::Tls(tls) => {
+                let (tcp, session) = tls.into_inner();
+                Ok(Detached::tls(tcp.into_std()?, session))
+            }
+        }
+    }
+}
+
 struct Conn {
-    io: Option<TcpStream>,
+    io: Option<Front>,
     /// Who waits to read: woken when the socket is taken, to see the end.
     reader: Option<Waker>,
 }
@@ -49,8 +86,8 @@ pub struct FrontIo(Slot);
 pub struct Takeover(Slot);
 
 impl Takeover {
-    /// The socket, taken away from actix. `None` if already taken.
-    pub fn take_socket(&self) -> Option<TcpStream> {
+    /// The connection, taken away from actix. `None` if already taken.
+    pub fn take_socket(&self) -> Option<Front> {
         let mut conn = self.0.borrow_mut();
         let io = conn.io.take();
         if let Some(reader) = conn.reader.take() {
@@ -59,6 +96,64 @@ impl Takeover {
             reader.wake();
         }
         io
+    }
+}
+
+impl AsyncRead for Front {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Front::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            Front::Tls(io) => Pin::new(io).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Front {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Front::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            Front::Tls(io) => Pin::new(io).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Front::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            Front::Tls(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Front::Plain(io) => io.is_write_vectored(),
+            Front::Tls(io) => io.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Front::Plain(io) => Pin::new(io).poll_flush(cx),
+            Front::Tls(io) => Pin::new(io).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Front::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            Front::Tls(io) => Pin::new(io).poll_shutdown(cx),
+        }
     }
 }
 
@@ -127,14 +222,25 @@ impl AsyncWrite for FrontIo {
     }
 }
 
-/// Serves `factory`'s application on `listener` with `workers` threads.
-/// Idle keep-alive connections close when `lifecycle` shuts down; requests
-/// in flight get `grace_secs` to finish once the server is stopped.
+/// How the server accepts and serves connections.
+pub struct Settings {
+    pub workers: usize,
+    /// Seconds requests in flight get to finish once the server is stopped.
+    pub grace_secs: u64,
+    /// Idle keep-alive connections close when it shuts down.
+    pub lifecycle: Arc<Lifecycle>,
+    /// TLS on every connection, when set.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// HTTP/2 connections (over TLS only).
+    pub h2: h2::Settings,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Serves `factory`'s application on `listener` (see the module
+/// documentation).
 pub fn serve<F, I, S, B>(
     listener: std::net::TcpListener,
-    workers: usize,
-    grace_secs: u64,
-    lifecycle: Arc<Lifecycle>,
+    settings: Settings,
     factory: F,
 ) -> io::Result<Server>
 where
@@ -149,37 +255,128 @@ where
     B: MessageBody + 'static,
 {
     let addr = listener.local_addr()?;
+    let Settings {
+        workers,
+        grace_secs,
+        lifecycle,
+        tls,
+        h2,
+        metrics,
+    } = settings;
+    let tls = tls.map(TlsAcceptor::from);
+    let h2 = Arc::new(h2);
     Ok(Server::build()
         .workers(workers)
         .disable_signals()
         .shutdown_timeout(grace_secs)
         .listen("kubefan", listener, move || {
             let lifecycle = lifecycle.clone();
-            let app = factory()
-                .into_factory()
-                .map_err(|err| err.into().error_response());
+            let app = || {
+                factory()
+                    .into_factory()
+                    .map_err(|err| err.into().error_response())
+            };
             // `graceful_shutdown_signal` is what HttpServer uses to close idle
             // keep-alive connections at shutdown (hidden from docs, pinned
             // by Cargo.lock).
-            let http = HttpService::<FrontIo, _, _>::build()
-                .graceful_shutdown_signal(move || {
+            let http1 = HttpService::<FrontIo, _, _>::build()
+                .graceful_shutdown_signal({
                     let lifecycle = lifecycle.clone();
-                    async move { lifecycle.shutting_down().await }
+                    move || {
+                        let lifecycle = lifecycle.clone();
+                        async move { lifecycle.shutting_down().await }
+                    }
                 })
                 .local_addr(addr)
                 .on_connect_ext(|io: &FrontIo, ext| {
                     ext.insert(Takeover(io.0.clone()));
                 })
-                .finish(map_config(app, |_| AppConfig::default()));
-            fn_service(|io: TcpStream| async move {
-                let peer = io.peer_addr().ok();
-                let io = FrontIo(Rc::new(RefCell::new(Conn {
-                    io: Some(io),
-                    reader: None,
-                })));
-                Ok::<_, actix_http::error::DispatchError>((io, Protocol::Http1, peer))
+                .finish(map_config(app(), |_| AppConfig::default()));
+            let http2 = map_config(
+                app().map(|res| res.into().map_into_boxed_body()),
+                |_: ()| AppConfig::default(),
+            );
+            let (tls, h2, metrics) = (tls.clone(), h2.clone(), metrics.clone());
+            fn_factory(move || {
+                let http1 = http1.new_service(());
+                let http2 = http2.new_service(());
+                let (tls, h2, metrics) = (tls.clone(), h2.clone(), metrics.clone());
+                async move {
+                    let connections = Rc::new(Connections {
+                        http1: Rc::new(http1.await?),
+                        http2: Rc::new(http2.await.map_err(|err| {
+                            tracing::error!(error = ?err, "the application did not start");
+                        })?),
+                        tls,
+                        h2,
+                        metrics,
+                    });
+                    Ok::<_, ()>(fn_service(move |tcp: TcpStream| connections.serve(tcp)))
+                }
             })
-            .and_then(http)
         })?
         .run())
+}
+
+/// One worker's way to serve a connection: actix-http for HTTP/1.x, plain
+/// or TLS; kubefan's own HTTP/2 connection for ALPN `h2`.
+struct Connections<H1, H2> {
+    http1: Rc<H1>,
+    http2: Rc<H2>,
+    tls: Option<TlsAcceptor>,
+    h2: Arc<h2::Settings>,
+    metrics: Arc<Metrics>,
+}
+
+impl<H1, H2> Connections<H1, H2>
+where
+    H1: Service<(FrontIo, Protocol, Option<SocketAddr>), Response = ()> + 'static,
+    H1::Error: fmt::Debug,
+    H2: Service<Request, Response = Response<BoxBody>> + 'static,
+    H2::Error: Into<Response<BoxBody>>,
+{
+    fn serve(&self, tcp: TcpStream) -> impl Future<Output = Result<(), ()>> + use<H1, H2> {
+        let (http1, http2) = (self.http1.clone(), self.http2.clone());
+        let (tls, h2, metrics) = (self.tls.clone(), self.h2.clone(), self.metrics.clone());
+        async move {
+            let peer = tcp.peer_addr().ok();
+            let front = match tls {
+                None => {
+                    metrics.connection(Wire::Http1);
+                    Front::Plain(tcp)
+                }
+                Some(acceptor) => {
+                    let tls =
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                            Ok(Ok(tls)) => tls,
+                            Ok(Err(err)) => {
+                                tracing::debug!(?peer, error = %err, "TLS handshake failed");
+                                metrics.connection(Wire::TlsFailed);
+                                return Ok(());
+                            }
+                            Err(_) => {
+                                tracing::debug!(?peer, "TLS handshake timed out");
+                                metrics.connection(Wire::TlsFailed);
+                                return Ok(());
+                            }
+                        };
+                    if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                        metrics.connection(Wire::H2);
+                        h2::serve(tls, http2, peer, &h2).await;
+                        return Ok(());
+                    }
+                    metrics.connection(Wire::Https1);
+                    Front::Tls(Box::new(tls))
+                }
+            };
+            let io = FrontIo(Rc::new(RefCell::new(Conn {
+                io: Some(front),
+                reader: None,
+            })));
+            if let Err(err) = http1.call((io, Protocol::Http1, peer)).await {
+                tracing::trace!(error = ?err, "HTTP/1 connection ended with an error");
+            }
+            Ok(())
+        }
+    }
 }

@@ -3,22 +3,22 @@
 //! (same limits, same errors). Nothing is buffered between frames.
 
 use std::io;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use actix_http::ws::{Frame, Item, ProtocolError};
 use actix_ws::AggregatedMessage;
 use bytes::{BufMut, Bytes, BytesMut};
-use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio_util::codec::Decoder;
 
 use super::io::InputWatch;
+use super::socket::Socket;
 
 /// A taken-over WebSocket's client messages: frames parsed by actix-http's
 /// codec, continuations joined as actix-ws joins them (same limits, same
 /// errors). Nothing is buffered between frames.
 pub struct Inbox {
-    read: OwnedReadHalf,
+    read: Arc<Socket>,
     input: InputWatch,
     /// Bytes of a frame not complete yet.
     pending: BytesMut,
@@ -51,7 +51,7 @@ fn text_message(bytes: Bytes) -> Result<AggregatedMessage, ProtocolError> {
 
 impl Inbox {
     /// Reads from `read`; messages over `max_message` bytes are refused.
-    pub(super) fn new(read: OwnedReadHalf, max_message: usize) -> Inbox {
+    pub(super) fn new(read: Arc<Socket>, max_message: usize) -> Inbox {
         Inbox {
             read,
             input: InputWatch::default(),
@@ -147,13 +147,13 @@ impl futures::Stream for Inbox {
                 this.pending = BytesMut::new();
             }
             let pending = &mut this.pending;
-            let read = |socket: &TcpStream| {
+            let read = |socket: &Socket| {
                 let mut scratch = [0u8; 2048];
                 let n = socket.try_read(&mut scratch)?;
                 pending.extend_from_slice(&scratch[..n]);
                 Ok(n)
             };
-            match this.input.poll_read(this.read.as_ref(), cx, read) {
+            match this.input.poll_read(&this.read, cx, read) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(err)) => {
                     this.ended = true;
@@ -174,6 +174,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
     use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
 
     /// An inbox on one end of a loopback connection.
     async fn inbox(max_message: usize) -> (Inbox, TcpStream) {
@@ -182,8 +183,10 @@ mod tests {
             .await
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
-        let (read, _write) = server.into_split();
-        (Inbox::new(read, max_message), client)
+        (
+            Inbox::new(Arc::new(Socket::plain(server)), max_message),
+            client,
+        )
     }
 
     fn part(item: Item) -> Frame {

@@ -4,14 +4,13 @@
 //! payload in one `writev`).
 
 use std::io::{self, IoSlice};
+use std::sync::Arc;
 
 use actix_web::{HttpMessage, HttpRequest};
 use bytes::Bytes;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
 
 use super::io::{WriteDeadline, write_all};
+use super::socket::{Detached, Socket};
 use super::ws_read::Inbox;
 use super::{Streams, socket_of};
 use crate::limits::Permit;
@@ -27,7 +26,7 @@ pub struct Upgraded {
 /// A WebSocket connection taken from actix, out of any reactor until
 /// [`Taken::open`] is called on the runtime that is to drive it.
 pub struct Taken {
-    socket: std::net::TcpStream,
+    socket: Detached,
     head: Bytes,
     max_message: usize,
     deadline: WriteDeadline,
@@ -60,14 +59,11 @@ pub fn upgrade(
 impl Taken {
     /// Registers the socket with the current runtime's reactor.
     pub fn open(self) -> io::Result<Upgraded> {
-        let socket = TcpStream::from_std(self.socket)?;
-        // Every message is whole: do not hold one back for the next.
-        socket.set_nodelay(true)?;
-        let (read, write) = socket.into_split();
+        let socket = Arc::new(self.socket.attach()?);
         Ok(Upgraded {
-            inbox: Inbox::new(read, self.max_message),
+            inbox: Inbox::new(socket.clone(), self.max_message),
             writer: WsWriter {
-                write,
+                write: socket,
                 head: Some(self.head),
                 deadline: self.deadline,
                 _permit: self.permit,
@@ -89,7 +85,7 @@ pub enum Opcode {
 /// unfragmented, unmasked frame (a server's frames are never masked),
 /// written as its header and payload in one `writev`.
 pub struct WsWriter {
-    write: OwnedWriteHalf,
+    write: Arc<Socket>,
     /// The handshake response, not yet sent.
     head: Option<Bytes>,
     deadline: WriteDeadline,
@@ -141,7 +137,7 @@ impl WsWriter {
         }
         payload.extend_from_slice(&reason.as_bytes()[..end]);
         if self.send(Opcode::Close, &payload).await.is_ok() {
-            let _ = self.write.shutdown().await;
+            self.write.shutdown();
         }
     }
 }

@@ -1,0 +1,315 @@
+//! HTTP/2 connections (ALPN `h2` over TLS), driven by kubefan on the h2
+//! crate (the version actix-http's own `http2` feature would bring).
+//!
+//! Every request goes to the same actix-web application as over HTTP/1.1:
+//! middleware, routes and handlers are the same, and so are the answers.
+//! An ordinary response is sent from the request's own small task on this
+//! worker. A stream (SSE, a Kubernetes watch) is taken by its handler
+//! (`h2_stream`): its head is sent at once and its chunks by a task on the
+//! streams' runtime, as a taken-over HTTP/1.1 stream's are, so an open
+//! HTTP/2 stream costs its subscription, its task and h2's state for the
+//! stream, not a request future.
+//!
+//! Why not actix-http's own HTTP/2 dispatcher: it waits for a stream's
+//! flow-control window with no deadline (`handle_response` awaits
+//! `poll_capacity` for as long as the client gives no window), keeps each
+//! stream's whole request future on the worker, and cannot hand a stream
+//! to the streams' runtime; kubefan needs all three (ARCHITECTURE.md).
+//!
+//! Flow control is per stream: a stream whose client grants no window
+//! stops pulling its subscription, which the hub laps like any slow reader
+//! (`RESET`, or 410 on the watch face, once the client reads again); the
+//! other streams of the connection go on. A stream granted no window for
+//! the write timeout is reset (`RST_STREAM CANCEL`).
+//!
+//! The connection: at most `max_streams` streams at once; a ping every
+//! keep-alive interval, and a peer whose pong has not come back within the
+//! write timeout (it reads nothing at all) is dropped; at shutdown a
+//! GOAWAY, then the connection ends once its streams have.
+
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::net::SocketAddr;
+use std::pin::{Pin, pin};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use actix_http::body::{BodySize, BoxBody, MessageBody};
+use actix_http::error::PayloadError;
+use actix_http::header::{self, HeaderValue};
+use actix_http::{HttpMessage, Method, Payload, Request, Response, Version};
+use actix_service::Service;
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Ping, RecvStream};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_rustls::server::TlsStream;
+
+use super::Streams;
+use super::h2_stream::{Stream, send_chunk};
+use super::io::WriteDeadline;
+use crate::lifecycle::Lifecycle;
+
+/// Data a stream may have queued in h2 and not yet written to the
+/// connection: h2 grants it no more window until some is written.
+const SEND_BUFFER: usize = 64 << 10;
+
+/// How long a client has to complete the HTTP/2 preface and settings.
+const PREFACE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How HTTP/2 connections are served.
+pub struct Settings {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS.
+    pub max_streams: u32,
+    /// Largest request header list accepted (h2 refuses larger ones; the
+    /// middleware's own bound answers 431 below it).
+    pub max_header_bytes: u32,
+    /// Interval of the connection's pings.
+    pub keepalive: Duration,
+    deadline: WriteDeadline,
+}
+
+impl Settings {
+    /// Writes wait as the streams' writes do (`Streams`' write timeout
+    /// and hard stop).
+    pub fn new(
+        streams: &Streams,
+        max_streams: u32,
+        max_header_bytes: u32,
+        keepalive: Duration,
+    ) -> Settings {
+        Settings {
+            max_streams,
+            max_header_bytes,
+            keepalive,
+            deadline: streams.deadline.clone(),
+        }
+    }
+
+    fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.deadline.lifecycle
+    }
+}
+
+/// Serves one HTTP/2 connection until it ends.
+pub(super) async fn serve<S>(
+    io: TlsStream<TcpStream>,
+    app: Rc<S>,
+    peer: Option<SocketAddr>,
+    settings: &Settings,
+) where
+    S: Service<Request, Response = Response<BoxBody>> + 'static,
+    S::Error: Into<Response<BoxBody>>,
+{
+    let handshake = h2::server::Builder::new()
+        .max_concurrent_streams(settings.max_streams)
+        .max_header_list_size(settings.max_header_bytes)
+        .max_send_buffer_size(SEND_BUFFER)
+        .handshake::<_, Bytes>(io);
+    let mut conn = match tokio::time::timeout(PREFACE_TIMEOUT, handshake).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(err)) => {
+            tracing::debug!(?peer, error = %err, "HTTP/2 handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(?peer, "HTTP/2 handshake timed out");
+            return;
+        }
+    };
+    let mut pings = conn.ping_pong();
+    let mut ping_sent: Option<Instant> = None;
+    let mut ticker =
+        tokio::time::interval_at(Instant::now() + settings.keepalive, settings.keepalive);
+    let mut draining = false;
+    let lifecycle = settings.lifecycle().clone();
+    loop {
+        tokio::select! {
+            next = conn.accept() => match next {
+                Some(Ok((request, respond))) => {
+                    let deadline = settings.deadline.clone();
+                    tokio::task::spawn_local(serve_request(request, respond, app.clone(), peer, deadline));
+                }
+                Some(Err(err)) => {
+                    tracing::debug!(?peer, error = %err, "HTTP/2 connection ended with an error");
+                    return;
+                }
+                None => return,
+            },
+            _ = lifecycle.shutting_down(), if !draining => {
+                draining = true;
+                conn.graceful_shutdown();
+            }
+            _ = ticker.tick(), if pings.is_some() => {
+                let Some(pings) = pings.as_mut() else { continue };
+                match ping_sent {
+                    Some(at) if at.elapsed() >= settings.deadline.timeout => {
+                        tracing::debug!(?peer, "closing an HTTP/2 connection whose peer answers no ping");
+                        settings.deadline.metrics.limit_hit("write_timeout");
+                        return;
+                    }
+                    Some(_) => {}
+                    None => {
+                        if pings.send_ping(Ping::opaque()).is_ok() {
+                            ping_sent = Some(Instant::now());
+                        }
+                    }
+                }
+            }
+            pong = poll_fn(|cx| match pings.as_mut() {
+                Some(pings) => pings.poll_pong(cx),
+                None => Poll::Pending,
+            }), if ping_sent.is_some() => {
+                if pong.is_err() {
+                    return;
+                }
+                ping_sent = None;
+            }
+        }
+    }
+}
+
+/// One request: the application's answer, sent here unless a stream took
+/// the request's HTTP/2 stream.
+async fn serve_request<S>(
+    request: http::Request<RecvStream>,
+    respond: SendResponse<Bytes>,
+    app: Rc<S>,
+    peer: Option<SocketAddr>,
+    deadline: WriteDeadline,
+) where
+    S: Service<Request, Response = Response<BoxBody>> + 'static,
+    S::Error: Into<Response<BoxBody>>,
+{
+    let (parts, body) = request.into_parts();
+    let head_only = parts.method == Method::HEAD;
+    let payload: actix_http::BoxedPayloadStream = Box::pin(RequestBody(body));
+    let mut req = Request::with_payload(Payload::Stream { payload });
+    {
+        let head = req.head_mut();
+        head.method = parts.method;
+        head.version = Version::HTTP_2;
+        head.headers = parts.headers.into();
+        head.peer_addr = peer;
+        // HTTP/2 carries the authority in `:authority`: handlers and the
+        // middleware read `Host`, as an HTTP/1.1 request has it.
+        if !head.headers.contains_key(header::HOST)
+            && let Some(host) = parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            head.headers.insert(header::HOST, host);
+        }
+        head.uri = parts.uri;
+    }
+    let slot = Rc::new(RefCell::new(Some(respond)));
+    req.extensions_mut().insert(Stream(slot.clone()));
+    let res = match app.call(req).await {
+        Ok(res) => res,
+        Err(err) => err.into(),
+    };
+    let Some(respond) = slot.borrow_mut().take() else {
+        // A stream answered on it.
+        return;
+    };
+    send_response(respond, res, head_only, &deadline).await;
+}
+
+/// Sends an ordinary response: its head, then its body as flow control
+/// allows, within the write deadline.
+async fn send_response(
+    mut respond: SendResponse<Bytes>,
+    res: Response<BoxBody>,
+    head_only: bool,
+    deadline: &WriteDeadline,
+) {
+    let (res, body) = res.into_parts();
+    let size = body.size();
+    let mut head = http::Response::new(());
+    *head.status_mut() = res.status();
+    *head.version_mut() = http::Version::HTTP_2;
+    let headers = head.headers_mut();
+    for (name, value) in res.headers().iter() {
+        if !is_connection_specific(name) && name != header::CONTENT_LENGTH {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    if let BodySize::Sized(len) = size {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
+    if !headers.contains_key(header::DATE)
+        && let Ok(date) =
+            HeaderValue::from_str(&httpdate::fmt_http_date(std::time::SystemTime::now()))
+    {
+        headers.insert(header::DATE, date);
+    }
+    let empty = head_only || matches!(size, BodySize::None | BodySize::Sized(0));
+    let Ok(mut send) = respond.send_response(head, empty) else {
+        return;
+    };
+    if empty {
+        return;
+    }
+    let mut body = pin!(body);
+    while let Some(chunk) = poll_fn(|cx| body.as_mut().poll_next(cx)).await {
+        let Ok(chunk) = chunk else {
+            send.send_reset(h2::Reason::INTERNAL_ERROR);
+            return;
+        };
+        if send_chunk(&mut send, chunk, deadline).await.is_err() {
+            return;
+        }
+    }
+    let _ = send.send_data(Bytes::new(), true);
+}
+
+/// Headers HTTP/2 forbids (RFC 9113, section 8.2.2).
+pub(super) fn is_connection_specific(name: &header::HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
+    )
+}
+
+/// A request's body, as actix's payload: data as it arrives, each piece's
+/// window given back as it is read.
+struct RequestBody(RecvStream);
+
+impl futures::Stream for RequestBody {
+    type Item = Result<Bytes, PayloadError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let body = &mut self.get_mut().0;
+        match body.poll_data(cx) {
+            Poll::Ready(Some(Ok(data))) => {
+                let _ = body.flow_control().release_capacity(data.len());
+                Poll::Ready(Some(Ok(data)))
+            }
+            Poll::Ready(Some(Err(err))) => {
+                Poll::Ready(Some(Err(PayloadError::Io(std::io::Error::other(err)))))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_specific_headers_are_not_sent_over_http2() {
+        for name in ["connection", "transfer-encoding", "keep-alive", "upgrade"] {
+            assert!(is_connection_specific(&header::HeaderName::from_static(
+                name
+            )));
+        }
+        assert!(!is_connection_specific(&header::CONTENT_TYPE));
+        assert!(!is_connection_specific(&header::CACHE_CONTROL));
+    }
+}
