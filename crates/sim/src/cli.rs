@@ -27,6 +27,12 @@ pub struct SimArgs {
     pub pods: usize,
     #[arg(long, env = "KUBEFAN_SIM_BOOKMARK_INTERVAL_SECS", default_value_t = 10)]
     pub bookmark_interval_secs: u64,
+    /// Events kept per resource for watches from an older resourceVersion.
+    #[arg(long, env = "KUBEFAN_SIM_HISTORY_EVENTS", default_value_t = SimConfig::default().history)]
+    pub history_events: usize,
+    /// Bytes those events may hold per resource; the oldest go first.
+    #[arg(long, env = "KUBEFAN_SIM_HISTORY_BYTES", default_value_t = SimConfig::default().history_bytes)]
+    pub history_bytes: usize,
     /// Seed for a reproducible cluster and churn.
     #[arg(long, env = "KUBEFAN_SIM_SEED")]
     pub seed: Option<u64>,
@@ -36,6 +42,8 @@ pub struct SimArgs {
 pub async fn run(args: SimArgs, shutdown: CancellationToken) -> Result<(), SimError> {
     let sim = Sim::new(SimConfig {
         bookmark_interval: Duration::from_secs(args.bookmark_interval_secs.max(1)),
+        history: args.history_events,
+        history_bytes: args.history_bytes,
         ..SimConfig::default()
     });
     let churn = ChurnConfig {
@@ -89,6 +97,8 @@ mod tests {
             pods: 20,
             bookmark_interval_secs: 1,
             seed: Some(3),
+            history_events: 100,
+            history_bytes: 1 << 20,
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(run(args, shutdown.clone()));

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use super::resource::{self, ResourceDef};
-use super::store::{Filter, WatchFrom};
+use super::store::{Filter, WatchFrom, Written};
 use super::watch::{self, WatchTiming};
 use super::{Sim, SimError};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -324,17 +324,16 @@ async fn resource_endpoint(
         return Err(SimError::UnknownResource(req.path().into()));
     }
     let key = def.key();
-    let ok = |v: std::sync::Arc<Value>| json_response(&v);
-    let created = |v: std::sync::Arc<Value>| {
-        HttpResponse::Created()
-            .content_type(JSON)
-            .body(v.to_string())
-    };
+    let ok = |w: Written| HttpResponse::Ok().content_type(JSON).body(w.encoded);
+    let created = |w: Written| HttpResponse::Created().content_type(JSON).body(w.encoded);
     let q = query(req)?;
     match (req.method().clone(), name) {
         (Method::GET, None) if flag(&q, "watch")? => watch_endpoint(sim, &def, ns, &q),
         (Method::GET, None) => list_endpoint(sim, &def, ns, &q).await,
-        (Method::GET, Some(name)) => sim.store().get(&key, ns, name).map(ok),
+        (Method::GET, Some(name)) => {
+            let encoded = sim.store().get(&key, ns, name)?.encoded.clone();
+            Ok(HttpResponse::Ok().content_type(JSON).body(encoded))
+        }
         (Method::POST, None) if ns.is_some() || !def.namespaced => {
             let mut obj = parse_body(body)?;
             place(&def, &mut obj, ns, None)?;
@@ -371,7 +370,7 @@ fn filter(def: &ResourceDef, ns: Option<&str>, q: &Query) -> Result<Filter, SimE
     Ok(Filter {
         ns: ns.map(str::to_owned),
         labels: LabelSelector::parse(labels)?,
-        fields: FieldSelector::parse(fields, &def.selectable_fields)?,
+        fields: FieldSelector::parse(fields, def)?,
     })
 }
 
@@ -411,14 +410,15 @@ async fn list_endpoint(
     })
     .to_string();
     // Splice the items into the head object without re-building a Value.
-    let mut out = Vec::with_capacity(head.len() + page.items.len() * 2048);
+    let size = page.items.iter().map(|i| i.len() + 1).sum::<usize>();
+    let mut out = Vec::with_capacity(head.len() + size + 16);
     out.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
     out.extend_from_slice(b",\"items\":[");
     for (i, item) in page.items.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, &**item).map_err(|e| SimError::Internal(e.to_string()))?;
+        out.extend_from_slice(item);
     }
     out.extend_from_slice(b"]}");
     Ok(HttpResponse::Ok().content_type(JSON).body(out))

@@ -9,8 +9,11 @@
 //! assertions.
 //!
 //! # Layout
-//! - `resource.rs`: resource definitions and discovery documents
-//! - `store.rs`: objects, resourceVersions, history, watchers, list snapshots
+//! - `resource.rs`: resource definitions and discovery documents;
+//!   `builtins.rs`: the resources every simulator serves
+//! - `store/`: objects, resourceVersions, history, watchers, list snapshots
+//!   (`mod.rs`), and the checks of object writes (`write.rs`);
+//!   `attrs.rs`: what selectors read of a stored object
 //! - `watch.rs`: the body of one watch stream
 //! - `http.rs`: routing, query parsing, `Status` responses, `SimServer`
 //! - `selector.rs`, `patch.rs`: label/field selectors, JSON merge patch,
@@ -25,7 +28,9 @@
 
 #![deny(unsafe_code)]
 
+mod attrs;
 mod auth;
+mod builtins;
 mod churn;
 mod cli;
 mod http;
@@ -48,8 +53,8 @@ pub use churn::{ChurnConfig, PodBuilder, pod, seed_cluster, spawn_churn};
 pub use cli::{SimArgs, run};
 pub use http::SimServer;
 pub use patch::merge_patch;
-pub use resource::ResourceDef;
-pub use store::{ResourceStats, Stats};
+pub use resource::{NameRule, ResourceDef, SelectableField, UnknownField};
+pub use store::{ResourceStats, Stats, StorageStats};
 
 use store::{Limits, Store};
 
@@ -58,6 +63,9 @@ use store::{Limits, Store};
 pub struct SimConfig {
     /// Events retained per resource for watches from an old rv; older → 410.
     pub history: usize,
+    /// Bytes those events may hold per resource (their JSON and selectable
+    /// attributes); the oldest go first when either bound is reached.
+    pub history_bytes: usize,
     /// Period of BOOKMARK events on watches that allow them.
     pub bookmark_interval: Duration,
     /// How long a watch without `timeoutSeconds` stays open.
@@ -72,6 +80,7 @@ impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
             history: 10_000,
+            history_bytes: 16 << 20,
             bookmark_interval: Duration::from_secs(10),
             watch_timeout: Duration::from_secs(30 * 60),
             watch_queue: 1024,
@@ -197,10 +206,11 @@ impl Sim {
     pub fn new(cfg: SimConfig) -> Sim {
         let mut store = Store::new(Limits {
             history: cfg.history,
+            history_bytes: cfg.history_bytes,
             watch_queue: cfg.watch_queue,
             list_snapshots: cfg.list_snapshots,
         });
-        for def in resource::builtins() {
+        for def in builtins::builtins() {
             store.register(def);
         }
         Sim {
@@ -258,12 +268,12 @@ impl Sim {
 
     /// Creates an object; `resource` is a key like "pods" or "deployments.apps".
     pub fn create(&self, resource: &str, obj: Value) -> Result<Value, SimError> {
-        self.store().create(resource, obj).map(|v| (*v).clone())
+        self.store().create(resource, obj).map(|w| w.object)
     }
 
     /// Replaces an object (PUT semantics, including the rv precondition).
     pub fn update(&self, resource: &str, obj: Value) -> Result<Value, SimError> {
-        self.store().update(resource, obj).map(|v| (*v).clone())
+        self.store().update(resource, obj).map(|w| w.object)
     }
 
     /// Applies an RFC 7386 merge patch. `ns` None means "default" for
@@ -277,29 +287,27 @@ impl Sim {
     ) -> Result<Value, SimError> {
         self.store()
             .merge_patch(resource, ns, name, patch)
-            .map(|v| (*v).clone())
+            .map(|w| w.object)
     }
 
     /// Deletes an object and returns it as last seen, with the deletion's rv.
     pub fn delete(&self, resource: &str, ns: Option<&str>, name: &str) -> Result<Value, SimError> {
-        self.store()
-            .delete(resource, ns, name)
-            .map(|v| (*v).clone())
+        self.store().delete(resource, ns, name).map(|w| w.object)
     }
 
     pub fn get(&self, resource: &str, ns: Option<&str>, name: &str) -> Option<Value> {
-        self.store()
-            .get(resource, ns, name)
-            .ok()
-            .map(|v| (*v).clone())
+        let stored = self.store().get(resource, ns, name).ok()?.clone();
+        stored.value().ok()
     }
 
     /// Every object of a resource (sorted by namespace/name) and the current rv;
     /// empty for an unknown resource.
     pub fn list(&self, resource: &str) -> (Vec<Value>, u64) {
-        let store = self.store();
-        let items = store.objects(resource).unwrap_or_default();
-        (items.iter().map(|v| (**v).clone()).collect(), store.rv())
+        let (items, rv) = {
+            let store = self.store();
+            (store.objects(resource).unwrap_or_default(), store.rv())
+        };
+        (items.iter().filter_map(|s| s.value().ok()).collect(), rv)
     }
 
     /// The global resourceVersion: the rv of the latest write.

@@ -14,9 +14,9 @@
 //!   `\,` `\=` `\!` `\\`. A field a resource does not support is refused
 //!   as kube-apiserver refuses it: "field label not supported".
 
-use serde_json::Value;
-
 use super::SimError;
+use super::attrs::Attrs;
+use super::resource::ResourceDef;
 
 /// A label requirement's operator.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,10 +161,9 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
-    pub fn matches(&self, obj: &Value) -> bool {
-        let labels = obj.pointer("/metadata/labels");
+    pub fn matches(&self, attrs: &Attrs) -> bool {
         self.0.iter().all(|(key, op)| {
-            let value = labels.and_then(|l| l.get(key)).and_then(Value::as_str);
+            let value = attrs.label(key);
             match op {
                 LabelOp::In(set) => value.is_some_and(|v| set.iter().any(|s| s == v)),
                 LabelOp::NotIn(set) => value.is_none_or(|v| set.iter().all(|s| s != v)),
@@ -182,9 +181,9 @@ impl LabelSelector {
 }
 
 impl FieldSelector {
-    /// Parses `selector`; the fields allowed are `metadata.name`,
-    /// `metadata.namespace` and `supported`.
-    pub fn parse(selector: &str, supported: &[String]) -> Result<FieldSelector, SimError> {
+    /// Parses `selector`; the fields allowed are `def`'s selectable fields,
+    /// any other is refused in `def`'s words.
+    pub fn parse(selector: &str, def: &ResourceDef) -> Result<FieldSelector, SimError> {
         let bad = |why: &str| invalid("field", selector, why);
         let mut terms = Vec::new();
         if selector.trim().is_empty() {
@@ -214,29 +213,18 @@ impl FieldSelector {
             let (field, equal, value) =
                 split_term(&part).ok_or_else(|| bad("expected field=value or field!=value"))?;
             let field = field.trim();
-            if field != "metadata.name"
-                && field != "metadata.namespace"
-                && !supported.iter().any(|f| f == field)
-            {
-                return Err(SimError::BadRequest(format!(
-                    "field label not supported: {field}"
-                )));
+            if def.field(field).is_none() {
+                return Err(SimError::BadRequest(def.unknown_field.message(field)));
             }
             terms.push((field.to_string(), equal, unescape(&value)));
         }
         Ok(FieldSelector(terms))
     }
 
-    pub fn matches(&self, obj: &Value) -> bool {
-        self.0.iter().all(|(field, equal, want)| {
-            let pointer = format!("/{}", field.replace('.', "/"));
-            let have = match obj.pointer(&pointer) {
-                None | Some(Value::Null) => String::new(),
-                Some(Value::String(s)) => s.clone(),
-                Some(other) => other.to_string(),
-            };
-            (have == *want) == *equal
-        })
+    pub fn matches(&self, attrs: &Attrs) -> bool {
+        self.0
+            .iter()
+            .all(|(field, equal, want)| (attrs.field(field).unwrap_or("") == want) == *equal)
     }
 }
 
@@ -281,11 +269,19 @@ fn unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
-    fn pod(labels: Value) -> Value {
-        json!({"metadata": {"name": "a,b", "namespace": "web", "labels": labels},
-               "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+    fn def() -> ResourceDef {
+        ResourceDef::new("", "v1", "pods", "Pod", true)
+            .with_selectable_fields(&["spec.nodeName", "status.phase"])
+    }
+
+    fn pod(labels: Value) -> Attrs {
+        Attrs::of(
+            &def(),
+            &json!({"metadata": {"name": "a,b", "namespace": "web", "labels": labels},
+                   "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}),
+        )
     }
 
     #[test]
@@ -316,7 +312,7 @@ mod tests {
     #[test]
     fn field_selectors_take_escapes_and_refuse_unsupported_fields() {
         let p = pod(json!({}));
-        let supported = vec!["spec.nodeName".to_string(), "status.phase".to_string()];
+        let supported = def();
         let m = |s: &str| FieldSelector::parse(s, &supported).unwrap().matches(&p);
         assert!(m("spec.nodeName=n1,status.phase!=Pending"));
         assert!(m("metadata.name=a\\,b") && !m("metadata.name==a"));

@@ -723,3 +723,69 @@ async fn stalled_watch_resumes_and_an_overflowing_one_ends_with_410() {
     assert_eq!(got[4], ("ERROR", "410".to_owned()));
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn history_is_bounded_by_bytes_and_reported_in_debug_stats() {
+    let cfg = SimConfig {
+        history_bytes: 20_000,
+        ..SimConfig::default()
+    };
+    let (sim, server, client) = start(cfg).await;
+    let first = sim.resource_version();
+    let mut json_bytes = 0;
+    for i in 0..30 {
+        let p = sim
+            .create("pods", pod(&format!("p{i:02}")).build())
+            .unwrap();
+        json_bytes += serde_json::to_vec(&p).unwrap().len() as u64;
+    }
+    let stored = sim.stats().storage("pods");
+    assert_eq!((stored.objects, stored.object_bytes), (30, json_bytes));
+    assert!(stored.history_bytes <= 20_000, "{stored:?}");
+    assert!(
+        (5..30).contains(&stored.history_events),
+        "about 2.3 KB a pod: {stored:?}"
+    );
+    assert_eq!(
+        stored.history_floor,
+        first + 30 - stored.history_events,
+        "the floor is the newest event dropped"
+    );
+    let api = pods(&client);
+    let mut w = api
+        .watch(&WatchParams::default().timeout(10), &first.to_string())
+        .await
+        .unwrap()
+        .boxed();
+    match next(&mut w).await {
+        Some(WatchEvent::Error(e)) => assert_eq!(e.code, 410),
+        other => panic!("expected 410 for a version the bytes bound dropped, got {other:?}"),
+    }
+    let mut w = api
+        .watch(
+            &WatchParams::default().timeout(10),
+            &stored.history_floor.to_string(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    let oldest_kept = 30 - stored.history_events;
+    for i in oldest_kept..30 {
+        assert_eq!(
+            brief(&next(&mut w).await.unwrap()),
+            ("ADDED", format!("p{i:02}"))
+        );
+    }
+    let http: Value = reqwest::get(format!("{}/debug/stats", server.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        http["storage"]["pods"]["history_events"],
+        stored.history_events
+    );
+    assert_eq!(http["history_limit_bytes"], 20_000);
+    server.stop().await;
+}

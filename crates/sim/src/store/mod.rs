@@ -6,32 +6,39 @@
 //!   on the object and its event.
 //! - A resource's `history` holds every event with rv > `floor`, oldest first;
 //!   a watch from rv N >= `floor` can be served from it exactly, a watch from
-//!   N < `floor` is answered with 410 Expired.
+//!   N < `floor` is answered with 410 Expired. It is bounded by events and by
+//!   bytes (`SimConfig::history`, `SimConfig::history_bytes`); dropping its
+//!   oldest events raises `floor`.
 //! - A watcher is registered under the same lock that appends events, after
 //!   its replay has been collected: no gap, no duplicate.
 //! - Writers never wait on a watcher: events are `try_send` into a bounded
 //!   queue, and a watcher whose queue is full is dropped and marked
 //!   overflowed (its stream then ends with 410).
+//! - Objects and events are kept as their JSON encoding plus their
+//!   selectable attributes (`attrs.rs`), never as parsed values; what a
+//!   caller needs as a `Value` is parsed from the bytes on demand.
 //!
-//! HTTP parsing lives in `http.rs`, stream timing in `watch.rs`.
+//! Object writes (validation, server-set metadata) live in `write.rs`, HTTP
+//! parsing in `http.rs`, stream timing in `watch.rs`.
+
+mod write;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
-use rand::RngExt;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::SimError;
-use super::patch::merge_patch;
+use super::attrs::Attrs;
 use super::resource::ResourceDef;
 use super::watch::{bookmark_line, event_line};
 use crate::selector::{FieldSelector, LabelSelector};
 
-/// Counters for one resource.
+/// Request counters for one resource.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ResourceStats {
     /// Watch streams open right now.
@@ -42,17 +49,48 @@ pub struct ResourceStats {
     pub list_requests: u64,
 }
 
+/// What one resource holds in memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StorageStats {
+    pub objects: u64,
+    /// JSON bytes of the current objects.
+    pub object_bytes: u64,
+    /// Events kept for watches from an older resourceVersion.
+    pub history_events: u64,
+    /// Bytes those events hold (their JSON and selectable attributes).
+    pub history_bytes: u64,
+    /// Watches from a resourceVersion below this get 410 Expired.
+    pub history_floor: u64,
+}
+
 /// Counters for every resource, keyed like the Rust API ("pods", "deployments.apps").
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Stats {
     pub resource_version: u64,
     pub resources: BTreeMap<String, ResourceStats>,
+    pub storage: BTreeMap<String, StorageStats>,
+    /// The bounds of each resource's history (`SimConfig`).
+    pub history_limit_events: u64,
+    pub history_limit_bytes: u64,
 }
 
 impl Stats {
     /// Counters of one resource; zeros for an unknown key.
     pub fn resource(&self, key: &str) -> ResourceStats {
         self.resources.get(key).copied().unwrap_or_default()
+    }
+
+    /// What one resource holds; zeros for an unknown key.
+    pub fn storage(&self, key: &str) -> StorageStats {
+        self.storage.get(key).copied().unwrap_or_default()
+    }
+
+    /// Bytes held by every resource's objects and history.
+    pub fn bytes(&self) -> u64 {
+        self.storage
+            .values()
+            .map(|s| s.object_bytes + s.history_bytes)
+            .sum()
     }
 }
 
@@ -63,15 +101,36 @@ pub(crate) enum EventKind {
     Deleted,
 }
 
+/// One stored object version.
+#[derive(Clone)]
+pub(crate) struct Stored {
+    pub encoded: Bytes,
+    pub attrs: Arc<Attrs>,
+}
+
+impl Stored {
+    pub fn value(&self) -> Result<Value, SimError> {
+        serde_json::from_slice(&self.encoded)
+            .map_err(|e| SimError::Internal(format!("stored object does not parse: {e}")))
+    }
+}
+
 struct Event {
     rv: u64,
     kind: EventKind,
-    object: Arc<Value>,
-    /// The object before a modification, to turn selector transitions into
-    /// ADDED/DELETED like the real watch cache.
-    prev: Option<Arc<Value>>,
-    /// `object` encoded once for all watchers.
+    /// The object encoded once for all watchers.
     encoded: Bytes,
+    attrs: Arc<Attrs>,
+    /// The object's attributes before a modification, to turn selector
+    /// transitions into ADDED/DELETED like the real watch cache.
+    prev: Option<Arc<Attrs>>,
+}
+
+impl Event {
+    /// What the event holds, for the history's byte bound.
+    fn cost(&self) -> usize {
+        self.encoded.len() + self.attrs.size()
+    }
 }
 
 /// What a list or watch selects within one resource.
@@ -83,17 +142,15 @@ pub(crate) struct Filter {
 }
 
 impl Filter {
-    fn matches(&self, obj: &Value) -> bool {
-        self.ns
-            .as_deref()
-            .is_none_or(|ns| obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns))
-            && self.labels.matches(obj)
-            && self.fields.matches(obj)
+    fn matches(&self, attrs: &Attrs) -> bool {
+        self.ns.as_deref().is_none_or(|ns| *attrs.ns == *ns)
+            && self.labels.matches(attrs)
+            && self.fields.matches(attrs)
     }
 
     /// The event type this filter's watcher sees for `ev`, if any.
     fn view(&self, ev: &Event) -> Option<&'static str> {
-        let now = self.matches(&ev.object);
+        let now = self.matches(&ev.attrs);
         let before = ev.prev.as_deref().is_some_and(|p| self.matches(p));
         match (ev.kind, before, now) {
             (EventKind::Added, _, true) => Some("ADDED"),
@@ -115,8 +172,10 @@ struct Watcher {
 
 struct Resource {
     def: Arc<ResourceDef>,
-    objects: BTreeMap<(String, String), Arc<Value>>,
+    objects: BTreeMap<(String, String), Stored>,
+    object_bytes: usize,
     history: VecDeque<Event>,
+    history_bytes: usize,
     floor: u64,
     watchers: Vec<Watcher>,
     stats: ResourceStats,
@@ -124,11 +183,48 @@ struct Resource {
     first_id: u64,
 }
 
+impl Resource {
+    fn new(def: Arc<ResourceDef>, first_id: u64) -> Resource {
+        Resource {
+            def,
+            objects: BTreeMap::new(),
+            object_bytes: 0,
+            history: VecDeque::new(),
+            history_bytes: 0,
+            floor: 0,
+            watchers: Vec::new(),
+            stats: ResourceStats::default(),
+            first_id,
+        }
+    }
+
+    /// Drops the oldest events until both bounds hold.
+    fn trim_history(&mut self, limits: &Limits) {
+        while self.history.len() > limits.history || self.history_bytes > limits.history_bytes {
+            let Some(old) = self.history.pop_front() else {
+                break;
+            };
+            self.history_bytes -= old.cost();
+            self.floor = self.floor.max(old.rv);
+        }
+    }
+
+    fn storage(&self) -> StorageStats {
+        StorageStats {
+            objects: self.objects.len() as u64,
+            object_bytes: self.object_bytes as u64,
+            history_events: self.history.len() as u64,
+            history_bytes: self.history_bytes as u64,
+            history_floor: self.floor,
+        }
+    }
+}
+
 struct Snapshot {
     id: u64,
     key: String,
     rv: u64,
-    items: Arc<Vec<Arc<Value>>>,
+    items: Arc<Vec<Bytes>>,
 }
 
 /// Where a watch starts.
@@ -150,19 +246,26 @@ pub(crate) struct WatchStart {
     pub overflowed: Arc<AtomicBool>,
 }
 
-/// One page of a list.
+/// One page of a list: the items as encoded JSON.
 pub(crate) struct ListPage {
     pub def: Arc<ResourceDef>,
-    pub items: Vec<Arc<Value>>,
+    pub items: Vec<Bytes>,
     pub rv: u64,
     pub cont: Option<String>,
     pub remaining: Option<usize>,
+}
+
+/// An object as a write left it: parsed for the Rust API, encoded for HTTP.
+pub(crate) struct Written {
+    pub object: Value,
+    pub encoded: Bytes,
 }
 
 /// Bounds of the store, from `SimConfig`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     pub history: usize,
+    pub history_bytes: usize,
     pub watch_queue: usize,
     pub list_snapshots: usize,
 }
@@ -173,38 +276,6 @@ pub(crate) struct Store {
     snapshots: VecDeque<Snapshot>,
     next_id: u64,
     limits: Limits,
-}
-
-fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    now.replace_nanosecond(0)
-        .unwrap_or(now)
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
-fn str_at<'a>(obj: &'a Value, ptr: &str) -> Option<&'a str> {
-    obj.pointer(ptr)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-}
-
-fn valid_name(name: &str) -> bool {
-    name.len() <= 253
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
-}
-
-/// The 5-character suffix of `generateName`, from the apiserver's alphabet.
-fn random_suffix() -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
 }
 
 impl Store {
@@ -223,24 +294,26 @@ impl Store {
     }
 
     /// Adds a resource type, or replaces the definition of one with the same key
-    /// (its objects are kept).
+    /// (its objects are kept, their attributes taken again for the new
+    /// definition's selectable fields).
     pub fn register(&mut self, def: ResourceDef) {
         let def = Arc::new(def);
         match self.resources.get_mut(&def.key()) {
-            Some(r) => r.def = def,
+            Some(r) => {
+                let refresh = r.def.selectable_fields != def.selectable_fields;
+                r.def = def;
+                if refresh {
+                    let def = r.def.clone();
+                    for stored in r.objects.values_mut() {
+                        if let Ok(v) = stored.value() {
+                            stored.attrs = Arc::new(Attrs::of(&def, &v));
+                        }
+                    }
+                }
+            }
             None => {
-                self.resources.insert(
-                    def.key(),
-                    Resource {
-                        def,
-                        objects: BTreeMap::new(),
-                        history: VecDeque::new(),
-                        floor: 0,
-                        watchers: Vec::new(),
-                        stats: ResourceStats::default(),
-                        first_id: self.next_id,
-                    },
-                );
+                self.resources
+                    .insert(def.key(), Resource::new(def, self.next_id));
             }
         }
     }
@@ -301,6 +374,13 @@ impl Store {
                 .iter()
                 .map(|(k, r)| (k.clone(), r.stats))
                 .collect(),
+            storage: self
+                .resources
+                .iter()
+                .map(|(k, r)| (k.clone(), r.storage()))
+                .collect(),
+            history_limit_events: self.limits.history as u64,
+            history_limit_bytes: self.limits.history_bytes as u64,
         }
     }
 
@@ -314,217 +394,15 @@ impl Store {
         (ns.to_owned(), name.to_owned())
     }
 
-    pub fn get(&self, key: &str, ns: Option<&str>, name: &str) -> Result<Arc<Value>, SimError> {
+    /// The stored object `ns`/`name` of resource `key`.
+    pub fn get(&self, key: &str, ns: Option<&str>, name: &str) -> Result<&Stored, SimError> {
         let r = self.resource(key)?;
         r.objects
             .get(&Self::object_key(&r.def, ns, name))
-            .cloned()
             .ok_or_else(|| SimError::NotFound {
                 resource: r.def.key(),
                 name: name.to_owned(),
             })
-    }
-
-    /// Checks the type fields and shape of a body, fills in apiVersion/kind and
-    /// the namespace, and returns its (namespace, name) with the name possibly
-    /// still missing.
-    fn normalize(def: &ResourceDef, obj: &mut Value) -> Result<(String, Option<String>), SimError> {
-        let Value::Object(map) = obj else {
-            return Err(SimError::BadRequest(
-                "the body must be a JSON object".into(),
-            ));
-        };
-        let api_version = def.api_version();
-        match map.get("kind") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(k)) if *k == def.kind || k.is_empty() => {}
-            Some(k) => {
-                return Err(SimError::BadRequest(format!(
-                    "wrong kind {k}, expected {}",
-                    def.kind
-                )));
-            }
-        }
-        match map.get("apiVersion") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(v)) if *v == api_version || v.is_empty() => {}
-            Some(v) => {
-                return Err(SimError::BadRequest(format!(
-                    "wrong apiVersion {v}, expected {api_version}"
-                )));
-            }
-        }
-        map.insert("apiVersion".into(), Value::String(api_version));
-        map.insert("kind".into(), Value::String(def.kind.clone()));
-        let meta = map.entry("metadata").or_insert_with(|| json!({}));
-        let Value::Object(meta) = meta else {
-            return Err(SimError::BadRequest("metadata must be an object".into()));
-        };
-        let ns = if def.namespaced {
-            let ns = match meta.get("namespace") {
-                Some(Value::String(ns)) if !ns.is_empty() => ns.clone(),
-                None | Some(Value::Null) | Some(Value::String(_)) => "default".to_owned(),
-                Some(_) => {
-                    return Err(SimError::BadRequest(
-                        "metadata.namespace must be a string".into(),
-                    ));
-                }
-            };
-            if !valid_name(&ns) {
-                return Err(SimError::Invalid(format!("invalid namespace {ns:?}")));
-            }
-            meta.insert("namespace".into(), Value::String(ns.clone()));
-            ns
-        } else {
-            meta.remove("namespace");
-            String::new()
-        };
-        let name = match meta.get("name") {
-            Some(Value::String(n)) if !n.is_empty() => Some(n.clone()),
-            None | Some(Value::Null) | Some(Value::String(_)) => None,
-            Some(_) => {
-                return Err(SimError::BadRequest(
-                    "metadata.name must be a string".into(),
-                ));
-            }
-        };
-        if let Some(n) = &name
-            && !valid_name(n)
-        {
-            return Err(SimError::Invalid(format!(
-                "metadata.name: Invalid value: {n:?}: must be a lowercase RFC 1123 subdomain"
-            )));
-        }
-        for field in ["labels", "annotations"] {
-            if let Some(v) = meta.get(field)
-                && !v.is_null()
-                && !v
-                    .as_object()
-                    .is_some_and(|m| m.values().all(Value::is_string))
-            {
-                return Err(SimError::BadRequest(format!(
-                    "metadata.{field} must map strings to strings"
-                )));
-            }
-        }
-        Ok((ns, name))
-    }
-
-    fn set_meta(obj: &mut Value, field: &str, value: Value) {
-        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.insert(field.to_owned(), value);
-        }
-    }
-
-    pub fn create(&mut self, key: &str, mut obj: Value) -> Result<Arc<Value>, SimError> {
-        let def = self.def(key)?;
-        let (ns, name) = Self::normalize(&def, &mut obj)?;
-        let name = match name {
-            Some(n) => n,
-            None => match str_at(&obj, "/metadata/generateName") {
-                Some(prefix) => {
-                    let name = format!("{prefix}{}", random_suffix());
-                    if !valid_name(&name) {
-                        return Err(SimError::Invalid(format!(
-                            "invalid generateName {prefix:?}"
-                        )));
-                    }
-                    Self::set_meta(&mut obj, "name", json!(name));
-                    name
-                }
-                None => {
-                    return Err(SimError::Invalid(
-                        "metadata.name: Required value: name or generateName is required".into(),
-                    ));
-                }
-            },
-        };
-        let r = self.resource(key)?;
-        if r.objects.contains_key(&(ns.clone(), name.clone())) {
-            return Err(SimError::AlreadyExists {
-                resource: def.key(),
-                name,
-            });
-        }
-        Self::set_meta(&mut obj, "uid", json!(uuid::Uuid::new_v4().to_string()));
-        Self::set_meta(&mut obj, "creationTimestamp", json!(now_rfc3339()));
-        Self::set_meta(&mut obj, "generation", json!(1));
-        Ok(self.commit(key, EventKind::Added, obj, None))
-    }
-
-    /// Replaces an object, keeping its server-owned metadata. A non-empty
-    /// `metadata.resourceVersion` in the body must equal the stored one.
-    pub fn update(&mut self, key: &str, mut obj: Value) -> Result<Arc<Value>, SimError> {
-        let def = self.def(key)?;
-        let (ns, name) = Self::normalize(&def, &mut obj)?;
-        let name = name.ok_or_else(|| SimError::Invalid("metadata.name: Required value".into()))?;
-        let prev = self.get(key, Some(&ns), &name)?;
-        if let Some(rv) = str_at(&obj, "/metadata/resourceVersion")
-            && Some(rv) != str_at(&prev, "/metadata/resourceVersion")
-        {
-            return Err(SimError::Conflict {
-                resource: def.key(),
-                name,
-            });
-        }
-        for field in ["uid", "creationTimestamp"] {
-            if let Some(v) = prev.pointer(&format!("/metadata/{field}")) {
-                Self::set_meta(&mut obj, field, v.clone());
-            }
-        }
-        let generation = prev
-            .pointer("/metadata/generation")
-            .and_then(Value::as_u64)
-            .unwrap_or(1);
-        let bump = u64::from(obj.get("spec") != prev.get("spec"));
-        Self::set_meta(&mut obj, "generation", json!(generation + bump));
-        Ok(self.commit(key, EventKind::Modified, obj, Some(prev)))
-    }
-
-    pub fn merge_patch(
-        &mut self,
-        key: &str,
-        ns: Option<&str>,
-        name: &str,
-        patch: &Value,
-    ) -> Result<Arc<Value>, SimError> {
-        if !patch.is_object() {
-            return Err(SimError::BadRequest(
-                "a merge patch must be a JSON object".into(),
-            ));
-        }
-        let prev = self.get(key, ns, name)?;
-        let mut obj = (*prev).clone();
-        merge_patch(&mut obj, patch);
-        if !obj.get("metadata").is_some_and(Value::is_object) {
-            return Err(SimError::BadRequest("metadata must be an object".into()));
-        }
-        // Identity is not patchable; an rv in the patch stays as a precondition
-        // that `update` checks.
-        for field in ["name", "namespace", "uid", "creationTimestamp"] {
-            if let Some(v) = prev.pointer(&format!("/metadata/{field}")) {
-                Self::set_meta(&mut obj, field, v.clone());
-            }
-        }
-        for field in ["apiVersion", "kind"] {
-            if let Some(v) = prev.get(field) {
-                obj[field] = v.clone();
-            }
-        }
-        self.update(key, obj)
-    }
-
-    pub fn delete(
-        &mut self,
-        key: &str,
-        ns: Option<&str>,
-        name: &str,
-    ) -> Result<Arc<Value>, SimError> {
-        let prev = self.get(key, ns, name)?;
-        let r = self.resource_mut(key)?;
-        let okey = Self::object_key(&r.def, ns, name);
-        r.objects.remove(&okey);
-        Ok(self.commit(key, EventKind::Deleted, (*prev).clone(), None))
     }
 
     /// Stamps the next rv on `obj`, stores (or removes) it, records the event
@@ -534,39 +412,55 @@ impl Store {
         key: &str,
         kind: EventKind,
         mut obj: Value,
-        prev: Option<Arc<Value>>,
-    ) -> Arc<Value> {
+        prev: Option<Arc<Attrs>>,
+    ) -> Result<Written, SimError> {
+        let limits = self.limits;
+        let r = self
+            .resources
+            .get_mut(key)
+            .ok_or_else(|| SimError::UnknownResource(key.to_owned()))?;
         self.rv += 1;
         let rv = self.rv;
-        let history_cap = self.limits.history;
-        Self::set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
+        write::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
         // Serialising a `Value` cannot fail: its map keys are strings.
         let encoded = Bytes::from(serde_json::to_vec(&obj).unwrap_or_default());
-        let object = Arc::new(obj);
-        let Some(r) = self.resources.get_mut(key) else {
-            return object;
+        let attrs = Arc::new(Attrs::of(&r.def, &obj));
+        let okey = (attrs.ns.to_string(), attrs.name.to_string());
+        let old = if kind == EventKind::Deleted {
+            r.objects.remove(&okey)
+        } else {
+            let stored = Stored {
+                encoded: encoded.clone(),
+                attrs: attrs.clone(),
+            };
+            r.object_bytes += encoded.len();
+            r.objects.insert(okey, stored)
         };
-        let okey = (
-            str_at(&object, "/metadata/namespace")
-                .unwrap_or("")
-                .to_owned(),
-            str_at(&object, "/metadata/name").unwrap_or("").to_owned(),
-        );
-        if kind != EventKind::Deleted {
-            r.objects.insert(okey, object.clone());
+        if let Some(old) = old {
+            r.object_bytes -= old.encoded.len();
         }
         let event = Event {
             rv,
             kind,
-            object: object.clone(),
+            encoded: encoded.clone(),
+            attrs,
             prev,
-            encoded,
         };
+        // One line per event type, built for the first watcher that needs it.
+        let mut lines: [Option<Bytes>; 3] = Default::default();
         r.watchers.retain(|w| {
             let Some(ty) = w.filter.view(&event) else {
                 return true;
             };
-            match w.tx.try_send(event_line(ty, &event.encoded)) {
+            let slot = match ty {
+                "ADDED" => 0,
+                "MODIFIED" => 1,
+                _ => 2,
+            };
+            let line = lines[slot]
+                .get_or_insert_with(|| event_line(ty, &event.encoded))
+                .clone();
+            match w.tx.try_send(line) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     w.overflowed.store(true, Ordering::SeqCst);
@@ -575,13 +469,13 @@ impl Store {
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
             }
         });
+        r.history_bytes += event.cost();
         r.history.push_back(event);
-        while r.history.len() > history_cap {
-            if let Some(old) = r.history.pop_front() {
-                r.floor = r.floor.max(old.rv);
-            }
-        }
-        object
+        r.trim_history(&limits);
+        Ok(Written {
+            object: obj,
+            encoded,
+        })
     }
 
     /// Drops every resource's event history and every list snapshot, like an
@@ -590,12 +484,14 @@ impl Store {
         let rv = self.rv;
         for r in self.resources.values_mut() {
             r.history.clear();
+            r.history_bytes = 0;
             r.floor = rv;
         }
         self.snapshots.clear();
     }
 
-    pub fn objects(&self, key: &str) -> Result<Vec<Arc<Value>>, SimError> {
+    /// Every object of a resource, sorted by namespace/name.
+    pub fn objects(&self, key: &str) -> Result<Vec<Stored>, SimError> {
         Ok(self.resource(key)?.objects.values().cloned().collect())
     }
 
@@ -643,12 +539,12 @@ impl Store {
         let (id, rv, items) = match snapshot {
             Some(s) => s,
             None => {
-                let items: Vec<Arc<Value>> = self
+                let items: Vec<Bytes> = self
                     .resource(key)?
                     .objects
                     .values()
-                    .filter(|o| filter.matches(o))
-                    .cloned()
+                    .filter(|o| filter.matches(&o.attrs))
+                    .map(|o| o.encoded.clone())
                     .collect();
                 let limited = limit.is_some_and(|l| l > 0 && items.len() > l);
                 if !limited {
@@ -719,9 +615,8 @@ impl Store {
                 }
             }
             WatchFrom::Now { initial_events_end } => {
-                for obj in r.objects.values().filter(|o| filter.matches(o)) {
-                    let encoded = serde_json::to_vec(&**obj).unwrap_or_default();
-                    initial.push_back(event_line("ADDED", &encoded));
+                for obj in r.objects.values().filter(|o| filter.matches(&o.attrs)) {
+                    initial.push_back(event_line("ADDED", &obj.encoded));
                 }
                 if initial_events_end {
                     initial.push_back(bookmark_line(&r.def, rv, true));
