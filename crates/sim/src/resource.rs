@@ -143,6 +143,9 @@ pub struct ResourceDef {
     /// A CRD's `additionalPrinterColumns`, kept in the CRD object that
     /// [`crate::Sim::register`] writes.
     pub printer_columns: Vec<Value>,
+    /// Values the API server writes into an object that lacks them (JSON
+    /// pointer, value), as its defaulting does on every write.
+    pub defaults: Vec<(String, Value)>,
 }
 
 impl ResourceDef {
@@ -166,6 +169,7 @@ impl ResourceDef {
             unknown_field: UnknownField::NotSupported,
             names: NameRule::Subdomain,
             printer_columns: Vec::new(),
+            defaults: Vec::new(),
         }
     }
 
@@ -202,6 +206,12 @@ impl ResourceDef {
     /// `type`, `jsonPath`, ...).
     pub fn with_printer_columns(mut self, columns: Vec<Value>) -> Self {
         self.printer_columns = columns;
+        self
+    }
+
+    /// Writes `value` at the JSON pointer `pointer` of objects that lack it.
+    pub fn with_default(mut self, pointer: &str, value: Value) -> Self {
+        self.defaults.push((pointer.to_owned(), value));
         self
     }
 

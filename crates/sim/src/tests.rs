@@ -789,3 +789,212 @@ async fn history_is_bounded_by_bytes_and_reported_in_debug_stats() {
     assert_eq!(http["history_limit_bytes"], 20_000);
     server.stop().await;
 }
+
+/// Names of the items of a LIST at `path`, or the `Status` message of a refusal.
+async fn list_names(server: &SimServer, path: &str) -> Result<Vec<String>, (u16, String)> {
+    let resp = reqwest::get(format!("{}{path}", server.url()))
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    let body: Value = resp.json().await.unwrap();
+    if code != 200 {
+        return Err((code, body["message"].as_str().unwrap_or("").to_owned()));
+    }
+    Ok(body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn builtin_kinds_select_by_the_fields_kube_apiserver_defines() {
+    let (sim, server, client) = start(SimConfig::default()).await;
+    let d = Discovery::new(client.clone()).run().await.unwrap();
+    let served: Vec<(String, String)> = d
+        .groups()
+        .flat_map(|g| g.recommended_resources())
+        .map(|(ar, _)| (ar.group, ar.plural))
+        .collect();
+    for (group, plural) in [
+        ("apps", "replicasets"),
+        ("apps", "statefulsets"),
+        ("apps", "daemonsets"),
+        ("batch", "jobs"),
+        ("batch", "cronjobs"),
+        ("", "events"),
+        ("events.k8s.io", "events"),
+        ("networking.k8s.io", "ingresses"),
+        ("", "persistentvolumes"),
+        ("", "persistentvolumeclaims"),
+        ("", "serviceaccounts"),
+        ("", "endpoints"),
+        ("discovery.k8s.io", "endpointslices"),
+    ] {
+        assert!(
+            served.contains(&(group.to_owned(), plural.to_owned())),
+            "{plural}.{group} is discovered"
+        );
+    }
+
+    sim.create("jobs.batch", json!({"metadata": {"name": "fresh"}}))
+        .unwrap();
+    sim.create(
+        "jobs.batch",
+        json!({"metadata": {"name": "done"}, "status": {"succeeded": 2}}),
+    )
+    .unwrap();
+    let jobs = "/apis/batch/v1/namespaces/default/jobs";
+    let sel = |s: &str| format!("{jobs}?fieldSelector={s}");
+    assert_eq!(
+        list_names(&server, &sel("status.successful%3D0")).await,
+        Ok(vec!["fresh".to_owned()]),
+        "an absent count reads 0"
+    );
+    assert_eq!(
+        list_names(&server, &sel("status.successful%3D2")).await,
+        Ok(vec!["done".to_owned()])
+    );
+    assert_eq!(
+        list_names(&server, &sel("status.succeeded%3D2")).await,
+        Err((
+            400,
+            "field label \"status.succeeded\" not supported for batchv1.Job".to_owned()
+        ))
+    );
+    assert_eq!(
+        list_names(
+            &server,
+            "/apis/apps/v1/replicasets?fieldSelector=status.replicas%3D0"
+        )
+        .await,
+        Err((
+            400,
+            "\"status.replicas\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"".to_owned()
+        ))
+    );
+    assert_eq!(
+        list_names(&server, "/api/v1/nodes?fieldSelector=metadata.namespace%3D").await,
+        Err((
+            400,
+            "field label not supported: metadata.namespace".to_owned()
+        ))
+    );
+
+    sim.create(
+        "events",
+        json!({"metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": "a"},
+               "reason": "Pulled", "type": "Normal", "reportingComponent": "kubelet"}),
+    )
+    .unwrap();
+    sim.create(
+        "events",
+        json!({"metadata": {"name": "e2"}, "involvedObject": {"kind": "Node", "name": "n1"},
+               "source": {"component": "node-controller"}, "type": "Warning"}),
+    )
+    .unwrap();
+    let events = "/api/v1/events?fieldSelector=";
+    assert_eq!(
+        list_names(
+            &server,
+            &format!("{events}involvedObject.kind%3DPod,type%3DNormal")
+        )
+        .await,
+        Ok(vec!["e1".to_owned()])
+    );
+    assert_eq!(
+        list_names(&server, &format!("{events}source%3Dkubelet")).await,
+        Ok(vec!["e1".to_owned()]),
+        "source falls back to reportingComponent"
+    );
+    assert_eq!(
+        list_names(&server, &format!("{events}source%3Dnode-controller")).await,
+        Ok(vec!["e2".to_owned()])
+    );
+    sim.create(
+        "events.events.k8s.io",
+        json!({"metadata": {"name": "n1"}, "regarding": {"kind": "Pod", "name": "a"},
+               "reportingController": "kubelet", "reason": "Pulled", "type": "Normal"}),
+    )
+    .unwrap();
+    let new_events = "/apis/events.k8s.io/v1/events?fieldSelector=";
+    assert_eq!(
+        list_names(
+            &server,
+            &format!(
+                "{new_events}regarding.kind%3DPod,regarding.name%3Da,reportingController%3Dkubelet"
+            )
+        )
+        .await,
+        Ok(vec!["n1".to_owned()])
+    );
+    assert_eq!(
+        list_names(&server, &format!("{new_events}involvedObject.kind%3DPod")).await,
+        Err((
+            400,
+            "field label not supported: involvedObject.kind".to_owned()
+        ))
+    );
+
+    let mut p = pod("hosted").build();
+    p["status"]["podIPs"] = json!([{"ip": "10.1.2.3"}]);
+    sim.create("pods", p).unwrap();
+    let pods = "/api/v1/pods?fieldSelector=";
+    assert_eq!(
+        list_names(
+            &server,
+            &format!("{pods}spec.hostNetwork%3Dfalse,status.podIP%3D10.1.2.3")
+        )
+        .await,
+        Ok(vec!["hosted".to_owned()])
+    );
+    assert_eq!(
+        list_names(&server, &format!("{pods}status.podIPs%3D10.1.2.3")).await,
+        Ok(vec![]),
+        "status.podIPs is accepted but never set"
+    );
+
+    // The API server's defaults are in the object and select like it.
+    let secret = sim
+        .create("secrets", json!({"metadata": {"name": "s"}}))
+        .unwrap();
+    assert_eq!(secret["type"], "Opaque");
+    assert_eq!(
+        list_names(&server, "/api/v1/secrets?fieldSelector=type%3DOpaque").await,
+        Ok(vec!["s".to_owned()])
+    );
+
+    // A watch on a field turns the transition into DELETED, like the watch cache.
+    let ar = ApiResource {
+        group: "batch".into(),
+        version: "v1".into(),
+        api_version: "batch/v1".into(),
+        kind: "Job".into(),
+        plural: "jobs".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let rv = sim.resource_version().to_string();
+    let mut w = api
+        .watch(
+            &WatchParams::default()
+                .fields("status.successful=0")
+                .timeout(10),
+            &rv,
+        )
+        .await
+        .unwrap()
+        .boxed();
+    sim.merge_patch(
+        "jobs.batch",
+        None,
+        "fresh",
+        &json!({"status": {"succeeded": 1}}),
+    )
+    .unwrap();
+    assert_eq!(
+        brief(&next(&mut w).await.unwrap()),
+        ("DELETED", "fresh".to_owned())
+    );
+    server.stop().await;
+}

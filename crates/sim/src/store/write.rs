@@ -47,6 +47,9 @@ pub(crate) fn set_meta(obj: &mut Value, field: &str, value: Value) {
 /// the namespace, and returns its (namespace, name) with the name possibly
 /// still missing.
 fn normalize(def: &ResourceDef, obj: &mut Value) -> Result<(String, Option<String>), SimError> {
+    if obj.is_object() {
+        crate::builtins::apply_defaults(def, obj);
+    }
     let Value::Object(map) = obj else {
         return Err(SimError::BadRequest(
             "the body must be a JSON object".into(),
