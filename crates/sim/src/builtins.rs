@@ -28,7 +28,7 @@
 
 use serde_json::{Value, json};
 
-use super::resource::{ResourceDef, SelectableField, UnknownField};
+use super::resource::{NameRule, ResourceDef, SelectableField, UnknownField};
 
 /// A field read at the JSON pointer `path`, else `default`.
 fn field(name: &str, path: &str, default: &str) -> SelectableField {
@@ -54,6 +54,18 @@ fn meta_only(mut def: ResourceDef) -> ResourceDef {
     ];
     def.unknown_field = UnknownField::NotKnown;
     def
+}
+
+/// An RBAC kind (no field label conversion; names are path segments).
+fn rbac(plural: &str, kind: &str, namespaced: bool) -> ResourceDef {
+    meta_only(ResourceDef::new(
+        "rbac.authorization.k8s.io",
+        "v1",
+        plural,
+        kind,
+        namespaced,
+    ))
+    .with_names(NameRule::PathSegment)
 }
 
 /// Resources every `Sim` starts with.
@@ -247,6 +259,10 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
             ],
         )
         .with_short_names(&["ev"]),
+        rbac("roles", "Role", true),
+        rbac("rolebindings", "RoleBinding", true),
+        rbac("clusterroles", "ClusterRole", false),
+        rbac("clusterrolebindings", "ClusterRoleBinding", false),
     ]
 }
 

@@ -20,6 +20,8 @@
 //!   written apart from the gateway's so the two check each other
 //! - `churn.rs`: a seeded cluster and a background workload
 //! - `cli.rs`: `kubefan sim`
+//! - `rbac/`: the RBAC kinds' typed form, defaults and validation, and the
+//!   clusterrole-aggregation controller
 //! - `auth.rs`: TokenReview and SubjectAccessReview from configured users
 //!   and rules
 //!
@@ -35,6 +37,7 @@ mod churn;
 mod cli;
 mod http;
 mod patch;
+mod rbac;
 mod resource;
 mod selector;
 mod store;

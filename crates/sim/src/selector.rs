@@ -14,6 +14,8 @@
 //!   `\,` `\=` `\!` `\\`. A field a resource does not support is refused
 //!   as kube-apiserver refuses it: "field label not supported".
 
+use serde_json::Value;
+
 use super::SimError;
 use super::attrs::Attrs;
 use super::resource::ResourceDef;
@@ -92,6 +94,69 @@ fn requirements(s: &str) -> Vec<&str> {
 }
 
 impl LabelSelector {
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`),
+    /// as `metav1.LabelSelectorAsSelector` reads it: every requirement
+    /// must hold, and an empty selector matches everything.
+    pub fn from_object(selector: &Value) -> Result<LabelSelector, String> {
+        let Some(obj) = selector.as_object() else {
+            return Err("a label selector must be an object".into());
+        };
+        let mut reqs = Vec::new();
+        if let Some(labels) = obj.get("matchLabels").filter(|v| !v.is_null()) {
+            let labels = labels
+                .as_object()
+                .ok_or("matchLabels must map strings to strings")?;
+            for (key, value) in labels {
+                let value = value
+                    .as_str()
+                    .ok_or("matchLabels must map strings to strings")?;
+                if !valid_key(key) || !valid_value(value) {
+                    return Err(format!("invalid matchLabels entry {key}={value}"));
+                }
+                reqs.push((key.clone(), LabelOp::In(vec![value.to_owned()])));
+            }
+        }
+        if let Some(exprs) = obj.get("matchExpressions").filter(|v| !v.is_null()) {
+            let exprs = exprs.as_array().ok_or("matchExpressions must be a list")?;
+            for expr in exprs {
+                let key = expr["key"].as_str().unwrap_or("");
+                if !valid_key(key) {
+                    return Err(format!("invalid matchExpressions key {key:?}"));
+                }
+                let values: Vec<String> = match expr.get("values").filter(|v| !v.is_null()) {
+                    None => Vec::new(),
+                    Some(v) => v
+                        .as_array()
+                        .ok_or("matchExpressions values must be a list of strings")?
+                        .iter()
+                        .map(|x| x.as_str().map(str::to_owned))
+                        .collect::<Option<_>>()
+                        .ok_or("matchExpressions values must be a list of strings")?,
+                };
+                if let Some(v) = values.iter().find(|v| !valid_value(v)) {
+                    return Err(format!("invalid matchExpressions value {v:?}"));
+                }
+                let op = match (expr["operator"].as_str().unwrap_or(""), values.is_empty()) {
+                    ("In", false) => LabelOp::In(values),
+                    ("NotIn", false) => LabelOp::NotIn(values),
+                    ("Exists", true) => LabelOp::Exists,
+                    ("DoesNotExist", true) => LabelOp::DoesNotExist,
+                    ("In" | "NotIn", true) => {
+                        return Err("values must be non-empty for In and NotIn".into());
+                    }
+                    ("Exists" | "DoesNotExist", false) => {
+                        return Err("values must be empty for Exists and DoesNotExist".into());
+                    }
+                    (other, _) => {
+                        return Err(format!("{other:?} is not a valid selector operator"));
+                    }
+                };
+                reqs.push((key.to_owned(), op));
+            }
+        }
+        Ok(LabelSelector(reqs))
+    }
+
     pub fn parse(selector: &str) -> Result<LabelSelector, SimError> {
         let bad = |why: &str| invalid("label", selector, why);
         if selector.trim().is_empty() {
@@ -269,7 +334,7 @@ fn unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     fn def() -> ResourceDef {
         ResourceDef::new("", "v1", "pods", "Pod", true)
@@ -306,6 +371,30 @@ mod tests {
             "rank>x",
         ] {
             assert!(LabelSelector::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn selector_objects_read_as_label_selector_as_selector_does() {
+        let p = pod(json!({"app": "web", "tier": "front"}));
+        let m = |v: Value| LabelSelector::from_object(&v).unwrap().matches(&p);
+        assert!(m(json!({})), "an empty selector matches everything");
+        assert!(m(json!({"matchLabels": {"app": "web"}})));
+        assert!(!m(json!({"matchLabels": {"app": "web", "tier": "back"}})));
+        assert!(m(json!({"matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["front", "back"]},
+            {"key": "missing", "operator": "DoesNotExist"}]})));
+        assert!(!m(
+            json!({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]})
+        ));
+        for bad in [
+            json!([]),
+            json!({"matchLabels": {"app": 1}}),
+            json!({"matchExpressions": [{"key": "a", "operator": "In"}]}),
+            json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}),
+            json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
+        ] {
+            assert!(LabelSelector::from_object(&bad).is_err(), "{bad}");
         }
     }
 

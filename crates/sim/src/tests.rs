@@ -998,3 +998,156 @@ async fn builtin_kinds_select_by_the_fields_kube_apiserver_defines() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rbac_kinds_are_ordinary_resources_and_cluster_roles_aggregate() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+    let (sim, server, client) = start(SimConfig::default()).await;
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let role = |name: &str, labels: Value, rules: Value| -> ClusterRole {
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": labels}, "rules": rules}),
+        )
+        .unwrap()
+    };
+    let monitoring: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "monitoring", "labels": {"example.com/aggregate": "true"}},
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.com/aggregate": "true"}}]},
+    }))
+    .unwrap();
+    roles
+        .create(&PostParams::default(), &monitoring)
+        .await
+        .unwrap();
+    let rv = sim.resource_version().to_string();
+    let dynamic: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ApiResource::erase::<ClusterRole>(&()));
+    let mut w = dynamic
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let get_pods = json!([{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]);
+    roles
+        .create(
+            &PostParams::default(),
+            &role(
+                "pods-reader",
+                json!({"example.com/aggregate": "true"}),
+                get_pods.clone(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        brief(&next(&mut w).await.unwrap()),
+        ("ADDED", "pods-reader".to_owned())
+    );
+    let rules_of = |ev: WatchEvent<DynamicObject>| match ev {
+        WatchEvent::Modified(o) => {
+            assert_eq!(o.metadata.name.as_deref(), Some("monitoring"));
+            o.data["rules"].clone()
+        }
+        other => panic!("expected the aggregated role's MODIFIED, got {other:?}"),
+    };
+    assert_eq!(rules_of(next(&mut w).await.unwrap()), get_pods);
+    // Roles are taken by name, each rule once.
+    let nodes = json!([{"verbs": ["list"], "apiGroups": [""], "resources": ["nodes"]},
+                       {"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]);
+    roles
+        .create(
+            &PostParams::default(),
+            &role(
+                "nodes-reader",
+                json!({"example.com/aggregate": "true"}),
+                nodes.clone(),
+            ),
+        )
+        .await
+        .unwrap();
+    next(&mut w).await.unwrap();
+    assert_eq!(
+        rules_of(next(&mut w).await.unwrap()),
+        json!([nodes[0], nodes[1]])
+    );
+    // A role no selector matches changes nothing.
+    roles
+        .create(
+            &PostParams::default(),
+            &role("other", json!({}), get_pods.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        brief(&next(&mut w).await.unwrap()),
+        ("ADDED", "other".to_owned())
+    );
+    // Losing the label takes its rules away.
+    roles
+        .patch(
+            "nodes-reader",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"example.com/aggregate": null}}})),
+        )
+        .await
+        .unwrap();
+    next(&mut w).await.unwrap();
+    assert_eq!(rules_of(next(&mut w).await.unwrap()), get_pods);
+    roles
+        .delete("pods-reader", &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        brief(&next(&mut w).await.unwrap()),
+        ("DELETED", "pods-reader".to_owned())
+    );
+    assert_eq!(rules_of(next(&mut w).await.unwrap()), json!([]));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), w.next())
+            .await
+            .is_err(),
+        "nothing more: an unchanged union is not written"
+    );
+
+    // RoleBindings: namespaced, names may hold colons, defaulted, validated.
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), "web");
+    let rb: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "system:readers"},
+        "roleRef": {"kind": "ClusterRole", "name": "monitoring", "apiGroup": "rbac.authorization.k8s.io"},
+        "subjects": [{"kind": "Group", "name": "devs"}],
+    }))
+    .unwrap();
+    let made = bindings.create(&PostParams::default(), &rb).await.unwrap();
+    assert_eq!(
+        made.subjects.unwrap()[0].api_group.as_deref(),
+        Some("rbac.authorization.k8s.io")
+    );
+    let mut moved = bindings.get("system:readers").await.unwrap();
+    moved.role_ref.name = "other".into();
+    match bindings
+        .replace("system:readers", &PostParams::default(), &moved)
+        .await
+    {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+            assert!(s.message.contains("cannot change roleRef"), "{}", s.message);
+        }
+        other => panic!("expected 422, got {other:?}"),
+    }
+    assert_eq!(
+        bindings
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    assert_eq!(
+        sim.list("clusterrolebindings.rbac.authorization.k8s.io")
+            .0
+            .len(),
+        0
+    );
+    server.stop().await;
+}

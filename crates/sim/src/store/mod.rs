@@ -276,6 +276,9 @@ pub(crate) struct Store {
     snapshots: VecDeque<Snapshot>,
     next_id: u64,
     limits: Limits,
+    /// Set while controllers run after a write, so their own writes do not
+    /// start them again.
+    reacting: bool,
 }
 
 impl Store {
@@ -286,6 +289,7 @@ impl Store {
             snapshots: VecDeque::new(),
             next_id: 1,
             limits,
+            reacting: false,
         }
     }
 

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use super::{EventKind, Store, Written};
 use crate::SimError;
 use crate::patch::merge_patch;
+use crate::rbac;
 use crate::resource::ResourceDef;
 
 pub(crate) fn now_rfc3339() -> String {
@@ -166,10 +167,13 @@ impl Store {
                 name,
             });
         }
+        admit(key, &mut obj, None)?;
         set_meta(&mut obj, "uid", json!(uuid::Uuid::new_v4().to_string()));
         set_meta(&mut obj, "creationTimestamp", json!(now_rfc3339()));
         set_meta(&mut obj, "generation", json!(1));
-        self.commit(key, EventKind::Added, obj, None)
+        let written = self.commit(key, EventKind::Added, obj, None)?;
+        self.react(key);
+        Ok(written)
     }
 
     /// Replaces an object, keeping its server-owned metadata. A non-empty
@@ -197,9 +201,12 @@ impl Store {
             .pointer("/metadata/generation")
             .and_then(Value::as_u64)
             .unwrap_or(1);
+        admit(key, &mut obj, Some(&prev))?;
         let bump = u64::from(obj.get("spec") != prev.get("spec"));
         set_meta(&mut obj, "generation", json!(generation + bump));
-        self.commit(key, EventKind::Modified, obj, Some(stored.attrs))
+        let written = self.commit(key, EventKind::Modified, obj, Some(stored.attrs))?;
+        self.react(key);
+        Ok(written)
     }
 
     pub fn merge_patch(
@@ -239,6 +246,30 @@ impl Store {
     /// with the deletion's rv.
     pub fn delete(&mut self, key: &str, ns: Option<&str>, name: &str) -> Result<Written, SimError> {
         let prev = self.get(key, ns, name)?.value()?;
-        self.commit(key, EventKind::Deleted, prev, None)
+        let written = self.commit(key, EventKind::Deleted, prev, None)?;
+        self.react(key);
+        Ok(written)
     }
+
+    /// Runs what a cluster's controllers do after a write to `key`; their
+    /// own writes do not start them again.
+    fn react(&mut self, key: &str) {
+        if self.reacting {
+            return;
+        }
+        self.reacting = true;
+        if key == rbac::CLUSTER_ROLES {
+            rbac::aggregate::aggregate(self);
+        }
+        self.reacting = false;
+    }
+}
+
+/// Kind-specific defaults and validation, as the API server's registry
+/// strategies apply them on create and update.
+fn admit(key: &str, obj: &mut Value, old: Option<&Value>) -> Result<(), SimError> {
+    if rbac::is_rbac(key) {
+        rbac::admit(key, obj, old)?;
+    }
+    Ok(())
 }
