@@ -1,13 +1,14 @@
-//! TokenReview and SubjectAccessReview, from a configured set of users
-//! (token → name, groups) and rules (user or group → verbs, resources,
-//! namespaces), counted so tests can prove a client caches them.
+//! Who the simulated API server's users are, and its review endpoints:
+//! TokenReview from the configured users (token → name, groups), and
+//! SubjectAccessReview answered by the RBAC authorizer (`rbac/authorizer.rs`)
+//! from the stored RBAC objects. Reviews are counted so tests can prove a
+//! client caches them.
 //!
-//! Rules are RoleBindings in miniature: a rule listing namespaces allows
-//! requests in those namespaces; a rule whose namespaces are `["*"]` is a
-//! ClusterRoleBinding and also allows cluster-wide requests (no
-//! namespace). Nothing else of RBAC (aggregation, resource names,
-//! subresources) is simulated. Requests without a token are not
-//! authenticated by the simulator itself.
+//! `SimRule` is the tests' shorthand for RBAC: `Sim::set_rules` writes each
+//! rule as a ClusterRole bound by a ClusterRoleBinding (namespaces `["*"]`)
+//! or by a RoleBinding in each listed namespace, labelled
+//! `kubefan-sim/rule`, so a test can change or delete them later like any
+//! RBAC object.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +17,11 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::SimError;
+use super::rbac::authorizer::{Attributes, Policy, ResourceAttributes, UserInfo};
+use super::rbac::{self, PolicyRule};
+
+/// The label on the RBAC objects `Sim::set_rules` writes.
+pub(crate) const RULE_LABEL: &str = "kubefan-sim/rule";
 
 /// A user the simulated API server knows by its bearer token.
 #[derive(Debug, Clone)]
@@ -35,11 +41,28 @@ impl SimUser {
     }
 }
 
-/// Who a rule applies to.
+/// Who a rule applies to: an RBAC subject.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Subject {
     User(String),
     Group(String),
+    /// A service account (`system:serviceaccount:NAMESPACE:NAME`).
+    ServiceAccount {
+        namespace: String,
+        name: String,
+    },
+}
+
+impl Subject {
+    fn to_json(&self) -> Value {
+        match self {
+            Subject::User(name) => json!({"kind": "User", "name": name}),
+            Subject::Group(name) => json!({"kind": "Group", "name": name}),
+            Subject::ServiceAccount { namespace, name } => {
+                json!({"kind": "ServiceAccount", "name": name, "namespace": namespace})
+            }
+        }
+    }
 }
 
 /// An allow rule. `"*"` matches any verb, resource or namespace; resources
@@ -63,24 +86,56 @@ impl SimRule {
         }
     }
 
-    fn allows(&self, user: &str, groups: &[String], req: &Request) -> bool {
-        let subject = match &self.subject {
-            Subject::User(u) => u == user,
-            Subject::Group(g) => groups.contains(g),
+    /// The rule's policy rules: one per API group of its resources.
+    fn policy_rules(&self) -> Vec<PolicyRule> {
+        let mut rules: Vec<PolicyRule> = Vec::new();
+        for resource in &self.resources {
+            let (plural, group) = match resource.as_str() {
+                "*" => ("*", "*"),
+                r => r.split_once('.').unwrap_or((r, "")),
+            };
+            match rules.iter_mut().find(|r| r.api_groups == [group]) {
+                Some(rule) => rule.resources.push(plural.to_owned()),
+                None => rules.push(PolicyRule {
+                    verbs: self.verbs.clone(),
+                    api_groups: vec![group.to_owned()],
+                    resources: vec![plural.to_owned()],
+                    ..PolicyRule::default()
+                }),
+            }
+        }
+        rules
+    }
+
+    /// The RBAC objects expressing rule number `i`, as (resource key, object).
+    pub(crate) fn objects(&self, i: usize) -> Vec<(&'static str, Value)> {
+        let name = format!("kubefan-sim-rule-{i}");
+        let meta = |ns: Option<&str>| {
+            let mut m = json!({"name": name, "labels": {RULE_LABEL: "true"}});
+            if let Some(ns) = ns {
+                m["namespace"] = json!(ns);
+            }
+            m
         };
-        let any = |list: &[String], value: &str| list.iter().any(|x| x == "*" || x == value);
-        let resource = if req.group.is_empty() {
-            req.resource.clone()
+        let binding = |ns: Option<&str>| {
+            json!({
+                "metadata": meta(ns),
+                "roleRef": {"apiGroup": rbac::GROUP, "kind": "ClusterRole", "name": name},
+                "subjects": [self.subject.to_json()],
+            })
+        };
+        let mut out = vec![(
+            rbac::CLUSTER_ROLES,
+            json!({"metadata": meta(None), "rules": self.policy_rules()}),
+        )];
+        if self.namespaces.iter().any(|n| n == "*") {
+            out.push((rbac::CLUSTER_ROLE_BINDINGS, binding(None)));
         } else {
-            format!("{}.{}", req.resource, req.group)
-        };
-        let cluster = self.namespaces.iter().any(|n| n == "*");
-        let namespace = if req.namespace.is_empty() {
-            cluster
-        } else {
-            any(&self.namespaces, &req.namespace)
-        };
-        subject && any(&self.verbs, &req.verb) && any(&self.resources, &resource) && namespace
+            for ns in &self.namespaces {
+                out.push((rbac::ROLE_BINDINGS, binding(Some(ns))));
+            }
+        }
+        out
     }
 }
 
@@ -93,25 +148,24 @@ pub struct AuthStats {
 
 #[derive(Default)]
 pub(super) struct Authz {
-    config: Mutex<(Vec<SimUser>, Vec<SimRule>)>,
+    users: Mutex<Vec<SimUser>>,
     token_reviews: AtomicU64,
     access_reviews: AtomicU64,
 }
 
-struct Request {
-    verb: String,
-    group: String,
-    resource: String,
-    namespace: String,
+/// A string field of a review's JSON, "" when absent.
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or("").to_owned()
+}
+
+/// A review body that does not decode.
+fn undecodable(kind: &str, e: serde_json::Error) -> SimError {
+    SimError::BadRequest(format!("invalid {kind}: {e}"))
 }
 
 impl Authz {
     pub(super) fn set_users(&self, users: Vec<SimUser>) {
-        self.config.lock().unwrap_or_else(|e| e.into_inner()).0 = users;
-    }
-
-    pub(super) fn set_rules(&self, rules: Vec<SimRule>) {
-        self.config.lock().unwrap_or_else(|e| e.into_inner()).1 = rules;
+        *self.users.lock().unwrap_or_else(|e| e.into_inner()) = users;
     }
 
     pub(super) fn stats(&self) -> AuthStats {
@@ -124,15 +178,11 @@ impl Authz {
     /// `POST /apis/authentication.k8s.io/v1/tokenreviews`.
     pub(super) fn token_review(&self, body: &[u8]) -> Result<Value, SimError> {
         self.token_reviews.fetch_add(1, Ordering::Relaxed);
-        let review: Value = serde_json::from_slice(body)
-            .map_err(|e| SimError::BadRequest(format!("invalid TokenReview: {e}")))?;
+        let review: Value =
+            serde_json::from_slice(body).map_err(|e| undecodable("TokenReview", e))?;
         let token = review["spec"]["token"].as_str().unwrap_or("");
-        let config = self.config.lock().unwrap_or_else(|e| e.into_inner());
-        let status = match config
-            .0
-            .iter()
-            .find(|u| !token.is_empty() && u.token == token)
-        {
+        let users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        let status = match users.iter().find(|u| !token.is_empty() && u.token == token) {
             Some(user) => json!({
                 "authenticated": true,
                 "user": {"username": user.username, "groups": user.groups},
@@ -148,76 +198,137 @@ impl Authz {
         }))
     }
 
-    /// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`.
-    pub(super) fn access_review(&self, body: &[u8]) -> Result<Value, SimError> {
+    /// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`, answered
+    /// by the RBAC authorizer (pkg/registry/authorization/subjectaccessreview
+    /// and its validation: exactly one of resourceAttributes and
+    /// nonResourceAttributes, a user or a group).
+    pub(super) fn access_review(&self, body: &[u8], policy: &Policy) -> Result<Value, SimError> {
         self.access_reviews.fetch_add(1, Ordering::Relaxed);
-        let review: Value = serde_json::from_slice(body)
-            .map_err(|e| SimError::BadRequest(format!("invalid SubjectAccessReview: {e}")))?;
+        let review: Value =
+            serde_json::from_slice(body).map_err(|e| undecodable("SubjectAccessReview", e))?;
         let spec = &review["spec"];
-        let attrs = &spec["resourceAttributes"];
-        let text = |v: &Value| v.as_str().unwrap_or("").to_string();
-        let req = Request {
-            verb: text(&attrs["verb"]),
-            group: text(&attrs["group"]),
-            resource: text(&attrs["resource"]),
-            namespace: text(&attrs["namespace"]),
+        let user = UserInfo {
+            name: text(&spec["user"]),
+            groups: spec["groups"]
+                .as_array()
+                .map(|g| {
+                    g.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
         };
-        let user = text(&spec["user"]);
-        let groups: Vec<String> = spec["groups"]
-            .as_array()
-            .map(|g| {
-                g.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let config = self.config.lock().unwrap_or_else(|e| e.into_inner());
-        let allowed = config.1.iter().any(|r| r.allows(&user, &groups, &req));
-        Ok(json!({
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "metadata": {},
-            "spec": spec,
-            "status": {"allowed": allowed},
-        }))
+        let mut errors = Vec::new();
+        if user.name.is_empty() && user.groups.is_empty() {
+            errors.push(
+                "spec.user: Invalid value: \"\": at least one of user or group must be specified",
+            );
+        }
+        let attrs = match review_attributes(spec, user) {
+            Ok(attrs) => Some(attrs),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        let Some(attrs) = attrs.filter(|_| errors.is_empty()) else {
+            return Err(SimError::Invalid(format!(
+                "SubjectAccessReview.authorization.k8s.io \"\" is invalid: {}",
+                errors.join(", ")
+            )));
+        };
+        Ok(review_response(
+            "SubjectAccessReview",
+            spec,
+            &policy.authorize(&attrs),
+        ))
     }
+}
+
+/// The attributes a SubjectAccessReview or SelfSubjectAccessReview spec asks
+/// about (pkg/registry/authorization/util: `ResourceAttributesFrom`,
+/// `NonResourceAttributesFrom`).
+pub(crate) fn review_attributes(spec: &Value, user: UserInfo) -> Result<Attributes, &'static str> {
+    let resource = spec.get("resourceAttributes").filter(|v| !v.is_null());
+    let non_resource = spec.get("nonResourceAttributes").filter(|v| !v.is_null());
+    match (resource, non_resource) {
+        (Some(_), Some(_)) => Err(
+            "spec.nonResourceAttributes: Invalid value: cannot be specified in combination with resourceAttributes",
+        ),
+        (None, None) => Err(
+            "spec.resourceAttributes: Invalid value: exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        ),
+        (Some(r), None) => Ok(Attributes {
+            user,
+            verb: text(&r["verb"]),
+            resource: Some(ResourceAttributes {
+                namespace: text(&r["namespace"]),
+                group: text(&r["group"]),
+                resource: text(&r["resource"]),
+                subresource: text(&r["subresource"]),
+                name: text(&r["name"]),
+            }),
+            path: String::new(),
+        }),
+        (None, Some(n)) => Ok(Attributes {
+            user,
+            verb: text(&n["verb"]),
+            resource: None,
+            path: text(&n["path"]),
+        }),
+    }
+}
+
+/// A review answered: the spec as sent and the decision as its status.
+pub(crate) fn review_response(
+    kind: &str,
+    spec: &Value,
+    decision: &crate::rbac::authorizer::Decision,
+) -> Value {
+    let mut status = json!({"allowed": decision.allowed});
+    if !decision.reason.is_empty() {
+        status["reason"] = json!(decision.reason);
+    }
+    json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": {},
+        "spec": spec,
+        "status": status,
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{SimRule, Subject};
 
     #[test]
-    fn rules_allow_by_user_group_namespace_and_cluster() {
-        let authz = Authz::default();
-        authz.set_users(vec![SimUser::new("t", "alice", &["devs"])]);
-        authz.set_rules(vec![
-            SimRule::read(Subject::User("alice".into()), &["pods"], &["web"]),
-            SimRule::read(Subject::Group("ops".into()), &["*"], &["*"]),
-        ]);
-        let review = authz.token_review(br#"{"spec":{"token":"t"}}"#).unwrap();
-        assert_eq!(review["status"]["user"]["username"], "alice");
-        let bad = authz.token_review(br#"{"spec":{"token":"x"}}"#).unwrap();
-        assert_eq!(bad["status"]["authenticated"], false);
-        let sar = |user: &str, groups: &str, ns: &str, resource: &str| {
-            let body = format!(
-                r#"{{"spec":{{"user":"{user}","groups":{groups},"resourceAttributes":{{"verb":"watch","resource":"{resource}","namespace":"{ns}"}}}}}}"#
-            );
-            authz.access_review(body.as_bytes()).unwrap()["status"]["allowed"]
-                .as_bool()
-                .unwrap()
-        };
-        assert!(sar("alice", "[]", "web", "pods"));
-        assert!(!sar("alice", "[]", "db", "pods"));
-        assert!(!sar("alice", "[]", "", "pods"));
-        assert!(!sar("alice", "[]", "web", "nodes"));
-        assert!(sar("bob", r#"["ops"]"#, "", "nodes"));
+    fn a_rule_becomes_a_cluster_role_and_its_bindings() {
+        let rule = SimRule::read(
+            Subject::Group("devs".into()),
+            &["pods", "deployments.apps", "replicasets.apps"],
+            &["web", "db"],
+        );
+        let objects = rule.objects(3);
+        let kinds: Vec<&str> = objects.iter().map(|(k, _)| *k).collect();
         assert_eq!(
-            authz.stats(),
-            AuthStats {
-                token_reviews: 2,
-                access_reviews: 5
-            }
+            kinds,
+            [
+                "clusterroles.rbac.authorization.k8s.io",
+                "rolebindings.rbac.authorization.k8s.io",
+                "rolebindings.rbac.authorization.k8s.io"
+            ]
+        );
+        let rules = &objects[0].1["rules"];
+        assert_eq!(rules[0]["apiGroups"][0], "");
+        assert_eq!(rules[1]["resources"][1], "replicasets");
+        assert_eq!(objects[2].1["metadata"]["namespace"], "db");
+        assert_eq!(objects[1].1["roleRef"]["name"], "kubefan-sim-rule-3");
+        let everywhere = SimRule::read(Subject::User("ops".into()), &["*"], &["*"]).objects(0);
+        assert_eq!(everywhere[0].1["rules"][0]["apiGroups"][0], "*");
+        assert_eq!(
+            everywhere[1].0,
+            "clusterrolebindings.rbac.authorization.k8s.io"
         );
     }
 }

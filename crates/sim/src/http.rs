@@ -225,7 +225,8 @@ async fn route(req: &HttpRequest, body: &[u8], sim: &Sim) -> Result<HttpResponse
         ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]
             if req.method() == Method::POST =>
         {
-            Ok(created(&sim.inner.authz.access_review(body)?))
+            let policy = sim.store().policy();
+            Ok(created(&sim.inner.authz.access_review(body, &policy)?))
         }
         ["api", v, rest @ ..] => resource_endpoint(req, body, sim, "", v, rest).await,
         ["apis", g, v, rest @ ..] => resource_endpoint(req, body, sim, g, v, rest).await,

@@ -375,9 +375,41 @@ impl Sim {
         self.inner.authz.set_users(users);
     }
 
-    /// The rules SubjectAccessReview allows by; nothing else is allowed.
+    /// Replaces the RBAC objects written by an earlier call with those
+    /// expressing `rules`: rule `i` is the ClusterRole
+    /// `kubefan-sim-rule-{i}`, bound by a ClusterRoleBinding of the same
+    /// name (namespaces `["*"]`) or a RoleBinding of that name in each
+    /// listed namespace. They are ordinary objects, labelled
+    /// `kubefan-sim/rule`, that a test may change or delete; RBAC objects
+    /// written otherwise are left alone. An object that cannot be written
+    /// (an invalid namespace name) is logged and skipped.
     pub fn set_rules(&self, rules: Vec<SimRule>) {
-        self.inner.authz.set_rules(rules);
+        let mut store = self.store();
+        for key in [
+            rbac::ROLE_BINDINGS,
+            rbac::CLUSTER_ROLE_BINDINGS,
+            rbac::CLUSTER_ROLES,
+        ] {
+            let managed: Vec<(String, String)> = store
+                .objects(key)
+                .unwrap_or_default()
+                .iter()
+                .filter(|s| s.attrs.label(auth::RULE_LABEL).is_some())
+                .map(|s| (s.attrs.ns.to_string(), s.attrs.name.to_string()))
+                .collect();
+            for (ns, name) in managed {
+                if let Err(e) = store.delete(key, Some(&ns), &name) {
+                    tracing::warn!(%key, %name, error = %e, "removing a rule's object failed");
+                }
+            }
+        }
+        for (i, rule) in rules.iter().enumerate() {
+            for (key, obj) in rule.objects(i) {
+                if let Err(e) = store.create(key, obj) {
+                    tracing::warn!(%key, rule = i, error = %e, "writing a rule's object failed");
+                }
+            }
+        }
     }
 
     /// TokenReviews and SubjectAccessReviews answered so far.

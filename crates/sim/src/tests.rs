@@ -1151,3 +1151,235 @@ async fn rbac_kinds_are_ordinary_resources_and_cluster_roles_aggregate() {
     );
     server.stop().await;
 }
+
+/// Posts a SubjectAccessReview and returns its status.
+async fn sar(server: &SimServer, user: &str, groups: &[&str], attrs: Value) -> Value {
+    let key = if attrs.get("path").is_some() {
+        "nonResourceAttributes"
+    } else {
+        "resourceAttributes"
+    };
+    let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "groups": groups, key: attrs}});
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "{}/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            server.url()
+        ))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    resp.json::<Value>().await.unwrap()["status"].clone()
+}
+
+fn allowed(status: &Value) -> bool {
+    status["allowed"].as_bool().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn subject_access_reviews_follow_the_stored_rbac_objects() {
+    use crate::{SimRule, Subject};
+    let (sim, server, _client) = start(SimConfig::default()).await;
+    let crole = |name: &str, rules: Value| {
+        sim.create(
+            "clusterroles.rbac.authorization.k8s.io",
+            json!({"metadata": {"name": name}, "rules": rules}),
+        )
+        .unwrap();
+    };
+    crole(
+        "pod-reader",
+        json!([{"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["pods"]}]),
+    );
+    crole(
+        "one-config",
+        json!([{"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["app"]}]),
+    );
+    crole(
+        "logs",
+        json!([{"verbs": ["get"], "apiGroups": [""], "resources": ["*/log"]}]),
+    );
+    crole(
+        "discovery",
+        json!([{"verbs": ["get"], "nonResourceURLs": ["/apis/*"]}]),
+    );
+    let bind = |key: &str, ns: Option<&str>, name: &str, role: (&str, &str), subject: Value| {
+        let mut meta = json!({"name": name});
+        if let Some(ns) = ns {
+            meta["namespace"] = json!(ns);
+        }
+        sim.create(
+            key,
+            json!({"metadata": meta, "roleRef": {"kind": role.0, "name": role.1}, "subjects": [subject]}),
+        )
+        .unwrap();
+    };
+    let rb = "rolebindings.rbac.authorization.k8s.io";
+    let crb = "clusterrolebindings.rbac.authorization.k8s.io";
+    // A RoleBinding to a ClusterRole grants it in the binding's namespace only.
+    bind(
+        rb,
+        Some("web"),
+        "alice-pods",
+        ("ClusterRole", "pod-reader"),
+        json!({"kind": "User", "name": "alice"}),
+    );
+    bind(
+        rb,
+        Some("web"),
+        "devs-config",
+        ("ClusterRole", "one-config"),
+        json!({"kind": "Group", "name": "devs"}),
+    );
+    bind(
+        rb,
+        Some("web"),
+        "robot-logs",
+        ("ClusterRole", "logs"),
+        json!({"kind": "ServiceAccount", "name": "robot"}),
+    );
+    bind(
+        crb,
+        None,
+        "everyone-discovers",
+        ("ClusterRole", "discovery"),
+        json!({"kind": "Group", "name": "system:authenticated"}),
+    );
+    bind(
+        rb,
+        Some("web"),
+        "dangling",
+        ("Role", "missing"),
+        json!({"kind": "User", "name": "carol"}),
+    );
+
+    let res = |verb: &str, ns: &str, resource: &str, sub: &str, name: &str| json!({"verb": verb, "namespace": ns, "resource": resource, "subresource": sub, "name": name});
+    let alice_web = sar(&server, "alice", &[], res("watch", "web", "pods", "", "")).await;
+    assert!(allowed(&alice_web));
+    assert_eq!(
+        alice_web["reason"],
+        "RBAC: allowed by RoleBinding \"alice-pods/web\" of ClusterRole \"pod-reader\" to User \"alice\""
+    );
+    assert!(!allowed(
+        &sar(&server, "alice", &[], res("watch", "db", "pods", "", "")).await
+    ));
+    assert!(
+        !allowed(&sar(&server, "alice", &[], res("watch", "", "pods", "", "")).await),
+        "a RoleBinding never grants across namespaces"
+    );
+    assert!(!allowed(
+        &sar(&server, "alice", &[], res("delete", "web", "pods", "", "a")).await
+    ));
+    // resourceNames: that object only, and never a list.
+    assert!(allowed(
+        &sar(
+            &server,
+            "bob",
+            &["devs"],
+            res("get", "web", "configmaps", "", "app")
+        )
+        .await
+    ));
+    assert!(!allowed(
+        &sar(
+            &server,
+            "bob",
+            &["devs"],
+            res("get", "web", "configmaps", "", "other")
+        )
+        .await
+    ));
+    assert!(!allowed(
+        &sar(
+            &server,
+            "bob",
+            &["devs"],
+            res("list", "web", "configmaps", "", "")
+        )
+        .await
+    ));
+    // A ServiceAccount subject defaults to the binding's namespace; */log is any log.
+    let robot = "system:serviceaccount:web:robot";
+    assert!(allowed(
+        &sar(&server, robot, &[], res("get", "web", "pods", "log", "a")).await
+    ));
+    assert!(!allowed(
+        &sar(&server, robot, &[], res("get", "web", "pods", "", "a")).await
+    ));
+    assert!(!allowed(
+        &sar(
+            &server,
+            "system:serviceaccount:db:robot",
+            &[],
+            res("get", "web", "pods", "log", "a")
+        )
+        .await
+    ));
+    // Non-resource URLs, through a group.
+    let discover = json!({"verb": "get", "path": "/apis/apps/v1"});
+    assert!(allowed(
+        &sar(&server, "x", &["system:authenticated"], discover.clone()).await
+    ));
+    assert!(!allowed(&sar(&server, "x", &[], discover).await));
+    // An unresolvable role is named in the reason and grants nothing.
+    let carol = sar(&server, "carol", &[], res("get", "web", "pods", "", "a")).await;
+    assert!(!allowed(&carol));
+    assert_eq!(
+        carol["reason"],
+        "RBAC: role.rbac.authorization.k8s.io \"missing\" not found"
+    );
+    // system:masters may do anything.
+    assert!(allowed(
+        &sar(
+            &server,
+            "root",
+            &["system:masters"],
+            res("delete", "", "nodes", "", "n1")
+        )
+        .await
+    ));
+
+    // SimRule writes objects that can be changed later like any other.
+    sim.set_rules(vec![
+        SimRule::read(
+            Subject::User("dave".into()),
+            &["deployments.apps"],
+            &["web"],
+        ),
+        SimRule::read(Subject::Group("ops".into()), &["*"], &["*"]),
+    ]);
+    let deploy = |ns: &str| json!({"verb": "list", "namespace": ns, "group": "apps", "resource": "deployments"});
+    assert!(allowed(&sar(&server, "dave", &[], deploy("web")).await));
+    assert!(!allowed(&sar(&server, "dave", &[], deploy("db")).await));
+    assert!(allowed(&sar(&server, "olga", &["ops"], deploy("")).await));
+    sim.delete(rb, Some("web"), "kubefan-sim-rule-0").unwrap();
+    assert!(!allowed(&sar(&server, "dave", &[], deploy("web")).await));
+    sim.set_rules(vec![]);
+    assert!(!allowed(&sar(&server, "olga", &["ops"], deploy("")).await));
+    assert_eq!(
+        sim.list(crb).0.len(),
+        1,
+        "objects not written by set_rules stay"
+    );
+
+    // A review that names neither kind of attributes, or nobody, is invalid.
+    for spec in [
+        json!({"user": "a"}),
+        json!({"resourceAttributes": {"verb": "get"}}),
+    ] {
+        let resp = reqwest::Client::new()
+            .post(format!(
+                "{}/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                server.url()
+            ))
+            .json(&json!({"spec": spec}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 422);
+    }
+    assert_eq!(sim.auth_stats().access_reviews, 21);
+    server.stop().await;
+}

@@ -10,6 +10,7 @@
 //! nothing with the gateway's own evaluator, so the two check each other.
 
 pub(crate) mod aggregate;
+pub(crate) mod authorizer;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -34,6 +34,8 @@ use tokio::sync::mpsc;
 
 use super::SimError;
 use super::attrs::Attrs;
+use super::rbac;
+use super::rbac::authorizer::Policy;
 use super::resource::ResourceDef;
 use super::watch::{bookmark_line, event_line};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -279,6 +281,9 @@ pub(crate) struct Store {
     /// Set while controllers run after a write, so their own writes do not
     /// start them again.
     reacting: bool,
+    /// The RBAC objects decoded for the authorizer; `None` after any of
+    /// them changed.
+    policy: Option<Arc<Policy>>,
 }
 
 impl Store {
@@ -290,7 +295,19 @@ impl Store {
             next_id: 1,
             limits,
             reacting: false,
+            policy: None,
         }
+    }
+
+    /// The RBAC objects as the authorizer reads them, decoded again only
+    /// after one of them changed.
+    pub fn policy(&mut self) -> Arc<Policy> {
+        if let Some(p) = &self.policy {
+            return p.clone();
+        }
+        let p = Arc::new(Policy::from_store(self));
+        self.policy = Some(p.clone());
+        p
     }
 
     pub fn rv(&self) -> u64 {
@@ -327,6 +344,9 @@ impl Store {
     /// streams end. False if no such resource was registered.
     pub fn unregister(&mut self, key: &str) -> bool {
         self.snapshots.retain(|s| s.key != key);
+        if rbac::is_rbac(key) {
+            self.policy = None;
+        }
         self.resources.remove(key).is_some()
     }
 
@@ -419,6 +439,9 @@ impl Store {
         prev: Option<Arc<Attrs>>,
     ) -> Result<Written, SimError> {
         let limits = self.limits;
+        if rbac::is_rbac(key) {
+            self.policy = None;
+        }
         let r = self
             .resources
             .get_mut(key)
