@@ -1,7 +1,9 @@
 //! Who the simulated API server's users are, and its review endpoints:
-//! TokenReview from the configured users (token → name, groups), and
-//! SubjectAccessReview answered by the RBAC authorizer (`rbac/authorizer.rs`)
-//! from the stored RBAC objects. Reviews are counted so tests can prove a
+//! TokenReview from the configured users (token → name, groups);
+//! SubjectAccessReview, SelfSubjectAccessReview and SelfSubjectRulesReview
+//! answered by the RBAC authorizer (`rbac/authorizer.rs`) from the stored
+//! RBAC objects, whatever `SimConfig::authorization` is; SelfSubjectReview
+//! (`kubectl auth whoami`). Reviews are counted so tests can prove a
 //! client caches them.
 //!
 //! `SimRule` is the tests' shorthand for RBAC: `Sim::set_rules` writes each
@@ -17,6 +19,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::SimError;
+use super::access::authenticated_groups;
 use super::rbac::authorizer::{Attributes, Policy, ResourceAttributes, UserInfo};
 use super::rbac::{self, PolicyRule};
 
@@ -139,11 +142,17 @@ impl SimRule {
     }
 }
 
-/// Reviews answered so far.
+/// Reviews answered, and requests refused, so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct AuthStats {
     pub token_reviews: u64,
     pub access_reviews: u64,
+    pub self_access_reviews: u64,
+    pub self_rules_reviews: u64,
+    /// Requests answered 401 (`AuthorizationMode::Rbac` only).
+    pub unauthorized: u64,
+    /// Requests answered 403 (`AuthorizationMode::Rbac` only).
+    pub forbidden: u64,
 }
 
 #[derive(Default)]
@@ -151,6 +160,10 @@ pub(super) struct Authz {
     users: Mutex<Vec<SimUser>>,
     token_reviews: AtomicU64,
     access_reviews: AtomicU64,
+    self_access_reviews: AtomicU64,
+    self_rules_reviews: AtomicU64,
+    unauthorized: AtomicU64,
+    forbidden: AtomicU64,
 }
 
 /// A string field of a review's JSON, "" when absent.
@@ -169,10 +182,34 @@ impl Authz {
     }
 
     pub(super) fn stats(&self) -> AuthStats {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
         AuthStats {
-            token_reviews: self.token_reviews.load(Ordering::Relaxed),
-            access_reviews: self.access_reviews.load(Ordering::Relaxed),
+            token_reviews: n(&self.token_reviews),
+            access_reviews: n(&self.access_reviews),
+            self_access_reviews: n(&self.self_access_reviews),
+            self_rules_reviews: n(&self.self_rules_reviews),
+            unauthorized: n(&self.unauthorized),
+            forbidden: n(&self.forbidden),
         }
+    }
+
+    /// Counts a request refused with `err`.
+    pub(super) fn count_refusal(&self, err: &SimError) {
+        match err {
+            SimError::Unauthorized => self.unauthorized.fetch_add(1, Ordering::Relaxed),
+            SimError::Forbidden { .. } => self.forbidden.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
+    }
+
+    /// The user holding `token`, with `system:authenticated`.
+    pub(super) fn user(&self, token: &str) -> Option<UserInfo> {
+        let users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        let user = users.iter().find(|u| u.token == token)?;
+        Some(UserInfo {
+            name: user.username.clone(),
+            groups: authenticated_groups(user),
+        })
     }
 
     /// `POST /apis/authentication.k8s.io/v1/tokenreviews`.
@@ -243,6 +280,100 @@ impl Authz {
             &policy.authorize(&attrs),
         ))
     }
+}
+
+impl Authz {
+    /// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`: the
+    /// caller's own access (pkg/registry/authorization/selfsubjectaccessreview).
+    pub(super) fn self_access_review(
+        &self,
+        body: &[u8],
+        caller: UserInfo,
+        policy: &Policy,
+    ) -> Result<Value, SimError> {
+        self.self_access_reviews.fetch_add(1, Ordering::Relaxed);
+        let review: Value =
+            serde_json::from_slice(body).map_err(|e| undecodable("SelfSubjectAccessReview", e))?;
+        let spec = &review["spec"];
+        let attrs = review_attributes(spec, caller).map_err(|e| {
+            SimError::Invalid(format!(
+                "SelfSubjectAccessReview.authorization.k8s.io \"\" is invalid: {e}"
+            ))
+        })?;
+        Ok(review_response(
+            "SelfSubjectAccessReview",
+            spec,
+            &policy.authorize(&attrs),
+        ))
+    }
+
+    /// `POST /apis/authorization.k8s.io/v1/selfsubjectrulesreviews`: every
+    /// rule that applies to the caller in `spec.namespace`
+    /// (pkg/registry/authorization/selfsubjectrulesreview: the namespace is
+    /// required; a role that cannot be resolved is the evaluationError).
+    pub(super) fn self_rules_review(
+        &self,
+        body: &[u8],
+        caller: UserInfo,
+        policy: &Policy,
+    ) -> Result<Value, SimError> {
+        self.self_rules_reviews.fetch_add(1, Ordering::Relaxed);
+        let review: Value =
+            serde_json::from_slice(body).map_err(|e| undecodable("SelfSubjectRulesReview", e))?;
+        let namespace = text(&review["spec"]["namespace"]);
+        if namespace.is_empty() {
+            return Err(SimError::BadRequest("no namespace on request".into()));
+        }
+        let (rules, error) = policy.rules_for(&caller, &namespace);
+        let resource_rules: Vec<Value> = rules
+            .iter()
+            .filter(|r| !r.resources.is_empty())
+            .map(|r| {
+                let mut rule = json!({"verbs": r.verbs});
+                for (field, list) in [
+                    ("apiGroups", &r.api_groups),
+                    ("resources", &r.resources),
+                    ("resourceNames", &r.resource_names),
+                ] {
+                    if !list.is_empty() {
+                        rule[field] = json!(list);
+                    }
+                }
+                rule
+            })
+            .collect();
+        let non_resource_rules: Vec<Value> = rules
+            .iter()
+            .filter(|r| !r.non_resource_urls.is_empty())
+            .map(|r| json!({"verbs": r.verbs, "nonResourceURLs": r.non_resource_urls}))
+            .collect();
+        let mut status = json!({
+            "resourceRules": resource_rules,
+            "nonResourceRules": non_resource_rules,
+            "incomplete": false,
+        });
+        if let Some(e) = error {
+            status["evaluationError"] = json!(e);
+        }
+        Ok(json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectRulesReview",
+            "metadata": {},
+            "spec": review["spec"],
+            "status": status,
+        }))
+    }
+}
+
+/// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews` (`kubectl auth
+/// whoami`): who the caller is.
+pub(crate) fn self_subject_review(caller: &UserInfo) -> Value {
+    json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "SelfSubjectReview",
+        "metadata": {},
+        "status": {"userInfo": {"username": caller.name, "groups": caller.groups}},
+    })
 }
 
 /// The attributes a SubjectAccessReview or SelfSubjectAccessReview spec asks

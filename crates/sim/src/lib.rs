@@ -22,14 +22,17 @@
 //! - `cli.rs`: `kubefan sim`
 //! - `rbac/`: the RBAC kinds' typed form, defaults and validation, and the
 //!   clusterrole-aggregation controller
-//! - `auth.rs`: TokenReview and SubjectAccessReview from configured users
-//!   and rules
+//! - `auth.rs`: the simulator's users and its review endpoints (TokenReview,
+//!   SubjectAccessReview, SelfSubjectAccessReview, SelfSubjectRulesReview,
+//!   SelfSubjectReview); `access.rs`: authentication and authorization of
+//!   the simulator's own clients
 //!
-//! Not simulated: authentication of its own clients, admission, namespace existence checks,
-//! finalizers, subresources, protobuf, server-side apply.
+//! Not simulated: admission (RBAC escalation checks included), namespace
+//! existence checks, finalizers, subresources, protobuf, server-side apply.
 
 #![deny(unsafe_code)]
 
+mod access;
 mod attrs;
 mod auth;
 mod builtins;
@@ -77,6 +80,26 @@ pub struct SimConfig {
     pub watch_queue: usize,
     /// Paginated list snapshots kept for `continue`; older tokens get 410.
     pub list_snapshots: usize,
+    /// Whether the simulator authenticates and authorizes its own clients.
+    pub authorization: AuthorizationMode,
+}
+
+/// How the simulator treats its own clients' requests, named after
+/// kube-apiserver's `--authorization-mode` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthorizationMode {
+    /// Every request is served; credentials are not checked (reviews still
+    /// answer from the stored RBAC objects).
+    #[default]
+    #[value(name = "AlwaysAllow")]
+    AlwaysAllow,
+    /// Bearer tokens are authenticated against the simulator's users (401
+    /// otherwise; no token is `system:anonymous`), and every request but
+    /// `/debug/` is authorized by RBAC (403 otherwise). The bootstrap
+    /// policy that lets any authenticated user discover the API and review
+    /// its own access is written at start (`Sim::bootstrap_rbac`).
+    #[value(name = "RBAC")]
+    Rbac,
 }
 
 impl Default for SimConfig {
@@ -88,6 +111,7 @@ impl Default for SimConfig {
             watch_timeout: Duration::from_secs(30 * 60),
             watch_queue: 1024,
             list_snapshots: 64,
+            authorization: AuthorizationMode::AlwaysAllow,
         }
     }
 }
@@ -113,6 +137,17 @@ pub enum SimError {
     Expired(String),
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
+    /// A request whose bearer token names no valid user.
+    #[error("Unauthorized")]
+    Unauthorized,
+    /// A request RBAC does not allow; `message` as kube-apiserver words it.
+    #[error("{message}")]
+    Forbidden {
+        message: String,
+        group: String,
+        resource: String,
+        name: String,
+    },
     #[error("the body of the request was in an unknown format: {0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
@@ -131,6 +166,8 @@ impl SimError {
             SimError::Invalid(_) => 422,
             SimError::Expired(_) => 410,
             SimError::MethodNotAllowed => 405,
+            SimError::Unauthorized => 401,
+            SimError::Forbidden { .. } => 403,
             SimError::UnsupportedMediaType(_) => 415,
             SimError::Internal(_) | SimError::Io(_) => 500,
         }
@@ -146,6 +183,8 @@ impl SimError {
             SimError::Invalid(_) => "Invalid",
             SimError::Expired(_) => "Expired",
             SimError::MethodNotAllowed => "MethodNotAllowed",
+            SimError::Unauthorized => "Unauthorized",
+            SimError::Forbidden { .. } => "Forbidden",
             SimError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             SimError::Internal(_) | SimError::Io(_) => "InternalError",
         }
@@ -174,6 +213,18 @@ impl SimError {
             | SimError::Conflict { resource, name } => {
                 let (kind, group) = resource.split_once('.').unwrap_or((resource, ""));
                 status["details"] = json!({"name": name, "group": group, "kind": kind});
+            }
+            SimError::Forbidden {
+                group,
+                resource,
+                name,
+                ..
+            } => {
+                let mut details = json!({"group": group, "kind": resource});
+                if !name.is_empty() {
+                    details["name"] = json!(name);
+                }
+                status["details"] = details;
             }
             _ => {}
         }
@@ -216,7 +267,8 @@ impl Sim {
         for def in builtins::builtins() {
             store.register(def);
         }
-        Sim {
+        let rbac_mode = cfg.authorization == AuthorizationMode::Rbac;
+        let sim = Sim {
             inner: Arc::new(Inner {
                 cfg,
                 store: Mutex::new(store),
@@ -226,6 +278,42 @@ impl Sim {
                 list_delay: Mutex::new(Duration::ZERO),
                 authz: auth::Authz::default(),
             }),
+        };
+        if rbac_mode {
+            sim.bootstrap_rbac();
+        }
+        sim
+    }
+
+    /// Writes the part of kube-apiserver's bootstrap RBAC policy
+    /// (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go) a client
+    /// relies on: `cluster-admin` bound to `system:masters`;
+    /// `system:discovery` and `system:basic-user` (discovery, and reviewing
+    /// one's own access) bound to `system:authenticated`;
+    /// `system:public-info-viewer` (/version, /healthz) bound to everyone.
+    /// Objects that exist already are kept. Done at start in `Rbac` mode.
+    pub fn bootstrap_rbac(&self) {
+        let mut store = self.store();
+        for (key, obj) in rbac::bootstrap::objects() {
+            match store.create(key, obj) {
+                Ok(_) | Err(SimError::AlreadyExists { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, "writing the bootstrap RBAC policy failed")
+                }
+            }
+        }
+    }
+
+    /// Who a request with this `Authorization` header is: a configured user
+    /// (with `system:authenticated`), or `system:anonymous` without a
+    /// bearer token; 401 for a token no user has.
+    pub(crate) fn authenticate(
+        &self,
+        header: Option<&str>,
+    ) -> Result<rbac::authorizer::UserInfo, SimError> {
+        match access::bearer(header) {
+            None => Ok(access::anonymous()),
+            Some(token) => self.inner.authz.user(token).ok_or(SimError::Unauthorized),
         }
     }
 

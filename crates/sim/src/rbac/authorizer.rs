@@ -333,6 +333,19 @@ impl Policy {
             },
         }
     }
+
+    /// `RulesFor`: every rule that applies to `user` in `namespace`, and the
+    /// roles that could not be resolved (then the rules may be incomplete).
+    pub fn rules_for(&self, user: &UserInfo, namespace: &str) -> (Vec<PolicyRule>, Option<String>) {
+        let mut rules = Vec::new();
+        let mut errors = Vec::new();
+        self.visit(user, namespace, |_, rule, err| {
+            rules.extend(rule.cloned());
+            errors.extend(err);
+            true
+        });
+        (rules, (!errors.is_empty()).then(|| aggregate(&errors)))
+    }
 }
 
 /// `utilerrors.NewAggregate(...).Error()`: one error as it is, several bracketed.

@@ -11,6 +11,7 @@
 
 pub(crate) mod aggregate;
 pub(crate) mod authorizer;
+pub(crate) mod bootstrap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
