@@ -12,6 +12,7 @@
 //! `kubefan-sim/rule`, so a test can change or delete them later like any
 //! RBAC object.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -32,6 +33,10 @@ pub struct SimUser {
     pub token: String,
     pub username: String,
     pub groups: Vec<String>,
+    /// The audiences the token is valid for, as a bound service account
+    /// token carries them; empty is the API server's own audiences
+    /// (`SimConfig::api_audiences`), as a legacy or static token.
+    pub audiences: Vec<String>,
 }
 
 impl SimUser {
@@ -40,8 +45,60 @@ impl SimUser {
             token: token.into(),
             username: username.into(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
+            audiences: Vec::new(),
         }
     }
+
+    /// A service account's token: user `system:serviceaccount:NS:NAME` in
+    /// groups `system:serviceaccounts` and `system:serviceaccounts:NS`.
+    pub fn service_account(token: &str, namespace: &str, name: &str) -> SimUser {
+        SimUser::new(
+            token,
+            &format!("system:serviceaccount:{namespace}:{name}"),
+            &[
+                "system:serviceaccounts",
+                &format!("system:serviceaccounts:{namespace}"),
+            ],
+        )
+    }
+
+    /// The token is valid for `audiences` only (a token minted for them).
+    pub fn with_audiences(mut self, audiences: &[&str]) -> SimUser {
+        self.audiences = audiences.iter().map(|a| a.to_string()).collect();
+        self
+    }
+
+    /// The audiences of `requested` (the API server's own when empty) the
+    /// token is valid for, in the order asked; an error in
+    /// kube-apiserver's words when there are none (pkg/serviceaccount/jwt.go:
+    /// "token audiences %q is invalid for the target audiences %q").
+    fn audiences_for(&self, requested: &[String], api: &[String]) -> Result<Vec<String>, String> {
+        let token = if self.audiences.is_empty() {
+            api
+        } else {
+            &self.audiences
+        };
+        let requested = if requested.is_empty() { api } else { requested };
+        let both: Vec<String> = requested
+            .iter()
+            .filter(|a| token.contains(a))
+            .cloned()
+            .collect();
+        if both.is_empty() {
+            return Err(format!(
+                "token audiences {} is invalid for the target audiences {}",
+                go_quoted(token),
+                go_quoted(requested)
+            ));
+        }
+        Ok(both)
+    }
+}
+
+/// A string list as Go's `%q` prints a `[]string`: `["a" "b"]`.
+fn go_quoted(list: &[String]) -> String {
+    let items: Vec<String> = list.iter().map(|s| format!("{s:?}")).collect();
+    format!("[{}]", items.join(" "))
 }
 
 /// Who a rule applies to: an RBAC subject.
@@ -157,7 +214,11 @@ pub struct AuthStats {
 
 #[derive(Default)]
 pub(super) struct Authz {
+    /// `SimConfig::api_audiences`.
+    api_audiences: Vec<String>,
     users: Mutex<Vec<SimUser>>,
+    /// TokenReviews per token, so a test can tell its users' apart.
+    reviews_by_token: Mutex<HashMap<String, u64>>,
     token_reviews: AtomicU64,
     access_reviews: AtomicU64,
     self_access_reviews: AtomicU64,
@@ -177,8 +238,33 @@ fn undecodable(kind: &str, e: serde_json::Error) -> SimError {
 }
 
 impl Authz {
+    pub(super) fn new(api_audiences: Vec<String>) -> Authz {
+        Authz {
+            api_audiences,
+            ..Authz::default()
+        }
+    }
+
     pub(super) fn set_users(&self, users: Vec<SimUser>) {
         *self.users.lock().unwrap_or_else(|e| e.into_inner()) = users;
+    }
+
+    /// Forgets `token`: later reviews and requests with it fail. False if
+    /// no user had it.
+    pub(super) fn revoke(&self, token: &str) -> bool {
+        let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        let before = users.len();
+        users.retain(|u| u.token != token);
+        users.len() != before
+    }
+
+    /// TokenReviews of `token` answered so far.
+    pub(super) fn reviews_of(&self, token: &str) -> u64 {
+        let counts = self
+            .reviews_by_token
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        counts.get(token).copied().unwrap_or(0)
     }
 
     pub(super) fn stats(&self) -> AuthStats {
@@ -202,29 +288,52 @@ impl Authz {
         };
     }
 
-    /// The user holding `token`, with `system:authenticated`.
+    /// The user holding `token`, with `system:authenticated`, if the token
+    /// is valid for the API server itself (its own audiences).
     pub(super) fn user(&self, token: &str) -> Option<UserInfo> {
         let users = self.users.lock().unwrap_or_else(|e| e.into_inner());
         let user = users.iter().find(|u| u.token == token)?;
+        user.audiences_for(&[], &self.api_audiences).ok()?;
         Some(UserInfo {
             name: user.username.clone(),
             groups: authenticated_groups(user),
         })
     }
 
-    /// `POST /apis/authentication.k8s.io/v1/tokenreviews`.
+    /// `POST /apis/authentication.k8s.io/v1/tokenreviews`
+    /// (pkg/registry/authentication/tokenreview): the token is checked for
+    /// `spec.audiences`, or the API server's own audiences when none are
+    /// asked; `status.audiences` are those it is valid for, and the user's
+    /// groups include `system:authenticated`.
     pub(super) fn token_review(&self, body: &[u8]) -> Result<Value, SimError> {
         self.token_reviews.fetch_add(1, Ordering::Relaxed);
         let review: Value =
             serde_json::from_slice(body).map_err(|e| undecodable("TokenReview", e))?;
         let token = review["spec"]["token"].as_str().unwrap_or("");
+        let requested: Vec<String> = match review["spec"].get("audiences") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(v) => {
+                serde_json::from_value(v.clone()).map_err(|e| undecodable("TokenReview", e))?
+            }
+        };
+        *self
+            .reviews_by_token
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(token.to_owned())
+            .or_default() += 1;
         let users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        let refused = |error: String| json!({"authenticated": false, "user": {}, "error": error});
         let status = match users.iter().find(|u| !token.is_empty() && u.token == token) {
-            Some(user) => json!({
-                "authenticated": true,
-                "user": {"username": user.username, "groups": user.groups},
-            }),
-            None => json!({"authenticated": false, "error": "invalid bearer token"}),
+            None => refused("invalid bearer token".into()),
+            Some(user) => match user.audiences_for(&requested, &self.api_audiences) {
+                Err(e) => refused(e),
+                Ok(audiences) => json!({
+                    "authenticated": true,
+                    "user": {"username": user.username, "groups": authenticated_groups(user)},
+                    "audiences": audiences,
+                }),
+            },
         };
         Ok(json!({
             "apiVersion": "authentication.k8s.io/v1",

@@ -82,6 +82,10 @@ pub struct SimConfig {
     pub list_snapshots: usize,
     /// Whether the simulator authenticates and authorizes its own clients.
     pub authorization: AuthorizationMode,
+    /// The API server's own audiences (kube-apiserver `--api-audiences`):
+    /// a token must be valid for one of them to authenticate a request, and
+    /// a TokenReview without `spec.audiences` asks for them.
+    pub api_audiences: Vec<String>,
 }
 
 /// How the simulator treats its own clients' requests, named after
@@ -112,6 +116,7 @@ impl Default for SimConfig {
             watch_queue: 1024,
             list_snapshots: 64,
             authorization: AuthorizationMode::AlwaysAllow,
+            api_audiences: vec!["https://kubernetes.default.svc.cluster.local".into()],
         }
     }
 }
@@ -268,6 +273,7 @@ impl Sim {
             store.register(def);
         }
         let rbac_mode = cfg.authorization == AuthorizationMode::Rbac;
+        let authz = auth::Authz::new(cfg.api_audiences.clone());
         let sim = Sim {
             inner: Arc::new(Inner {
                 cfg,
@@ -276,7 +282,7 @@ impl Sim {
                 stall_tx: tokio::sync::watch::Sender::new(false),
                 fail_next: AtomicUsize::new(0),
                 list_delay: Mutex::new(Duration::ZERO),
-                authz: auth::Authz::default(),
+                authz,
             }),
         };
         if rbac_mode {
@@ -500,9 +506,21 @@ impl Sim {
         }
     }
 
-    /// TokenReviews and SubjectAccessReviews answered so far.
+    /// Reviews answered, and requests refused, so far.
     pub fn auth_stats(&self) -> AuthStats {
         self.inner.authz.stats()
+    }
+
+    /// Revokes `token`: TokenReviews of it fail from now on, and so do
+    /// requests carrying it. False if no user had it.
+    pub fn revoke_token(&self, token: &str) -> bool {
+        self.inner.authz.revoke(token)
+    }
+
+    /// TokenReviews of `token` answered so far (all of them are counted in
+    /// [`AuthStats::token_reviews`]).
+    pub fn token_reviews_of(&self, token: &str) -> u64 {
+        self.inner.authz.reviews_of(token)
     }
 }
 

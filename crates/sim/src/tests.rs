@@ -1702,3 +1702,118 @@ async fn by_default_requests_are_served_unchecked_and_self_reviews_still_read_rb
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn token_reviews_check_audiences_and_revoked_tokens_stop_reviewing() {
+    use crate::{AuthorizationMode, SimUser};
+    use reqwest::Method;
+    let cfg = SimConfig {
+        authorization: AuthorizationMode::Rbac,
+        ..SimConfig::default()
+    };
+    let (sim, server, _) = start(cfg).await;
+    sim.set_users(vec![
+        SimUser::new("alice-token", "alice", &["devs"]),
+        SimUser::service_account("kubefan-token", "kubefan", "kubefan")
+            .with_audiences(&["kubefan", "metrics"]),
+    ]);
+    let review = |token: &str, audiences: Option<Vec<&str>>| {
+        let mut spec = json!({"token": token});
+        if let Some(a) = audiences {
+            spec["audiences"] = json!(a);
+        }
+        let server = &server;
+        async move {
+            let (code, body) = call(
+                server,
+                Method::POST,
+                "/apis/authentication.k8s.io/v1/tokenreviews",
+                Some("kubefan-token-unused"),
+                Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec})),
+            )
+            .await;
+            (code, body["status"].clone())
+        }
+    };
+    // The review endpoint itself needs a caller allowed to create reviews.
+    let (code, _) = review("alice-token", None).await;
+    assert_eq!(code, 401, "the caller's own token is checked first");
+    sim.set_users(vec![
+        SimUser::new("alice-token", "alice", &["devs"]),
+        SimUser::service_account("kubefan-token", "kubefan", "kubefan")
+            .with_audiences(&["kubefan", "metrics"]),
+        SimUser::new("kubefan-token-unused", "reviewer", &["system:masters"]),
+    ]);
+    let api = "https://kubernetes.default.svc.cluster.local";
+    let (code, status) = review("alice-token", None).await;
+    assert_eq!(code, 201);
+    assert_eq!(status["authenticated"], true);
+    assert_eq!(status["audiences"], json!([api]));
+    assert_eq!(
+        status["user"]["groups"],
+        json!(["devs", "system:authenticated"])
+    );
+    let (_, status) = review("alice-token", Some(vec!["kubefan"])).await;
+    assert_eq!(status["authenticated"], false);
+    assert_eq!(
+        status["error"],
+        format!("token audiences [\"{api}\"] is invalid for the target audiences [\"kubefan\"]")
+    );
+    // A token minted for kubefan reviews for kubefan, answered in the order asked.
+    let (_, status) = review("kubefan-token", Some(vec!["other", "metrics", "kubefan"])).await;
+    assert_eq!(status["authenticated"], true);
+    assert_eq!(status["audiences"], json!(["metrics", "kubefan"]));
+    assert_eq!(
+        status["user"]["username"],
+        "system:serviceaccount:kubefan:kubefan"
+    );
+    assert_eq!(
+        status["user"]["groups"],
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:kubefan",
+            "system:authenticated"
+        ])
+    );
+    let (_, status) = review("kubefan-token", None).await;
+    assert_eq!(
+        status["authenticated"], false,
+        "not a token for the API server"
+    );
+    // ... so the API server itself does not take it.
+    let (code, _) = call(
+        &server,
+        Method::GET,
+        "/api/v1/pods",
+        Some("kubefan-token"),
+        None,
+    )
+    .await;
+    assert_eq!(code, 401);
+
+    // Revoked: the next review fails, and so do requests.
+    assert_eq!(
+        sim.token_reviews_of("alice-token"),
+        2,
+        "a refused caller's review is not answered"
+    );
+    assert!(sim.revoke_token("alice-token"));
+    assert!(!sim.revoke_token("alice-token"));
+    let (_, status) = review("alice-token", None).await;
+    assert_eq!(
+        (&status["authenticated"], &status["error"]),
+        (&json!(false), &json!("invalid bearer token"))
+    );
+    assert_eq!(sim.token_reviews_of("alice-token"), 3);
+    let (code, _) = call(
+        &server,
+        Method::GET,
+        "/api/v1/namespaces/web/pods",
+        Some("alice-token"),
+        None,
+    )
+    .await;
+    assert_eq!(code, 401);
+    assert_eq!(sim.auth_stats().token_reviews, 5);
+    server.stop().await;
+}
