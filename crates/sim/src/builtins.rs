@@ -259,6 +259,14 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
             ],
         )
         .with_short_names(&["ev"]),
+        meta_only(ResourceDef::new(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+        ))
+        .with_short_names(&["crd", "crds"]),
         rbac("roles", "Role", true),
         rbac("rolebindings", "RoleBinding", true),
         rbac("clusterroles", "ClusterRole", false),

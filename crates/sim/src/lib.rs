@@ -20,8 +20,9 @@
 //!   written apart from the gateway's so the two check each other
 //! - `churn.rs`: a seeded cluster and a background workload
 //! - `cli.rs`: `kubefan sim`
-//! - `rbac/`: the RBAC kinds' typed form, defaults and validation, and the
-//!   clusterrole-aggregation controller
+//! - `rbac/`: the RBAC kinds' typed form, defaults and validation, the
+//!   clusterrole-aggregation controller, the authorizer, the bootstrap policy
+//! - `crd.rs`: CustomResourceDefinition objects and what they serve
 //! - `auth.rs`: the simulator's users and its review endpoints (TokenReview,
 //!   SubjectAccessReview, SelfSubjectAccessReview, SelfSubjectRulesReview,
 //!   SelfSubjectReview); `access.rs`: authentication and authorization of
@@ -38,6 +39,7 @@ mod auth;
 mod builtins;
 mod churn;
 mod cli;
+mod crd;
 mod http;
 mod patch;
 mod rbac;
@@ -345,17 +347,41 @@ impl Sim {
         self.inner.stall_tx.subscribe()
     }
 
-    /// Adds a resource type (a CRD), served and discoverable from now on.
+    /// Adds a resource type, served and discoverable from now on. A
+    /// resource in a group with a dot ("example.com") that is not already
+    /// served is a CRD: this writes (or updates) its
+    /// CustomResourceDefinition object, which serves it, with `def`'s
+    /// printer columns and selectable fields. Any other is registered as a
+    /// built-in. A CRD that cannot be written is logged.
     pub fn register(&self, def: ResourceDef) {
-        self.store().register(def);
+        let mut store = self.store();
+        let key = def.key();
+        if !def.group.contains('.') || (store.def(&key).is_ok() && !store.is_crd_key(&key)) {
+            store.register(def);
+            return;
+        }
+        let crd = crd::from_def(&def);
+        let written = if store.get(crd::CRDS, None, &key).is_ok() {
+            store.update(crd::CRDS, crd)
+        } else {
+            store.create(crd::CRDS, crd)
+        };
+        if let Err(e) = written {
+            tracing::warn!(%key, error = %e, "writing a CRD failed");
+        }
     }
 
-    /// Removes a resource type (a deleted CRD): its lists and watches get
-    /// 404 from now on, its open watch streams end, discovery no longer
-    /// lists it, and its counters in [`Sim::stats`] are gone. `key` is like
+    /// Removes a resource type: its lists and watches get 404 from now
+    /// on, its open watch streams end, discovery no longer lists it, and
+    /// its counters in [`Sim::stats`] are gone. For a CRD this deletes its
+    /// CustomResourceDefinition object. `key` is like
     /// "widgets.example.com". False if it was not registered.
     pub fn unregister(&self, key: &str) -> bool {
-        self.store().unregister(key)
+        let mut store = self.store();
+        if store.is_crd_key(key) {
+            return store.delete(crd::CRDS, None, key).is_ok();
+        }
+        store.unregister(key)
     }
 
     /// Binds `listen` and serves the simulator until `SimServer::stop`.

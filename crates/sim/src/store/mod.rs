@@ -23,6 +23,8 @@
 
 mod write;
 
+pub(crate) use write::now_rfc3339;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -284,6 +286,8 @@ pub(crate) struct Store {
     /// The RBAC objects decoded for the authorizer; `None` after any of
     /// them changed.
     policy: Option<Arc<Policy>>,
+    /// Resources served because a CustomResourceDefinition object says so.
+    crd_keys: std::collections::BTreeSet<String>,
 }
 
 impl Store {
@@ -296,7 +300,13 @@ impl Store {
             limits,
             reacting: false,
             policy: None,
+            crd_keys: Default::default(),
         }
+    }
+
+    /// Whether `key` is served because of a CustomResourceDefinition object.
+    pub fn is_crd_key(&self, key: &str) -> bool {
+        self.crd_keys.contains(key)
     }
 
     /// The RBAC objects as the authorizer reads them, decoded again only

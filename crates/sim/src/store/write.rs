@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::{EventKind, Store, Written};
 use crate::SimError;
+use crate::crd;
 use crate::patch::merge_patch;
 use crate::rbac;
 use crate::resource::ResourceDef;
@@ -168,6 +169,11 @@ impl Store {
             });
         }
         admit(key, &mut obj, None)?;
+        if key == crd::CRDS && self.def(&name).is_ok() && !self.is_crd_key(&name) {
+            return Err(SimError::Invalid(format!(
+                "CustomResourceDefinition.apiextensions.k8s.io {name:?} is invalid: metadata.name: Invalid value: {name:?}: the API server already serves this resource"
+            )));
+        }
         set_meta(&mut obj, "uid", json!(uuid::Uuid::new_v4().to_string()));
         set_meta(&mut obj, "creationTimestamp", json!(now_rfc3339()));
         set_meta(&mut obj, "generation", json!(1));
@@ -261,7 +267,51 @@ impl Store {
         if key == rbac::CLUSTER_ROLES {
             rbac::aggregate::aggregate(self);
         }
+        if key == crd::CRDS {
+            self.sync_crds();
+        }
         self.reacting = false;
+    }
+
+    /// What the apiextensions controllers do after a CRD changes: serve
+    /// each CRD's storage version (a changed definition replaces the old,
+    /// keeping its objects), write each CRD's status, and stop serving the
+    /// resources of CRDs that are gone.
+    fn sync_crds(&mut self) {
+        let crds: Vec<Value> = self
+            .objects(crd::CRDS)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|s| s.value().ok())
+            .collect();
+        let mut live = std::collections::BTreeSet::new();
+        for obj in &crds {
+            let Some(def) = crd::resource_def(obj) else {
+                continue;
+            };
+            let key = def.key();
+            live.insert(key.clone());
+            if self.def(&key).ok().as_deref() != Some(&def) {
+                self.register(def);
+            }
+            let status = crd::status(obj);
+            if obj.get("status") != Some(&status) {
+                let mut established = obj.clone();
+                established["status"] = status;
+                let prev = self
+                    .get(crd::CRDS, None, &key)
+                    .map(|s| s.attrs.clone())
+                    .ok();
+                if let Err(e) = self.commit(crd::CRDS, EventKind::Modified, established, prev) {
+                    tracing::warn!(crd = %key, error = %e, "writing a CRD's status failed");
+                }
+            }
+        }
+        let gone: Vec<String> = self.crd_keys.difference(&live).cloned().collect();
+        for key in gone {
+            self.unregister(&key);
+        }
+        self.crd_keys = live;
     }
 }
 
@@ -270,6 +320,9 @@ impl Store {
 fn admit(key: &str, obj: &mut Value, old: Option<&Value>) -> Result<(), SimError> {
     if rbac::is_rbac(key) {
         rbac::admit(key, obj, old)?;
+    }
+    if key == crd::CRDS {
+        crd::admit(obj, old)?;
     }
     Ok(())
 }
