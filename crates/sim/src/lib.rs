@@ -62,7 +62,7 @@ pub use cli::{SimArgs, run};
 pub use http::SimServer;
 pub use patch::merge_patch;
 pub use resource::{NameRule, ResourceDef, SelectableField, UnknownField};
-pub use store::{ResourceStats, Stats, StorageStats};
+pub use store::{ListStats, ResourceStats, Stats, StorageStats};
 
 use store::{Limits, Store};
 

@@ -2011,3 +2011,61 @@ async fn custom_resource_definitions_are_objects_that_serve_their_storage_versio
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_item_list_carries_the_current_resource_version_and_is_counted() {
+    let (sim, server, client) = start(SimConfig::default()).await;
+    for i in 0..5 {
+        sim.create("pods", pod(&format!("p{i}")).build()).unwrap();
+    }
+    // The latest write is to another resource: the probe still sees it.
+    sim.create("nodes", json!({"metadata": {"name": "n1"}}))
+        .unwrap();
+    let api = pods(&client);
+    let before = sim.stats();
+    let probe = api.list(&ListParams::default().limit(1)).await.unwrap();
+    assert_eq!(
+        probe.metadata.resource_version,
+        Some(sim.resource_version().to_string())
+    );
+    assert_eq!(probe.items.len(), 1);
+    assert_eq!(probe.metadata.remaining_item_count, Some(4));
+    sim.merge_patch(
+        "nodes",
+        None,
+        "n1",
+        &json!({"metadata": {"labels": {"x": "1"}}}),
+    )
+    .unwrap();
+    let again = api.list(&ListParams::default().limit(1)).await.unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        Some(sim.resource_version().to_string()),
+        "each probe is as new as the store"
+    );
+    let after = sim.stats();
+    assert_eq!(
+        after.resource("pods").list_requests - before.resource("pods").list_requests,
+        2
+    );
+    assert_eq!(
+        after.lists("pods").limited - before.lists("pods").limited,
+        2
+    );
+    assert_eq!(after.lists("pods").items - before.lists("pods").items, 2);
+    api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(
+        sim.stats().lists("pods").items,
+        7,
+        "an unlimited list counts every item"
+    );
+    let http: Value = reqwest::get(format!("{}/debug/stats", server.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(http["lists"]["pods"], json!({"limited": 2, "items": 7}));
+    assert_eq!(http["resources"]["pods"]["list_requests"], 3);
+    server.stop().await;
+}

@@ -67,11 +67,23 @@ pub struct StorageStats {
     pub history_floor: u64,
 }
 
+/// What the LISTs of one resource asked for and got; with
+/// `ResourceStats::list_requests`, enough to prove a client's
+/// resourceVersion probes (`limit=1`) are few and small.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ListStats {
+    /// LIST pages answered that asked for a `limit`.
+    pub limited: u64,
+    /// Items all answered LIST pages carried.
+    pub items: u64,
+}
+
 /// Counters for every resource, keyed like the Rust API ("pods", "deployments.apps").
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Stats {
     pub resource_version: u64,
     pub resources: BTreeMap<String, ResourceStats>,
+    pub lists: BTreeMap<String, ListStats>,
     pub storage: BTreeMap<String, StorageStats>,
     /// The bounds of each resource's history (`SimConfig`).
     pub history_limit_events: u64,
@@ -82,6 +94,11 @@ impl Stats {
     /// Counters of one resource; zeros for an unknown key.
     pub fn resource(&self, key: &str) -> ResourceStats {
         self.resources.get(key).copied().unwrap_or_default()
+    }
+
+    /// List counters of one resource; zeros for an unknown key.
+    pub fn lists(&self, key: &str) -> ListStats {
+        self.lists.get(key).copied().unwrap_or_default()
     }
 
     /// What one resource holds; zeros for an unknown key.
@@ -183,6 +200,7 @@ struct Resource {
     floor: u64,
     watchers: Vec<Watcher>,
     stats: ResourceStats,
+    lists: ListStats,
     /// Watcher ids below this belong to an earlier registration of the key.
     first_id: u64,
 }
@@ -198,6 +216,7 @@ impl Resource {
             floor: 0,
             watchers: Vec::new(),
             stats: ResourceStats::default(),
+            lists: ListStats::default(),
             first_id,
         }
     }
@@ -408,6 +427,11 @@ impl Store {
                 .iter()
                 .map(|(k, r)| (k.clone(), r.stats))
                 .collect(),
+            lists: self
+                .resources
+                .iter()
+                .map(|(k, r)| (k.clone(), r.lists))
+                .collect(),
             storage: self
                 .resources
                 .iter()
@@ -534,8 +558,27 @@ impl Store {
 
     /// A list page. Without `cont`, takes a snapshot of every matching object
     /// (sorted by namespace/name) and, if it exceeds `limit`, keeps it for the
-    /// following pages.
+    /// following pages. Every page, the first included, carries the
+    /// resourceVersion the snapshot was taken at: without `cont`, the
+    /// store's current one (the latest write to any resource), as
+    /// kube-apiserver's consistent LIST gives the current etcd revision, so
+    /// a `limit=1` LIST is a cheap way to learn it.
     pub fn list(
+        &mut self,
+        key: &str,
+        filter: &Filter,
+        limit: Option<usize>,
+        cont: Option<&str>,
+    ) -> Result<ListPage, SimError> {
+        let page = self.page(key, filter, limit, cont)?;
+        if let Some(r) = self.resources.get_mut(key) {
+            r.lists.limited += u64::from(limit.is_some_and(|l| l > 0));
+            r.lists.items += page.items.len() as u64;
+        }
+        Ok(page)
+    }
+
+    fn page(
         &mut self,
         key: &str,
         filter: &Filter,
