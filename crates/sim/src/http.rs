@@ -1,8 +1,11 @@
 //! The simulator's HTTP face: routing of Kubernetes API paths, query
-//! parsing, `Status` error bodies, the `/debug/` endpoints, and `SimServer`.
+//! parsing, `Status` error bodies, the `/debug/` endpoints, the review
+//! endpoints, and `SimServer` (with kubeconfigs for its users).
 //!
 //! All state changes go through `Sim`/`Store`; this file only translates.
-//! Errors are mapped to HTTP in one place, `status_response`.
+//! Every request but `/debug/` passes `admit` first (authentication and
+//! RBAC, in `AuthorizationMode::Rbac` only; `access.rs` says how). Errors
+//! are mapped to HTTP in one place, `status_response`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

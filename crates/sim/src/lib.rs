@@ -8,6 +8,15 @@
 //! HTTP under `/debug/faults/`, and per-resource counters are exposed for
 //! assertions.
 //!
+//! It is the oracle the gateway is tested against, so where it does what
+//! kube-apiserver does, it does it as kube-apiserver does, and the module
+//! that does it cites where (kubernetes/kubernetes paths, or the
+//! kubernetes.io page): field selectors per kind (`builtins.rs`), RBAC
+//! objects, aggregation and evaluation (`rbac/`), request authentication,
+//! attributes and 403s (`access.rs`), TokenReview audiences and the review
+//! endpoints (`auth.rs`), CRDs (`crd.rs`). It shares no code with the
+//! gateway.
+//!
 //! # Layout
 //! - `resource.rs`: resource definitions and discovery documents;
 //!   `builtins.rs`: the resources every simulator serves
@@ -29,7 +38,10 @@
 //!   the simulator's own clients
 //!
 //! Not simulated: admission (RBAC escalation checks included), namespace
-//! existence checks, finalizers, subresources, protobuf, server-side apply.
+//! existence checks, finalizers, subresources, protobuf, server-side apply,
+//! several versions of one resource (and conversion between them), the
+//! events API's shared storage (v1 and events.k8s.io events are stored
+//! apart), discovery of the review resources, Tables (`as=Table`).
 
 #![deny(unsafe_code)]
 
