@@ -74,3 +74,76 @@ fn aggregate_once(store: &mut Store) -> bool {
     }
     changed
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::CLUSTER_ROLES;
+    use crate::store::{Limits, Store};
+
+    fn store() -> Store {
+        let mut store = Store::new(Limits {
+            history: 100,
+            history_bytes: 1 << 20,
+            watch_queue: 10,
+            list_snapshots: 1,
+        });
+        for def in crate::builtins::builtins() {
+            store.register(def);
+        }
+        store
+    }
+
+    fn role(name: &str, label: &str, selects: Option<&str>, verb: Option<&str>) -> Value {
+        let mut r = json!({"metadata": {"name": name, "labels": {label: "true"}}});
+        if let Some(sel) = selects {
+            r["aggregationRule"] =
+                json!({"clusterRoleSelectors": [{"matchLabels": {sel: "true"}}]});
+        }
+        if let Some(verb) = verb {
+            r["rules"] = json!([{"verbs": [verb], "apiGroups": [""], "resources": ["pods"]}]);
+        }
+        r
+    }
+
+    fn verbs(store: &Store, name: &str) -> Vec<String> {
+        let role = store
+            .get(CLUSTER_ROLES, None, name)
+            .unwrap()
+            .value()
+            .unwrap();
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["verbs"][0].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn chains_of_aggregated_roles_settle_and_cycles_end() {
+        let mut s = store();
+        // top aggregates middle, which aggregates leaf: written top first.
+        s.create(CLUSTER_ROLES, role("top", "t", Some("to-top"), None))
+            .unwrap();
+        s.create(
+            CLUSTER_ROLES,
+            role("middle", "to-top", Some("to-middle"), None),
+        )
+        .unwrap();
+        s.create(CLUSTER_ROLES, role("leaf", "to-middle", None, Some("get")))
+            .unwrap();
+        assert_eq!(verbs(&s, "middle"), ["get"]);
+        assert_eq!(verbs(&s, "top"), ["get"], "the chain settles in one write");
+        // Two roles aggregating each other take each other's rules, once.
+        s.create(CLUSTER_ROLES, role("a", "x", Some("y"), None))
+            .unwrap();
+        s.create(CLUSTER_ROLES, role("b", "y", Some("x"), None))
+            .unwrap();
+        s.create(CLUSTER_ROLES, role("c", "x", None, Some("list")))
+            .unwrap();
+        assert_eq!(verbs(&s, "b"), ["list"]);
+        assert_eq!(verbs(&s, "a"), ["list"]);
+    }
+}

@@ -218,7 +218,14 @@ pub(crate) fn admit(key: &str, obj: &mut Value, old: Option<&Value>) -> Result<(
                 }
             }
             put(obj, "roleRef", &role_ref);
-            put(obj, "subjects", &subjects);
+            // `subjects` is omitempty in rbacv1.
+            if subjects.is_empty() {
+                if let Some(map) = obj.as_object_mut() {
+                    map.remove("subjects");
+                }
+            } else {
+                put(obj, "subjects", &subjects);
+            }
         }
         _ => {}
     }
