@@ -56,8 +56,9 @@ pub struct SimArgs {
     /// (401) and authorizes every request by the stored RBAC objects (403).
     #[arg(long, env = "KUBEFAN_SIM_AUTHORIZATION_MODE", value_enum, default_value_t = AuthorizationMode::AlwaysAllow)]
     pub authorization_mode: AuthorizationMode,
-    /// A user with a generated token, NAME or NAME:GROUP,GROUP; repeatable.
-    /// Its token is in the --kubeconfig-out file (context NAME).
+    /// A user with a generated token, NAME or NAME:GROUP,GROUP; repeatable
+    /// (in the variable, separated by ";"). Its token is in the
+    /// --kubeconfig-out file (context NAME).
     #[arg(long = "user", env = "KUBEFAN_SIM_USERS", value_delimiter = ';')]
     pub users: Vec<UserSpec>,
     /// Pod operations per second (0 = no churn).

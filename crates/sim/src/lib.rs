@@ -124,7 +124,7 @@ impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
             history: 10_000,
-            history_bytes: 16 << 20,
+            history_bytes: 8 << 20,
             bookmark_interval: Duration::from_secs(10),
             watch_timeout: Duration::from_secs(30 * 60),
             watch_queue: 1024,
