@@ -18,11 +18,17 @@
 //!   selectable attributes (`attrs.rs`), never as parsed values; what a
 //!   caller needs as a `Value` is parsed from the bytes on demand.
 //!
-//! Object writes (validation, server-set metadata) live in `write.rs`, HTTP
-//! parsing in `http.rs`, stream timing in `watch.rs`.
+//! Object writes (validation, server-set metadata, the controllers that
+//! react to them) live in `write.rs`, LIST pages and `continue` snapshots
+//! in `list.rs`, watcher registration in `watchers.rs`; HTTP parsing in
+//! `http.rs`, stream timing in `watch.rs`.
 
+mod list;
+mod watchers;
 mod write;
 
+use list::Snapshot;
+pub(crate) use watchers::{WatchFrom, WatchStart};
 pub(crate) use write::now_rfc3339;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -39,7 +45,7 @@ use super::attrs::Attrs;
 use super::rbac;
 use super::rbac::authorizer::Policy;
 use super::resource::ResourceDef;
-use super::watch::{bookmark_line, event_line};
+use super::watch::event_line;
 use crate::selector::{FieldSelector, LabelSelector};
 
 /// Request counters for one resource.
@@ -241,41 +247,6 @@ impl Resource {
             history_floor: self.floor,
         }
     }
-}
-
-struct Snapshot {
-    id: u64,
-    key: String,
-    rv: u64,
-    items: Arc<Vec<Bytes>>,
-}
-
-/// Where a watch starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WatchFrom {
-    /// Synthetic ADDED for every current object; with `initial_events_end`,
-    /// then the annotated BOOKMARK of `sendInitialEvents`.
-    Now { initial_events_end: bool },
-    /// Every event after this rv.
-    After(u64),
-}
-
-/// A registered watcher's first lines and its live queue.
-pub(crate) struct WatchStart {
-    pub id: u64,
-    pub def: Arc<ResourceDef>,
-    pub initial: VecDeque<Bytes>,
-    pub rx: mpsc::Receiver<Bytes>,
-    pub overflowed: Arc<AtomicBool>,
-}
-
-/// One page of a list: the items as encoded JSON.
-pub(crate) struct ListPage {
-    pub def: Arc<ResourceDef>,
-    pub items: Vec<Bytes>,
-    pub rv: u64,
-    pub cont: Option<String>,
-    pub remaining: Option<usize>,
 }
 
 /// An object as a write left it: parsed for the Rust API, encoded for HTTP.
@@ -554,182 +525,5 @@ impl Store {
     /// Every object of a resource, sorted by namespace/name.
     pub fn objects(&self, key: &str) -> Result<Vec<Stored>, SimError> {
         Ok(self.resource(key)?.objects.values().cloned().collect())
-    }
-
-    /// A list page. Without `cont`, takes a snapshot of every matching object
-    /// (sorted by namespace/name) and, if it exceeds `limit`, keeps it for the
-    /// following pages. Every page, the first included, carries the
-    /// resourceVersion the snapshot was taken at: without `cont`, the
-    /// store's current one (the latest write to any resource), as
-    /// kube-apiserver's consistent LIST gives the current etcd revision, so
-    /// a `limit=1` LIST is a cheap way to learn it.
-    pub fn list(
-        &mut self,
-        key: &str,
-        filter: &Filter,
-        limit: Option<usize>,
-        cont: Option<&str>,
-    ) -> Result<ListPage, SimError> {
-        let page = self.page(key, filter, limit, cont)?;
-        if let Some(r) = self.resources.get_mut(key) {
-            r.lists.limited += u64::from(limit.is_some_and(|l| l > 0));
-            r.lists.items += page.items.len() as u64;
-        }
-        Ok(page)
-    }
-
-    fn page(
-        &mut self,
-        key: &str,
-        filter: &Filter,
-        limit: Option<usize>,
-        cont: Option<&str>,
-    ) -> Result<ListPage, SimError> {
-        let def = self.def(key)?;
-        let (snapshot, offset) = match cont {
-            Some(token) => {
-                let (id, offset) = token
-                    .split_once('.')
-                    .and_then(|(id, off)| {
-                        Some((id.parse::<u64>().ok()?, off.parse::<usize>().ok()?))
-                    })
-                    .ok_or_else(|| {
-                        SimError::BadRequest(format!("invalid continue token {token:?}"))
-                    })?;
-                let snap = self
-                    .snapshots
-                    .iter()
-                    .find(|s| s.id == id)
-                    .ok_or_else(|| {
-                        SimError::Expired(
-                            "The provided continue parameter is too old to display a consistent list result. \
-                             You can start a new list without the continue parameter."
-                                .into(),
-                        )
-                    })?;
-                if snap.key != key {
-                    return Err(SimError::BadRequest(
-                        "continue token belongs to another resource".into(),
-                    ));
-                }
-                (Some((snap.id, snap.rv, snap.items.clone())), offset)
-            }
-            None => (None, 0),
-        };
-        let (id, rv, items) = match snapshot {
-            Some(s) => s,
-            None => {
-                let items: Vec<Bytes> = self
-                    .resource(key)?
-                    .objects
-                    .values()
-                    .filter(|o| filter.matches(&o.attrs))
-                    .map(|o| o.encoded.clone())
-                    .collect();
-                let limited = limit.is_some_and(|l| l > 0 && items.len() > l);
-                if !limited {
-                    return Ok(ListPage {
-                        def,
-                        items,
-                        rv: self.rv,
-                        cont: None,
-                        remaining: None,
-                    });
-                }
-                let id = self.next_id;
-                self.next_id += 1;
-                let items = Arc::new(items);
-                self.snapshots.push_back(Snapshot {
-                    id,
-                    key: key.to_owned(),
-                    rv: self.rv,
-                    items: items.clone(),
-                });
-                while self.snapshots.len() > self.limits.list_snapshots {
-                    self.snapshots.pop_front();
-                }
-                (id, self.rv, items)
-            }
-        };
-        let start = offset.min(items.len());
-        let end = match limit {
-            Some(l) if l > 0 => (start + l).min(items.len()),
-            _ => items.len(),
-        };
-        let more = end < items.len();
-        Ok(ListPage {
-            def,
-            items: items[start..end].to_vec(),
-            rv,
-            cont: more.then(|| format!("{id}.{end}")),
-            remaining: more.then(|| items.len() - end),
-        })
-    }
-
-    /// Registers a watcher and collects what it must replay first.
-    /// `Err(Expired)` when `from` is older than the retained history.
-    pub fn watch(
-        &mut self,
-        key: &str,
-        filter: Filter,
-        from: WatchFrom,
-    ) -> Result<WatchStart, SimError> {
-        let rv = self.rv;
-        let id = self.next_id;
-        self.next_id += 1;
-        let cap = self.limits.watch_queue.max(1);
-        let r = self.resource_mut(key)?;
-        let mut initial = VecDeque::new();
-        match from {
-            WatchFrom::After(n) if n < r.floor => {
-                return Err(SimError::Expired(format!(
-                    "too old resource version: {n} ({})",
-                    r.floor
-                )));
-            }
-            WatchFrom::After(n) => {
-                for ev in r.history.iter().filter(|e| e.rv > n) {
-                    if let Some(ty) = filter.view(ev) {
-                        initial.push_back(event_line(ty, &ev.encoded));
-                    }
-                }
-            }
-            WatchFrom::Now { initial_events_end } => {
-                for obj in r.objects.values().filter(|o| filter.matches(&o.attrs)) {
-                    initial.push_back(event_line("ADDED", &obj.encoded));
-                }
-                if initial_events_end {
-                    initial.push_back(bookmark_line(&r.def, rv, true));
-                }
-            }
-        }
-        let (tx, rx) = mpsc::channel(cap);
-        let overflowed = Arc::new(AtomicBool::new(false));
-        r.watchers.push(Watcher {
-            id,
-            filter,
-            tx,
-            overflowed: overflowed.clone(),
-        });
-        r.stats.open_watches += 1;
-        Ok(WatchStart {
-            id,
-            def: r.def.clone(),
-            initial,
-            rx,
-            overflowed,
-        })
-    }
-
-    /// Forgets a watcher whose stream has ended.
-    pub fn unwatch(&mut self, key: &str, id: u64) {
-        if let Some(r) = self.resources.get_mut(key) {
-            r.watchers.retain(|w| w.id != id);
-            // A watcher of a resource unregistered and registered again
-            // meanwhile was never counted here.
-            if id >= r.first_id {
-                r.stats.open_watches = r.stats.open_watches.saturating_sub(1);
-            }
-        }
     }
 }
