@@ -311,15 +311,7 @@ pub fn spawn_churn(
         }
         let mut rng = rng_for(&cfg);
         let nodes: Vec<String> = (0..cfg.nodes).map(node_name).collect();
-        let mut known: Known = sim
-            .list("pods")
-            .0
-            .iter()
-            .map(|p| {
-                let at = |k: &str| p["metadata"][k].as_str().unwrap_or_default().to_owned();
-                (at("namespace"), at("name"))
-            })
-            .collect();
+        let mut known: Known = sim.names("pods");
         // Ticks of at least 10 ms; each runs the ops that fell due since the last.
         let period = Duration::from_secs_f64((1.0 / cfg.rate).max(0.01));
         let mut tick = tokio::time::interval(period);
@@ -361,6 +353,14 @@ mod tests {
         seed_cluster(&sim, &cfg);
         let (pods, _) = sim.list("pods");
         assert_eq!(pods.len(), 50);
+        let names: Vec<(String, String)> = pods
+            .iter()
+            .map(|p| {
+                let at = |k: &str| p["metadata"][k].as_str().unwrap().to_owned();
+                (at("namespace"), at("name"))
+            })
+            .collect();
+        assert_eq!(sim.names("pods"), names);
         assert_eq!(sim.list("nodes").0.len(), 3);
         for p in &pods {
             let size = serde_json::to_vec(p).unwrap().len();

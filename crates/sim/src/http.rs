@@ -1,8 +1,11 @@
 //! The simulator's HTTP face: routing of Kubernetes API paths, query
-//! parsing, `Status` error bodies, the `/debug/` endpoints, and `SimServer`.
+//! parsing, `Status` error bodies, the `/debug/` endpoints, the review
+//! endpoints, and `SimServer` (with kubeconfigs for its users).
 //!
 //! All state changes go through `Sim`/`Store`; this file only translates.
-//! Errors are mapped to HTTP in one place, `status_response`.
+//! Every request but `/debug/` passes `admit` first (authentication and
+//! RBAC, in `AuthorizationMode::Rbac` only; `access.rs` says how). Errors
+//! are mapped to HTTP in one place, `status_response`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,13 +14,17 @@ use std::time::Duration;
 use actix_web::dev::ServerHandle;
 use actix_web::http::{Method, StatusCode, header};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-use kube::config::{Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext};
+use kube::config::{
+    AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
+};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
+use super::rbac::authorizer::UserInfo;
 use super::resource::{self, ResourceDef};
-use super::store::{Filter, WatchFrom};
+use super::store::{Filter, WatchFrom, Written};
 use super::watch::{self, WatchTiming};
+use super::{AuthorizationMode, SimUser, access, auth};
 use super::{Sim, SimError};
 use crate::selector::{FieldSelector, LabelSelector};
 
@@ -81,11 +88,45 @@ impl SimServer {
         }
     }
 
+    /// `kubeconfig()` plus a user (with its token) and a context per
+    /// `users`, both named after the user; the first is the current context.
+    pub fn kubeconfig_for(&self, users: &[SimUser]) -> Kubeconfig {
+        let mut kc = self.kubeconfig();
+        for user in users {
+            kc.auth_infos.push(NamedAuthInfo {
+                name: user.username.clone(),
+                auth_info: Some(token_auth(&user.token)),
+                ..Default::default()
+            });
+            kc.contexts.push(NamedContext {
+                name: user.username.clone(),
+                context: Some(Context {
+                    cluster: CONTEXT.into(),
+                    user: Some(user.username.clone()),
+                    namespace: Some("default".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        if let Some(first) = users.first() {
+            kc.current_context = Some(first.username.clone());
+        }
+        kc
+    }
+
     /// A client config pointing at this server, default namespace "default".
     pub fn client_config(&self) -> kube::Config {
         // A `SocketAddr` always forms a valid authority.
         let uri = self.url().parse().unwrap_or_default();
         kube::Config::new(uri)
+    }
+
+    /// `client_config()` sending `token` as its bearer token.
+    pub fn client_config_with_token(&self, token: &str) -> kube::Config {
+        let mut cfg = self.client_config();
+        cfg.auth_info = token_auth(token);
+        cfg
     }
 
     /// Ends open watches and stops the server, waiting for it to finish.
@@ -94,6 +135,12 @@ impl SimServer {
         self.handle.stop(true).await;
         let _ = self.task.await;
     }
+}
+
+/// Credentials holding a bearer token. `AuthInfo` keeps its token as a
+/// `secrecy::SecretString`, which it builds when deserialised.
+fn token_auth(token: &str) -> AuthInfo {
+    serde_json::from_value(json!({ "token": token })).unwrap_or_default()
 }
 
 pub(crate) async fn serve(sim: Sim, listen: SocketAddr) -> std::io::Result<SimServer> {
@@ -186,8 +233,51 @@ fn wants_aggregated(req: &HttpRequest) -> bool {
         .is_some_and(|a| a.contains("as=APIGroupDiscoveryList"))
 }
 
+/// The caller of a request: authenticated and its request authorized when
+/// the simulator checks its clients (`AuthorizationMode::Rbac`), else
+/// `None`. Refusals are counted in `AuthStats`.
+fn admit(req: &HttpRequest, sim: &Sim, segs: &[&str]) -> Result<Option<UserInfo>, SimError> {
+    if sim.config().authorization != AuthorizationMode::Rbac || segs.first() == Some(&"debug") {
+        return Ok(None);
+    }
+    let checked = (|| {
+        let user = sim.authenticate(authorization_header(req))?;
+        let watch = query(req).is_ok_and(|q| flag(&q, "watch").unwrap_or(false));
+        let attrs = access::request_attributes(
+            user.clone(),
+            req.method().as_str(),
+            req.path(),
+            segs,
+            watch,
+        );
+        let decision = sim.store().policy().authorize(&attrs);
+        if decision.allowed {
+            Ok(user)
+        } else {
+            Err(access::forbidden(&attrs, &decision))
+        }
+    })();
+    if let Err(e) = &checked {
+        sim.inner.authz.count_refusal(e);
+    }
+    checked.map(Some)
+}
+
+fn authorization_header(req: &HttpRequest) -> Option<&str> {
+    req.headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+}
+
 async fn route(req: &HttpRequest, body: &[u8], sim: &Sim) -> Result<HttpResponse, SimError> {
     let segs: Vec<&str> = req.path().split('/').filter(|s| !s.is_empty()).collect();
+    let admitted = admit(req, sim, &segs)?;
+    // Self reviews need the caller even when requests are not checked.
+    let caller = || match &admitted {
+        Some(user) => Ok(user.clone()),
+        None => sim.authenticate(authorization_header(req)),
+    };
+    let post = req.method() == Method::POST;
     let get = req.method() == Method::GET;
     let discovery =
         |f: &dyn Fn(&[&ResourceDef]) -> Option<Value>| -> Result<HttpResponse, SimError> {
@@ -222,10 +312,36 @@ async fn route(req: &HttpRequest, body: &[u8], sim: &Sim) -> Result<HttpResponse
         ["apis", "authentication.k8s.io", "v1", "tokenreviews"] if req.method() == Method::POST => {
             Ok(created(&sim.inner.authz.token_review(body)?))
         }
-        ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]
-            if req.method() == Method::POST =>
-        {
-            Ok(created(&sim.inner.authz.access_review(body)?))
+        ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"] if post => {
+            let policy = sim.store().policy();
+            Ok(created(&sim.inner.authz.access_review(body, &policy)?))
+        }
+        [
+            "apis",
+            "authorization.k8s.io",
+            "v1",
+            "selfsubjectaccessreviews",
+        ] if post => {
+            let caller = caller()?;
+            let policy = sim.store().policy();
+            Ok(created(
+                &sim.inner.authz.self_access_review(body, caller, &policy)?,
+            ))
+        }
+        [
+            "apis",
+            "authorization.k8s.io",
+            "v1",
+            "selfsubjectrulesreviews",
+        ] if post => {
+            let caller = caller()?;
+            let policy = sim.store().policy();
+            Ok(created(
+                &sim.inner.authz.self_rules_review(body, caller, &policy)?,
+            ))
+        }
+        ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] if post => {
+            Ok(created(&auth::self_subject_review(&caller()?)))
         }
         ["api", v, rest @ ..] => resource_endpoint(req, body, sim, "", v, rest).await,
         ["apis", g, v, rest @ ..] => resource_endpoint(req, body, sim, g, v, rest).await,
@@ -324,17 +440,16 @@ async fn resource_endpoint(
         return Err(SimError::UnknownResource(req.path().into()));
     }
     let key = def.key();
-    let ok = |v: std::sync::Arc<Value>| json_response(&v);
-    let created = |v: std::sync::Arc<Value>| {
-        HttpResponse::Created()
-            .content_type(JSON)
-            .body(v.to_string())
-    };
+    let ok = |w: Written| HttpResponse::Ok().content_type(JSON).body(w.encoded);
+    let created = |w: Written| HttpResponse::Created().content_type(JSON).body(w.encoded);
     let q = query(req)?;
     match (req.method().clone(), name) {
         (Method::GET, None) if flag(&q, "watch")? => watch_endpoint(sim, &def, ns, &q),
         (Method::GET, None) => list_endpoint(sim, &def, ns, &q).await,
-        (Method::GET, Some(name)) => sim.store().get(&key, ns, name).map(ok),
+        (Method::GET, Some(name)) => {
+            let encoded = sim.store().get(&key, ns, name)?.encoded.clone();
+            Ok(HttpResponse::Ok().content_type(JSON).body(encoded))
+        }
         (Method::POST, None) if ns.is_some() || !def.namespaced => {
             let mut obj = parse_body(body)?;
             place(&def, &mut obj, ns, None)?;
@@ -371,7 +486,7 @@ fn filter(def: &ResourceDef, ns: Option<&str>, q: &Query) -> Result<Filter, SimE
     Ok(Filter {
         ns: ns.map(str::to_owned),
         labels: LabelSelector::parse(labels)?,
-        fields: FieldSelector::parse(fields, &def.selectable_fields)?,
+        fields: FieldSelector::parse(fields, def)?,
     })
 }
 
@@ -411,14 +526,15 @@ async fn list_endpoint(
     })
     .to_string();
     // Splice the items into the head object without re-building a Value.
-    let mut out = Vec::with_capacity(head.len() + page.items.len() * 2048);
+    let size = page.items.iter().map(|i| i.len() + 1).sum::<usize>();
+    let mut out = Vec::with_capacity(head.len() + size + 16);
     out.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
     out.extend_from_slice(b",\"items\":[");
     for (i, item) in page.items.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, &**item).map_err(|e| SimError::Internal(e.to_string()))?;
+        out.extend_from_slice(item);
     }
     out.extend_from_slice(b"]}");
     Ok(HttpResponse::Ok().content_type(JSON).body(out))

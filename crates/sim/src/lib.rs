@@ -8,28 +8,54 @@
 //! HTTP under `/debug/faults/`, and per-resource counters are exposed for
 //! assertions.
 //!
+//! It is the oracle the gateway is tested against, so where it does what
+//! kube-apiserver does, it does it as kube-apiserver does, and the module
+//! that does it cites where (kubernetes/kubernetes paths, or the
+//! kubernetes.io page): field selectors per kind (`builtins.rs`), RBAC
+//! objects, aggregation and evaluation (`rbac/`), request authentication,
+//! attributes and 403s (`access.rs`), TokenReview audiences and the review
+//! endpoints (`auth.rs`), CRDs (`crd.rs`). It shares no code with the
+//! gateway.
+//!
 //! # Layout
-//! - `resource.rs`: resource definitions and discovery documents
-//! - `store.rs`: objects, resourceVersions, history, watchers, list snapshots
+//! - `resource.rs`: resource definitions and discovery documents;
+//!   `builtins.rs`: the resources every simulator serves
+//! - `store/`: objects, resourceVersions, history, watchers, list snapshots
+//!   (`mod.rs`), and the checks of object writes (`write.rs`);
+//!   `attrs.rs`: what selectors read of a stored object
 //! - `watch.rs`: the body of one watch stream
 //! - `http.rs`: routing, query parsing, `Status` responses, `SimServer`
 //! - `selector.rs`, `patch.rs`: label/field selectors, JSON merge patch,
 //!   written apart from the gateway's so the two check each other
 //! - `churn.rs`: a seeded cluster and a background workload
-//! - `cli.rs`: `kubefan sim`
-//! - `auth.rs`: TokenReview and SubjectAccessReview from configured users
-//!   and rules
+//! - `cli.rs`: `kubefan sim`; `error.rs`: `SimError` and its `Status`
+//! - `rbac/`: the RBAC kinds' typed form, defaults and validation, the
+//!   clusterrole-aggregation controller, the authorizer, the bootstrap policy
+//! - `crd.rs`: CustomResourceDefinition objects and what they serve
+//! - `auth.rs`: the simulator's users and its review endpoints (TokenReview,
+//!   SubjectAccessReview, SelfSubjectAccessReview, SelfSubjectRulesReview,
+//!   SelfSubjectReview); `access.rs`: authentication and authorization of
+//!   the simulator's own clients
 //!
-//! Not simulated: authentication of its own clients, admission, namespace existence checks,
-//! finalizers, subresources, protobuf, server-side apply.
+//! Not simulated: admission (RBAC escalation checks included), namespace
+//! existence checks, finalizers, subresources, protobuf, server-side apply,
+//! several versions of one resource (and conversion between them), the
+//! events API's shared storage (v1 and events.k8s.io events are stored
+//! apart), discovery of the review resources, Tables (`as=Table`).
 
 #![deny(unsafe_code)]
 
+mod access;
+mod attrs;
 mod auth;
+mod builtins;
 mod churn;
 mod cli;
+mod crd;
+mod error;
 mod http;
 mod patch;
+mod rbac;
 mod resource;
 mod selector;
 mod store;
@@ -40,16 +66,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthStats, SimRule, SimUser, Subject};
 pub use churn::{ChurnConfig, PodBuilder, pod, seed_cluster, spawn_churn};
 pub use cli::{SimArgs, run};
+pub use error::SimError;
 pub use http::SimServer;
 pub use patch::merge_patch;
-pub use resource::ResourceDef;
-pub use store::{ResourceStats, Stats};
+pub use resource::{NameRule, ResourceDef, SelectableField, UnknownField};
+pub use store::{ListStats, ResourceStats, Stats, StorageStats};
 
 use store::{Limits, Store};
 
@@ -58,6 +85,9 @@ use store::{Limits, Store};
 pub struct SimConfig {
     /// Events retained per resource for watches from an old rv; older → 410.
     pub history: usize,
+    /// Bytes those events may hold per resource (their JSON and selectable
+    /// attributes); the oldest go first when either bound is reached.
+    pub history_bytes: usize,
     /// Period of BOOKMARK events on watches that allow them.
     pub bookmark_interval: Duration,
     /// How long a watch without `timeoutSeconds` stays open.
@@ -66,106 +96,44 @@ pub struct SimConfig {
     pub watch_queue: usize,
     /// Paginated list snapshots kept for `continue`; older tokens get 410.
     pub list_snapshots: usize,
+    /// Whether the simulator authenticates and authorizes its own clients.
+    pub authorization: AuthorizationMode,
+    /// The API server's own audiences (kube-apiserver `--api-audiences`):
+    /// a token must be valid for one of them to authenticate a request, and
+    /// a TokenReview without `spec.audiences` asks for them.
+    pub api_audiences: Vec<String>,
+}
+
+/// How the simulator treats its own clients' requests, named after
+/// kube-apiserver's `--authorization-mode` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthorizationMode {
+    /// Every request is served; credentials are not checked (reviews still
+    /// answer from the stored RBAC objects).
+    #[default]
+    #[value(name = "AlwaysAllow")]
+    AlwaysAllow,
+    /// Bearer tokens are authenticated against the simulator's users (401
+    /// otherwise; no token is `system:anonymous`), and every request but
+    /// `/debug/` is authorized by RBAC (403 otherwise). The bootstrap
+    /// policy that lets any authenticated user discover the API and review
+    /// its own access is written at start (`Sim::bootstrap_rbac`).
+    #[value(name = "RBAC")]
+    Rbac,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
             history: 10_000,
+            history_bytes: 8 << 20,
             bookmark_interval: Duration::from_secs(10),
             watch_timeout: Duration::from_secs(30 * 60),
             watch_queue: 1024,
             list_snapshots: 64,
+            authorization: AuthorizationMode::AlwaysAllow,
+            api_audiences: vec!["https://kubernetes.default.svc.cluster.local".into()],
         }
-    }
-}
-
-/// Why a simulator operation failed; each maps to a Kubernetes `Status`.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    #[error("unknown resource {0}")]
-    UnknownResource(String),
-    #[error("{resource} \"{name}\" not found")]
-    NotFound { resource: String, name: String },
-    #[error("{resource} \"{name}\" already exists")]
-    AlreadyExists { resource: String, name: String },
-    #[error(
-        "Operation cannot be fulfilled on {resource} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
-    )]
-    Conflict { resource: String, name: String },
-    #[error("{0}")]
-    BadRequest(String),
-    #[error("{0}")]
-    Invalid(String),
-    #[error("{0}")]
-    Expired(String),
-    #[error("the server does not allow this method on the requested resource")]
-    MethodNotAllowed,
-    #[error("the body of the request was in an unknown format: {0}")]
-    UnsupportedMediaType(String),
-    #[error("{0}")]
-    Internal(String),
-    #[error("io: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-impl SimError {
-    /// HTTP status code of the error's `Status`.
-    pub fn code(&self) -> u16 {
-        match self {
-            SimError::UnknownResource(_) | SimError::NotFound { .. } => 404,
-            SimError::AlreadyExists { .. } | SimError::Conflict { .. } => 409,
-            SimError::BadRequest(_) => 400,
-            SimError::Invalid(_) => 422,
-            SimError::Expired(_) => 410,
-            SimError::MethodNotAllowed => 405,
-            SimError::UnsupportedMediaType(_) => 415,
-            SimError::Internal(_) | SimError::Io(_) => 500,
-        }
-    }
-
-    /// The `reason` of the error's `Status`.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            SimError::UnknownResource(_) | SimError::NotFound { .. } => "NotFound",
-            SimError::AlreadyExists { .. } => "AlreadyExists",
-            SimError::Conflict { .. } => "Conflict",
-            SimError::BadRequest(_) => "BadRequest",
-            SimError::Invalid(_) => "Invalid",
-            SimError::Expired(_) => "Expired",
-            SimError::MethodNotAllowed => "MethodNotAllowed",
-            SimError::UnsupportedMediaType(_) => "UnsupportedMediaType",
-            SimError::Internal(_) | SimError::Io(_) => "InternalError",
-        }
-    }
-
-    /// The error as a Kubernetes `Status` object.
-    pub fn status(&self) -> Value {
-        let message = match self {
-            SimError::UnknownResource(_) => {
-                "the server could not find the requested resource".to_owned()
-            }
-            e => e.to_string(),
-        };
-        let mut status = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": self.reason(),
-            "code": self.code(),
-        });
-        match self {
-            SimError::NotFound { resource, name }
-            | SimError::AlreadyExists { resource, name }
-            | SimError::Conflict { resource, name } => {
-                let (kind, group) = resource.split_once('.').unwrap_or((resource, ""));
-                status["details"] = json!({"name": name, "group": group, "kind": kind});
-            }
-            _ => {}
-        }
-        status
     }
 }
 
@@ -197,13 +165,16 @@ impl Sim {
     pub fn new(cfg: SimConfig) -> Sim {
         let mut store = Store::new(Limits {
             history: cfg.history,
+            history_bytes: cfg.history_bytes,
             watch_queue: cfg.watch_queue,
             list_snapshots: cfg.list_snapshots,
         });
-        for def in resource::builtins() {
+        for def in builtins::builtins() {
             store.register(def);
         }
-        Sim {
+        let rbac_mode = cfg.authorization == AuthorizationMode::Rbac;
+        let authz = auth::Authz::new(cfg.api_audiences.clone());
+        let sim = Sim {
             inner: Arc::new(Inner {
                 cfg,
                 store: Mutex::new(store),
@@ -211,8 +182,44 @@ impl Sim {
                 stall_tx: tokio::sync::watch::Sender::new(false),
                 fail_next: AtomicUsize::new(0),
                 list_delay: Mutex::new(Duration::ZERO),
-                authz: auth::Authz::default(),
+                authz,
             }),
+        };
+        if rbac_mode {
+            sim.bootstrap_rbac();
+        }
+        sim
+    }
+
+    /// Writes the part of kube-apiserver's bootstrap RBAC policy
+    /// (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go) a client
+    /// relies on: `cluster-admin` bound to `system:masters`;
+    /// `system:discovery` and `system:basic-user` (discovery, and reviewing
+    /// one's own access) bound to `system:authenticated`;
+    /// `system:public-info-viewer` (/version, /healthz) bound to everyone.
+    /// Objects that exist already are kept. Done at start in `Rbac` mode.
+    pub fn bootstrap_rbac(&self) {
+        let mut store = self.store();
+        for (key, obj) in rbac::bootstrap::objects() {
+            match store.create(key, obj) {
+                Ok(_) | Err(SimError::AlreadyExists { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, "writing the bootstrap RBAC policy failed")
+                }
+            }
+        }
+    }
+
+    /// Who a request with this `Authorization` header is: a configured user
+    /// (with `system:authenticated`), or `system:anonymous` without a
+    /// bearer token; 401 for a token no user has.
+    pub(crate) fn authenticate(
+        &self,
+        header: Option<&str>,
+    ) -> Result<rbac::authorizer::UserInfo, SimError> {
+        match access::bearer(header) {
+            None => Ok(access::anonymous()),
+            Some(token) => self.inner.authz.user(token).ok_or(SimError::Unauthorized),
         }
     }
 
@@ -238,17 +245,41 @@ impl Sim {
         self.inner.stall_tx.subscribe()
     }
 
-    /// Adds a resource type (a CRD), served and discoverable from now on.
+    /// Adds a resource type, served and discoverable from now on. A
+    /// resource in a group with a dot ("example.com") that is not already
+    /// served is a CRD: this writes (or updates) its
+    /// CustomResourceDefinition object, which serves it, with `def`'s
+    /// printer columns and selectable fields. Any other is registered as a
+    /// built-in. A CRD that cannot be written is logged.
     pub fn register(&self, def: ResourceDef) {
-        self.store().register(def);
+        let mut store = self.store();
+        let key = def.key();
+        if !def.group.contains('.') || (store.def(&key).is_ok() && !store.is_crd_key(&key)) {
+            store.register(def);
+            return;
+        }
+        let crd = crd::from_def(&def);
+        let written = if store.get(crd::CRDS, None, &key).is_ok() {
+            store.update(crd::CRDS, crd)
+        } else {
+            store.create(crd::CRDS, crd)
+        };
+        if let Err(e) = written {
+            tracing::warn!(%key, error = %e, "writing a CRD failed");
+        }
     }
 
-    /// Removes a resource type (a deleted CRD): its lists and watches get
-    /// 404 from now on, its open watch streams end, discovery no longer
-    /// lists it, and its counters in [`Sim::stats`] are gone. `key` is like
+    /// Removes a resource type: its lists and watches get 404 from now
+    /// on, its open watch streams end, discovery no longer lists it, and
+    /// its counters in [`Sim::stats`] are gone. For a CRD this deletes its
+    /// CustomResourceDefinition object. `key` is like
     /// "widgets.example.com". False if it was not registered.
     pub fn unregister(&self, key: &str) -> bool {
-        self.store().unregister(key)
+        let mut store = self.store();
+        if store.is_crd_key(key) {
+            return store.delete(crd::CRDS, None, key).is_ok();
+        }
+        store.unregister(key)
     }
 
     /// Binds `listen` and serves the simulator until `SimServer::stop`.
@@ -258,12 +289,12 @@ impl Sim {
 
     /// Creates an object; `resource` is a key like "pods" or "deployments.apps".
     pub fn create(&self, resource: &str, obj: Value) -> Result<Value, SimError> {
-        self.store().create(resource, obj).map(|v| (*v).clone())
+        self.store().create(resource, obj).map(|w| w.object)
     }
 
     /// Replaces an object (PUT semantics, including the rv precondition).
     pub fn update(&self, resource: &str, obj: Value) -> Result<Value, SimError> {
-        self.store().update(resource, obj).map(|v| (*v).clone())
+        self.store().update(resource, obj).map(|w| w.object)
     }
 
     /// Applies an RFC 7386 merge patch. `ns` None means "default" for
@@ -277,29 +308,40 @@ impl Sim {
     ) -> Result<Value, SimError> {
         self.store()
             .merge_patch(resource, ns, name, patch)
-            .map(|v| (*v).clone())
+            .map(|w| w.object)
     }
 
     /// Deletes an object and returns it as last seen, with the deletion's rv.
     pub fn delete(&self, resource: &str, ns: Option<&str>, name: &str) -> Result<Value, SimError> {
-        self.store()
-            .delete(resource, ns, name)
-            .map(|v| (*v).clone())
+        self.store().delete(resource, ns, name).map(|w| w.object)
     }
 
     pub fn get(&self, resource: &str, ns: Option<&str>, name: &str) -> Option<Value> {
-        self.store()
-            .get(resource, ns, name)
-            .ok()
-            .map(|v| (*v).clone())
+        let stored = self.store().get(resource, ns, name).ok()?.clone();
+        stored.value().ok()
     }
 
     /// Every object of a resource (sorted by namespace/name) and the current rv;
     /// empty for an unknown resource.
     pub fn list(&self, resource: &str) -> (Vec<Value>, u64) {
-        let store = self.store();
-        let items = store.objects(resource).unwrap_or_default();
-        (items.iter().map(|v| (**v).clone()).collect(), store.rv())
+        let (items, rv) = {
+            let store = self.store();
+            (store.objects(resource).unwrap_or_default(), store.rv())
+        };
+        (items.iter().filter_map(|s| s.value().ok()).collect(), rv)
+    }
+
+    /// The (namespace, name) of every object of a resource, sorted; empty
+    /// for an unknown resource. Unlike [`Sim::list`] it parses nothing: a
+    /// parsed pod takes several times its JSON, and the heap a list of
+    /// 10,000 of them took stayed with the process.
+    pub fn names(&self, resource: &str) -> Vec<(String, String)> {
+        self.store()
+            .objects(resource)
+            .unwrap_or_default()
+            .iter()
+            .map(|s| (s.attrs.ns.to_string(), s.attrs.name.to_string()))
+            .collect()
     }
 
     /// The global resourceVersion: the rv of the latest write.
@@ -364,14 +406,58 @@ impl Sim {
         self.inner.authz.set_users(users);
     }
 
-    /// The rules SubjectAccessReview allows by; nothing else is allowed.
+    /// Replaces the RBAC objects written by an earlier call with those
+    /// expressing `rules`: rule `i` is the ClusterRole
+    /// `kubefan-sim-rule-{i}`, bound by a ClusterRoleBinding of the same
+    /// name (namespaces `["*"]`) or a RoleBinding of that name in each
+    /// listed namespace. They are ordinary objects, labelled
+    /// `kubefan-sim/rule`, that a test may change or delete; RBAC objects
+    /// written otherwise are left alone. An object that cannot be written
+    /// (an invalid namespace name) is logged and skipped.
     pub fn set_rules(&self, rules: Vec<SimRule>) {
-        self.inner.authz.set_rules(rules);
+        let mut store = self.store();
+        for key in [
+            rbac::ROLE_BINDINGS,
+            rbac::CLUSTER_ROLE_BINDINGS,
+            rbac::CLUSTER_ROLES,
+        ] {
+            let managed: Vec<(String, String)> = store
+                .objects(key)
+                .unwrap_or_default()
+                .iter()
+                .filter(|s| s.attrs.label(auth::RULE_LABEL).is_some())
+                .map(|s| (s.attrs.ns.to_string(), s.attrs.name.to_string()))
+                .collect();
+            for (ns, name) in managed {
+                if let Err(e) = store.delete(key, Some(&ns), &name) {
+                    tracing::warn!(%key, %name, error = %e, "removing a rule's object failed");
+                }
+            }
+        }
+        for (i, rule) in rules.iter().enumerate() {
+            for (key, obj) in rule.objects(i) {
+                if let Err(e) = store.create(key, obj) {
+                    tracing::warn!(%key, rule = i, error = %e, "writing a rule's object failed");
+                }
+            }
+        }
     }
 
-    /// TokenReviews and SubjectAccessReviews answered so far.
+    /// Reviews answered, and requests refused, so far.
     pub fn auth_stats(&self) -> AuthStats {
         self.inner.authz.stats()
+    }
+
+    /// Revokes `token`: TokenReviews of it fail from now on, and so do
+    /// requests carrying it. False if no user had it.
+    pub fn revoke_token(&self, token: &str) -> bool {
+        self.inner.authz.revoke(token)
+    }
+
+    /// TokenReviews of `token` answered so far (all of them are counted in
+    /// [`AuthStats::token_reviews`]).
+    pub fn token_reviews_of(&self, token: &str) -> u64 {
+        self.inner.authz.reviews_of(token)
     }
 }
 

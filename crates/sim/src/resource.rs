@@ -5,6 +5,8 @@
 //! and `/version`, in both the legacy and the aggregated (v2) discovery forms.
 //! Routing and storage live in `http.rs` and `store.rs`.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 /// Verbs every simulated resource serves.
@@ -12,8 +14,117 @@ const VERBS: [&str; 7] = [
     "create", "delete", "get", "list", "patch", "update", "watch",
 ];
 
-/// One resource type served by the simulator: a built-in or a CRD.
+/// A field a `fieldSelector` may name, and where its value comes from.
+///
+/// kube-apiserver matches field selectors against a per-kind field set
+/// (each registry's `GetAttrs`/`ToSelectableFields`) whose values are Go
+/// values printed as strings: a missing integer is "0", a missing boolean
+/// "false". `paths` are tried in order (JSON pointers); `default` is the
+/// value when none is present.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectableField {
+    pub name: Arc<str>,
+    pub paths: Vec<String>,
+    pub default: String,
+}
+
+impl SelectableField {
+    /// The field at the dotted path of the same name, "" when absent (a
+    /// CRD's `selectableFields`).
+    pub fn path(name: &str) -> SelectableField {
+        SelectableField::from_paths(name, &[&format!("/{}", name.replace('.', "/"))], "")
+    }
+
+    /// A field read from the first present pointer of `paths`, else `default`.
+    pub fn from_paths(name: &str, paths: &[&str], default: &str) -> SelectableField {
+        SelectableField {
+            name: name.into(),
+            paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+            default: default.to_owned(),
+        }
+    }
+
+    /// The field's value in `obj`: strings as they are, numbers and
+    /// booleans printed, anything absent or null as the default.
+    pub fn value(&self, obj: &Value) -> String {
+        for path in &self.paths {
+            match obj.pointer(path) {
+                None | Some(Value::Null) => continue,
+                Some(Value::String(s)) => return s.clone(),
+                Some(other) => return other.to_string(),
+            }
+        }
+        self.default.clone()
+    }
+}
+
+/// How a field selector naming a field the resource does not have is
+/// refused (400 BadRequest), in the words kube-apiserver uses for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnknownField {
+    /// `field label not supported: F`: kinds with their own field label
+    /// conversion (pkg/apis/core/v1/conversion.go) and custom resources
+    /// (apiextensions-apiserver's `crConverter.ConvertFieldLabel`).
+    NotSupported,
+    /// `"F" is not a known field selector: only "metadata.name",
+    /// "metadata.namespace"`: kinds without one
+    /// (`runtime.DefaultMetaV1FieldSelectorConversion`).
+    NotKnown,
+    /// `field label "F" not supported for batchv1.Job`: batch/v1 Jobs
+    /// (pkg/apis/batch/v1/conversion.go), named by the string.
+    NotSupportedFor(String),
+}
+
+impl UnknownField {
+    /// The message refusing `field`.
+    pub fn message(&self, field: &str) -> String {
+        match self {
+            UnknownField::NotSupported => format!("field label not supported: {field}"),
+            UnknownField::NotKnown => format!(
+                "{field:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+            ),
+            UnknownField::NotSupportedFor(kind) => {
+                format!("field label {field:?} not supported for {kind}")
+            }
+        }
+    }
+}
+
+/// What a valid object name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// A lowercase RFC 1123 subdomain (most kinds).
+    Subdomain,
+    /// Any path segment: not "." or "..", no "/" or "%" (RBAC kinds:
+    /// `ValidateRBACName` in pkg/apis/rbac/validation, so "system:masters"
+    /// is a valid ClusterRoleBinding name).
+    PathSegment,
+}
+
+impl NameRule {
+    pub fn allows(self, name: &str) -> bool {
+        match self {
+            NameRule::Subdomain => {
+                name.len() <= 253
+                    && name.chars().all(|c| {
+                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'
+                    })
+                    && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+                    && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+            }
+            NameRule::PathSegment => {
+                !name.is_empty()
+                    && name != "."
+                    && name != ".."
+                    && !name.contains('/')
+                    && !name.contains('%')
+            }
+        }
+    }
+}
+
+/// One resource type served by the simulator: a built-in or a CRD.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ResourceDef {
     /// API group, "" for the core group.
     pub group: String,
@@ -24,14 +135,28 @@ pub struct ResourceDef {
     pub kind: String,
     pub namespaced: bool,
     pub short_names: Vec<String>,
-    /// Extra `fieldSelector` fields beyond `metadata.name`/`metadata.namespace`
-    /// (dotted paths into the object), like a CRD's `selectableFields`.
-    pub selectable_fields: Vec<String>,
+    /// Every field a `fieldSelector` may name, `metadata.name` included.
+    pub selectable_fields: Vec<SelectableField>,
+    /// How a selector naming any other field is refused.
+    pub unknown_field: UnknownField,
+    pub names: NameRule,
+    /// A CRD's `additionalPrinterColumns`, kept in the CRD object that
+    /// [`crate::Sim::register`] writes.
+    pub printer_columns: Vec<Value>,
+    /// Values the API server writes into an object that lacks them (JSON
+    /// pointer, value), as its defaulting does on every write.
+    pub defaults: Vec<(String, Value)>,
 }
 
 impl ResourceDef {
-    /// A definition with `singular` = lowercase kind and no short names.
+    /// A definition like a CRD's: `singular` = lowercase kind, no short
+    /// names, selectable by `metadata.name` and (namespaced) by
+    /// `metadata.namespace`.
     pub fn new(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool) -> Self {
+        let mut fields = vec![SelectableField::path("metadata.name")];
+        if namespaced {
+            fields.push(SelectableField::path("metadata.namespace"));
+        }
         ResourceDef {
             group: group.to_owned(),
             version: version.to_owned(),
@@ -40,7 +165,11 @@ impl ResourceDef {
             kind: kind.to_owned(),
             namespaced,
             short_names: Vec::new(),
-            selectable_fields: Vec::new(),
+            selectable_fields: fields,
+            unknown_field: UnknownField::NotSupported,
+            names: NameRule::Subdomain,
+            printer_columns: Vec::new(),
+            defaults: Vec::new(),
         }
     }
 
@@ -49,9 +178,46 @@ impl ResourceDef {
         self
     }
 
+    /// Adds selectable fields read at their own dotted path, like a CRD's
+    /// `selectableFields`.
     pub fn with_selectable_fields(mut self, fields: &[&str]) -> Self {
-        self.selectable_fields = fields.iter().map(|s| (*s).to_owned()).collect();
+        self.selectable_fields
+            .extend(fields.iter().map(|f| SelectableField::path(f)));
         self
+    }
+
+    /// Adds one selectable field.
+    pub fn with_field(mut self, field: SelectableField) -> Self {
+        self.selectable_fields.push(field);
+        self
+    }
+
+    pub fn with_unknown_field(mut self, unknown: UnknownField) -> Self {
+        self.unknown_field = unknown;
+        self
+    }
+
+    pub fn with_names(mut self, names: NameRule) -> Self {
+        self.names = names;
+        self
+    }
+
+    /// A CRD's `additionalPrinterColumns` (JSON objects with `name`,
+    /// `type`, `jsonPath`, ...).
+    pub fn with_printer_columns(mut self, columns: Vec<Value>) -> Self {
+        self.printer_columns = columns;
+        self
+    }
+
+    /// Writes `value` at the JSON pointer `pointer` of objects that lack it.
+    pub fn with_default(mut self, pointer: &str, value: Value) -> Self {
+        self.defaults.push((pointer.to_owned(), value));
+        self
+    }
+
+    /// The selectable field called `name`.
+    pub fn field(&self, name: &str) -> Option<&SelectableField> {
+        self.selectable_fields.iter().find(|f| *f.name == *name)
     }
 
     /// The key used by the Rust API and stats: "pods", "deployments.apps".
@@ -98,34 +264,6 @@ pub(crate) fn key_of(group: &str, plural: &str) -> String {
     } else {
         format!("{plural}.{group}")
     }
-}
-
-/// Resources every `Sim` starts with.
-pub(crate) fn builtins() -> Vec<ResourceDef> {
-    vec![
-        ResourceDef::new("", "v1", "pods", "Pod", true)
-            .with_short_names(&["po"])
-            .with_selectable_fields(&[
-                "spec.nodeName",
-                "spec.restartPolicy",
-                "spec.schedulerName",
-                "spec.serviceAccountName",
-                "status.phase",
-                "status.podIP",
-                "status.nominatedNodeName",
-            ]),
-        ResourceDef::new("", "v1", "nodes", "Node", false)
-            .with_short_names(&["no"])
-            .with_selectable_fields(&["spec.unschedulable"]),
-        ResourceDef::new("", "v1", "namespaces", "Namespace", false)
-            .with_short_names(&["ns"])
-            .with_selectable_fields(&["status.phase"]),
-        ResourceDef::new("", "v1", "services", "Service", true).with_short_names(&["svc"]),
-        ResourceDef::new("", "v1", "configmaps", "ConfigMap", true).with_short_names(&["cm"]),
-        ResourceDef::new("", "v1", "secrets", "Secret", true).with_selectable_fields(&["type"]),
-        ResourceDef::new("apps", "v1", "deployments", "Deployment", true)
-            .with_short_names(&["deploy"]),
-    ]
 }
 
 /// `GET /version`.

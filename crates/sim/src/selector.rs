@@ -17,6 +17,8 @@
 use serde_json::Value;
 
 use super::SimError;
+use super::attrs::Attrs;
+use super::resource::ResourceDef;
 
 /// A label requirement's operator.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,6 +94,69 @@ fn requirements(s: &str) -> Vec<&str> {
 }
 
 impl LabelSelector {
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`),
+    /// as `metav1.LabelSelectorAsSelector` reads it: every requirement
+    /// must hold, and an empty selector matches everything.
+    pub fn from_object(selector: &Value) -> Result<LabelSelector, String> {
+        let Some(obj) = selector.as_object() else {
+            return Err("a label selector must be an object".into());
+        };
+        let mut reqs = Vec::new();
+        if let Some(labels) = obj.get("matchLabels").filter(|v| !v.is_null()) {
+            let labels = labels
+                .as_object()
+                .ok_or("matchLabels must map strings to strings")?;
+            for (key, value) in labels {
+                let value = value
+                    .as_str()
+                    .ok_or("matchLabels must map strings to strings")?;
+                if !valid_key(key) || !valid_value(value) {
+                    return Err(format!("invalid matchLabels entry {key}={value}"));
+                }
+                reqs.push((key.clone(), LabelOp::In(vec![value.to_owned()])));
+            }
+        }
+        if let Some(exprs) = obj.get("matchExpressions").filter(|v| !v.is_null()) {
+            let exprs = exprs.as_array().ok_or("matchExpressions must be a list")?;
+            for expr in exprs {
+                let key = expr["key"].as_str().unwrap_or("");
+                if !valid_key(key) {
+                    return Err(format!("invalid matchExpressions key {key:?}"));
+                }
+                let values: Vec<String> = match expr.get("values").filter(|v| !v.is_null()) {
+                    None => Vec::new(),
+                    Some(v) => v
+                        .as_array()
+                        .ok_or("matchExpressions values must be a list of strings")?
+                        .iter()
+                        .map(|x| x.as_str().map(str::to_owned))
+                        .collect::<Option<_>>()
+                        .ok_or("matchExpressions values must be a list of strings")?,
+                };
+                if let Some(v) = values.iter().find(|v| !valid_value(v)) {
+                    return Err(format!("invalid matchExpressions value {v:?}"));
+                }
+                let op = match (expr["operator"].as_str().unwrap_or(""), values.is_empty()) {
+                    ("In", false) => LabelOp::In(values),
+                    ("NotIn", false) => LabelOp::NotIn(values),
+                    ("Exists", true) => LabelOp::Exists,
+                    ("DoesNotExist", true) => LabelOp::DoesNotExist,
+                    ("In" | "NotIn", true) => {
+                        return Err("values must be non-empty for In and NotIn".into());
+                    }
+                    ("Exists" | "DoesNotExist", false) => {
+                        return Err("values must be empty for Exists and DoesNotExist".into());
+                    }
+                    (other, _) => {
+                        return Err(format!("{other:?} is not a valid selector operator"));
+                    }
+                };
+                reqs.push((key.to_owned(), op));
+            }
+        }
+        Ok(LabelSelector(reqs))
+    }
+
     pub fn parse(selector: &str) -> Result<LabelSelector, SimError> {
         let bad = |why: &str| invalid("label", selector, why);
         if selector.trim().is_empty() {
@@ -161,10 +226,9 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
-    pub fn matches(&self, obj: &Value) -> bool {
-        let labels = obj.pointer("/metadata/labels");
+    pub fn matches(&self, attrs: &Attrs) -> bool {
         self.0.iter().all(|(key, op)| {
-            let value = labels.and_then(|l| l.get(key)).and_then(Value::as_str);
+            let value = attrs.label(key);
             match op {
                 LabelOp::In(set) => value.is_some_and(|v| set.iter().any(|s| s == v)),
                 LabelOp::NotIn(set) => value.is_none_or(|v| set.iter().all(|s| s != v)),
@@ -182,9 +246,9 @@ impl LabelSelector {
 }
 
 impl FieldSelector {
-    /// Parses `selector`; the fields allowed are `metadata.name`,
-    /// `metadata.namespace` and `supported`.
-    pub fn parse(selector: &str, supported: &[String]) -> Result<FieldSelector, SimError> {
+    /// Parses `selector`; the fields allowed are `def`'s selectable fields,
+    /// any other is refused in `def`'s words.
+    pub fn parse(selector: &str, def: &ResourceDef) -> Result<FieldSelector, SimError> {
         let bad = |why: &str| invalid("field", selector, why);
         let mut terms = Vec::new();
         if selector.trim().is_empty() {
@@ -214,29 +278,18 @@ impl FieldSelector {
             let (field, equal, value) =
                 split_term(&part).ok_or_else(|| bad("expected field=value or field!=value"))?;
             let field = field.trim();
-            if field != "metadata.name"
-                && field != "metadata.namespace"
-                && !supported.iter().any(|f| f == field)
-            {
-                return Err(SimError::BadRequest(format!(
-                    "field label not supported: {field}"
-                )));
+            if def.field(field).is_none() {
+                return Err(SimError::BadRequest(def.unknown_field.message(field)));
             }
             terms.push((field.to_string(), equal, unescape(&value)));
         }
         Ok(FieldSelector(terms))
     }
 
-    pub fn matches(&self, obj: &Value) -> bool {
-        self.0.iter().all(|(field, equal, want)| {
-            let pointer = format!("/{}", field.replace('.', "/"));
-            let have = match obj.pointer(&pointer) {
-                None | Some(Value::Null) => String::new(),
-                Some(Value::String(s)) => s.clone(),
-                Some(other) => other.to_string(),
-            };
-            (have == *want) == *equal
-        })
+    pub fn matches(&self, attrs: &Attrs) -> bool {
+        self.0
+            .iter()
+            .all(|(field, equal, want)| (attrs.field(field).unwrap_or("") == want) == *equal)
     }
 }
 
@@ -283,9 +336,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(labels: Value) -> Value {
-        json!({"metadata": {"name": "a,b", "namespace": "web", "labels": labels},
-               "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+    fn def() -> ResourceDef {
+        ResourceDef::new("", "v1", "pods", "Pod", true)
+            .with_selectable_fields(&["spec.nodeName", "status.phase"])
+    }
+
+    fn pod(labels: Value) -> Attrs {
+        Attrs::of(
+            &def(),
+            &json!({"metadata": {"name": "a,b", "namespace": "web", "labels": labels},
+                   "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}),
+        )
     }
 
     #[test]
@@ -314,9 +375,33 @@ mod tests {
     }
 
     #[test]
+    fn selector_objects_read_as_label_selector_as_selector_does() {
+        let p = pod(json!({"app": "web", "tier": "front"}));
+        let m = |v: Value| LabelSelector::from_object(&v).unwrap().matches(&p);
+        assert!(m(json!({})), "an empty selector matches everything");
+        assert!(m(json!({"matchLabels": {"app": "web"}})));
+        assert!(!m(json!({"matchLabels": {"app": "web", "tier": "back"}})));
+        assert!(m(json!({"matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["front", "back"]},
+            {"key": "missing", "operator": "DoesNotExist"}]})));
+        assert!(!m(
+            json!({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]})
+        ));
+        for bad in [
+            json!([]),
+            json!({"matchLabels": {"app": 1}}),
+            json!({"matchExpressions": [{"key": "a", "operator": "In"}]}),
+            json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}),
+            json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
+        ] {
+            assert!(LabelSelector::from_object(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn field_selectors_take_escapes_and_refuse_unsupported_fields() {
         let p = pod(json!({}));
-        let supported = vec!["spec.nodeName".to_string(), "status.phase".to_string()];
+        let supported = def();
         let m = |s: &str| FieldSelector::parse(s, &supported).unwrap().matches(&p);
         assert!(m("spec.nodeName=n1,status.phase!=Pending"));
         assert!(m("metadata.name=a\\,b") && !m("metadata.name==a"));

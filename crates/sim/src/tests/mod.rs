@@ -723,3 +723,195 @@ async fn stalled_watch_resumes_and_an_overflowing_one_ends_with_410() {
     assert_eq!(got[4], ("ERROR", "410".to_owned()));
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn history_is_bounded_by_bytes_and_reported_in_debug_stats() {
+    let cfg = SimConfig {
+        history_bytes: 20_000,
+        ..SimConfig::default()
+    };
+    let (sim, server, client) = start(cfg).await;
+    let first = sim.resource_version();
+    let mut json_bytes = 0;
+    for i in 0..30 {
+        let p = sim
+            .create("pods", pod(&format!("p{i:02}")).build())
+            .unwrap();
+        json_bytes += serde_json::to_vec(&p).unwrap().len() as u64;
+    }
+    let stored = sim.stats().storage("pods");
+    assert_eq!((stored.objects, stored.object_bytes), (30, json_bytes));
+    assert!(stored.history_bytes <= 20_000, "{stored:?}");
+    assert!(
+        (5..30).contains(&stored.history_events),
+        "about 2.3 KB a pod: {stored:?}"
+    );
+    assert_eq!(
+        stored.history_floor,
+        first + 30 - stored.history_events,
+        "the floor is the newest event dropped"
+    );
+    let api = pods(&client);
+    let mut w = api
+        .watch(&WatchParams::default().timeout(10), &first.to_string())
+        .await
+        .unwrap()
+        .boxed();
+    match next(&mut w).await {
+        Some(WatchEvent::Error(e)) => assert_eq!(e.code, 410),
+        other => panic!("expected 410 for a version the bytes bound dropped, got {other:?}"),
+    }
+    let mut w = api
+        .watch(
+            &WatchParams::default().timeout(10),
+            &stored.history_floor.to_string(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    let oldest_kept = 30 - stored.history_events;
+    for i in oldest_kept..30 {
+        assert_eq!(
+            brief(&next(&mut w).await.unwrap()),
+            ("ADDED", format!("p{i:02}"))
+        );
+    }
+    let http: Value = reqwest::get(format!("{}/debug/stats", server.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        http["storage"]["pods"]["history_events"],
+        stored.history_events
+    );
+    assert_eq!(http["history_limit_bytes"], 20_000);
+    server.stop().await;
+}
+
+/// Names of the items of a LIST at `path`, or the `Status` message of a refusal.
+async fn list_names(server: &SimServer, path: &str) -> Result<Vec<String>, (u16, String)> {
+    let resp = reqwest::get(format!("{}{path}", server.url()))
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    let body: Value = resp.json().await.unwrap();
+    if code != 200 {
+        return Err((code, body["message"].as_str().unwrap_or("").to_owned()));
+    }
+    Ok(body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect())
+}
+
+/// Posts a SubjectAccessReview and returns its status.
+async fn sar(server: &SimServer, user: &str, groups: &[&str], attrs: Value) -> Value {
+    let key = if attrs.get("path").is_some() {
+        "nonResourceAttributes"
+    } else {
+        "resourceAttributes"
+    };
+    let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "groups": groups, key: attrs}});
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "{}/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            server.url()
+        ))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    resp.json::<Value>().await.unwrap()["status"].clone()
+}
+
+fn allowed(status: &Value) -> bool {
+    status["allowed"].as_bool().unwrap()
+}
+
+/// A request's status code and its `Status` (or any JSON) body.
+async fn call(
+    server: &SimServer,
+    method: reqwest::Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = reqwest::Client::new().request(method, format!("{}{path}", server.url()));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_item_list_carries_the_current_resource_version_and_is_counted() {
+    let (sim, server, client) = start(SimConfig::default()).await;
+    for i in 0..5 {
+        sim.create("pods", pod(&format!("p{i}")).build()).unwrap();
+    }
+    // The latest write is to another resource: the probe still sees it.
+    sim.create("nodes", json!({"metadata": {"name": "n1"}}))
+        .unwrap();
+    let api = pods(&client);
+    let before = sim.stats();
+    let probe = api.list(&ListParams::default().limit(1)).await.unwrap();
+    assert_eq!(
+        probe.metadata.resource_version,
+        Some(sim.resource_version().to_string())
+    );
+    assert_eq!(probe.items.len(), 1);
+    assert_eq!(probe.metadata.remaining_item_count, Some(4));
+    sim.merge_patch(
+        "nodes",
+        None,
+        "n1",
+        &json!({"metadata": {"labels": {"x": "1"}}}),
+    )
+    .unwrap();
+    let again = api.list(&ListParams::default().limit(1)).await.unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        Some(sim.resource_version().to_string()),
+        "each probe is as new as the store"
+    );
+    let after = sim.stats();
+    assert_eq!(
+        after.resource("pods").list_requests - before.resource("pods").list_requests,
+        2
+    );
+    assert_eq!(
+        after.lists("pods").limited - before.lists("pods").limited,
+        2
+    );
+    assert_eq!(after.lists("pods").items - before.lists("pods").items, 2);
+    api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(
+        sim.stats().lists("pods").items,
+        7,
+        "an unlimited list counts every item"
+    );
+    let http: Value = reqwest::get(format!("{}/debug/stats", server.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(http["lists"]["pods"], json!({"limited": 2, "items": 7}));
+    assert_eq!(http["resources"]["pods"]["list_requests"], 3);
+    server.stop().await;
+}
+
+mod access;
+mod kinds;
+mod rbac;

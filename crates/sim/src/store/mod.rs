@@ -1,0 +1,529 @@
+//! The simulator's state: objects, the global resourceVersion, per-resource
+//! event history, open watchers, list snapshots for `continue`, and counters.
+//!
+//! Invariants, all kept under the one `Mutex<Store>` that every write takes:
+//! - `rv` strictly increases; every write takes the next value and stamps it
+//!   on the object and its event.
+//! - A resource's `history` holds every event with rv > `floor`, oldest first;
+//!   a watch from rv N >= `floor` can be served from it exactly, a watch from
+//!   N < `floor` is answered with 410 Expired. It is bounded by events and by
+//!   bytes (`SimConfig::history`, `SimConfig::history_bytes`); dropping its
+//!   oldest events raises `floor`.
+//! - A watcher is registered under the same lock that appends events, after
+//!   its replay has been collected: no gap, no duplicate.
+//! - Writers never wait on a watcher: events are `try_send` into a bounded
+//!   queue, and a watcher whose queue is full is dropped and marked
+//!   overflowed (its stream then ends with 410).
+//! - Objects and events are kept as their JSON encoding plus their
+//!   selectable attributes (`attrs.rs`), never as parsed values; what a
+//!   caller needs as a `Value` is parsed from the bytes on demand.
+//!
+//! Object writes (validation, server-set metadata, the controllers that
+//! react to them) live in `write.rs`, LIST pages and `continue` snapshots
+//! in `list.rs`, watcher registration in `watchers.rs`; HTTP parsing in
+//! `http.rs`, stream timing in `watch.rs`.
+
+mod list;
+mod watchers;
+mod write;
+
+use list::Snapshot;
+pub(crate) use watchers::{WatchFrom, WatchStart};
+pub(crate) use write::now_rfc3339;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::SimError;
+use super::attrs::Attrs;
+use super::rbac;
+use super::rbac::authorizer::Policy;
+use super::resource::ResourceDef;
+use super::watch::event_line;
+use crate::selector::{FieldSelector, LabelSelector};
+
+/// Request counters for one resource.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ResourceStats {
+    /// Watch streams open right now.
+    pub open_watches: u64,
+    /// Watch requests received, including failed ones.
+    pub watch_requests: u64,
+    /// List requests received (each page counts), including failed ones.
+    pub list_requests: u64,
+}
+
+/// What one resource holds in memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StorageStats {
+    pub objects: u64,
+    /// JSON bytes of the current objects.
+    pub object_bytes: u64,
+    /// Events kept for watches from an older resourceVersion.
+    pub history_events: u64,
+    /// Bytes those events hold (their JSON and selectable attributes).
+    pub history_bytes: u64,
+    /// Watches from a resourceVersion below this get 410 Expired.
+    pub history_floor: u64,
+}
+
+/// What the LISTs of one resource asked for and got; with
+/// `ResourceStats::list_requests`, enough to prove a client's
+/// resourceVersion probes (`limit=1`) are few and small.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ListStats {
+    /// LIST pages answered that asked for a `limit`.
+    pub limited: u64,
+    /// Items all answered LIST pages carried.
+    pub items: u64,
+}
+
+/// Counters for every resource, keyed like the Rust API ("pods", "deployments.apps").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    pub resource_version: u64,
+    pub resources: BTreeMap<String, ResourceStats>,
+    pub lists: BTreeMap<String, ListStats>,
+    pub storage: BTreeMap<String, StorageStats>,
+    /// The bounds of each resource's history (`SimConfig`).
+    pub history_limit_events: u64,
+    pub history_limit_bytes: u64,
+}
+
+impl Stats {
+    /// Counters of one resource; zeros for an unknown key.
+    pub fn resource(&self, key: &str) -> ResourceStats {
+        self.resources.get(key).copied().unwrap_or_default()
+    }
+
+    /// List counters of one resource; zeros for an unknown key.
+    pub fn lists(&self, key: &str) -> ListStats {
+        self.lists.get(key).copied().unwrap_or_default()
+    }
+
+    /// What one resource holds; zeros for an unknown key.
+    pub fn storage(&self, key: &str) -> StorageStats {
+        self.storage.get(key).copied().unwrap_or_default()
+    }
+
+    /// Bytes held by every resource's objects and history.
+    pub fn bytes(&self) -> u64 {
+        self.storage
+            .values()
+            .map(|s| s.object_bytes + s.history_bytes)
+            .sum()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One stored object version.
+#[derive(Clone)]
+pub(crate) struct Stored {
+    pub encoded: Bytes,
+    pub attrs: Arc<Attrs>,
+}
+
+impl Stored {
+    pub fn value(&self) -> Result<Value, SimError> {
+        serde_json::from_slice(&self.encoded)
+            .map_err(|e| SimError::Internal(format!("stored object does not parse: {e}")))
+    }
+}
+
+struct Event {
+    rv: u64,
+    kind: EventKind,
+    /// The object encoded once for all watchers.
+    encoded: Bytes,
+    attrs: Arc<Attrs>,
+    /// The object's attributes before a modification, to turn selector
+    /// transitions into ADDED/DELETED like the real watch cache.
+    prev: Option<Arc<Attrs>>,
+}
+
+impl Event {
+    /// What the event holds, for the history's byte bound.
+    fn cost(&self) -> usize {
+        self.encoded.len() + self.attrs.size()
+    }
+}
+
+/// What a list or watch selects within one resource.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Filter {
+    pub ns: Option<String>,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+}
+
+impl Filter {
+    fn matches(&self, attrs: &Attrs) -> bool {
+        self.ns.as_deref().is_none_or(|ns| *attrs.ns == *ns)
+            && self.labels.matches(attrs)
+            && self.fields.matches(attrs)
+    }
+
+    /// The event type this filter's watcher sees for `ev`, if any.
+    fn view(&self, ev: &Event) -> Option<&'static str> {
+        let now = self.matches(&ev.attrs);
+        let before = ev.prev.as_deref().is_some_and(|p| self.matches(p));
+        match (ev.kind, before, now) {
+            (EventKind::Added, _, true) => Some("ADDED"),
+            (EventKind::Deleted, _, true) => Some("DELETED"),
+            (EventKind::Modified, true, true) => Some("MODIFIED"),
+            (EventKind::Modified, false, true) => Some("ADDED"),
+            (EventKind::Modified, true, false) => Some("DELETED"),
+            _ => None,
+        }
+    }
+}
+
+struct Watcher {
+    id: u64,
+    filter: Filter,
+    tx: mpsc::Sender<Bytes>,
+    overflowed: Arc<AtomicBool>,
+}
+
+struct Resource {
+    def: Arc<ResourceDef>,
+    objects: BTreeMap<(String, String), Stored>,
+    object_bytes: usize,
+    history: VecDeque<Event>,
+    history_bytes: usize,
+    floor: u64,
+    watchers: Vec<Watcher>,
+    stats: ResourceStats,
+    lists: ListStats,
+    /// Watcher ids below this belong to an earlier registration of the key.
+    first_id: u64,
+}
+
+impl Resource {
+    fn new(def: Arc<ResourceDef>, first_id: u64) -> Resource {
+        Resource {
+            def,
+            objects: BTreeMap::new(),
+            object_bytes: 0,
+            history: VecDeque::new(),
+            history_bytes: 0,
+            floor: 0,
+            watchers: Vec::new(),
+            stats: ResourceStats::default(),
+            lists: ListStats::default(),
+            first_id,
+        }
+    }
+
+    /// Drops the oldest events until both bounds hold.
+    fn trim_history(&mut self, limits: &Limits) {
+        while self.history.len() > limits.history || self.history_bytes > limits.history_bytes {
+            let Some(old) = self.history.pop_front() else {
+                break;
+            };
+            self.history_bytes -= old.cost();
+            self.floor = self.floor.max(old.rv);
+        }
+    }
+
+    fn storage(&self) -> StorageStats {
+        StorageStats {
+            objects: self.objects.len() as u64,
+            object_bytes: self.object_bytes as u64,
+            history_events: self.history.len() as u64,
+            history_bytes: self.history_bytes as u64,
+            history_floor: self.floor,
+        }
+    }
+}
+
+/// An object as a write left it: parsed for the Rust API, encoded for HTTP.
+pub(crate) struct Written {
+    pub object: Value,
+    pub encoded: Bytes,
+}
+
+/// Bounds of the store, from `SimConfig`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub history: usize,
+    pub history_bytes: usize,
+    pub watch_queue: usize,
+    pub list_snapshots: usize,
+}
+
+pub(crate) struct Store {
+    rv: u64,
+    resources: BTreeMap<String, Resource>,
+    snapshots: VecDeque<Snapshot>,
+    next_id: u64,
+    limits: Limits,
+    /// Set while controllers run after a write, so their own writes do not
+    /// start them again.
+    reacting: bool,
+    /// The RBAC objects decoded for the authorizer; `None` after any of
+    /// them changed.
+    policy: Option<Arc<Policy>>,
+    /// Resources served because a CustomResourceDefinition object says so.
+    crd_keys: std::collections::BTreeSet<String>,
+}
+
+impl Store {
+    pub fn new(limits: Limits) -> Self {
+        Store {
+            rv: 1,
+            resources: BTreeMap::new(),
+            snapshots: VecDeque::new(),
+            next_id: 1,
+            limits,
+            reacting: false,
+            policy: None,
+            crd_keys: Default::default(),
+        }
+    }
+
+    /// Whether `key` is served because of a CustomResourceDefinition object.
+    pub fn is_crd_key(&self, key: &str) -> bool {
+        self.crd_keys.contains(key)
+    }
+
+    /// The RBAC objects as the authorizer reads them, decoded again only
+    /// after one of them changed.
+    pub fn policy(&mut self) -> Arc<Policy> {
+        if let Some(p) = &self.policy {
+            return p.clone();
+        }
+        let p = Arc::new(Policy::from_store(self));
+        self.policy = Some(p.clone());
+        p
+    }
+
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// Adds a resource type, or replaces the definition of one with the same key
+    /// (its objects are kept, their attributes taken again for the new
+    /// definition's selectable fields).
+    pub fn register(&mut self, def: ResourceDef) {
+        let def = Arc::new(def);
+        match self.resources.get_mut(&def.key()) {
+            Some(r) => {
+                let refresh = r.def.selectable_fields != def.selectable_fields;
+                r.def = def;
+                if refresh {
+                    let def = r.def.clone();
+                    for stored in r.objects.values_mut() {
+                        if let Ok(v) = stored.value() {
+                            stored.attrs = Arc::new(Attrs::of(&def, &v));
+                        }
+                    }
+                }
+            }
+            None => {
+                self.resources
+                    .insert(def.key(), Resource::new(def, self.next_id));
+            }
+        }
+    }
+
+    /// Removes a resource type with its objects, history, counters and list
+    /// snapshots, as deleting a CRD does. Its watchers are dropped, so their
+    /// streams end. False if no such resource was registered.
+    pub fn unregister(&mut self, key: &str) -> bool {
+        self.snapshots.retain(|s| s.key != key);
+        if rbac::is_rbac(key) {
+            self.policy = None;
+        }
+        self.resources.remove(key).is_some()
+    }
+
+    pub fn defs(&self) -> Vec<&ResourceDef> {
+        self.resources.values().map(|r| &*r.def).collect()
+    }
+
+    /// The definition served at group/version/plural.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
+        self.resources
+            .values()
+            .find(|r| r.def.group == group && r.def.version == version && r.def.plural == plural)
+            .map(|r| r.def.clone())
+    }
+
+    fn resource(&self, key: &str) -> Result<&Resource, SimError> {
+        self.resources
+            .get(key)
+            .ok_or_else(|| SimError::UnknownResource(key.to_owned()))
+    }
+
+    fn resource_mut(&mut self, key: &str) -> Result<&mut Resource, SimError> {
+        self.resources
+            .get_mut(key)
+            .ok_or_else(|| SimError::UnknownResource(key.to_owned()))
+    }
+
+    pub fn def(&self, key: &str) -> Result<Arc<ResourceDef>, SimError> {
+        Ok(self.resource(key)?.def.clone())
+    }
+
+    pub fn count_list(&mut self, key: &str) {
+        if let Some(r) = self.resources.get_mut(key) {
+            r.stats.list_requests += 1;
+        }
+    }
+
+    pub fn count_watch(&mut self, key: &str) {
+        if let Some(r) = self.resources.get_mut(key) {
+            r.stats.watch_requests += 1;
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            resource_version: self.rv,
+            resources: self
+                .resources
+                .iter()
+                .map(|(k, r)| (k.clone(), r.stats))
+                .collect(),
+            lists: self
+                .resources
+                .iter()
+                .map(|(k, r)| (k.clone(), r.lists))
+                .collect(),
+            storage: self
+                .resources
+                .iter()
+                .map(|(k, r)| (k.clone(), r.storage()))
+                .collect(),
+            history_limit_events: self.limits.history as u64,
+            history_limit_bytes: self.limits.history_bytes as u64,
+        }
+    }
+
+    /// The map key of an object: namespace ("" when cluster-scoped) and name.
+    fn object_key(def: &ResourceDef, ns: Option<&str>, name: &str) -> (String, String) {
+        let ns = if def.namespaced {
+            ns.unwrap_or("default")
+        } else {
+            ""
+        };
+        (ns.to_owned(), name.to_owned())
+    }
+
+    /// The stored object `ns`/`name` of resource `key`.
+    pub fn get(&self, key: &str, ns: Option<&str>, name: &str) -> Result<&Stored, SimError> {
+        let r = self.resource(key)?;
+        r.objects
+            .get(&Self::object_key(&r.def, ns, name))
+            .ok_or_else(|| SimError::NotFound {
+                resource: r.def.key(),
+                name: name.to_owned(),
+            })
+    }
+
+    /// Stamps the next rv on `obj`, stores (or removes) it, records the event
+    /// and hands it to every matching watcher without waiting.
+    fn commit(
+        &mut self,
+        key: &str,
+        kind: EventKind,
+        mut obj: Value,
+        prev: Option<Arc<Attrs>>,
+    ) -> Result<Written, SimError> {
+        let limits = self.limits;
+        if rbac::is_rbac(key) {
+            self.policy = None;
+        }
+        let r = self
+            .resources
+            .get_mut(key)
+            .ok_or_else(|| SimError::UnknownResource(key.to_owned()))?;
+        self.rv += 1;
+        let rv = self.rv;
+        write::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
+        // Serialising a `Value` cannot fail: its map keys are strings.
+        let encoded = Bytes::from(serde_json::to_vec(&obj).unwrap_or_default());
+        let attrs = Arc::new(Attrs::of(&r.def, &obj));
+        let okey = (attrs.ns.to_string(), attrs.name.to_string());
+        let old = if kind == EventKind::Deleted {
+            r.objects.remove(&okey)
+        } else {
+            let stored = Stored {
+                encoded: encoded.clone(),
+                attrs: attrs.clone(),
+            };
+            r.object_bytes += encoded.len();
+            r.objects.insert(okey, stored)
+        };
+        if let Some(old) = old {
+            r.object_bytes -= old.encoded.len();
+        }
+        let event = Event {
+            rv,
+            kind,
+            encoded: encoded.clone(),
+            attrs,
+            prev,
+        };
+        // One line per event type, built for the first watcher that needs it.
+        let mut lines: [Option<Bytes>; 3] = Default::default();
+        r.watchers.retain(|w| {
+            let Some(ty) = w.filter.view(&event) else {
+                return true;
+            };
+            let slot = match ty {
+                "ADDED" => 0,
+                "MODIFIED" => 1,
+                _ => 2,
+            };
+            let line = lines[slot]
+                .get_or_insert_with(|| event_line(ty, &event.encoded))
+                .clone();
+            match w.tx.try_send(line) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    w.overflowed.store(true, Ordering::SeqCst);
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
+        r.history_bytes += event.cost();
+        r.history.push_back(event);
+        r.trim_history(&limits);
+        Ok(Written {
+            object: obj,
+            encoded,
+        })
+    }
+
+    /// Drops every resource's event history and every list snapshot, like an
+    /// etcd compaction at the current revision.
+    pub fn compact(&mut self) {
+        let rv = self.rv;
+        for r in self.resources.values_mut() {
+            r.history.clear();
+            r.history_bytes = 0;
+            r.floor = rv;
+        }
+        self.snapshots.clear();
+    }
+
+    /// Every object of a resource, sorted by namespace/name.
+    pub fn objects(&self, key: &str) -> Result<Vec<Stored>, SimError> {
+        Ok(self.resource(key)?.objects.values().cloned().collect())
+    }
+}
