@@ -3,6 +3,7 @@
 //! One test binary; a module per surface.
 
 mod auth;
+mod clients;
 mod deploy;
 mod kube;
 mod lifecycle;
