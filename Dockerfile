@@ -26,6 +26,8 @@ COPY src src
 COPY crates/sim/src crates/sim/src
 COPY benches benches
 COPY proto proto
+# Embedded in the binary and served at /lib/ (src/web/mod.rs).
+COPY clients/js/kubefan.js clients/js/kubefan-worker.js clients/js/kubefan.d.ts clients/js/
 # Make sure cargo sees the real sources as newer than the dummy build.
 RUN touch src/main.rs src/lib.rs crates/sim/src/lib.rs \
     && cargo build --release --locked --package kubefan

@@ -25,6 +25,8 @@ use crate::upstream::Informers;
 
 pub struct App {
     addr: SocketAddr,
+    /// The `--metrics-listen` server, when there is one.
+    metrics_server: Option<(SocketAddr, ServerHandle, JoinHandle<std::io::Result<()>>)>,
     handle: ServerHandle,
     server: JoinHandle<std::io::Result<()>>,
     lifecycle: Arc<Lifecycle>,
@@ -105,8 +107,10 @@ impl App {
                             )
                             .route(web::get().to(sse::stream)),
                     )
-                    .route("/", web::get().to(crate::web::dashboard))
+                    .configure(crate::web::configure)
                     .route("/ws", web::get().to(ws::mux))
+                    .route("/session", web::post().to(crate::session::create))
+                    .route("/session", web::delete().to(crate::session::delete))
                     .route("/healthz", web::get().to(ops::healthz))
                     .route("/readyz", web::get().to(ops::readyz))
                     .route("/metrics", web::get().to(ops::metrics))
@@ -116,9 +120,14 @@ impl App {
         )?;
         let handle = server.handle();
         let server = tokio::spawn(server);
+        let metrics_server = match cfg.metrics_listen {
+            Some(addr) => Some(serve_metrics(addr, metrics.clone())?),
+            None => None,
+        };
         tracing::info!(%addr, "kubefan listening");
         Ok(App {
             addr,
+            metrics_server,
             handle,
             server,
             lifecycle,
@@ -131,6 +140,11 @@ impl App {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where `--metrics-listen` serves, if it was given.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_server.as_ref().map(|(addr, ..)| *addr)
     }
 
     pub fn informers(&self) -> &Arc<Informers> {
@@ -153,6 +167,10 @@ impl App {
         self.streams.stop(self.grace).await;
         self.handle.stop(true).await;
         let _ = self.server.await;
+        if let Some((_, handle, server)) = self.metrics_server {
+            handle.stop(true).await;
+            let _ = server.await;
+        }
         self.informers.stopped().await;
     }
 
@@ -160,6 +178,31 @@ impl App {
     pub fn lifecycle(&self) -> &Arc<Lifecycle> {
         &self.lifecycle
     }
+}
+
+/// Serves `/metrics` alone on `addr`, without authentication: what a
+/// Prometheus in the cluster scrapes (the main listener's `/metrics` needs
+/// a token when auth is on).
+fn serve_metrics(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<(SocketAddr, ServerHandle, JoinHandle<std::io::Result<()>>)> {
+    let listener = listen(addr)?;
+    let local = listener.local_addr()?;
+    let metrics = web::Data::new(metrics);
+    let server = actix_web::HttpServer::new(move || {
+        actix_web::App::new()
+            .app_data(metrics.clone())
+            .route("/metrics", web::get().to(ops::metrics))
+            .default_service(web::to(not_found))
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)?
+    .run();
+    let handle = server.handle();
+    tracing::info!(addr = %local, "serving /metrics without authentication");
+    Ok((local, handle, tokio::spawn(server)))
 }
 
 /// Binds `addr` with room for a herd of connections arriving at once

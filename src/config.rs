@@ -70,6 +70,20 @@ pub enum AuthMode {
     Kubernetes,
 }
 
+/// How a `kubernetes` principal's rights are decided (see `crate::auth`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthorizationMode {
+    /// Locally, from the cluster's Roles, RoleBindings, ClusterRoles and
+    /// ClusterRoleBindings (one shared informer each): all-namespace
+    /// streams are narrowed to what the user may see, and follow RBAC
+    /// changes while open. Sees only RBAC.
+    #[default]
+    Rbac,
+    /// A SubjectAccessReview per decision (cached): what the API server's
+    /// whole authorizer chain answers (webhooks, Node, ABAC too).
+    Review,
+}
+
 /// JWT verification settings.
 #[derive(Debug, Clone)]
 pub struct JwtConfig {
@@ -115,10 +129,16 @@ pub struct AuthConfig {
     pub jwt: JwtConfig,
     /// The cookie a token may be read from.
     pub cookie: String,
-    /// How long TokenReview / SubjectAccessReview answers are reused.
+    /// How long TokenReview / SubjectAccessReview answers are reused; a
+    /// token with open streams is reviewed again after this long.
     pub cache_ttl: Duration,
     /// Allow `AuthMode::None` on a non-loopback address.
     pub allow_unauthenticated: bool,
+    /// Audiences sent in TokenReviews (`spec.audiences`): tokens must be
+    /// minted for one of them. Empty: the API server's own audience.
+    pub token_audiences: Vec<String>,
+    /// How `kubernetes` principals are authorized.
+    pub authorization: AuthorizationMode,
 }
 
 impl Default for AuthConfig {
@@ -129,6 +149,8 @@ impl Default for AuthConfig {
             cookie: "kubefan_token".into(),
             cache_ttl: Duration::from_secs(10),
             allow_unauthenticated: false,
+            token_audiences: Vec::new(),
+            authorization: AuthorizationMode::Rbac,
         }
     }
 }
@@ -184,6 +206,9 @@ pub enum Error {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// A second listener serving only `/metrics`, without authentication
+    /// (in-cluster scraping).
+    pub metrics_listen: Option<SocketAddr>,
     /// HTTP worker threads.
     pub workers: usize,
     /// Time allowed for open streams to close at shutdown.
@@ -201,6 +226,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            metrics_listen: None,
             workers: 2,
             shutdown_grace: Duration::from_secs(10),
             upstream: UpstreamConfig::default(),
@@ -241,6 +267,10 @@ pub struct GatewayArgs {
     /// Address to serve HTTP on.
     #[arg(long, env = "KUBEFAN_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Also serve `/metrics` on this address, without authentication (for
+    /// in-cluster scraping; give it its own port and NetworkPolicy).
+    #[arg(long, env = "KUBEFAN_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Resources whose informers start at boot (comma-separated: plural,
     /// `plural.group` or short name); /readyz waits for them. Others start
     /// on first subscription.
@@ -357,9 +387,18 @@ pub struct GatewayArgs {
     /// Cookie a token may be read from.
     #[arg(long, env = "KUBEFAN_AUTH_COOKIE", default_value = "kubefan_token")]
     pub auth_cookie: String,
-    /// Seconds TokenReview / SubjectAccessReview answers are reused.
+    /// Seconds TokenReview / SubjectAccessReview answers are reused; a
+    /// token with open streams is reviewed again this often.
     #[arg(long, env = "KUBEFAN_AUTH_CACHE_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub auth_cache_secs: u64,
+    /// `--auth kubernetes`: audiences sent in TokenReviews (comma-separated),
+    /// so users can hand kubefan tokens minted for it alone.
+    #[arg(long, env = "KUBEFAN_TOKEN_AUDIENCES", value_delimiter = ',')]
+    pub token_audiences: Vec<String>,
+    /// `--auth kubernetes`: decide rights locally from RBAC objects
+    /// (`rbac`), or ask the API server with SubjectAccessReviews (`review`).
+    #[arg(long, env = "KUBEFAN_AUTHORIZATION", value_enum, default_value_t = AuthorizationMode::Rbac)]
+    pub authorization: AuthorizationMode,
     /// Origins (`https://dash.example.com`) allowed cross-origin: WebSocket
     /// upgrades and CORS with credentials. Same-origin is always allowed.
     #[arg(long, env = "KUBEFAN_ALLOWED_ORIGINS", value_delimiter = ',')]
@@ -403,6 +442,7 @@ impl GatewayArgs {
     pub fn into_config(self) -> Config {
         Config {
             listen: self.listen,
+            metrics_listen: self.metrics_listen,
             workers: usize::from(self.workers),
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
             upstream: UpstreamConfig {
@@ -450,6 +490,8 @@ impl GatewayArgs {
                 cookie: self.auth_cookie,
                 cache_ttl: Duration::from_secs(self.auth_cache_secs),
                 allow_unauthenticated: self.allow_unauthenticated,
+                token_audiences: names(self.token_audiences),
+                authorization: self.authorization,
             },
             limits: LimitsConfig {
                 max_connections: self.max_connections,

@@ -12,6 +12,7 @@
 //! - [`middleware`]: what every request passes first: size bounds, origins,
 //!   CORS, authentication, connection limits ([`limits`]).
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
+//! - [`session`]: `/session`, where a browser trades its token for a cookie.
 //! - [`web`]: the dashboard page at `/`, compiled into the binary.
 //! - [`transport`]: SSE, WebSocket, the Kubernetes face; the one path from
 //!   a subscription's items to bytes; the socket takeover.
@@ -22,6 +23,8 @@
 //!   (list-then-watch loop) per resource, ingest transforms.
 //! - [`hub`]: per resource, the cache and a bounded event log; subscribers
 //!   are cursors into it. The one place that owns consistency.
+//! - [`table`]: server-side tables (the columns `kubectl get` shows) for
+//!   the Kubernetes face: printers, CRD printer columns, negotiation.
 //! - [`metrics`], [`lifecycle`], [`epoch`], [`selector`], [`heap`]: what the
 //!   rest records to, stops with, waits on, filters with, and gives memory
 //!   back through.
@@ -43,7 +46,9 @@ pub mod metrics;
 pub mod middleware;
 pub mod ops;
 pub mod selector;
+pub mod session;
 pub mod status;
+pub mod table;
 pub mod transport;
 pub mod upstream;
 pub mod web;

@@ -1,5 +1,6 @@
 //! The middleware every request passes before a handler (`/healthz`,
-//! `/readyz` and the dashboard page excepted), in this order:
+//! `/readyz`, the dashboard page and the client library excepted), in this
+//! order:
 //!
 //! 1. size bounds: request target (414) and headers (431);
 //! 2. CORS preflights, answered here for allowed origins;
@@ -18,6 +19,7 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use actix_web::body::{BodySize, BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -30,24 +32,64 @@ use bytes::Bytes;
 use crate::auth::Principal;
 use crate::limits::Permit;
 use crate::status::ApiError;
+use crate::transport::access_log::AccessNote;
 use crate::transport::state::AppState;
 use crate::transport::takeover::CorsHeaders;
 
-/// Paths that are never gated: probes must work without credentials, and
-/// the dashboard page carries no data (it asks for a token when its
-/// streams are refused).
-const OPEN: &[&str] = &["/healthz", "/readyz", "/"];
+/// Paths that are never gated: probes must work without credentials; the
+/// dashboard page and the client library (`crate::web::is_public`) carry
+/// no data (the page asks for a token when its streams are refused).
+const OPEN: &[&str] = &["/healthz", "/readyz"];
 
 pub async fn check_request(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    if OPEN.contains(&req.path()) {
+    // Ending a session needs no credentials: they may have expired.
+    let logout = req.path() == "/session" && req.method() == Method::DELETE;
+    if OPEN.contains(&req.path()) || crate::web::is_public(req.path()) || logout {
         return Ok(next.call(req).await?.map_into_boxed_body());
     }
     let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
         return Ok(next.call(req).await?.map_into_boxed_body());
     };
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.path().to_string();
+    // Never the token: the query without `access_token`.
+    let query = crate::auth::strip_token(req.query_string()).into_owned();
+    let res = checks(req, next, state).await?;
+    let extensions = res.request().extensions();
+    let note = extensions.get::<AccessNote>();
+    let principal = extensions.get::<Principal>().map(Principal::name);
+    let peer = extensions.get::<ClientAddress>().and_then(|a| a.0);
+    tracing::info!(
+        target: "kubefan::access",
+        %method,
+        path,
+        query,
+        principal = principal.unwrap_or("-"),
+        peer = peer.map(|p| p.to_string()).unwrap_or_default(),
+        verb = note.map_or("-", |n| n.verb.as_str()),
+        resource = note.map_or("-", |n| n.resource.as_str()),
+        namespaces = note.map(|n| n.namespaces.join(",")).unwrap_or_default(),
+        status = res.status().as_u16(),
+        duration_ms = started.elapsed().as_millis() as u64,
+        "request"
+    );
+    drop(extensions);
+    Ok(res)
+}
+
+/// The client address the limits counted (for the access log).
+#[derive(Clone, Copy)]
+struct ClientAddress(Option<std::net::IpAddr>);
+
+async fn checks(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+    state: web::Data<AppState>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     let refuse = |req: ServiceRequest, err: ApiError| Ok(req.into_response(err.error_response()));
 
     let limits = state.limits.config();
@@ -95,7 +137,7 @@ pub async fn check_request(
         let h = resp.headers_mut();
         h.insert(
             header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, OPTIONS"),
+            HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
         );
         h.insert(
             header::ACCESS_CONTROL_ALLOW_HEADERS,
@@ -131,6 +173,7 @@ pub async fn check_request(
         &forwarded,
         &state.limits.config().trusted_proxies,
     );
+    req.extensions_mut().insert(ClientAddress(peer));
     if let Err(err) = state.limits.rate(peer) {
         state.metrics.limit_hit("requests_per_second");
         return refuse(req, err);

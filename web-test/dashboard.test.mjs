@@ -9,193 +9,58 @@
 //
 //   cargo build && (cd web-test && npm ci && npm test)
 //
-// KUBEFAN_BIN overrides the binary (default: $CARGO_TARGET_DIR or target, then debug/kubefan),
-// CHROMIUM the browser (default: /usr/bin/chromium). The screenshot goes
-// to artifacts/dashboard.png at the repository root.
+// See support.mjs for KUBEFAN_BIN and CHROMIUM. The screenshot goes to
+// artifacts/dashboard.png at the repository root.
 
 import {after, before, test} from 'node:test';
 import assert from 'node:assert/strict';
-import {spawn} from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
-import {fileURLToPath} from 'node:url';
-import {chromium} from 'playwright-core';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const BIN = process.env.KUBEFAN_BIN
-  || path.join(process.env.CARGO_TARGET_DIR || path.join(ROOT, 'target'), 'debug', 'kubefan');
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const ARTIFACTS = path.join(ROOT, 'artifacts');
+import * as support from './support.mjs';
+import {ARTIFACTS, BIN, CHROMIUM, Cluster, freePort, launch, newPod} from './support.mjs';
+
 const PODS = 60;
 const NODES = 4;
 const PROMISED = 2000; // "appears, moves and disappears within two seconds"
 
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kubefan-web-'));
-const kubeconfig = path.join(tmp, 'sim.kubeconfig');
-const children = new Set();
-let simUrl;
+const cluster = new Cluster({pods: PODS, nodes: NODES});
 let gatewayPort;
 let gateway;
 let context;
 let page;
 
-// ---- processes -------------------------------------------------------------
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const {port} = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-function start(name, args) {
-  const child = spawn(BIN, args, {stdio: ['ignore', 'pipe', 'pipe'], env: {...process.env, RUST_LOG: 'warn'}});
-  child.output = '';
-  const keep = (chunk) => {
-    child.output = (child.output + chunk).slice(-20000);
-  };
-  child.stdout.on('data', keep);
-  child.stderr.on('data', keep);
-  child.exited = new Promise((resolve) => child.once('exit', (code, signal) => {
-    children.delete(child);
-    resolve({code, signal});
-  }));
-  child.label = name;
-  children.add(child);
-  return child;
-}
-
-async function stop(child, signal = 'SIGTERM') {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  child.kill(signal);
-  const done = await Promise.race([child.exited, delay(10000).then(() => null)]);
-  if (!done) {
-    child.kill('SIGKILL');
-    await child.exited;
-  }
-}
-
-function delay(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-// Polls `probe` until it returns a truthy value, for at most `ms`.
-async function eventually(what, ms, probe, child) {
-  const deadline = Date.now() + ms;
-  let last;
-  while (Date.now() < deadline) {
-    try {
-      const v = await probe();
-      if (v) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (child && (child.exitCode !== null || child.signalCode !== null)) break;
-    await delay(50);
-  }
-  throw new Error(`${what} not within ${ms} ms${last ? `: ${last}` : ''}${child ? `\n${child.label} output:\n${child.output}` : ''}`);
-}
-
-async function startGateway() {
-  const child = start('gateway', [
-    'serve', '--kubeconfig', kubeconfig, '--listen', `127.0.0.1:${gatewayPort}`,
-    '--resources', 'pods,nodes', '--shutdown-grace-secs', '1',
-  ]);
-  await eventually('gateway ready', 30000, async () => {
-    const r = await fetch(`http://127.0.0.1:${gatewayPort}/readyz`);
-    return r.status === 200;
-  }, child);
-  return child;
-}
-
-// ---- the simulated API server ------------------------------------------------
-
-async function api(method, pathname, body, contentType = 'application/json') {
-  const r = await fetch(simUrl + pathname, {
-    method,
-    headers: body ? {'Content-Type': contentType} : {},
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  const text = await r.text();
-  assert.ok(r.ok, `${method} ${pathname}: ${r.status} ${text}`);
-  return JSON.parse(text);
-}
-
-const listPods = async (query = '') => (await api('GET', '/api/v1/pods' + query)).items;
-
-function newPod(name, node) {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: {name, namespace: 'default', labels: {app: 'e2e'}},
-    spec: {nodeName: node, containers: [{name: 'main', image: 'registry.example/e2e:1'}]},
-    status: {phase: 'Running'},
-  };
-}
-
-// ---- the page ----------------------------------------------------------------
-
-const podBlock = (key, node) =>
-  node === undefined
-    ? page.locator(`[data-pod="${key}"]`)
-    : page.locator(`.pods[data-node="${node}"] > [data-pod="${key}"]`);
-
-async function blocks() {
-  return page.locator('#board .pod, #unscheduled .pod').count();
-}
-
-async function waitForBlocks(n, timeout) {
-  await page.waitForFunction(
-    (want) => document.querySelectorAll('#board .pod, #unscheduled .pod').length === want,
-    n,
-    {timeout},
-  );
-}
-
-const waitForState = (state, timeout) =>
-  page.locator(`#conn[data-state="${state}"]`).waitFor({timeout});
+const startGateway = () => cluster.startGateway(gatewayPort);
+const api = (...args) => cluster.api(...args);
+const listPods = (query) => cluster.listPods(query);
+const podBlock = (key, node) => support.podBlock(page, key, node);
+const blocks = () => support.blocks(page);
+const waitForBlocks = (n, timeout) => support.waitForBlocks(page, n, timeout);
+const waitForState = (state, timeout) => support.waitForState(page, state, timeout);
 
 // ---- set-up --------------------------------------------------------------------
 
 before(async () => {
   assert.ok(fs.existsSync(BIN), `${BIN} is missing: run cargo build first`);
   assert.ok(fs.existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install -y chromium`);
-  const simPort = await freePort();
-  simUrl = `http://127.0.0.1:${simPort}`;
-  const sim = start('sim', [
-    'sim', '--listen', `127.0.0.1:${simPort}`, '--kubeconfig-out', kubeconfig,
-    '--churn-rate', '0', '--pods', String(PODS), '--nodes', String(NODES), '--seed', '7',
-  ]);
-  await eventually('simulated API server', 20000, () => fs.existsSync(kubeconfig), sim);
+  await cluster.startSim();
   gatewayPort = await freePort();
   gateway = await startGateway();
-
-  context = await chromium.launchPersistentContext(path.join(tmp, 'profile'), {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-quic', '--no-first-run', '--disable-component-update', '--disable-sync',
-    ],
-    viewport: {width: 1440, height: 900},
+  context = await launch(path.join(cluster.tmp, 'profile'));
+  // Anything the Content-Security-Policy blocks is recorded.
+  await context.addInitScript(() => {
+    window.cspViolations = [];
+    document.addEventListener('securitypolicyviolation', (e) => {
+      window.cspViolations.push(`${e.violatedDirective} ${e.blockedURI}`);
+    });
   });
   page = context.pages()[0] || (await context.newPage());
-  page.on('pageerror', (err) => {
-    console.error('page error:', err);
-  });
   await page.goto(`http://127.0.0.1:${gatewayPort}/`);
 });
 
 after(async () => {
   if (context) await context.close().catch(() => {});
-  for (const child of [...children]) await stop(child);
-  fs.rmSync(tmp, {recursive: true, force: true});
+  await cluster.stopAll();
 });
 
 // ---- tests -----------------------------------------------------------------------
@@ -222,6 +87,12 @@ test('the page shows one block per pod of the simulated cluster, and its nodes',
   assert.equal(await page.locator('#phases [data-phase="Running"] .count').textContent(), String(running));
   // The namespace picker offers the cluster's namespaces.
   await page.waitForFunction(() => document.querySelectorAll('#namespace option').length > 2, null, {timeout: 5000});
+  // Its streams go through the client library's shared connection, which
+  // the page's policy admits (script and worker from this origin).
+  assert.equal(await page.locator('#conn').getAttribute('data-shared'), 'true');
+  assert.deepEqual(await page.evaluate(() => window.cspViolations), []);
+  const csp = (await (await fetch(`http://127.0.0.1:${gatewayPort}/`)).headers.get('content-security-policy'));
+  assert.doesNotMatch(csp, /unsafe/);
 });
 
 test('a pod created, moved and deleted upstream appears, moves and disappears within 2 s', async () => {

@@ -1,16 +1,27 @@
-//! `--auth kubernetes`: the API server decides. A bearer token is checked
-//! with a TokenReview; each subscription with a SubjectAccessReview
-//! (`watch`, `list` or `get` on the resource, in a namespace or
-//! cluster-wide). Both answers are cached for `cache_ttl`, so a dashboard
-//! reconnecting or opening many streams costs one review per TTL, and the
-//! team's RBAC governs what each person sees.
+//! `--auth kubernetes`: the API server says who a token belongs to
+//! (TokenReview, with `--token-audiences`), and, with `--authorization
+//! review`, what they may do (SubjectAccessReview: `watch`, `list` or
+//! `get` on the resource, in a namespace or cluster-wide). Answers are
+//! cached for `cache_ttl`, so a dashboard reconnecting or opening many
+//! streams costs one review per TTL. (`--authorization rbac`, the default,
+//! decides rights locally: `auth::rbac`.)
 //!
-//! Tokens are cache keys only as SHA-256 digests; they are never logged.
-//! Caches are bounded: when full, expired entries go, then everything.
+//! # Credentials of open streams
+//! A token that authenticated a request is held as a [`Credential`] for as
+//! long as a request or stream holds its principal: in memory only, never
+//! logged, dropped with the last stream. [`Reviewer::spawn_rereview`]
+//! reviews every held credential again once its review is `cache_ttl`
+//! old; one that no longer reviews (revoked, expired, deleted service
+//! account) is marked revoked and its streams end with a 401. A failed
+//! review call (the API server unreachable) keeps it until the next try.
+//!
+//! Tokens are otherwise cache keys only as SHA-256 digests. Caches are
+//! bounded: when full, expired entries go, then everything.
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -19,9 +30,12 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::Client;
 use kube::api::{Api, PostParams};
+use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
 use super::{Access, Error, Principal, Verb};
+use crate::epoch::Epoch;
+use crate::lifecycle::Lifecycle;
 
 /// Entries one cache holds at most.
 const CACHE_ENTRIES: usize = 10_000;
@@ -44,49 +58,224 @@ pub struct Attributes {
     pub namespace: String,
 }
 
+/// A token that authenticated requests, held while they or their streams
+/// live, so it can be reviewed again (see the module doc).
+pub struct Credential {
+    token: SecretString,
+    user: UserInfo,
+    reviewed: Mutex<Instant>,
+    revoked: AtomicBool,
+    /// Moves when the credential is revoked.
+    changes: Epoch,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("user", &self.user.username)
+            .field("revoked", &self.is_revoked())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Credential {
+    pub fn user(&self) -> &UserInfo {
+        &self.user
+    }
+
+    /// Whether a later review refused the token.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
+    }
+
+    /// Moves when the credential is revoked.
+    pub fn changes(&self) -> &Epoch {
+        &self.changes
+    }
+
+    fn reviewed_at(&self) -> Instant {
+        *self.reviewed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Told when a credential is revoked (what `auth::rbac` streams wait on
+/// moves too).
+pub type OnRevoked = Box<dyn Fn(&UserInfo) + Send + Sync>;
+
 pub struct Reviewer {
     client: Client,
     ttl: Duration,
-    tokens: Cache<[u8; 32], Result<UserInfo, String>>,
+    /// Sent in every TokenReview; the answer must name one of them.
+    audiences: Vec<String>,
+    /// Tokens the API server refused lately (not asked again meanwhile).
+    rejected: Cache<[u8; 32], String>,
+    /// Credentials reviewed within the TTL, held for it even when no
+    /// request holds them, so a reconnect does not review again.
+    recent: Cache<[u8; 32], Arc<Credential>>,
+    /// Credentials held by requests and streams, by token digest.
+    live: Mutex<HashMap<[u8; 32], Weak<Credential>>>,
     decisions: Cache<(UserInfo, Attributes), bool>,
+    on_revoked: Mutex<Option<OnRevoked>>,
+    /// TokenReviews sent (for tests and `kubefan_auth_reviews_total`).
+    reviews: std::sync::atomic::AtomicU64,
 }
 
 impl Reviewer {
-    pub fn new(client: Client, ttl: Duration) -> Reviewer {
+    pub fn new(client: Client, ttl: Duration, audiences: Vec<String>) -> Reviewer {
         Reviewer {
             client,
             ttl,
-            tokens: Cache::default(),
+            audiences,
+            rejected: Cache::default(),
+            recent: Cache::default(),
+            live: Mutex::new(HashMap::new()),
             decisions: Cache::default(),
+            on_revoked: Mutex::new(None),
+            reviews: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-    /// Who `token` belongs to (TokenReview, cached).
+    /// Calls `f` with the user of every credential revoked from now on.
+    pub fn on_revoked(&self, f: OnRevoked) {
+        *self
+            .on_revoked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(f);
+    }
+
+    /// TokenReviews sent so far.
+    pub fn reviews(&self) -> u64 {
+        self.reviews.load(Ordering::Relaxed)
+    }
+
+    fn lock_live(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Weak<Credential>>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Who `token` belongs to: a held credential reviewed within the TTL,
+    /// else a fresh TokenReview.
     pub async fn authenticate(&self, token: &str) -> Result<Principal, Error> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let answer = match self.tokens.get(&key) {
-            Some(answer) => answer,
-            None => {
-                let answer = self.review_token(token).await?;
-                self.tokens.put(key, answer.clone(), self.ttl);
-                answer
+        let held = self.lock_live().get(&key).and_then(Weak::upgrade);
+        if let Some(credential) = &held {
+            if credential.is_revoked() {
+                return Err(Error::Invalid(
+                    "token no longer accepted by the Kubernetes API server".into(),
+                ));
             }
+            if credential.reviewed_at().elapsed() < self.ttl {
+                return Ok(principal(credential.clone()));
+            }
+        }
+        if let Some(reason) = self.rejected.get(&key) {
+            return Err(Error::Invalid(reason));
+        }
+        match self.review_token(token).await? {
+            Ok(user) => {
+                let credential = match held {
+                    Some(held) if held.user == user => {
+                        *held.reviewed.lock().unwrap_or_else(PoisonError::into_inner) =
+                            Instant::now();
+                        held
+                    }
+                    _ => {
+                        let credential = Arc::new(Credential {
+                            token: SecretString::from(token),
+                            user,
+                            reviewed: Mutex::new(Instant::now()),
+                            revoked: AtomicBool::new(false),
+                            changes: Epoch::default(),
+                        });
+                        let mut live = self.lock_live();
+                        if live.len() >= CACHE_ENTRIES {
+                            live.retain(|_, c| c.strong_count() > 0);
+                        }
+                        live.insert(key, Arc::downgrade(&credential));
+                        credential
+                    }
+                };
+                self.recent.put(key, credential.clone(), self.ttl);
+                Ok(principal(credential))
+            }
+            Err(reason) => {
+                if let Some(held) = held {
+                    self.revoke(&held);
+                }
+                self.rejected.put(key, reason.clone(), self.ttl);
+                Err(Error::Invalid(reason))
+            }
+        }
+    }
+
+    fn revoke(&self, credential: &Credential) {
+        if !credential.revoked.swap(true, Ordering::AcqRel) {
+            tracing::info!(user = %credential.user.username, "a token with open streams no longer reviews: its streams end");
+            credential.changes.advance();
+            if let Some(f) = &*self
+                .on_revoked
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+            {
+                f(&credential.user);
+            }
+        }
+    }
+
+    /// Reviews every held credential again once its review is the TTL
+    /// old, until shutdown (every second at most).
+    pub fn spawn_rereview(self: &Arc<Self>, lifecycle: Arc<Lifecycle>) {
+        let this = self.clone();
+        let every = self
+            .ttl
+            .max(Duration::from_secs(1))
+            .min(Duration::from_secs(60));
+        tokio::spawn(async move {
+            let mut timer = tokio::time::interval(every / 2);
+            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = lifecycle.shutting_down() => return,
+                    _ = timer.tick() => this.rereview_due().await,
+                }
+            }
+        });
+    }
+
+    async fn rereview_due(&self) {
+        let due: Vec<Arc<Credential>> = {
+            let mut live = self.lock_live();
+            live.retain(|_, c| c.strong_count() > 0);
+            live.iter()
+                .filter_map(|(key, c)| Some((key, c.upgrade()?)))
+                // Held by a request or stream, not only by `recent` (and
+                // this upgrade): otherwise it just ages out.
+                .filter(|(key, c)| Arc::strong_count(c) > 1 + usize::from(self.recent.holds(key)))
+                .map(|(_, c)| c)
+                .filter(|c| !c.is_revoked() && c.reviewed_at().elapsed() >= self.ttl)
+                .collect()
         };
-        match answer {
-            Ok(user) => Ok(Principal::new(
-                user.username.clone(),
-                None,
-                Access::Kubernetes(user),
-            )),
-            Err(reason) => Err(Error::Invalid(reason)),
+        for credential in due {
+            match self.review_token(credential.token.expose_secret()).await {
+                Ok(Ok(user)) if user == credential.user => {
+                    *credential
+                        .reviewed
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+                }
+                Ok(_) => self.revoke(&credential),
+                Err(err) => {
+                    tracing::warn!(user = %credential.user.username, error = %err, "could not review a token again; keeping it until the next try")
+                }
+            }
         }
     }
 
     async fn review_token(&self, token: &str) -> Result<Result<UserInfo, String>, Error> {
+        self.reviews.fetch_add(1, Ordering::Relaxed);
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_string()),
-                ..Default::default()
+                audiences: Some(self.audiences.clone()).filter(|a| !a.is_empty()),
             },
             ..Default::default()
         };
@@ -96,6 +285,21 @@ impl Reviewer {
             .await
             .map_err(|e| Error::Review(e.to_string()))?;
         let status = done.status.unwrap_or_default();
+        // An audience-aware API server answers the audiences the token and
+        // the review share; one that names none did not check them
+        // (TokenReviewStatus.audiences, authentication.k8s.io/v1).
+        if !self.audiences.is_empty()
+            && !status
+                .audiences
+                .iter()
+                .flatten()
+                .any(|a| self.audiences.contains(a))
+        {
+            return Ok(Err(format!(
+                "token not accepted by the Kubernetes API server for the audiences {:?}",
+                self.audiences
+            )));
+        }
         let user = status.user.unwrap_or_default();
         Ok(match (status.authenticated, user.username) {
             (Some(true), Some(username)) => Ok(UserInfo {
@@ -141,6 +345,16 @@ impl Reviewer {
     }
 }
 
+/// The principal a reviewed credential stands for.
+fn principal(credential: Arc<Credential>) -> Principal {
+    Principal::new(
+        credential.user.username.clone(),
+        None,
+        Access::Kubernetes(credential.user.clone()),
+    )
+    .with_credential(credential)
+}
+
 /// A small TTL map; `std` mutex, nothing awaited under it.
 struct Cache<K, V> {
     entries: Mutex<HashMap<K, (Instant, V)>>,
@@ -161,6 +375,14 @@ impl<K: Eq + Hash, V: Clone> Cache<K, V> {
             .get(key)
             .filter(|(until, _)| Instant::now() < *until)
             .map(|(_, v)| v.clone())
+    }
+
+    /// Whether `key` has an entry, expired or not.
+    fn holds(&self, key: &K) -> bool {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(key)
     }
 
     fn put(&self, key: K, value: V, ttl: Duration) {

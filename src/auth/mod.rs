@@ -28,6 +28,7 @@
 
 pub mod jwt;
 pub mod kubernetes;
+pub mod rbac;
 mod token;
 
 pub use token::{TOKEN_PARAM, bearer_token, query_token, strip_token, token_from};
@@ -149,6 +150,8 @@ struct PrincipalInner {
     name: String,
     expires: Option<SystemTime>,
     access: Access,
+    /// A Kubernetes token, held to be reviewed again while streams live.
+    credential: Option<Arc<kubernetes::Credential>>,
 }
 
 impl Principal {
@@ -157,7 +160,27 @@ impl Principal {
             name,
             expires,
             access,
+            credential: None,
         }))
+    }
+
+    /// This principal, holding `credential` (reviewed again while held).
+    pub fn with_credential(self, credential: Arc<kubernetes::Credential>) -> Principal {
+        let inner = Arc::try_unwrap(self.0).unwrap_or_else(|shared| PrincipalInner {
+            name: shared.name.clone(),
+            expires: shared.expires,
+            access: shared.access.clone(),
+            credential: None,
+        });
+        Principal(Arc::new(PrincipalInner {
+            credential: Some(credential),
+            ..inner
+        }))
+    }
+
+    /// The Kubernetes credential behind this principal, if any.
+    pub fn credential(&self) -> Option<&Arc<kubernetes::Credential>> {
+        self.0.credential.as_ref()
     }
 
     pub fn anonymous() -> Principal {
@@ -246,7 +269,11 @@ impl Auth {
             _ => None,
         };
         let kube = match cfg.mode {
-            AuthMode::Kubernetes => Some(kubernetes::Reviewer::new(client, cfg.cache_ttl)),
+            AuthMode::Kubernetes => Some(kubernetes::Reviewer::new(
+                client,
+                cfg.cache_ttl,
+                cfg.token_audiences.clone(),
+            )),
             _ => None,
         };
         Ok(Auth {
@@ -259,6 +286,11 @@ impl Auth {
 
     pub fn mode(&self) -> AuthMode {
         self.mode
+    }
+
+    /// The cookie a token may be read from (`--auth-cookie`).
+    pub fn cookie_name(&self) -> &str {
+        &self.cookie
     }
 
     /// Who sent `headers` and `query`: 401-class errors for a missing or

@@ -312,6 +312,11 @@ impl Subscription {
         Ok(sub)
     }
 
+    /// The namespaces this subscription shows now (empty: all).
+    pub fn namespaces(&self) -> Vec<String> {
+        self.view.spec().filter.namespaces.clone()
+    }
+
     /// The tag this stream's ids carry (see `hub::scope`).
     pub fn id_tag(&self) -> Option<&str> {
         self.scoped.as_ref().and_then(|s| s.tag.as_deref())

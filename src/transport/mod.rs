@@ -1,6 +1,7 @@
 //! Transports: how subscribers are framed on the wire. Each one only frames
 //! what the hub already encoded; none keeps state of its own.
 
+pub mod access_log;
 pub mod kube;
 pub mod message;
 pub mod sse;

@@ -17,8 +17,8 @@ use bytes::Bytes;
 
 use super::message::{Message, bookmark_object, event_json, reset_status};
 use super::stream::{Chunk, Framed, Framing, Stream};
-use super::{ChunkSource, parse_position, parse_stream_query, subscribe, takeover};
-use crate::auth::{self, Principal};
+use super::{ChunkSource, access_log, parse_position, parse_stream_query, subscribe, takeover};
+use crate::auth::{self, Principal, Verb};
 use crate::hub::scope::Position;
 use crate::metrics::Transport;
 use crate::status::ApiError;
@@ -40,13 +40,20 @@ pub async fn stream(
         }
     }
     let sub = subscribe(&state, &principal, &resource, &params, Transport::Sse).await?;
+    access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
     let bytes_sent = state.metrics.bytes_sent(sub.hub().name(), Transport::Sse);
     let body = SseBody {
         preamble: Some(Bytes::from(format!(
             "retry: {}\n\n",
             state.stream.retry.as_millis()
         ))),
-        framed: Framed::new(sub, SseFraming, &state.metrics, Transport::Sse),
+        framed: Framed::new(
+            sub,
+            SseFraming,
+            &state.metrics,
+            Transport::Sse,
+            principal.name(),
+        ),
     };
     Ok(takeover::respond(
         &req,

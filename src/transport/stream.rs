@@ -11,9 +11,12 @@
 //! through without a copy (the common case: one event, many subscribers)
 //! and joins several into one buffer sized once.
 
+use std::time::Instant;
+
 use bytes::{Bytes, BytesMut};
 use prometheus_client::metrics::counter::Counter;
 
+use super::access_log::{Delivered, StreamRecord};
 use super::message::{Message, messages_of};
 use crate::hub::{Item, ResourceMeta, Subscription};
 use crate::metrics::{Metrics, Transport};
@@ -48,24 +51,54 @@ pub trait Framing {
     fn reserve(&mut self, _out: &mut Self::Out, _bytes: usize) {}
 }
 
-/// A subscription and its transport's framing.
+/// A subscription and its transport's framing. When it is dropped, the
+/// stream's access-log line says what it delivered and how it ended.
 pub struct Framed<F> {
     sub: Subscription,
     framing: F,
     meta: ResourceMeta,
     sent: Counter,
     ended: bool,
+    record: StreamRecord,
+    delivered: Delivered,
+    /// Why the stream ended, once known; otherwise its connection closed.
+    how: Option<String>,
 }
 
 impl<F: Framing> Framed<F> {
-    pub fn new(sub: Subscription, framing: F, metrics: &Metrics, transport: Transport) -> Self {
+    pub fn new(
+        sub: Subscription,
+        framing: F,
+        metrics: &Metrics,
+        transport: Transport,
+        principal: &str,
+    ) -> Self {
         Framed {
             sent: metrics.events_sent(sub.hub().name(), transport),
             meta: sub.hub().meta().clone(),
+            record: StreamRecord {
+                principal: principal.to_string(),
+                resource: sub.hub().name().to_string(),
+                transport,
+                started: Instant::now(),
+            },
+            delivered: Delivered::default(),
+            how: None,
             sub,
             framing,
             ended: false,
         }
+    }
+
+    /// Counts `bytes` written for this stream (writers that frame messages
+    /// themselves; chunks are counted as they are made).
+    pub fn wrote(&mut self, bytes: u64) {
+        self.delivered.bytes += bytes;
+    }
+
+    /// Records why the stream ends, when the writer ends it.
+    pub fn ending(&mut self, how: &str) {
+        self.how.get_or_insert_with(|| how.to_string());
     }
 
     pub fn subscription(&self) -> &Subscription {
@@ -86,6 +119,16 @@ impl<F: Framing> Framed<F> {
             self.ended = true;
             return false;
         };
+        match &item {
+            Item::Reset(_) => self.delivered.resets += 1,
+            Item::Closed(reason) => self.ending(&format!("resource no longer served: {reason}")),
+            Item::Shutdown => self.ending("kubefan shutting down"),
+            Item::Denied(denial) => self.ending(&format!(
+                "{} {}: {}",
+                denial.code, denial.reason, denial.message
+            )),
+            _ => {}
+        }
         let (count, bytes) = match &item {
             Item::Snapshot(objects) => (objects.len(), objects.iter().map(|f| f.len()).sum()),
             Item::Events(events) => (events.len(), events.iter().map(|e| e.frame().len()).sum()),
@@ -105,8 +148,20 @@ impl<F: Framing> Framed<F> {
             }
         });
         self.sent.inc_by(delivered);
-        self.ended = !more;
+        self.delivered.events += delivered;
+        if !more {
+            self.ended = true;
+            // A framing that ends on a reset (the watch face's 410).
+            self.ending("expired: the client must list again");
+        }
         true
+    }
+}
+
+impl<F> Drop for Framed<F> {
+    fn drop(&mut self) {
+        let how = self.how.as_deref().unwrap_or("connection closed");
+        self.record.ended(&self.delivered, how);
     }
 }
 
@@ -117,6 +172,7 @@ impl<F: Framing<Out = Chunk>> Framed<F> {
         loop {
             let more = self.next_into(&mut chunk).await;
             if let Some(bytes) = chunk.take() {
+                self.delivered.bytes += bytes.len() as u64;
                 return Some(bytes);
             }
             if !more {

@@ -904,6 +904,74 @@ async fn the_page_loads_without_a_token_and_refusals_are_counted() {
     env.stop().await;
 }
 
+/// The client library the page imports is code, not data: anyone may load
+/// it, at a stable path, with the same bytes as `clients/js/` (what npm
+/// ships), a validator and CORS for pages on other origins. Nothing else
+/// under `/lib/` and no stream is opened by that exception.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_library_loads_without_a_token_and_nothing_else_does() {
+    let env = spawn(seeded(3), jwt_config()).await;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/js/");
+    for (file, content_type) in [
+        ("kubefan.js", "text/javascript; charset=utf-8"),
+        ("kubefan-worker.js", "text/javascript; charset=utf-8"),
+        ("kubefan.d.ts", "application/typescript; charset=utf-8"),
+    ] {
+        let resp = get(&env, &format!("/lib/{file}"), None).await;
+        assert_eq!(resp.status(), 200, "{file}");
+        let h = resp.headers().clone();
+        assert_eq!(h["content-type"], content_type, "{file}");
+        assert_eq!(h["cache-control"], "no-cache", "{file}");
+        assert_eq!(h["x-content-type-options"], "nosniff", "{file}");
+        assert_eq!(h["access-control-allow-origin"], "*", "{file}");
+        let etag = h["etag"].to_str().unwrap().to_string();
+        assert!(etag.starts_with('"') && etag.len() > 10, "{etag}");
+        let body = resp.text().await.unwrap();
+        assert_eq!(
+            body,
+            std::fs::read_to_string(format!("{root}{file}")).unwrap()
+        );
+
+        // Revalidation: the same ETag gets 304 and no body.
+        let again = tokio::time::timeout(
+            WAIT,
+            env.http
+                .get(format!("{}/lib/{file}", env.base))
+                .header("If-None-Match", format!("W/{etag}"))
+                .send(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(again.status(), 304, "{file}");
+        assert_eq!(again.headers()["etag"], etag.as_str());
+        assert!(again.bytes().await.unwrap().is_empty());
+    }
+    // The page admits the library and its SharedWorker, and no inline code
+    // but its own.
+    let page = get(&env, "/", None).await;
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(csp.contains("worker-src 'self'"), "{csp}");
+    assert!(csp.contains("' 'self'; style-src"), "{csp}");
+    assert!(!csp.contains("unsafe"), "{csp}");
+
+    // Anything else still needs a token.
+    refused(get(&env, "/lib/other.js", None).await, 401, "").await;
+    refused(get(&env, "/lib/", None).await, 401, "").await;
+    refused(get(&env, "/ws", None).await, 401, "").await;
+    let token = hs256(&claims("ops", &["*"], &["*"], 600));
+    refused(
+        get(&env, "/lib/other.js", Some((&token, Place::Header))).await,
+        404,
+        "no file \"other.js\" in the client library",
+    )
+    .await;
+    env.stop().await;
+}
+
 /// A `continue` token opens only the list it was made for: another
 /// resource, namespace, selector or caller gets 410 and no data; a token
 /// kubefan did not issue gets 400.
@@ -1005,5 +1073,172 @@ async fn continue_tokens_are_bound_to_their_caller_and_list() {
         "invalid continue token",
     )
     .await;
+    env.stop().await;
+}
+
+/// `--metrics-listen`: Prometheus scrapes without a token on its own
+/// listener, while the main one still asks for one; the process's own
+/// figures are there beside kubefan's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_listen_serves_metrics_without_a_token_and_process_figures() {
+    let mut cfg = jwt_config();
+    cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let env = spawn(seeded(3), cfg).await;
+    env.synced("pods").await;
+    refused(get(&env, "/metrics", None).await, 401, "no token").await;
+    let addr = env.app.metrics_addr().expect("a metrics listener");
+    let resp = tokio::time::timeout(WAIT, env.http.get(format!("http://{addr}/metrics")).send())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in\n{text}"))
+    };
+    assert!(value("process_resident_memory_bytes") > 1e6);
+    assert!(value("process_open_fds") > 3.0);
+    assert!(value("process_max_fds") >= value("process_open_fds"));
+    assert!(value("process_cpu_seconds_total") > 0.0);
+    assert!(value("process_start_time_seconds") > 1.7e9);
+    assert!(text.contains("kubefan_informer_synced{resource=\"pods\"} 1"));
+    // Only /metrics there.
+    let other = env
+        .http
+        .get(format!("http://{addr}/stream/pods"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404);
+    env.stop().await;
+}
+
+/// The access log says who watched what, and for a stream what it
+/// delivered and how it ended; it never holds a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_says_who_watched_what_and_never_holds_a_token() {
+    let log = crate::support::access_log();
+    let env = spawn(seeded(6), jwt_config()).await;
+    env.synced("pods").await;
+    let token = hs256(&claims("log-reader", &["web"], &["pods"], 600));
+    let mut sse = sse_ok(
+        &env,
+        "/stream/pods?labelSelector=app%3Dweb",
+        Some((&token, Place::Query)),
+    )
+    .await;
+    let view = snapshot(&mut sse).await;
+    let request = log
+        .wait_for("for the stream request", |l| {
+            l["principal"] == "log-reader" && l["message"] == "request"
+        })
+        .await;
+    assert_eq!(request["verb"], "watch");
+    assert_eq!(request["resource"], "pods");
+    assert_eq!(request["namespaces"], "web");
+    assert_eq!(request["status"], 200);
+    assert_eq!(request["path"], "/stream/pods");
+    assert_eq!(request["query"], "labelSelector=app%3Dweb");
+    drop(sse);
+    let ended = log
+        .wait_for("for the stream's end", |l| {
+            l["principal"] == "log-reader" && l["message"] == "stream ended"
+        })
+        .await;
+    assert_eq!(ended["resource"], "pods");
+    assert_eq!(ended["transport"], "Sse");
+    assert_eq!(ended["events"], view.objects.len() as u64);
+    assert!(ended["bytes"].as_u64().unwrap() > 0);
+    assert_eq!(ended["ended"], "connection closed");
+
+    // A refusal is logged too, without the token it carried.
+    let bad = format!("{token}x");
+    refused(
+        get(&env, "/stream/pods", Some((&bad, Place::Query))).await,
+        401,
+        "signature",
+    )
+    .await;
+    log.wait_for("for the refusal", |l| {
+        l["message"] == "request" && l["status"] == 401 && l["principal"] == "-"
+    })
+    .await;
+    let all = serde_json::to_string(&log.all()).unwrap();
+    assert!(
+        !all.contains(&token[20..]),
+        "a token reached the access log"
+    );
+    env.stop().await;
+}
+
+/// A browser trades its token once for an HttpOnly, SameSite=Strict
+/// cookie that lives no longer than the token, and streams with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_is_traded_once_for_a_session_cookie_that_lives_no_longer_than_it() {
+    let env = spawn(seeded(4), jwt_config()).await;
+    env.synced("pods").await;
+    let token = hs256(&claims("carol", &["*"], &["*"], 600));
+    let resp = tokio::time::timeout(
+        WAIT,
+        env.http
+            .post(format!("{}/session", env.base))
+            .bearer_auth(&token)
+            .send(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(resp.status(), 204);
+    let cookie = resp.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.starts_with(&format!("kubefan_token={token};")),
+        "{cookie}"
+    );
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(attribute), "{cookie} lacks {attribute}");
+    }
+    assert!(!cookie.contains("Secure"), "plain HTTP: {cookie}");
+    let max_age: u64 = cookie
+        .split("Max-Age=")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((590..=600).contains(&max_age), "{max_age}");
+    // The cookie is all a stream needs.
+    let session = cookie.split(';').next().unwrap().to_string();
+    let resp = env
+        .http
+        .get(format!("{}/stream/pods", env.base))
+        .header("Cookie", session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    assert!(!snapshot(&mut sse).await.objects.is_empty());
+    // Only a token in the header is traded, not one in the URL.
+    let resp = env
+        .http
+        .post(format!("{}/session?access_token={token}", env.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    // Ending it needs no credentials.
+    let resp = env
+        .http
+        .delete(format!("{}/session", env.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    let cleared = resp.headers()["set-cookie"].to_str().unwrap();
+    assert!(cleared.starts_with("kubefan_token=;") && cleared.contains("Max-Age=0"));
     env.stop().await;
 }

@@ -530,6 +530,61 @@ fn the_ingress_example_keeps_streams_unbuffered_and_open() {
     assert!(port.name == svc_port.name || port.number == Some(svc_port.port));
 }
 
+/// Files the binary embeds (`include_str!`, `include_bytes!`) must be in
+/// the image's build context, or the image does not build: the client
+/// library served at `/lib/` lives outside `src/`.
+#[test]
+fn the_dockerfile_copies_every_file_the_binary_embeds() {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let copied: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("COPY "))
+        .filter(|l| !l.starts_with("--"))
+        .flat_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words[..words.len() - 1].to_vec()
+        })
+        .collect();
+    let mut dirs = vec![root().join("src")];
+    let mut embedded = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let strs = text.split("include_str!(\"").skip(1);
+            for part in strs.chain(text.split("include_bytes!(\"").skip(1)) {
+                let Some(rel) = part.split('"').next() else {
+                    continue;
+                };
+                let file = path.parent().unwrap().join(rel).canonicalize().unwrap();
+                embedded.push(
+                    file.strip_prefix(root().canonicalize().unwrap())
+                        .unwrap()
+                        .to_path_buf(),
+                );
+            }
+        }
+    }
+    assert!(
+        embedded.iter().any(|f| f.starts_with("clients/js")),
+        "the client library is embedded: {embedded:?}"
+    );
+    for file in &embedded {
+        let covered = copied.iter().any(|src| {
+            let src = src.trim_end_matches('/');
+            file.starts_with(src)
+        });
+        assert!(covered, "the Dockerfile must COPY {}", file.display());
+    }
+}
+
 #[test]
 fn the_dockerfile_builds_what_ci_builds_locked_with_every_workspace_member() {
     let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();

@@ -651,3 +651,82 @@ impl ClientView {
         }
     }
 }
+
+/// The access log as the gateway writes it (`kubefan::access` lines as
+/// JSON), captured for the whole test binary: tests tell their own lines
+/// apart by principal.
+pub struct AccessLog {
+    lines: Mutex<Vec<Value>>,
+    written: tokio::sync::Notify,
+}
+
+struct AccessLogWriter;
+
+impl std::io::Write for AccessLogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let log = access_log();
+        for line in buf.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            if let Ok(v) = serde_json::from_slice::<Value>(line) {
+                log.lines.lock().unwrap().push(v);
+            }
+        }
+        log.written.notify_waiters();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The captured access log (installing the capture on first use).
+pub fn access_log() -> &'static AccessLog {
+    static LOG: OnceLock<AccessLog> = OnceLock::new();
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    let log = LOG.get_or_init(|| AccessLog {
+        lines: Mutex::new(Vec::new()),
+        written: tokio::sync::Notify::new(),
+    });
+    INSTALLED.get_or_init(|| {
+        use tracing_subscriber::layer::{Layer, SubscriberExt};
+        let layer = tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_writer(|| AccessLogWriter)
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("kubefan::access", tracing::Level::INFO),
+            );
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer));
+    });
+    log
+}
+
+impl AccessLog {
+    /// Waits (at most [`WAIT`]) for a line `pick` accepts, and returns it.
+    pub async fn wait_for(&self, what: &str, pick: impl Fn(&Value) -> bool) -> Value {
+        tokio::time::timeout(WAIT, async {
+            loop {
+                let written = self.written.notified();
+                tokio::pin!(written);
+                // Registered before looking, so no line slips in between.
+                written.as_mut().enable();
+                if let Some(line) = self.lines.lock().unwrap().iter().find(|l| pick(l)) {
+                    return line.clone();
+                }
+                written.await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "no access-log line {what}: {:?}",
+                self.lines.lock().unwrap()
+            )
+        })
+    }
+
+    /// Every line captured so far.
+    pub fn all(&self) -> Vec<Value> {
+        self.lines.lock().unwrap().clone()
+    }
+}

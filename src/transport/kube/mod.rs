@@ -166,6 +166,7 @@ async fn serve(
     if target.namespace.is_some() && !info.namespaced {
         return Err(not_found(&group, &version, &target.plural));
     }
+    super::access_log::note(&req, verb, &info.canonical_name(), &namespaces);
     let fields = crate::selector::selectable_fields(&info.api.group, &info.api.plural);
     let filter = Filter {
         namespaces,
@@ -190,7 +191,7 @@ async fn serve(
         return list::get(&state, &hub, target.namespace.as_deref(), name, &info).await;
     }
     if query.watch {
-        watch::watch(&req, &state, hub, filter, &query, principal.deadline()).await
+        watch::watch(&req, &state, hub, filter, &query, &principal).await
     } else {
         let owner = PageOwner {
             principal,

@@ -22,6 +22,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::KubeQuery;
+use crate::auth::Principal;
 use crate::hub::scope::Position;
 use crate::hub::{Filter, Hub, ResetReason, ResourceMeta, Subscribe, Subscription, ViewSpec};
 use crate::metrics::Transport;
@@ -41,7 +42,7 @@ pub async fn watch(
     hub: Arc<Hub>,
     filter: Filter,
     q: &KubeQuery,
-    expires: Option<Instant>,
+    principal: &Principal,
 ) -> Result<HttpResponse, ApiError> {
     let send_initial = q.send_initial_events == Some(true);
     if send_initial {
@@ -78,7 +79,7 @@ pub async fn watch(
         spec: ViewSpec::new(filter),
         resume: resume.map(|rv| Position { rv, tag: None }),
         transport: Transport::KubeWatch,
-        expires,
+        expires: principal.deadline(),
         access: None,
     };
     let sub = Subscription::start(hub.clone(), request, &state.subscriptions).await?;
@@ -94,7 +95,13 @@ pub async fn watch(
         position: rv.unwrap_or(0),
     };
     let body = WatchBody {
-        framed: Framed::new(sub, framing, &state.metrics, Transport::KubeWatch),
+        framed: Framed::new(
+            sub,
+            framing,
+            &state.metrics,
+            Transport::KubeWatch,
+            principal.name(),
+        ),
         deadline: Instant::now() + timeout,
     };
     Ok(takeover::respond(
@@ -119,7 +126,10 @@ impl ChunkSource for WatchBody {
     async fn chunk(&mut self) -> Option<Bytes> {
         tokio::select! {
             chunk = self.framed.next_chunk() => chunk,
-            _ = tokio::time::sleep_until(self.deadline) => None,
+            _ = tokio::time::sleep_until(self.deadline) => {
+                self.framed.ending("timeoutSeconds reached");
+                None
+            }
         }
     }
 }

@@ -40,8 +40,8 @@ use bytes::Bytes;
 use bytestring::ByteString;
 
 use super::takeover::{self, Taken, Upgraded};
-use super::{parse_stream_query, subscribe};
-use crate::auth::{self, Principal};
+use super::{access_log, parse_stream_query, subscribe};
+use crate::auth::{self, Principal, Verb};
 use crate::hub::Subscription;
 use crate::metrics::Transport;
 use crate::status::ApiError;
@@ -61,10 +61,12 @@ pub async fn stream(
 ) -> Result<HttpResponse, ApiError> {
     let params = parse_stream_query(&auth::strip_token(req.query_string()))?;
     let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
+    access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
     let taken = handshake(&req, &state)?;
+    let who = principal.name().to_string();
     state
         .streams
-        .spawn(single::serve(taken, sub, state.clone()));
+        .spawn(single::serve(taken, sub, state.clone(), who));
     // actix writes this into the emptied connection, where it vanishes.
     Ok(HttpResponse::Ok().finish())
 }
@@ -127,7 +129,7 @@ fn switching<B>(response: &actix_http::Response<B>) -> Bytes {
 
 /// A subscription framed as WebSocket messages, and the counter of the
 /// bytes its socket writes.
-fn framed(sub: Subscription, state: &AppState) -> (Framed<WsFraming>, Counter) {
+fn framed(sub: Subscription, state: &AppState, principal: &str) -> (Framed<WsFraming>, Counter) {
     let bytes_sent = state
         .metrics
         .bytes_sent(sub.hub().name(), Transport::WebSocket);
@@ -136,6 +138,7 @@ fn framed(sub: Subscription, state: &AppState) -> (Framed<WsFraming>, Counter) {
         WsFraming::default(),
         &state.metrics,
         Transport::WebSocket,
+        principal,
     );
     (framed, bytes_sent)
 }

@@ -99,11 +99,12 @@ async fn run_subscription(
             return;
         }
     };
-    let (mut framed, bytes_sent) = super::framed(sub, &state);
+    let (mut framed, bytes_sent) = super::framed(sub, &state, principal.name());
     let mut out = Vec::new();
     while framed.next_into(&mut out).await {
         for msg in out.drain(..) {
             let text = message(Some(&outbox.prefix), msg.json, msg.id);
+            framed.wrote(text.len() as u64);
             if !outbox.send(text, Some(&bytes_sent)).await {
                 return;
             }

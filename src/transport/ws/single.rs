@@ -25,7 +25,12 @@ enum Next {
     Stream(bool),
 }
 
-pub(super) async fn serve(taken: Taken, sub: Subscription, state: web::Data<AppState>) {
+pub(super) async fn serve(
+    taken: Taken,
+    sub: Subscription,
+    state: web::Data<AppState>,
+    principal: String,
+) {
     let Upgraded {
         mut inbox,
         writer: mut raw,
@@ -40,7 +45,7 @@ pub(super) async fn serve(taken: Taken, sub: Subscription, state: web::Data<AppS
     if raw.open().await.is_err() {
         return;
     }
-    let (mut framed, bytes_sent) = super::framed(sub, &state);
+    let (mut framed, bytes_sent) = super::framed(sub, &state, &principal);
     let idle_timeout = state.stream.effective_ws_idle_timeout();
     let idle = tokio::time::sleep(idle_timeout);
     tokio::pin!(idle);
@@ -72,8 +77,9 @@ pub(super) async fn serve(taken: Taken, sub: Subscription, state: web::Data<AppS
             }
             Next::Stream(more) => {
                 for msg in out.drain(..) {
-                    if !send(&mut raw, &msg, &bytes_sent).await {
-                        return;
+                    match send(&mut raw, &msg, &bytes_sent).await {
+                        Some(n) => framed.wrote(n),
+                        None => return,
                     }
                 }
                 // Kept for the next item, but not at a snapshot chunk's
@@ -105,10 +111,12 @@ pub(super) async fn serve(taken: Taken, sub: Subscription, state: web::Data<AppS
 
 /// Writes one message's parts to the socket as they are, in one `writev`:
 /// no copy per socket to splice the `"id"` in. They are UTF-8: the hub's
-/// JSON is serde_json output, the rest ASCII. False once the socket is gone.
-async fn send(raw: &mut WsWriter, msg: &Outgoing, bytes_sent: &Counter) -> bool {
+/// JSON is serde_json output, the rest ASCII. The bytes sent, or `None`
+/// once the socket is gone.
+async fn send(raw: &mut WsWriter, msg: &Outgoing, bytes_sent: &Counter) -> Option<u64> {
     let mut tail = [0u8; TAIL];
     let parts = parts(None, &msg.json, msg.id, &mut tail);
-    bytes_sent.inc_by(parts.iter().map(|p| p.len() as u64).sum());
-    raw.send_parts(Opcode::Text, &parts).await.is_ok()
+    let n = parts.iter().map(|p| p.len() as u64).sum();
+    bytes_sent.inc_by(n);
+    raw.send_parts(Opcode::Text, &parts).await.ok().map(|()| n)
 }
