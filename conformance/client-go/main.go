@@ -5,7 +5,7 @@
 // It prints its caches to stdout, one JSON line each time they change (at
 // most every 50 ms): the informers' own stores, key -> resourceVersion,
 // plus which list mode ran and how many requests of each kind succeeded,
-// so that the test driving it (tests/gateway/clients.rs) can compare them
+// so that the test driving it (tests/gateway/real_clients.rs) can compare them
 // with the simulated API server's state. It exits when its stdin closes
 // (its driver is gone) or on SIGTERM/SIGINT.
 //

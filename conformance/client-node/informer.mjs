@@ -4,7 +4,7 @@
 //
 // Prints its caches to stdout, one JSON line each time they change (at most
 // every 50 ms): each informer's own cache (informer.list()) as key ->
-// resourceVersion, so that tests/gateway/clients.rs can compare them with
+// resourceVersion, so that tests/gateway/real_clients.rs can compare them with
 // the simulated API server's state. Exits when stdin closes (its driver is
 // gone) or on SIGTERM/SIGINT.
 //

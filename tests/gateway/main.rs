@@ -3,10 +3,10 @@
 //! One test binary; a module per surface.
 
 mod auth;
-mod clients;
 mod deploy;
 mod kube;
 mod lifecycle;
+mod real_clients;
 mod replicas;
 mod soak;
 mod sse;
