@@ -1,0 +1,386 @@
+//! The world a real client runs in: a simulated API server with pods,
+//! deployments and a custom resource under churn, and a kubefan in this
+//! process on a fixed loopback address that can be restarted. Faults are
+//! the simulator's own (ended watches, compacted history); the scenario
+//! drives them and checks that the upstream sees one watch per resource.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kubefan::app::App;
+use kubefan_sim::{ChurnConfig, ResourceDef, SimServer, Stats, seed_cluster, spawn_churn};
+use kubefan_sim::{Sim, pod};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{WAIT, sim_config, test_config};
+
+/// The resources every real client watches, keyed as the simulator and
+/// kubefan name them.
+pub const RESOURCES: [&str; 3] = ["pods", "deployments.apps", "widgets.example.com"];
+
+/// The custom resource, as the client programs take it (group/version/plural).
+pub const CRD: &str = "example.com/v1/widgets";
+
+/// Scheme of kubefan's Kubernetes face as the clients reach it. Over https
+/// this is the one change: the kubeconfig already turns TLS verification
+/// off, which @kubernetes/client-node requires even for plain http.
+const SCHEME: &str = "http";
+
+/// resource → object key (`ns/name`) → resourceVersion: a client's caches,
+/// or the simulated server's state.
+pub type Caches = BTreeMap<String, BTreeMap<String, String>>;
+
+/// Churn writes per second: pods, and deployments and widgets together.
+const POD_CHURN_RATE: f64 = 40.0;
+const OTHER_CHURN_PERIOD: Duration = Duration::from_millis(40);
+
+pub struct Cluster {
+    pub sim: Sim,
+    server: Option<SimServer>,
+    app: Option<App>,
+    addr: SocketAddr,
+    /// Where kubeconfigs, caches and client state go; removed on drop.
+    pub dir: TempDir,
+    churn_stop: CancellationToken,
+    churn: Vec<JoinHandle<()>>,
+    /// Objects written by [`Cluster::mark`], for unique names.
+    marks: u32,
+    /// What the previous [`Cluster::mark`] wrote.
+    previous_marks: Marks,
+}
+
+/// A directory removed when dropped, also when a test panics.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let dir = std::env::temp_dir().join(format!("kubefan-clients-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn deployment(name: &str, replicas: u64) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "web", "labels": {"app": name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": format!("registry.example.com/{name}:1.0")}]}
+            }
+        },
+        "status": {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas}
+    })
+}
+
+fn widget(name: &str, size: u64) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": name, "namespace": "default"}, "spec": {"size": size}})
+}
+
+/// Creates, changes and deletes deployments and widgets until `stop`.
+fn spawn_other_churn(sim: Sim, stop: CancellationToken) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(OTHER_CHURN_PERIOD);
+        for i in 0u64.. {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let (resource, ns, name) = if i % 2 == 0 {
+                ("deployments.apps", "web", format!("d-{}", (i / 2) % 8))
+            } else {
+                (
+                    "widgets.example.com",
+                    "default",
+                    format!("w-{}", (i / 2) % 8),
+                )
+            };
+            let object = || match resource {
+                "deployments.apps" => deployment(&name, i % 5),
+                _ => widget(&name, i),
+            };
+            let result = match sim.get(resource, Some(ns), &name) {
+                None => sim.create(resource, object()),
+                Some(_) if i % 7 == 0 => sim.delete(resource, Some(ns), &name),
+                Some(_) => sim.merge_patch(
+                    resource,
+                    Some(ns),
+                    &name,
+                    &json!({"metadata": {"labels": {"round": i.to_string()}}}),
+                ),
+            };
+            result.expect("churn write");
+        }
+    })
+}
+
+fn rv_of(obj: &Value) -> u64 {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|rv| rv.parse().ok())
+        .expect("object has a resourceVersion")
+}
+
+fn key_of(obj: &Value) -> String {
+    let m = &obj["metadata"];
+    match m["namespace"].as_str() {
+        Some(ns) => format!("{ns}/{}", m["name"].as_str().unwrap()),
+        None => m["name"].as_str().unwrap().to_string(),
+    }
+}
+
+/// One object written to each resource: (resource, key, resourceVersion).
+pub type Marks = Vec<(String, String, u64)>;
+
+impl Cluster {
+    /// A seeded simulated cluster under churn and a kubefan on it whose
+    /// informers for [`RESOURCES`] start at boot.
+    pub async fn start() -> Cluster {
+        let sim = Sim::new(sim_config());
+        sim.register(ResourceDef::new(
+            "example.com",
+            "v1",
+            "widgets",
+            "Widget",
+            true,
+        ));
+        let churn_cfg = ChurnConfig {
+            rate: POD_CHURN_RATE,
+            pods: 60,
+            ..ChurnConfig::default()
+        };
+        seed_cluster(&sim, &churn_cfg);
+        for i in 0..4 {
+            sim.create("deployments.apps", deployment(&format!("d-{i}"), 2))
+                .unwrap();
+            sim.create("widgets.example.com", widget(&format!("w-{i}"), i))
+                .unwrap();
+        }
+        let server = sim
+            .serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .expect("sim binds");
+        let app = Self::gateway(&server, "127.0.0.1:0".parse().unwrap()).await;
+        let addr = app.local_addr();
+        let churn_stop = CancellationToken::new();
+        let churn = vec![
+            spawn_churn(sim.clone(), churn_cfg, churn_stop.clone()),
+            spawn_other_churn(sim.clone(), churn_stop.clone()),
+        ];
+        let cluster = Cluster {
+            sim,
+            server: Some(server),
+            app: Some(app),
+            addr,
+            dir: TempDir::new(),
+            churn_stop,
+            churn,
+            marks: 0,
+            previous_marks: Marks::new(),
+        };
+        cluster.write_kubeconfig();
+        cluster
+    }
+
+    async fn gateway(server: &SimServer, listen: SocketAddr) -> App {
+        let mut cfg = test_config(&RESOURCES);
+        cfg.listen = listen;
+        let client = kube::Client::try_from(server.client_config()).expect("kube client");
+        let app = App::build(cfg, client).await.expect("gateway starts");
+        for resource in RESOURCES {
+            let hub = app.informers().hub(resource).await.expect("resolves");
+            assert!(hub.wait_synced(WAIT).await, "{resource} did not sync");
+        }
+        app
+    }
+
+    fn app(&self) -> &App {
+        self.app.as_ref().expect("kubefan is running")
+    }
+
+    /// The kubeconfig every client is given: kubefan's Kubernetes face.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig.json")
+    }
+
+    fn write_kubeconfig(&self) {
+        let kubeconfig = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kubefan", "cluster": {
+                "server": format!("{SCHEME}://{}", self.addr),
+                "insecure-skip-tls-verify": true
+            }}],
+            "users": [{"name": "viewer", "user": {}}],
+            "contexts": [{"name": "kubefan", "context": {"cluster": "kubefan", "user": "viewer"}}],
+            "current-context": "kubefan"
+        });
+        std::fs::write(
+            self.kubeconfig(),
+            serde_json::to_vec_pretty(&kubeconfig).unwrap(),
+        )
+        .expect("kubeconfig written");
+    }
+
+    /// The simulated server's objects, as [`Caches`].
+    pub fn upstream(&self) -> Caches {
+        RESOURCES
+            .iter()
+            .map(|resource| {
+                let objects = self.sim.list(resource).0;
+                let state = objects
+                    .iter()
+                    .map(|o| (key_of(o), rv_of(o).to_string()))
+                    .collect();
+                (resource.to_string(), state)
+            })
+            .collect()
+    }
+
+    /// Writes one new object to each resource, so that a client holding
+    /// them all has followed the changes up to here.
+    pub fn mark(&mut self) -> Marks {
+        self.marks += 1;
+        let n = self.marks;
+        let written = [
+            self.sim
+                .create("pods", pod(&format!("mark-{n}")).ns("web").build()),
+            self.sim
+                .create("deployments.apps", deployment(&format!("mark-{n}"), 1)),
+            self.sim
+                .create("widgets.example.com", widget(&format!("mark-{n}"), 0)),
+        ];
+        let marks: Marks = RESOURCES
+            .iter()
+            .zip(written)
+            .map(|(resource, obj)| {
+                let obj = obj.expect("mark written");
+                (resource.to_string(), key_of(&obj), rv_of(&obj))
+            })
+            .collect();
+        self.previous_marks = marks.clone();
+        marks
+    }
+
+    /// Counters of the simulated server.
+    pub fn stats(&self) -> Stats {
+        self.sim.stats()
+    }
+
+    /// Ends every upstream watch, as an API server restart would: kubefan
+    /// resumes each from its last resourceVersion.
+    pub fn end_upstream_watches(&self) {
+        self.sim.end_watches();
+    }
+
+    /// Makes kubefan's resume fail with 410 Expired: its watches stall
+    /// while changes are written (new marks, and the previous marks
+    /// deleted), history is compacted past them, and the watches end.
+    /// kubefan relists, and the diff against its cache must carry the
+    /// deletions too.
+    /// Returns the new marks and the deleted ones.
+    pub fn expire_upstream_history(&mut self) -> (Marks, Marks) {
+        self.sim.stall_watches(true);
+        let stale = std::mem::take(&mut self.previous_marks);
+        let marks = self.mark();
+        for (resource, key, _) in &stale {
+            let (ns, name) = key.split_once('/').expect("namespaced");
+            self.sim
+                .delete(resource, Some(ns), name)
+                .expect("mark deleted");
+        }
+        self.sim.compact();
+        self.sim.end_watches();
+        self.sim.stall_watches(false);
+        (marks, stale)
+    }
+
+    /// Stops kubefan (its streams are told to reconnect) and starts a new
+    /// one on the same address; returns the simulator's counters between
+    /// the two, to count what the new process asks of the upstream.
+    pub async fn restart_kubefan(&mut self) -> Stats {
+        let app = self.app.take().expect("kubefan is running");
+        tokio::time::timeout(WAIT, app.stop())
+            .await
+            .expect("kubefan stops in time");
+        let between = self.sim.stats();
+        let server = self.server.as_ref().expect("sim is running");
+        self.app = Some(Self::gateway(server, self.addr).await);
+        between
+    }
+
+    /// Stops the churn and waits until kubefan has taken in every change.
+    pub async fn settle(&mut self) {
+        self.churn_stop.cancel();
+        for task in self.churn.drain(..) {
+            tokio::time::timeout(WAIT, task)
+                .await
+                .expect("churn stops in time")
+                .expect("churn task");
+        }
+        let rv = self.sim.resource_version();
+        for resource in RESOURCES {
+            let hub = self.app().informers().hub(resource).await.unwrap();
+            assert!(
+                hub.wait_for_rv(rv, WAIT).await,
+                "kubefan's {resource} did not reach resourceVersion {rv}"
+            );
+        }
+    }
+
+    /// The upstream holds exactly one watch per resource, and the kubefan
+    /// process running now opened exactly one (and listed) per resource
+    /// since `before`, however many clients it serves.
+    pub fn assert_one_watch_per_resource(&self, before: &Stats) {
+        let now = self.sim.stats();
+        for resource in RESOURCES {
+            let (b, n) = (before.resource(resource), now.resource(resource));
+            assert_eq!(n.open_watches, 1, "{resource}: {n:?}");
+            assert_eq!(
+                n.watch_requests - b.watch_requests,
+                1,
+                "{resource}: watches since {b:?}: {n:?}"
+            );
+        }
+    }
+
+    /// Whether kubefan relisted `resource` upstream since `before` (the
+    /// 410 path): a list request beyond the first.
+    pub fn relisted_since(&self, before: &Stats) -> Vec<&'static str> {
+        let now = self.sim.stats();
+        RESOURCES
+            .into_iter()
+            .filter(|r| now.resource(r).list_requests > before.resource(r).list_requests)
+            .collect()
+    }
+
+    pub async fn stop(mut self) {
+        self.churn_stop.cancel();
+        if let Some(app) = self.app.take() {
+            tokio::time::timeout(WAIT, app.stop())
+                .await
+                .expect("kubefan stops in time");
+        }
+        if let Some(server) = self.server.take() {
+            server.stop().await;
+        }
+    }
+}
