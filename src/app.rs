@@ -34,6 +34,7 @@ pub struct App {
     grace: std::time::Duration,
     informers: Arc<Informers>,
     metrics: Arc<Metrics>,
+    auth: Arc<Auth>,
 }
 
 impl App {
@@ -74,7 +75,7 @@ impl App {
                 lifecycle.clone(),
                 metrics.clone(),
             )),
-            auth,
+            auth: auth.clone(),
             limits: Limits::new(cfg.limits.clone()),
             allowed_origins: cfg
                 .allowed_origins
@@ -162,7 +163,13 @@ impl App {
             grace,
             informers,
             metrics,
+            auth,
         })
+    }
+
+    /// The gateway's authenticator and authorizer.
+    pub fn auth(&self) -> &Arc<Auth> {
+        &self.auth
     }
 
     pub fn local_addr(&self) -> SocketAddr {

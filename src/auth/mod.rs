@@ -331,6 +331,14 @@ impl Auth {
         self.rbac.as_ref()
     }
 
+    /// Resolves once the RBAC index has changed after this call (for tests
+    /// and for whoever waits on RBAC).
+    pub fn rbac_changed(&self) -> impl Future<Output = ()> + '_ {
+        let seen = self.rbac_changes.current();
+        self.rbac_changes
+            .until(move || self.rbac_changes.current() != seen)
+    }
+
     /// TokenReviews sent so far (Kubernetes mode).
     pub fn token_reviews(&self) -> u64 {
         self.kube.as_ref().map_or(0, |k| k.reviews())

@@ -6,6 +6,7 @@ mod auth;
 mod deploy;
 mod kube;
 mod lifecycle;
+mod rbac;
 mod real_clients;
 mod replicas;
 mod soak;

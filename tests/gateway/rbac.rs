@@ -1,0 +1,408 @@
+//! `--auth kubernetes` with `--authorization rbac` (the default): rights
+//! decided locally from the cluster's RBAC objects, all-namespace streams
+//! narrowed to them and following them while open, over SSE, WebSocket and
+//! the Kubernetes face; tokens reviewed again, with audiences.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::sse::seeded;
+use crate::support::{ClientView, SseClient, TestEnv, WAIT, spawn, test_config};
+use crate::ws::{WsClient, event};
+use kubefan::config::AuthMode;
+use kubefan_sim::{Sim, SimUser};
+
+const ROLES: &str = "roles.rbac.authorization.k8s.io";
+const ROLE_BINDINGS: &str = "rolebindings.rbac.authorization.k8s.io";
+const CLUSTER_ROLES: &str = "clusterroles.rbac.authorization.k8s.io";
+const CLUSTER_ROLE_BINDINGS: &str = "clusterrolebindings.rbac.authorization.k8s.io";
+
+/// A Role that may read pods in `ns`.
+fn pod_reader(ns: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "pod-reader", "namespace": ns},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})
+}
+
+/// A RoleBinding of `pod-reader` in `ns` to `user`.
+fn binding(name: &str, ns: &str, user: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+}
+
+/// A simulated cluster with pods in default, web and batch, pod readers in
+/// each, and the users the tests use.
+fn team_sim() -> Sim {
+    let sim = seeded(18);
+    for ns in ["default", "web", "batch"] {
+        sim.create(ROLES, pod_reader(ns)).unwrap();
+    }
+    sim.set_users(vec![
+        SimUser::new("dana-token", "dana", &["team"]),
+        SimUser::new("erin-token", "erin", &["team"]),
+        SimUser::new("aud-token", "aud", &[]).with_audiences(&["kubefan"]),
+    ]);
+    sim
+}
+
+async fn rbac_env(sim: Sim, tune: impl FnOnce(&mut kubefan::config::Config)) -> TestEnv {
+    let mut cfg = test_config(&["pods"]);
+    cfg.auth.mode = AuthMode::Kubernetes;
+    cfg.auth.cache_ttl = Duration::from_secs(300);
+    tune(&mut cfg);
+    let env = spawn(sim, cfg).await;
+    env.synced("pods").await;
+    env
+}
+
+async fn sse(env: &TestEnv, path: &str, token: &str) -> reqwest::Response {
+    tokio::time::timeout(
+        WAIT,
+        env.http
+            .get(format!("{}{path}", env.base))
+            .bearer_auth(token)
+            .send(),
+    )
+    .await
+    .expect("response in time")
+    .expect("request")
+}
+
+fn namespaces(view: &ClientView) -> BTreeSet<String> {
+    view.objects
+        .values()
+        .map(|o| o["metadata"]["namespace"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn pods_in(sim: &Sim, namespaces: &[&str]) -> Vec<Value> {
+    sim.list("pods")
+        .0
+        .into_iter()
+        .filter(|p| namespaces.contains(&p["metadata"]["namespace"].as_str().unwrap()))
+        .collect()
+}
+
+/// Applies events until the view holds exactly `want`'s keys.
+async fn until_holds(sse: &mut SseClient, view: &mut ClientView, want: &[Value]) {
+    let keys = |objs: &mut dyn Iterator<Item = &Value>| -> BTreeSet<String> {
+        objs.map(crate::support::key_of).collect()
+    };
+    let want = keys(&mut want.iter());
+    tokio::time::timeout(WAIT, async {
+        while keys(&mut view.objects.values()) != want {
+            let ev = sse.next().await.expect("the stream goes on");
+            view.apply(&ev);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the view never held {want:?}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_teammate_sees_what_rbac_grants_and_follows_it_without_reconnecting() {
+    let sim = team_sim();
+    sim.create(ROLE_BINDINGS, binding("dana-web", "web", "dana"))
+        .unwrap();
+    let env = rbac_env(sim, |_| {}).await;
+
+    // Narrowed, not refused: only web's pods.
+    let resp = sse(&env, "/stream/pods", "dana-token").await;
+    assert_eq!(resp.status(), 200);
+    let mut sse_client = SseClient::new(resp);
+    let mut view = ClientView::new();
+    while view.snapshots == 0 {
+        view.apply(&sse_client.next().await.unwrap());
+    }
+    assert_eq!(namespaces(&view), BTreeSet::from(["web".to_string()]));
+    assert!(
+        view.last_id.as_deref().is_some_and(|id| id.contains('~')),
+        "a narrowed stream's ids carry its tag: {:?}",
+        view.last_id
+    );
+
+    // A binding in batch: its pods arrive as ADDED on the open stream.
+    env.sim
+        .create(ROLE_BINDINGS, binding("dana-batch", "batch", "dana"))
+        .unwrap();
+    until_holds(
+        &mut sse_client,
+        &mut view,
+        &pods_in(&env.sim, &["web", "batch"]),
+    )
+    .await;
+    assert!(view.resets.is_empty());
+
+    // The binding in web gone: its pods leave as DELETED.
+    env.sim
+        .delete(ROLE_BINDINGS, Some("web"), "dana-web")
+        .unwrap();
+    until_holds(&mut sse_client, &mut view, &pods_in(&env.sim, &["batch"])).await;
+
+    // The last one gone: an ERROR 403 ends the stream.
+    env.sim
+        .delete(ROLE_BINDINGS, Some("batch"), "dana-batch")
+        .unwrap();
+    let last = tokio::time::timeout(WAIT, async {
+        loop {
+            let ev = sse_client.next().await.expect("an ERROR before the end");
+            if ev.event == "ERROR" {
+                return ev;
+            }
+        }
+    })
+    .await
+    .expect("the stream ends");
+    assert_eq!(last.data["object"]["code"], 403);
+    assert!(sse_client.next().await.is_none(), "nothing after the ERROR");
+
+    // Without any grant, a new stream is refused.
+    assert_eq!(sse(&env, "/stream/pods", "dana-token").await.status(), 403);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_streams_and_the_kubernetes_face_follow_rbac_too() {
+    let sim = team_sim();
+    sim.create(ROLE_BINDINGS, binding("erin-web", "web", "erin"))
+        .unwrap();
+    let env = rbac_env(sim, |_| {}).await;
+
+    // A /ws subscription across namespaces is narrowed, and gains batch.
+    let mut mux = WsClient::connect(&env, "/ws?access_token=erin-token").await;
+    mux.subscribe(json!({"op": "subscribe", "id": "p", "resource": "pods"}))
+        .await;
+    let mut view = ClientView::new();
+    while view.snapshots == 0 {
+        view.apply(&event(&mux.next().await));
+    }
+    assert_eq!(namespaces(&view), BTreeSet::from(["web".to_string()]));
+    env.sim
+        .create(ROLE_BINDINGS, binding("erin-batch", "batch", "erin"))
+        .unwrap();
+    let want: BTreeSet<String> = pods_in(&env.sim, &["web", "batch"])
+        .iter()
+        .map(crate::support::key_of)
+        .collect();
+    tokio::time::timeout(WAIT, async {
+        while view.objects.keys().cloned().collect::<BTreeSet<_>>() != want {
+            view.apply(&event(&mux.next().await));
+        }
+    })
+    .await
+    .expect("batch's pods arrive on the open subscription");
+
+    // The Kubernetes face answers as kube-apiserver: within a namespace
+    // granted, yes; across namespaces, 403.
+    let client = env.kube_client(Some("erin-token")).await;
+    let web: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), "web");
+    let listed = web.list(&Default::default()).await.unwrap();
+    assert_eq!(listed.items.len(), pods_in(&env.sim, &["web"]).len());
+    let all: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(client.clone());
+    match all.list(&Default::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403),
+        other => panic!("a list across namespaces must be refused: {other:?}"),
+    }
+    let default: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client, "default");
+    match default.list(&Default::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403),
+        other => panic!("default is not granted: {other:?}"),
+    }
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregated_cluster_role_grants_what_it_aggregates() {
+    let sim = team_sim();
+    sim.create(
+        CLUSTER_ROLES,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "team-view"},
+            "aggregationRule": {"clusterRoleSelectors": [
+                {"matchLabels": {"example.com/aggregate-to-team-view": "true"}}]},
+            "rules": []}),
+    )
+    .unwrap();
+    sim.create(
+        CLUSTER_ROLE_BINDINGS,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "team-view"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "team-view"},
+            "subjects": [{"kind": "Group", "name": "team", "apiGroup": "rbac.authorization.k8s.io"}]}),
+    )
+    .unwrap();
+    let env = rbac_env(sim, |_| {}).await;
+    // Nothing aggregated yet: nothing granted.
+    assert_eq!(sse(&env, "/stream/pods", "erin-token").await.status(), 403);
+    env.sim
+        .create(
+            CLUSTER_ROLES,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "pods-part",
+                    "labels": {"example.com/aggregate-to-team-view": "true"}},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]}),
+        )
+        .unwrap();
+    let granted = tokio::time::timeout(WAIT, async {
+        loop {
+            let changed = env.app.auth().rbac_changed();
+            let resp = sse(&env, "/stream/pods", "erin-token").await;
+            if resp.status() == 200 {
+                return resp;
+            }
+            assert_eq!(resp.status(), 403);
+            changed.await;
+        }
+    })
+    .await
+    .expect("the aggregated role grants pods in every namespace");
+    let mut sse_client = SseClient::new(granted);
+    let mut view = ClientView::new();
+    while view.snapshots == 0 {
+        view.apply(&sse_client.next().await.unwrap());
+    }
+    view.assert_matches(&env.sim.list("pods").0);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_that_no_longer_reviews_ends_its_streams_with_401() {
+    let sim = team_sim();
+    sim.create(ROLE_BINDINGS, binding("dana-web", "web", "dana"))
+        .unwrap();
+    let env = rbac_env(sim, |cfg| cfg.auth.cache_ttl = Duration::from_secs(1)).await;
+    let resp = sse(&env, "/stream/pods", "dana-token").await;
+    assert_eq!(resp.status(), 200);
+    let mut sse_client = SseClient::new(resp);
+    let reviews = env.sim.token_reviews_of("dana-token");
+    assert!(env.sim.revoke_token("dana-token"));
+    let last = tokio::time::timeout(WAIT, async {
+        loop {
+            let ev = sse_client.next().await.expect("an ERROR before the end");
+            if ev.event == "ERROR" {
+                return ev;
+            }
+        }
+    })
+    .await
+    .expect("the stream ends once the token is reviewed again");
+    assert_eq!(last.data["object"]["code"], 401);
+    assert!(env.sim.token_reviews_of("dana-token") > reviews);
+    assert_eq!(sse(&env, "/stream/pods", "dana-token").await.status(), 401);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_audiences_let_users_hand_kubefan_tokens_minted_for_it_alone() {
+    let sim = team_sim();
+    sim.create(ROLE_BINDINGS, binding("aud-web", "web", "aud"))
+        .unwrap();
+    // Without --token-audiences the review asks for the API server's own
+    // audience, which this token is not valid for.
+    let env = rbac_env(sim, |_| {}).await;
+    assert_eq!(sse(&env, "/stream/pods", "aud-token").await.status(), 401);
+    env.stop().await;
+    let sim = team_sim();
+    sim.create(ROLE_BINDINGS, binding("aud-web", "web", "aud"))
+        .unwrap();
+    let env = rbac_env(sim, |cfg| cfg.auth.token_audiences = vec!["kubefan".into()]).await;
+    assert_eq!(sse(&env, "/stream/pods", "aud-token").await.status(), 200);
+    env.stop().await;
+}
+
+/// A thousand subscribers from a hundred users cost one upstream watch per
+/// RBAC kind, and an RBAC change that touches all of them recomputes each
+/// user's access set once, not once per stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cost_of_rbac_stays_flat_however_many_streams_a_user_opens() {
+    const USERS: usize = 100;
+    const STREAMS: usize = 10;
+    let sim = seeded(12);
+    sim.create(ROLES, pod_reader("web")).unwrap();
+    sim.create(
+        ROLE_BINDINGS,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "team-web", "namespace": "web"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+            "subjects": [{"kind": "Group", "name": "team", "apiGroup": "rbac.authorization.k8s.io"}]}),
+    )
+    .unwrap();
+    let users: Vec<SimUser> = (0..USERS)
+        .map(|i| SimUser::new(&format!("token-{i}"), &format!("user-{i}"), &["team"]))
+        .collect();
+    sim.set_users(users);
+    let env = rbac_env(sim, |cfg| cfg.limits.max_connections = 0).await;
+    let mut streams = Vec::with_capacity(USERS * STREAMS);
+    for i in 0..USERS {
+        for _ in 0..STREAMS {
+            let resp = sse(&env, "/stream/pods", &format!("token-{i}")).await;
+            assert_eq!(resp.status(), 200);
+            streams.push(SseClient::new(resp));
+        }
+    }
+    // Every stream has its (narrowed) snapshot.
+    let mut views = Vec::with_capacity(streams.len());
+    for sse_client in &mut streams {
+        let mut view = ClientView::new();
+        while view.snapshots == 0 {
+            view.apply(&sse_client.next().await.unwrap());
+        }
+        assert_eq!(namespaces(&view), BTreeSet::from(["web".to_string()]));
+        views.push(view);
+    }
+    for kind in [ROLES, ROLE_BINDINGS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS] {
+        assert_eq!(env.sim.stats().resource(kind).open_watches, 1, "{kind}");
+    }
+    let rbac = env.app.auth().rbac().expect("--authorization rbac").clone();
+    assert_eq!(rbac.stats().held, USERS, "one held access set per user");
+    let before = rbac.stats().computations;
+
+    // A role nobody is bound to yet changes no one's access.
+    let changed = env.app.auth().rbac_changed();
+    env.sim
+        .create(
+            CLUSTER_ROLES,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "pod-viewer"},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]}),
+        )
+        .unwrap();
+    tokio::time::timeout(WAIT, changed).await.unwrap();
+    let after_role = rbac.stats().computations;
+    // One binding that widens every user's access.
+    let changed = env.app.auth().rbac_changed();
+    env.sim
+        .create(
+            CLUSTER_ROLE_BINDINGS,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "team-everywhere"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "pod-viewer"},
+                "subjects": [{"kind": "Group", "name": "team", "apiGroup": "rbac.authorization.k8s.io"}]}),
+        )
+        .unwrap();
+    tokio::time::timeout(WAIT, changed).await.unwrap();
+    // Every stream widens to every namespace...
+    let everything = env.sim.list("pods").0;
+    for (sse_client, view) in streams.iter_mut().zip(views.iter_mut()) {
+        until_holds(sse_client, view, &everything).await;
+    }
+    // ...for one computation per user (the role alone changes no grant;
+    // the binding names the team's users once each).
+    let spent = rbac.stats().computations - after_role;
+    assert_eq!(
+        (after_role - before, spent),
+        (0, USERS as u64),
+        "computations for the role, then the binding ({USERS} users, {} streams)",
+        USERS * STREAMS
+    );
+    for kind in [ROLES, ROLE_BINDINGS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS] {
+        assert_eq!(env.sim.stats().resource(kind).open_watches, 1, "{kind}");
+    }
+    env.stop().await;
+}
