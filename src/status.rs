@@ -108,6 +108,7 @@ impl From<upstream::Error> for ApiError {
             upstream::Error::UnknownResource(_) => ApiError::NotFound(err.to_string()),
             upstream::Error::Forbidden(..) => ApiError::Forbidden(err.to_string()),
             upstream::Error::Discovery(_) => ApiError::Unavailable(err.to_string()),
+            upstream::Error::Unreadable(_) => ApiError::Forbidden(err.to_string()),
         }
     }
 }

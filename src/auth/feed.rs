@@ -68,6 +68,7 @@ async fn feed(kind: Kind, auth: &Auth, informers: &Informers, cx: &SubscriptionC
                             rbac.replace(kind, snapshot.iter());
                             snapshot.clear();
                             auth.rbac_changes.advance();
+                            informers.rbac_changed();
                         }
                         Item::Events(events) => {
                             for event in &events {
@@ -86,6 +87,7 @@ async fn feed(kind: Kind, auth: &Auth, informers: &Informers, cx: &SubscriptionC
                                 }
                             }
                             auth.rbac_changes.advance();
+                            informers.rbac_changed();
                         }
                         // A fresh snapshot follows and replaces the index.
                         Item::Reset(_) => snapshot.clear(),

@@ -5,8 +5,10 @@
 //! seen (no relist); a 410 Expired relists, and the hub turns the new list
 //! into synthetic events. Errors back off exponentially with jitter. The
 //! loop ends when its token is cancelled (shutdown, or the registry stopped
-//! it), or when the upstream answers 404 NotFound: the registry then checks
-//! discovery and either removes the resource or runs the informer again.
+//! it), when the upstream answers 404 NotFound (the registry then checks
+//! discovery and either removes the resource or runs the informer again),
+//! or 403 Forbidden: kubefan may not read it, and retrying cannot help
+//! (the registry says what to grant; `upstream::access`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,10 +69,17 @@ pub enum Exit {
     /// The upstream answered a LIST or WATCH with 404: the resource may
     /// have been removed (a deleted CRD).
     NotFound,
+    /// The upstream answered this verb with 403: kubefan may not read the
+    /// resource, and retrying cannot help.
+    Forbidden(&'static str),
 }
 
 fn is_not_found(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 404)
+}
+
+fn is_forbidden(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 403)
 }
 
 enum WatchEnd {
@@ -82,6 +91,8 @@ enum WatchEnd {
     Expired,
     /// 404: the resource is not served any more.
     NotFound,
+    /// 403: kubefan may not watch it.
+    Forbidden,
     Shutdown,
 }
 
@@ -102,6 +113,10 @@ impl Informer {
                     self.metrics.upstream_error(&name, "not_found");
                     tracing::info!(resource = %name, "upstream list answered 404 NotFound");
                     return Exit::NotFound;
+                }
+                Err(err) if is_forbidden(&err) => {
+                    self.metrics.upstream_error(&name, "forbidden");
+                    return Exit::Forbidden("list");
                 }
                 Err(err) => {
                     self.metrics.upstream_error(&name, "list");
@@ -145,6 +160,10 @@ impl Informer {
                         self.metrics.upstream_error(&name, "not_found");
                         tracing::info!(resource = %name, "upstream watch answered 404 NotFound");
                         return Exit::NotFound;
+                    }
+                    WatchEnd::Forbidden => {
+                        self.metrics.upstream_error(&name, "forbidden");
+                        return Exit::Forbidden("watch");
                     }
                     WatchEnd::Shutdown => return Exit::Stopped,
                 }
@@ -228,6 +247,7 @@ impl Informer {
                 return (WatchEnd::Expired, false);
             }
             Err(err) if is_not_found(&err) => return (WatchEnd::NotFound, false),
+            Err(err) if is_forbidden(&err) => return (WatchEnd::Forbidden, false),
             Err(err) => {
                 self.metrics.upstream_error(name, "watch");
                 tracing::warn!(resource = %name, error = %err, "upstream watch failed");
@@ -264,6 +284,9 @@ impl Informer {
                 }
                 Some(Ok(WatchEvent::Error(status))) if status.code == 404 => {
                     return (WatchEnd::NotFound, delivered);
+                }
+                Some(Ok(WatchEvent::Error(status))) if status.code == 403 => {
+                    return (WatchEnd::Forbidden, delivered);
                 }
                 Some(Ok(WatchEvent::Error(status))) => {
                     self.metrics.upstream_error(name, "watch");

@@ -41,6 +41,7 @@
 //! `registry` (std mutex, never held across an await) is taken before a
 //! hub's state lock, never the other way round.
 
+pub mod access;
 pub mod discovery;
 pub mod informer;
 pub mod ingest;
@@ -71,6 +72,9 @@ pub enum Error {
     Forbidden(String, &'static str),
     #[error("upstream discovery failed: {0}")]
     Discovery(String),
+    /// kubefan's own credentials may not read the resource: what to grant.
+    #[error("{0}")]
+    Unreadable(String),
 }
 
 /// Resource policy and informer settings.
@@ -143,7 +147,19 @@ pub struct Informers {
     boot: Mutex<Vec<BootResource>>,
     /// The allow/deny names were checked against discovery.
     policy_checked: AtomicBool,
+    /// What kubefan's own credentials may read.
+    self_access: access::SelfAccess,
+    /// Moves when a boot resource may need starting again (its hub was
+    /// retired, or what kubefan may read was forgotten).
+    boot_wake: crate::epoch::Epoch,
+    /// Moves when a boot resource's state changed.
+    boot_changes: crate::epoch::Epoch,
 }
+
+/// The first and the longest wait before a boot resource kubefan may not
+/// read is tried again (unless RBAC changes first).
+const REFUSED_RETRY_MIN: Duration = Duration::from_secs(30);
+const REFUSED_RETRY_MAX: Duration = Duration::from_secs(300);
 
 /// A boot resource: its name, whether kubefan reads it for itself
 /// (exempt from the policy), and its hub or why it has none yet.
@@ -171,6 +187,7 @@ impl Informers {
                 state: Err("not started".to_string()),
             })
             .collect();
+        let client_for_access = client.clone();
         Arc::new_cyclic(|me| Informers {
             me: me.clone(),
             client,
@@ -183,6 +200,9 @@ impl Informers {
             registry: Mutex::new(Registry::default()),
             boot: Mutex::new(boot),
             policy_checked: AtomicBool::new(false),
+            self_access: access::SelfAccess::new(client_for_access),
+            boot_wake: crate::epoch::Epoch::default(),
+            boot_changes: crate::epoch::Epoch::default(),
         })
     }
 
@@ -200,37 +220,73 @@ impl Informers {
         let this = self.clone();
         self.tasks.spawn(async move {
             let mut delay = this.cfg.informer.backoff_min;
+            let mut refused_delay = REFUSED_RETRY_MIN;
             loop {
+                let wake = this.boot_wake.current();
                 let mut pending = !this.check_policy_names().await;
+                let mut refused = false;
                 let names: Vec<(String, bool)> = this
                     .lock_boot()
                     .iter()
                     .map(|b| (b.name.clone(), b.internal))
                     .collect();
                 for (i, (name, internal)) in names.iter().enumerate() {
-                    if this.lock_boot()[i].state.is_ok() {
+                    let running = matches!(&this.lock_boot()[i].state, Ok(hub) if hub.closed().is_none());
+                    if running {
                         continue;
                     }
-                    let state = match this.start(name, true, !internal).await {
-                        Ok(hub) => Ok(hub),
+                    match this.start(name, true, !internal).await {
+                        Ok(hub) => {
+                            this.lock_boot()[i].state = Ok(hub);
+                            this.boot_changes.advance();
+                        }
                         Err(err) => {
                             pending |= matches!(err, Error::Discovery(_));
+                            refused |= matches!(err, Error::Unreadable(_));
                             tracing::error!(resource = %name, error = %err, "boot-time resource not started");
-                            Err(err.to_string())
+                            // A closed hub's reason (removed upstream, kubefan
+                            // may not read it) says more than a failed restart.
+                            let state = &mut this.lock_boot()[i].state;
+                            if state.is_err() {
+                                *state = Err(err.to_string());
+                                this.boot_changes.advance();
+                            }
                         }
-                    };
-                    this.lock_boot()[i].state = state;
+                    }
                 }
-                if !pending {
-                    return;
-                }
+                // Discovery failing: retry soon. Refused: in minutes, or as
+                // soon as RBAC changes. Otherwise only when woken.
+                let sleep = if pending {
+                    let d = delay;
+                    delay = (delay * 2).min(this.cfg.informer.backoff_max);
+                    Some(d)
+                } else if refused {
+                    let d = refused_delay;
+                    refused_delay = (refused_delay * 2).min(REFUSED_RETRY_MAX);
+                    Some(d)
+                } else {
+                    None
+                };
+                let woken = this.boot_wake.until(|| this.boot_wake.current() != wake);
                 tokio::select! {
                     _ = this.shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(delay) => {}
+                    _ = woken => {}
+                    _ = tokio::time::sleep(sleep.unwrap_or(Duration::MAX / 4)), if sleep.is_some() => {}
                 }
-                delay = (delay * 2).min(this.cfg.informer.backoff_max);
             }
         });
+    }
+
+    /// What kubefan's own credentials may read.
+    pub fn self_access(&self) -> &access::SelfAccess {
+        &self.self_access
+    }
+
+    /// RBAC changed: what kubefan may read is asked again, and refused boot
+    /// resources are tried again.
+    pub fn rbac_changed(&self) {
+        self.self_access.forget();
+        self.boot_wake.advance();
     }
 
     fn lock_boot(&self) -> MutexGuard<'_, Vec<BootResource>> {
@@ -390,6 +446,41 @@ impl Informers {
                 },
             })
             .collect()
+    }
+
+    /// Resolves once every boot resource is ready (what `/readyz` says).
+    pub async fn ready(&self) {
+        loop {
+            let seen = self.boot_changes.current();
+            let waiting: Vec<Arc<Hub>> = {
+                let boot = self.lock_boot();
+                let mut waiting = Vec::new();
+                let mut unstarted = false;
+                for b in boot.iter() {
+                    match &b.state {
+                        Ok(hub) if hub.closed().is_none() && hub.is_synced() => {}
+                        Ok(hub) if hub.closed().is_none() => waiting.push(hub.clone()),
+                        _ => unstarted = true,
+                    }
+                }
+                if waiting.is_empty() && !unstarted {
+                    return;
+                }
+                waiting
+            };
+            let started = self
+                .boot_changes
+                .until(|| self.boot_changes.current() != seen);
+            let synced = futures::future::join_all(
+                waiting
+                    .iter()
+                    .map(|hub| hub.wait_synced(Duration::from_secs(3600))),
+            );
+            tokio::select! {
+                _ = started => {}
+                _ = synced => {}
+            }
+        }
     }
 
     /// Hubs running now, in no order.

@@ -90,7 +90,7 @@ impl Informers {
     /// Kubernetes face's discovery advertises).
     pub fn serves(&self, info: &ResourceInfo) -> bool {
         let catalog = self.current_catalog().unwrap_or_default();
-        refusal(&self.cfg, &catalog, info).is_none()
+        refusal(&self.cfg, &catalog, info).is_none() && self.self_access.refused(info).is_none()
     }
 }
 

@@ -49,6 +49,12 @@ impl Informers {
         if policy && let Some(why) = refusal(&self.cfg, &catalog, &info) {
             return Err(Error::Forbidden(key, why));
         }
+        if !self.lock_registry().running.contains_key(&key) {
+            self.self_access
+                .check(&info)
+                .await
+                .map_err(Error::Unreadable)?;
+        }
         let mut reg = self.lock_registry();
         if boot {
             reg.boot.insert(key.clone());
@@ -113,8 +119,18 @@ impl Informers {
                 metrics: self.metrics.clone(),
                 shutdown: stop.clone(),
             };
-            if informer.run().await == informer::Exit::Stopped {
-                return;
+            match informer.run().await {
+                informer::Exit::Stopped => return,
+                informer::Exit::Forbidden(verb) => {
+                    // Retrying cannot help: say what to grant, and let the
+                    // next request (or the boot supervisor, on an RBAC
+                    // change or in minutes) start it again.
+                    let why = self.self_access.forbidden(&info, verb);
+                    tracing::error!(resource = %hub.name(), "{why}");
+                    self.retire(&hub, &stop, &why);
+                    return;
+                }
+                informer::Exit::NotFound => {}
             }
             let key = hub.name();
             match self.refresh(Instant::now()).await {
@@ -205,6 +221,7 @@ impl Informers {
         drop(reg);
         stop.cancel();
         self.metrics.informer_running(key, false);
+        self.boot_wake.advance();
         tracing::info!(resource = %key, reason, "stopped informer");
     }
 }

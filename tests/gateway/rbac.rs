@@ -406,3 +406,124 @@ async fn the_cost_of_rbac_stays_flat_however_many_streams_a_user_opens() {
     }
     env.stop().await;
 }
+
+/// kubefan's own rights: a resource its credentials may not list and watch
+/// is refused at once with what to grant, never retried against the
+/// upstream, left out of discovery and named by /readyz; granting it (an
+/// RBAC change kubefan sees) starts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubefans_own_rights_are_checked_and_it_says_what_to_grant() {
+    let sim = Sim::new(kubefan_sim::SimConfig {
+        authorization: kubefan_sim::AuthorizationMode::Rbac,
+        ..crate::support::sim_config()
+    });
+    kubefan_sim::seed_cluster(
+        &sim,
+        &kubefan_sim::ChurnConfig {
+            pods: 6,
+            nodes: 2,
+            seed: Some(7),
+            ..Default::default()
+        },
+    );
+    sim.set_users(vec![
+        SimUser::service_account("kubefan-sa-token", "kubefan", "kubefan"),
+        SimUser::new("dana-token", "dana", &[]),
+    ]);
+    // What deploy/rbac.yaml grants: pods, nodes, namespaces and the RBAC
+    // kinds, not deployments.
+    sim.create(
+        CLUSTER_ROLES,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "kubefan"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods", "nodes", "namespaces"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}]}),
+    )
+    .unwrap();
+    sim.create(
+        CLUSTER_ROLE_BINDINGS,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "kubefan"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubefan"},
+            "subjects": [{"kind": "ServiceAccount", "name": "kubefan", "namespace": "kubefan"}]}),
+    )
+    .unwrap();
+    sim.create(
+        CLUSTER_ROLE_BINDINGS,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "dana-everything"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "User", "name": "dana"}]}),
+    )
+    .unwrap();
+    // (cluster-admin is the simulator's bootstrap policy in RBAC mode.)
+    let mut cfg = test_config(&["pods", "deployments.apps"]);
+    cfg.auth.mode = AuthMode::Kubernetes;
+    let env = crate::support::spawn_as(sim, cfg, Some("kubefan-sa-token")).await;
+    env.synced("pods").await;
+
+    // Refused at once, saying what to grant; the upstream never listed it.
+    let resp = sse(&env, "/stream/deployments.apps", "dana-token").await;
+    assert_eq!(resp.status(), 403);
+    let body: Value = resp.json().await.unwrap();
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("list, watch deployments.apps")
+            && message.contains("\"deployments\" in API group \"apps\""),
+        "{message}"
+    );
+    assert_eq!(
+        env.sim.stats().resource("deployments.apps").list_requests,
+        0
+    );
+    // /readyz names it; discovery does not offer it.
+    let (status, ready) = env.get_json("/readyz").await;
+    assert_eq!(status, 503);
+    let reason = ready["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "deployments.apps")
+        .map(|r| r["reason"].to_string())
+        .unwrap_or_default();
+    assert!(reason.contains("grant its ClusterRole"), "{ready}");
+    let client = env.kube_client(Some("dana-token")).await;
+    let apps = client
+        .list_api_group_resources("apps/v1")
+        .await
+        .map(|l| {
+            l.resources
+                .iter()
+                .map(|r| r.name.clone())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    assert!(!apps.contains(&"deployments".to_string()), "{apps:?}");
+
+    // Granted: kubefan sees the RBAC change and starts it.
+    env.sim
+        .update(
+            CLUSTER_ROLES,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "kubefan"},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["pods", "nodes", "namespaces"], "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"], "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}]}),
+        )
+        .unwrap();
+    tokio::time::timeout(WAIT, env.app.informers().ready())
+        .await
+        .expect("deployments start once granted");
+    assert_eq!(env.get_json("/readyz").await.0, 200);
+    assert_eq!(
+        sse(&env, "/stream/deployments.apps", "dana-token")
+            .await
+            .status(),
+        200
+    );
+    env.stop().await;
+}

@@ -49,11 +49,20 @@ pub fn sim_config() -> SimConfig {
 
 /// Starts a simulated API server and the gateway against it.
 pub async fn spawn(sim: Sim, cfg: Config) -> TestEnv {
+    spawn_as(sim, cfg, None).await
+}
+
+/// [`spawn`], the gateway authenticating to the simulator with `token`.
+pub async fn spawn_as(sim: Sim, cfg: Config, token: Option<&str>) -> TestEnv {
     let server = sim
         .serve("127.0.0.1:0".parse().unwrap())
         .await
         .expect("sim binds");
-    let client = kube::Client::try_from(server.client_config()).expect("kube client");
+    let config = match token {
+        Some(token) => server.client_config_with_token(token),
+        None => server.client_config(),
+    };
+    let client = kube::Client::try_from(config).expect("kube client");
     let app = App::build(cfg, client).await.expect("gateway starts");
     let base = format!("http://{}", app.local_addr());
     TestEnv {

@@ -393,12 +393,16 @@ impl Authz {
 
 impl Authz {
     /// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`: the
-    /// caller's own access (pkg/registry/authorization/selfsubjectaccessreview).
+    /// caller's own access (pkg/registry/authorization/selfsubjectaccessreview),
+    /// as the server's authorizer decides it: with `always_allow` (the
+    /// AlwaysAllow mode, k8s.io/apiserver/pkg/authorization/authorizerfactory
+    /// alwaysAllowAuthorizer) everything is allowed, as every request is.
     pub(super) fn self_access_review(
         &self,
         body: &[u8],
         caller: UserInfo,
         policy: &Policy,
+        always_allow: bool,
     ) -> Result<Value, SimError> {
         self.self_access_reviews.fetch_add(1, Ordering::Relaxed);
         let review: Value =
@@ -409,11 +413,15 @@ impl Authz {
                 "SelfSubjectAccessReview.authorization.k8s.io \"\" is invalid: {e}"
             ))
         })?;
-        Ok(review_response(
-            "SelfSubjectAccessReview",
-            spec,
-            &policy.authorize(&attrs),
-        ))
+        let decision = if always_allow {
+            crate::rbac::authorizer::Decision {
+                allowed: true,
+                reason: String::new(),
+            }
+        } else {
+            policy.authorize(&attrs)
+        };
+        Ok(review_response("SelfSubjectAccessReview", spec, &decision))
     }
 
     /// `POST /apis/authorization.k8s.io/v1/selfsubjectrulesreviews`: every

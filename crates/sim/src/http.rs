@@ -324,8 +324,11 @@ async fn route(req: &HttpRequest, body: &[u8], sim: &Sim) -> Result<HttpResponse
         ] if post => {
             let caller = caller()?;
             let policy = sim.store().policy();
+            let always = sim.config().authorization == crate::AuthorizationMode::AlwaysAllow;
             Ok(created(
-                &sim.inner.authz.self_access_review(body, caller, &policy)?,
+                &sim.inner
+                    .authz
+                    .self_access_review(body, caller, &policy, always)?,
             ))
         }
         [

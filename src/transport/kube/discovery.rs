@@ -14,6 +14,12 @@ use crate::upstream::ResourceInfo;
 
 async fn served(state: &AppState) -> Result<Vec<ResourceInfo>, ApiError> {
     let catalog = state.informers.catalog().await?;
+    // Only what kubefan's own credentials may list and watch is advertised.
+    state
+        .informers
+        .self_access()
+        .check_all(catalog.resources())
+        .await;
     Ok(catalog
         .resources()
         .iter()
