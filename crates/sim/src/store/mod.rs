@@ -454,8 +454,13 @@ impl Store {
         self.rv += 1;
         let rv = self.rv;
         write::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
-        // Serialising a `Value` cannot fail: its map keys are strings.
-        let encoded = Bytes::from(serde_json::to_vec(&obj).unwrap_or_default());
+        // Serialising a `Value` cannot fail: its map keys are strings. The
+        // buffer grew by doubling; kept as it is, up to half of it would be
+        // spare capacity held as long as the object or its event is
+        // (heaptrack at 10,000 pods: 40 MB allocated for 26.5 MB of JSON).
+        let mut json = serde_json::to_vec(&obj).unwrap_or_default();
+        json.shrink_to_fit();
+        let encoded = Bytes::from(json);
         let attrs = Arc::new(Attrs::of(&r.def, &obj));
         let okey = (attrs.ns.to_string(), attrs.name.to_string());
         let old = if kind == EventKind::Deleted {
