@@ -415,7 +415,7 @@ fn the_container_names_only_flags_kubefan_knows_and_mounts_an_accepted_config_fi
 }
 
 #[test]
-fn rbac_grants_only_reads_of_the_served_resources_and_the_auth_reviews() {
+fn rbac_grants_only_reads_of_the_served_resources_the_rbac_kinds_and_the_auth_reviews() {
     let m = manifests();
     let (_, config) = config_file(&m);
     let list = |key: &str| -> BTreeSet<String> {
@@ -472,8 +472,36 @@ fn rbac_grants_only_reads_of_the_served_resources_and_the_auth_reviews() {
             }
         }
     }
-    assert_eq!(readable, served, "RBAC reads exactly what kubefan serves");
-    if config.get("auth").and_then(Value::as_str) == Some("kubernetes") {
+    // With `auth: kubernetes` and `authorization: rbac` (the default),
+    // kubefan reads the four RBAC kinds to evaluate users' access itself.
+    let kubernetes = config.get("auth").and_then(Value::as_str) == Some("kubernetes");
+    let local_rbac = kubernetes
+        && config
+            .get("authorization")
+            .and_then(Value::as_str)
+            .is_none_or(|mode| mode == "rbac");
+    let rbac_kinds: BTreeSet<String> = [
+        "roles",
+        "rolebindings",
+        "clusterroles",
+        "clusterrolebindings",
+    ]
+    .iter()
+    .map(|r| format!("{r}.rbac.authorization.k8s.io"))
+    .collect();
+    let mut expected = served.clone();
+    if local_rbac {
+        expected.extend(rbac_kinds.iter().cloned());
+    }
+    assert_eq!(
+        readable, expected,
+        "RBAC reads exactly what kubefan serves, plus the RBAC kinds it evaluates"
+    );
+    assert!(
+        served.is_disjoint(&rbac_kinds),
+        "RBAC objects are read for evaluation, not served to clients"
+    );
+    if kubernetes {
         let has = |r: &str| {
             role.rules
                 .iter()
