@@ -1,8 +1,10 @@
 // The dashboard under `--auth jwt`, opened as the README says: with
-// `?access_token=TOKEN`. The page and its library load without a token, the
-// token reaches the shared connection, and when it expires the page says so
-// with the gateway's message and offers the token box. A tab opened
-// without a token, once no tab with one is left, is asked for one.
+// `?access_token=TOKEN`. The page and its library load without a token; the
+// page trades the token for an HttpOnly session cookie and takes it out of
+// the address bar; the shared connection authenticates with the cookie, and
+// when the token expires the page says so with the gateway's message and
+// offers the token box. Another tab is signed in by the cookie; once the
+// session is ended (DELETE /session), a new tab is asked for a token.
 //
 //   cargo build && (cd web-test && npm ci && npm test)
 
@@ -48,6 +50,13 @@ test('with ?access_token= the page shows every pod over the shared connection; w
   await waitForBlocks(page, PODS, 5000);
   await waitForState(page, 'live', 2000);
   assert.equal(await page.locator('#conn').getAttribute('data-shared'), 'true');
+  // The token left the address bar for a cookie scripts cannot read.
+  assert.equal(new URL(page.url()).searchParams.has('access_token'), false, page.url());
+  const cookie = (await context.cookies(base)).find((c) => c.name === 'kubefan_token');
+  assert.ok(cookie, 'the session cookie is set');
+  assert.equal(cookie.httpOnly, true);
+  assert.equal(cookie.sameSite, 'Strict');
+  assert.equal(await page.evaluate(() => document.cookie.includes('kubefan_token')), false);
 
   // The gateway ends the streams when the token expires (no leeway).
   await waitForState(page, 'error', 10000);
@@ -62,15 +71,24 @@ test('with ?access_token= the page shows every pod over the shared connection; w
   // A fresh token typed in the box: the page reloads with it and is live.
   await page.fill('#token', jwt(600));
   await page.press('#token', 'Enter');
-  await page.waitForURL((url) => url.searchParams.get('access_token') !== null, {timeout: 5000});
   await waitForState(page, 'live', 5000);
   await waitForBlocks(page, PODS, 5000);
   assert.ok(await page.locator('#banner').isHidden());
+  assert.equal(new URL(page.url()).searchParams.has('access_token'), false, page.url());
 });
 
-test('once the tabs with a token are gone, a tab without one is asked for one, with the gateway\'s message', async () => {
+test('a tab without a token is signed in by the session cookie; once the session is ended, a new tab is asked for one, with the gateway\'s message', async () => {
+  const signedIn = await context.newPage();
+  for (const other of context.pages()) if (other !== signedIn) await other.close({runBeforeUnload: true});
+  await signedIn.goto(`${base}/`);
+  await waitForState(signedIn, 'live', 5000);
+  await waitForBlocks(signedIn, PODS, 5000);
+  // Signing out needs no token (it may have expired).
+  assert.equal(await signedIn.evaluate(async () => (await fetch('/session', {method: 'DELETE'})).status), 204);
+  assert.equal((await context.cookies(base)).some((c) => c.name === 'kubefan_token'), false);
+
   const page = await context.newPage();
-  for (const other of context.pages()) if (other !== page) await other.close({runBeforeUnload: true});
+  await signedIn.close({runBeforeUnload: true});
   await page.goto(`${base}/`);
   await page.locator('#banner:not([hidden])').waitFor({timeout: 5000});
   assert.match(await page.locator('#banner-text').textContent(), /Not signed in \(401\)/);

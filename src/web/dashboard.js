@@ -18,7 +18,27 @@
 import {connect, keyOf} from './lib/kubefan.js';
 
 const params = new URLSearchParams(location.search);
-const token = params.get('access_token') || '';
+// A token in the URL (`?access_token=`, as the README opens the page) is
+// traded at once for an HttpOnly session cookie (POST /session) and taken
+// out of the address bar, so it does not stay in the browser's history or
+// reach access logs and Referer headers with later requests; the streams
+// then authenticate with the cookie, in every tab. Only if the trade fails
+// is the token kept, in memory, for the streams to report why.
+const token = await tradeForCookie(params.get('access_token') || '');
+
+async function tradeForCookie(t) {
+  if (!t) return '';
+  const url = new URL(location.href);
+  url.searchParams.delete('access_token');
+  history.replaceState(null, '', url);
+  try {
+    const r = await fetch('session', {method: 'POST', headers: {Authorization: 'Bearer ' + t}, credentials: 'same-origin'});
+    if (r.ok) return '';
+  } catch {
+    // The streams will say what is wrong.
+  }
+  return t;
+}
 const filters = {
   namespace: params.get('namespace') || '',
   selector: params.get('labelSelector') || '',
@@ -142,7 +162,7 @@ function messageOf(w) {
   if (s.code === 401) {
     return w.synced
       ? {level: 'error', text: 'Your token is no longer accepted: ' + why + '.', token: true}
-      : {level: 'error', text: 'Not signed in (401): ' + why + '. Open this page with ?access_token=TOKEN, or paste a token:', token: true};
+      : {level: 'error', text: 'Not signed in (401): ' + why + '. Paste a token (or open this page with ?access_token=TOKEN):', token: true};
   }
   if (s.code === 403) return {level: 'error', text: 'Not allowed to see ' + w.resource + ' (403): ' + why, retry: true};
   if (s.code === 400) return {level: 'error', text: 'The gateway refused the request (400): ' + why};
@@ -347,6 +367,8 @@ $('token-form').addEventListener('submit', (e) => {
   e.preventDefault();
   const t = $('token').value.trim();
   if (!t) return;
+  // Reloaded with the token in the URL, the page trades it for the cookie
+  // and takes it out again before anything else.
   const url = new URL(location.href);
   url.searchParams.set('access_token', t);
   location.replace(url);
