@@ -8,6 +8,12 @@
 #   bash loadtest/run-points.sh            # full matrix (~15 min)
 #   POINTS="1000:sse" REPS=1 bash loadtest/run-points.sh   # one quick point
 #   OUT=/tmp/scratch SERVERS=kubefan POINTS="10000:watch" REPS=1 bash loadtest/run-points.sh
+#   SERVERS=kubefan POINTS="10000:sse 10000:sse:tls 10000:sse:h2" bash loadtest/run-points.sh
+#
+# A point is N:TRANSPORT[:MODE]; MODE (kubefan only) is `plain` (default),
+# `tls` (HTTP/1.1 over TLS, one connection per subscriber) or `h2` (HTTP/2
+# over TLS, H2_STREAMS streams per connection, default 100), with a
+# self-signed P-256 certificate made here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 POINTS=${POINTS:-"1000:sse 5000:sse 10000:sse 10000:ws"}
@@ -24,24 +30,42 @@ cargo build --release --locked -p kubefan -p loadtest
 BIN=target/release
 ulimit -n 20000
 
-wait_http() { for _ in $(seq 100); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "no answer from $1" >&2; return 1; }
+wait_http() { for _ in $(seq 100); do curl -sf -o /dev/null "$@" && return 0; sleep 0.1; done; echo "no answer from $1" >&2; return 1; }
+
+H2_STREAMS=${H2_STREAMS:-100}
+CERT=/tmp/kubefan-lt-tls
+if [[ "$POINTS" == *:tls* || "$POINTS" == *:h2* ]]; then
+  mkdir -p "$CERT"
+  # CA:FALSE: rustls refuses a CA certificate as a server's.
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 7 \
+    -keyout "$CERT/key.pem" -out "$CERT/cert.pem" -subj /CN=kubefan-loadtest \
+    -addext subjectAltName=IP:127.0.0.1 -addext basicConstraints=critical,CA:FALSE 2>/dev/null
+fi
 
 for point in $POINTS; do
-  n=${point%%:*}; transport=${point##*:}
+  IFS=: read -r n transport mode <<<"$point"
+  mode=${mode:-plain}
+  tls_serve=(); tls_run=(); scheme=http; suffix=""
+  if [ "$mode" != plain ]; then
+    tls_serve=(--tls-cert-file "$CERT/cert.pem" --tls-key-file "$CERT/key.pem")
+    tls_run=(--tls-ca "$CERT/cert.pem"); scheme=https; suffix="-$mode"
+    [ "$mode" = h2 ] && tls_run+=(--h2-streams-per-connection "$H2_STREAMS")
+  fi
   workers=$(( (n + 2499) / 2500 )); [ "$workers" -lt 2 ] && workers=2
   for server in $SERVERS; do
     for rep in $(seq "$REPS"); do
-      file="$OUT/$server-$transport-$n-$rep.json"
+      [ "$mode" != plain ] && [ "$server" != kubefan ] && continue
+      file="$OUT/$server-$transport$suffix-$n-$rep.json"
       if [ "$server" = kubefan ]; then
         taskset -c 0 "$BIN/kubefan" sim --listen 127.0.0.1:18001 --kubeconfig-out /tmp/lt.kubeconfig \
           --churn-rate 0 --pods 100 >/tmp/lt-sim.log 2>&1 &
         sim=$!
         wait_http http://127.0.0.1:18001/version
         taskset -c 0 "$BIN/kubefan" serve --kubeconfig /tmp/lt.kubeconfig --listen 127.0.0.1:18080 \
-          --resources pods --workers 1 >/tmp/lt-gw.log 2>&1 &
+          --resources pods --workers 1 "${tls_serve[@]}" >/tmp/lt-gw.log 2>&1 &
         srv=$!
-        wait_http http://127.0.0.1:18080/readyz
-        pid=$srv; base=http://127.0.0.1:18080
+        wait_http "$scheme://127.0.0.1:18080/readyz" -k
+        pid=$srv; base=$scheme://127.0.0.1:18080
       elif [ "$server" = floor ]; then
         taskset -c 0 "$BIN/loadtest" floor --listen 127.0.0.1:8092 >/tmp/lt-floor.log 2>&1 &
         srv=$!
@@ -58,7 +82,7 @@ for point in $POINTS; do
       fi
       taskset -c 1 "$BIN/loadtest" run --server "$server" --base "$base" --sim http://127.0.0.1:18001 \
         --pid "$pid" --transport "$transport" --subscribers "$n" --rate "$RATE" \
-        --duration-secs "$DURATION" --workers "$workers" --payload "$PAYLOAD" --out "$file" >/dev/null
+        --duration-secs "$DURATION" --workers "$workers" --payload "$PAYLOAD" "${tls_run[@]}" --out "$file" >/dev/null
       kill "$srv" ${sim:+"$sim"} 2>/dev/null || true
       wait 2>/dev/null || true
     done

@@ -9,7 +9,12 @@ here = os.path.dirname(os.path.abspath(__file__))
 runs = defaultdict(list)
 for f in glob.glob(os.path.join(here, "results", "*.json")):
     r = json.load(open(f))
-    runs[(r["server"], r["transport"], r["subscribers"])].append(r)
+    transport = r["transport"]
+    if r.get("h2_streams_per_connection"):
+        transport += " HTTP/2 (TLS, %d streams/conn)" % r["h2_streams_per_connection"]
+    elif r.get("tls"):
+        transport += " TLS"
+    runs[(r["server"], transport, r["subscribers"])].append(r)
 
 def med(rs, *path):
     vals = []
