@@ -183,10 +183,14 @@ export function blocks(page) {
 }
 
 export async function waitForBlocks(page, n, timeout) {
+  // Polled on a timer, not on animation frames (Playwright's default):
+  // Chromium runs a tab that is not in front at one frame a second, and
+  // the page itself draws on animation frames, so frame polling would add
+  // a second of the test's own to the page's delay.
   await page.waitForFunction(
     (want) => document.querySelectorAll('#board .pod, #unscheduled .pod').length === want,
     n,
-    {timeout},
+    {timeout, polling: 50},
   );
 }
 
