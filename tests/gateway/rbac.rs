@@ -410,7 +410,8 @@ async fn the_cost_of_rbac_stays_flat_however_many_streams_a_user_opens() {
 /// kubefan's own rights: a resource its credentials may not list and watch
 /// is refused at once with what to grant, never retried against the
 /// upstream, left out of discovery and named by /readyz; granting it (an
-/// RBAC change kubefan sees) starts it.
+/// RBAC change kubefan sees) starts it; revoking it while running ends the
+/// open streams with what to grant, at the upstream's next 403.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubefans_own_rights_are_checked_and_it_says_what_to_grant() {
     let sim = Sim::new(kubefan_sim::SimConfig {
@@ -519,11 +520,61 @@ async fn kubefans_own_rights_are_checked_and_it_says_what_to_grant() {
         .await
         .expect("deployments start once granted");
     assert_eq!(env.get_json("/readyz").await.0, 200);
+    let resp = sse(&env, "/stream/deployments.apps", "dana-token").await;
+    assert_eq!(resp.status(), 200);
+    let mut stream = SseClient::new(resp);
+
+    // Revoked while running: kube-apiserver does not end a watch when RBAC
+    // changes (authorization is per request), so kubefan learns it when
+    // its watch ends and the next request is 403. The open stream ends
+    // with what to grant, and the upstream is not asked again and again.
+    env.sim
+        .update(
+            CLUSTER_ROLES,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "kubefan"},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["pods", "nodes", "namespaces"], "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"], "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}]}),
+        )
+        .unwrap();
+    env.sim.end_watches();
+    let ended = loop {
+        let ev = stream.next().await.expect("an ERROR before the end");
+        if ev.event == "ERROR" {
+            break ev;
+        }
+    };
+    let message = ended.data["object"]["message"]
+        .as_str()
+        .or(ended.data["message"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(message.contains("deployments"), "{:?}", ended.data);
+    assert!(
+        stream.next().await.is_none(),
+        "the stream ends after its ERROR"
+    );
+    let requests = |env: &TestEnv| {
+        let stats = env.sim.stats();
+        let r = stats.resource("deployments.apps");
+        r.list_requests + r.watch_requests
+    };
+    let after_end = requests(&env);
+    let resp = sse(&env, "/stream/deployments.apps", "dana-token").await;
+    assert_eq!(resp.status(), 403);
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["message"].as_str().unwrap().contains(
+            "grant its ClusterRole get, list and watch on \"deployments\" in API group \"apps\""
+        ),
+        "{body}"
+    );
     assert_eq!(
-        sse(&env, "/stream/deployments.apps", "dana-token")
-            .await
-            .status(),
-        200
+        requests(&env),
+        after_end,
+        "refused without asking the upstream"
     );
     env.stop().await;
 }
