@@ -718,8 +718,8 @@ async fn the_grafana_dashboard_queries_only_metrics_kubefan_exports_and_they_car
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     // Families with no series yet (no reset has happened) are not in the
-    // exposition: those must at least be registered in src/metrics.rs.
-    let source = std::fs::read_to_string(root().join("src/metrics.rs")).unwrap();
+    // exposition: those must at least be registered in src/metrics/mod.rs.
+    let source = std::fs::read_to_string(root().join("src/metrics/mod.rs")).unwrap();
     let registered: BTreeSet<String> = source
         .split("registry.register(")
         .skip(1)
