@@ -65,12 +65,13 @@ impl Taken {
                 return HttpResponse::Ok().finish();
             }
         };
-        let permit = req.extensions_mut().remove::<Permit>();
-        let deadline = streams.deadline.clone();
-        streams.spawn(async move {
-            pump(send, source, bytes_sent, &deadline).await;
-            drop(permit);
-        });
+        streams.spawn(pump(
+            send,
+            Box::new(source),
+            bytes_sent,
+            streams.deadline.clone(),
+            req.extensions_mut().remove::<Permit>(),
+        ));
         HttpResponse::Ok().finish()
     }
 }
@@ -94,13 +95,18 @@ fn head(headers: &[(HeaderName, &'static str)], cors: Option<&HeaderMap>) -> htt
 }
 
 /// Sends every chunk until the source ends, the client resets the stream,
-/// or a send fails or times out.
+/// or a send fails or times out. The source is boxed: an `async fn` keeps
+/// each argument twice in its state, and the source is most of a stream's
+/// (see `http::Pumped`). The permit is held for as long as the stream
+/// lasts.
 async fn pump<S: ChunkSource>(
     mut send: SendStream<Bytes>,
-    mut source: S,
+    mut source: Box<S>,
     bytes_sent: Counter,
-    deadline: &WriteDeadline,
+    deadline: WriteDeadline,
+    _permit: Option<Permit>,
 ) {
+    let deadline = &deadline;
     loop {
         let next = tokio::select! {
             biased;

@@ -50,14 +50,33 @@ pub fn respond<S: ChunkSource>(
     let chunked = req.version() != Version::HTTP_10;
     let cors = req.extensions().get::<CorsHeaders>().cloned();
     let head = head(headers, cors.as_ref().map(|c| &c.0), chunked);
-    let permit = req.extensions_mut().remove::<Permit>();
-    let deadline = streams.deadline.clone();
-    streams.spawn(async move {
-        pump(socket, head, source, chunked, bytes_sent, &deadline).await;
-        drop(permit);
-    });
+    streams.spawn(pump(Box::new(Pumped {
+        socket: Some(socket),
+        head,
+        source,
+        chunked,
+        bytes_sent,
+        deadline: streams.deadline.clone(),
+        _permit: req.extensions_mut().remove::<Permit>(),
+    })));
     // actix writes this into the emptied connection, where it vanishes.
     HttpResponse::Ok().finish()
+}
+
+/// What a stream's task owns, boxed once: an `async fn` keeps each of its
+/// arguments twice in its state (as passed and as moved into its body),
+/// so a stream's source passed by value cost its ~500 bytes twice over in
+/// every stream's task (`-Zprint-type-sizes`); boxed, it costs them once.
+struct Pumped<S> {
+    /// Taken when the task starts: attached to the task's runtime.
+    socket: Option<Detached>,
+    head: Bytes,
+    source: S,
+    chunked: bool,
+    bytes_sent: Counter,
+    deadline: WriteDeadline,
+    /// Held for as long as the stream lasts (the connection limits).
+    _permit: Option<Permit>,
 }
 
 /// The response head.
@@ -90,25 +109,26 @@ fn head(headers: &[(HeaderName, &'static str)], cors: Option<&HeaderMap>, chunke
 
 /// Writes the head, then every chunk, until the source ends, the client
 /// hangs up or a write fails.
-async fn pump<S: ChunkSource>(
-    socket: Detached,
-    head: Bytes,
-    mut source: S,
-    chunked: bool,
-    bytes_sent: Counter,
-    deadline: &WriteDeadline,
-) {
-    let Ok(socket) = socket.attach() else {
+async fn pump<S: ChunkSource>(mut p: Box<Pumped<S>>) {
+    let Some(socket) = p.socket.take().and_then(|s| s.attach().ok()) else {
         return;
     };
-    if write_all(&socket, deadline, &mut [IoSlice::new(&head)])
+    if write_all(&socket, &p.deadline, &mut [IoSlice::new(&p.head)])
         .await
         .is_err()
     {
         return;
     }
     // Not kept for as long as the stream lasts.
-    drop(head);
+    p.head = Bytes::new();
+    let Pumped {
+        source,
+        chunked,
+        bytes_sent,
+        deadline,
+        ..
+    } = &mut *p;
+    let chunked = *chunked;
     let mut hang_up = InputWatch::default();
     loop {
         let next = {

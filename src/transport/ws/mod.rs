@@ -63,10 +63,16 @@ pub async fn stream(
     let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
     access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
     let taken = handshake(&req, &state)?;
-    let who = principal.name().to_string();
-    state
-        .streams
-        .spawn(single::serve(taken, sub, state.clone(), who));
+    // Boxed: an `async fn` keeps each argument twice in its state, and the
+    // framed subscription is most of a stream's (see
+    // `takeover::http::Pumped`).
+    let (framed, bytes_sent) = framed(sub, &state, principal.name());
+    state.streams.spawn(single::serve(
+        Box::new(taken),
+        Box::new(framed),
+        bytes_sent,
+        state.clone(),
+    ));
     // actix writes this into the emptied connection, where it vanishes.
     Ok(HttpResponse::Ok().finish())
 }

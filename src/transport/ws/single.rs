@@ -11,10 +11,10 @@ use futures::StreamExt;
 use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
-use super::message::{IDLE, Outgoing, TAIL, close_for, close_reason, parts};
+use super::message::{IDLE, Outgoing, TAIL, WsFraming, close_for, close_reason, parts};
 use super::{ClientFrame, Ending, lost};
-use crate::hub::Subscription;
 use crate::transport::state::AppState;
+use crate::transport::stream::Framed;
 use crate::transport::takeover::{Opcode, Taken, Upgraded, WsWriter};
 
 /// What the socket's task does next.
@@ -26,15 +26,15 @@ enum Next {
 }
 
 pub(super) async fn serve(
-    taken: Taken,
-    sub: Subscription,
+    taken: Box<Taken>,
+    mut framed: Box<Framed<WsFraming>>,
+    bytes_sent: Counter,
     state: web::Data<AppState>,
-    principal: String,
 ) {
     let Upgraded {
         mut inbox,
         writer: mut raw,
-    } = match taken.open() {
+    } = match (*taken).open() {
         Ok(upgraded) => upgraded,
         Err(err) => {
             // Logged; the 101 is not sent, and the connection closes.
@@ -45,7 +45,6 @@ pub(super) async fn serve(
     if raw.open().await.is_err() {
         return;
     }
-    let (mut framed, bytes_sent) = super::framed(sub, &state, &principal);
     let idle_timeout = state.stream.effective_ws_idle_timeout();
     let idle = tokio::time::sleep(idle_timeout);
     tokio::pin!(idle);
