@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Turns loadtest/results/*.json into the RESULTS.md table (medians of the
 repetitions) and PNG charts (latency and memory per subscriber against N,
-kubefan beside nginx+nchan).  Usage: python3 loadtest/summarise.py"""
+kubefan beside nginx+nchan).  Usage: python3 loadtest/summarise.py [DIR]
+(DIR: the results directory, default loadtest/results; charts only for it)"""
 import glob, json, os, statistics, sys
 from collections import defaultdict
 
 here = os.path.dirname(os.path.abspath(__file__))
 runs = defaultdict(list)
-for f in glob.glob(os.path.join(here, "results", "*.json")):
+results = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "results")
+for f in glob.glob(os.path.join(results, "*.json")):
     r = json.load(open(f))
     transport = r["transport"]
     if r.get("h2_streams_per_connection"):
@@ -43,6 +45,8 @@ for key in sorted(runs, key=lambda k: (k[1], k[2], k[0])):
           f"{med(rs,'latency_ms','p99'):.1f} | {med(rs,'latency_ms','max'):.1f} | {med(rs,'last_subscriber_ms','p99'):.1f} | "
           f"{kb(mem)} | {kb(connected)} | {'%.2f µs' % cpu if cpu is not None else '?'} | {len(rs)} |")
 
+if len(sys.argv) > 1:
+    sys.exit(0)
 try:
     import matplotlib
     matplotlib.use("Agg")
