@@ -43,7 +43,7 @@ pub use subscription::{
     Delivery, Denial, Item, ResetReason, Subscribe, Subscription, SubscriptionContext,
     SubscriptionError,
 };
-pub use view::{Delta, View, ViewSpec};
+pub use view::{Delta, Shape, View, ViewSpec};
 
 /// Bounds of the event log. Whichever is hit first trims the oldest events.
 #[derive(Debug, Clone, Copy)]

@@ -22,6 +22,7 @@ use serde_json::Value;
 use super::projection::{Projection, merge_diff};
 use super::transition::{Transition, restamp, transition};
 use super::{Delivery, Event, EventType, Filter, Frame, Obj, ObjKey};
+use crate::table::{Clock, MetaVersion, TableView, partial_object};
 
 /// Event encodings a view keeps (subscribers of a view read within a few
 /// batches of each other; one further behind recomputes).
@@ -37,12 +38,30 @@ pub enum Delta {
     MergePatch,
 }
 
+/// How a view encodes each object it shows: as itself, or converted as
+/// kube-apiserver converts for the Kubernetes face's `Accept:
+/// ...;as=Table` and `as=PartialObjectMetadata` (`crate::table`). A
+/// converted shape is encoded once per object version and view like any
+/// other frame; it is not combined with a projection or merge patches
+/// (the Kubernetes face has neither).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Shape {
+    #[default]
+    Object,
+    /// Each object as a one-row `Table` without column definitions (the
+    /// stream's first event adds them).
+    Table(TableView),
+    /// Each object as `PartialObjectMetadata`.
+    PartialMetadata(MetaVersion),
+}
+
 /// What a subscription asks to see.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ViewSpec {
     pub filter: Filter,
     pub projection: Option<Projection>,
     pub delta: Delta,
+    pub shape: Shape,
 }
 
 impl ViewSpec {
@@ -88,10 +107,12 @@ impl View {
     ) -> View {
         let needs_json = spec.projection.is_some()
             || spec.delta == Delta::MergePatch
+            || spec.shape != Shape::Object
             || spec.filter.needs_json(precomputed);
         let passthrough = spec.filter.is_namespaces_only()
             && spec.projection.is_none()
-            && spec.delta == Delta::Full;
+            && spec.delta == Delta::Full
+            && spec.shape == Shape::Object;
         live_views.inc();
         View {
             spec,
@@ -132,8 +153,10 @@ impl View {
         for obj in objects {
             let key = obj.key();
             let rv = obj.resource_version();
+            // A table row holds the object's age: printed now, not kept.
+            let keep = !matches!(self.spec.shape, Shape::Table(_));
             let frame = match cache.objects.get(&key) {
-                Some((cached_rv, frame)) if *cached_rv == rv => frame.clone(),
+                Some((cached_rv, frame)) if *cached_rv == rv && keep => frame.clone(),
                 _ => {
                     let frame = self.encode_object(obj);
                     cache.objects.insert(key, (rv, frame.clone()));
@@ -155,12 +178,28 @@ impl View {
             return None;
         }
         self.encodings.inc();
-        Some(match (&self.spec.projection, json) {
-            (Some(p), Some(json)) => {
-                Frame::encode("ADDED", "ADDED", None, &to_vec(&p.apply(&json)))
+        let shown = self.shown(obj, json.as_ref());
+        Some(Frame::encode(
+            "ADDED",
+            "ADDED",
+            None,
+            &self.shaped(json.as_ref(), shown),
+        ))
+    }
+
+    /// `shown` (the object as this view shows it, `json` parsed) in the
+    /// view's [`Shape`].
+    fn shaped(&self, json: Option<&Value>, shown: Vec<u8>) -> Vec<u8> {
+        match (&self.spec.shape, json) {
+            (Shape::Object, _) | (_, None) => shown,
+            (Shape::Table(table), Some(json)) => {
+                let row = table.row(json, &shown, &Clock::new(std::time::SystemTime::now()));
+                table.single(&row, false).to_vec()
             }
-            _ => Frame::encode("ADDED", "ADDED", None, &obj.json()),
-        })
+            (Shape::PartialMetadata(version), Some(json)) => {
+                partial_object(*version, json).to_vec()
+            }
+        }
     }
 
     /// What this view's subscribers receive for `events` (in order).
@@ -205,7 +244,9 @@ impl View {
             .prev
             .as_deref()
             .is_some_and(|p| filter.matches_full(p, prev_json.as_ref(), self.precomputed));
-        let whole = self.spec.projection.is_none() && self.spec.delta == Delta::Full;
+        let whole = self.spec.projection.is_none()
+            && self.spec.delta == Delta::Full
+            && self.spec.shape == Shape::Object;
         let (kind, object, patch) = match transition(ev.kind, before, now)? {
             // Shown as the hub encoded it.
             Transition::AsIs if whole => return Some(Delivery::Shared(ev.clone())),
@@ -231,20 +272,32 @@ impl View {
                     Delta::MergePatch => {
                         (EventType::Modified, to_vec(&merge_diff(&old, &new)?), true)
                     }
-                    Delta::Full => (EventType::Modified, to_vec(&new), false),
+                    Delta::Full => (
+                        EventType::Modified,
+                        self.shaped(Some(&new), to_vec(&new)),
+                        false,
+                    ),
                 }
             }
-            Transition::AsIs => (ev.kind, self.shown(&ev.obj, cur_json.as_ref()), false),
+            Transition::AsIs => (
+                ev.kind,
+                self.shaped(cur_json.as_ref(), self.shown(&ev.obj, cur_json.as_ref())),
+                false,
+            ),
             Transition::Added => (
                 EventType::Added,
-                self.shown(&ev.obj, cur_json.as_ref()),
+                self.shaped(cur_json.as_ref(), self.shown(&ev.obj, cur_json.as_ref())),
                 false,
             ),
             Transition::Deleted => {
                 let prev = ev.prev.as_deref()?;
                 let mut shown = self.shown_value(prev, prev_json.as_ref());
                 restamp(&mut shown, ev.rv);
-                (EventType::Deleted, to_vec(&shown), false)
+                (
+                    EventType::Deleted,
+                    self.shaped(Some(&shown), to_vec(&shown)),
+                    false,
+                )
             }
         };
         self.encodings.inc();

@@ -111,12 +111,25 @@ impl Row {
 }
 
 /// A table request's view of a resource: how it prints, which `Table`
-/// version, what each row's `object` holds. Rows of equal views are equal.
-#[derive(Debug, Clone)]
+/// version, what each row's `object` holds. Rows of equal views are equal,
+/// and views are equal when their [`TableView::key`]s are.
+#[derive(Clone)]
 pub struct TableView {
     printer: Printer,
     version: MetaVersion,
     include: IncludeObject,
+}
+
+impl std::fmt::Debug for TableView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.key())
+    }
+}
+
+impl PartialEq for TableView {
+    fn eq(&self, other: &TableView) -> bool {
+        self.key() == other.key()
+    }
 }
 
 impl TableView {

@@ -90,6 +90,7 @@ impl StreamParams {
             filter: self.filter(),
             projection: self.projection.clone(),
             delta: self.delta,
+            shape: crate::hub::Shape::Object,
         }
     }
 }

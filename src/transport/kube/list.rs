@@ -22,13 +22,17 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use std::time::SystemTime;
+
 use actix_web::HttpResponse;
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::Value;
 
 use super::KubeQuery;
 use crate::auth::Principal;
-use crate::hub::{Filter, Hub, Joined, Obj};
+use crate::hub::{Filter, Hub, Joined, Obj, Shape};
 use crate::status::ApiError;
+use crate::table::{Clock, ListMeta, Row, partial_list, partial_object};
 use crate::transport::state::AppState;
 use crate::upstream::ResourceInfo;
 
@@ -179,7 +183,8 @@ async fn synced(state: &AppState, hub: &Hub) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `GET .../{resource}`: a `{Kind}List`.
+/// `GET .../{resource}`: a `{Kind}List`, or in `shape`, a `Table` or a
+/// `PartialObjectMetadataList`.
 pub async fn list(
     state: &AppState,
     pages: &Pages,
@@ -187,6 +192,7 @@ pub async fn list(
     owner: PageOwner,
     q: &KubeQuery,
     info: &ResourceInfo,
+    shape: &Shape,
 ) -> Result<HttpResponse, ApiError> {
     synced(state, hub).await?;
     let continued = q.continue_token.as_deref().map(Token::parse).transpose()?;
@@ -249,6 +255,15 @@ pub async fn list(
         None
     };
 
+    if *shape != Shape::Object {
+        let rv = rv.to_string();
+        let meta = ListMeta {
+            resource_version: &rv,
+            continue_token: token.as_deref(),
+            remaining_item_count: token.is_some().then_some((items.len() - end) as u64),
+        };
+        return Ok(json_response(converted_list(shape, &meta, page)));
+    }
     let mut body =
         BytesMut::with_capacity(page.iter().map(|o| o.json().len() + 1).sum::<usize>() + 256);
     body.put_slice(
@@ -280,24 +295,65 @@ pub async fn list(
         .body(body.freeze()))
 }
 
-/// `GET .../{resource}/{name}`: one object.
+/// A list page in a converted shape (kube-apiserver's `transformObject`
+/// for `as=Table` and `as=PartialObjectMetadataList`).
+fn converted_list(shape: &Shape, meta: &ListMeta, page: &[Arc<Obj>]) -> Bytes {
+    let values: Vec<Value> = page
+        .iter()
+        .map(|o| serde_json::from_slice(&o.json()).unwrap_or(Value::Null))
+        .collect();
+    match shape {
+        Shape::Table(view) => {
+            let clock = Clock::new(SystemTime::now());
+            let rows: Vec<Row> = values
+                .iter()
+                .zip(page)
+                .map(|(value, obj)| view.row(value, &obj.json(), &clock))
+                .collect();
+            view.list(meta, &rows)
+        }
+        Shape::PartialMetadata(version) => partial_list(*version, meta, &values),
+        Shape::Object => unreachable!("converted_list is called for converted shapes"),
+    }
+}
+
+fn json_response(body: Bytes) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(body)
+}
+
+/// `GET .../{resource}/{name}`: one object, or in `shape`, a one-row
+/// `Table` or its `PartialObjectMetadata`.
 pub async fn get(
     state: &AppState,
     hub: &Arc<Hub>,
     namespace: Option<&str>,
     name: &str,
     info: &ResourceInfo,
+    shape: &Shape,
 ) -> Result<HttpResponse, ApiError> {
     synced(state, hub).await?;
-    match hub.get(namespace, name) {
-        Some(obj) => Ok(HttpResponse::Ok()
-            .content_type("application/json")
-            .body(obj.json())),
-        None => Err(ApiError::NotFound(format!(
+    let Some(obj) = hub.get(namespace, name) else {
+        return Err(ApiError::NotFound(format!(
             "{} {name:?} not found",
             info.api.plural
-        ))),
-    }
+        )));
+    };
+    let json = obj.json();
+    let body = match shape {
+        Shape::Object => json.clone(),
+        Shape::Table(view) => {
+            let value = serde_json::from_slice(&json).unwrap_or(Value::Null);
+            let row = view.row(&value, &json, &Clock::new(SystemTime::now()));
+            view.single(&row, true)
+        }
+        Shape::PartialMetadata(version) => partial_object(
+            *version,
+            &serde_json::from_slice(&json).unwrap_or(Value::Null),
+        ),
+    };
+    Ok(json_response(body))
 }
 
 #[cfg(test)]

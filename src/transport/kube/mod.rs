@@ -13,21 +13,29 @@ mod discovery;
 mod list;
 pub use list::{PageOwner, Pages};
 mod params;
+mod printers;
+pub use printers::KubePrinters;
 mod watch;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::auth::{self, AcrossNamespaces, Principal, Verb};
-use crate::hub::Filter;
+use crate::hub::{Filter, Shape};
 use crate::status::ApiError;
+use crate::table::{self, IncludeObject, Output, TableView};
 use crate::transport::state::AppState;
 use crate::upstream::{self, ResourceInfo};
 use params::KubeQuery;
 
 /// Registers the Kubernetes face's routes; `pages` holds the snapshots
 /// behind `continue` tokens.
-pub fn configure(cfg: &mut web::ServiceConfig, pages: web::Data<Pages>) {
+pub fn configure(
+    cfg: &mut web::ServiceConfig,
+    pages: web::Data<Pages>,
+    printers: web::Data<KubePrinters>,
+) {
     cfg.app_data(pages)
+        .app_data(printers)
         .route("/version", web::get().to(discovery::version))
         .route("/api", web::get().to(discovery::api_versions))
         .route("/api/", web::get().to(discovery::api_versions))
@@ -92,7 +100,7 @@ async fn core_request(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     state: web::Data<AppState>,
-    pages: web::Data<Pages>,
+    face: Face,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let (version, tail) = path.into_inner();
@@ -101,14 +109,14 @@ async fn core_request(
         version,
         tail,
     };
-    serve(req, target, state, pages, principal).await
+    serve(req, target, state, face, principal).await
 }
 
 async fn group_request(
     req: HttpRequest,
     path: web::Path<(String, String, String)>,
     state: web::Data<AppState>,
-    pages: web::Data<Pages>,
+    face: Face,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let (group, version, tail) = path.into_inner();
@@ -117,8 +125,12 @@ async fn group_request(
         version,
         tail,
     };
-    serve(req, target, state, pages, principal).await
+    serve(req, target, state, face, principal).await
 }
+
+/// The Kubernetes face's own state: list snapshots behind `continue`
+/// tokens and table printers.
+type Face = (web::Data<Pages>, web::Data<KubePrinters>);
 
 /// A resource path as routed: `/api/{version}/{tail}` (core group) or
 /// `/apis/{group}/{version}/{tail}`.
@@ -136,11 +148,18 @@ async fn serve(
         tail,
     }: Request,
     state: web::Data<AppState>,
-    pages: web::Data<Pages>,
+    (pages, printers): Face,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let target = parse_tail(&tail)?;
     let query = KubeQuery::parse(&auth::strip_token(req.query_string()))?;
+    // What the response carries, decided first as kube-apiserver does: an
+    // Accept it cannot serve is 406 before anything else.
+    let accept = req
+        .headers()
+        .get(actix_web::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let negotiated = table::negotiate(accept).map_err(table_error)?;
     let verb = match (&target.name, query.watch) {
         (Some(_), _) => Verb::Get,
         (None, true) => Verb::Watch,
@@ -200,6 +219,15 @@ async fn serve(
     };
     // Counted as a user of the hub while serving, so an on-demand informer
     // is not stopped mid-request; retried once if it was stopped just now.
+    let shape = shape(
+        &state,
+        &printers,
+        &info,
+        &query,
+        negotiated.output,
+        target.name.is_none() && !query.watch,
+    )
+    .await?;
     let (hub, _in_use) = state
         .informers
         .with_hub::<_, ApiError, _, _>(&info.canonical_name(), |hub| async move {
@@ -213,18 +241,65 @@ async fn serve(
                 "watching a single object by path is not supported; watch the collection with fieldSelector=metadata.name=NAME".into(),
             ));
         }
-        return list::get(&state, &hub, target.namespace.as_deref(), name, &info).await;
+        return list::get(
+            &state,
+            &hub,
+            target.namespace.as_deref(),
+            name,
+            &info,
+            &shape,
+        )
+        .await;
     }
     if query.watch {
-        watch::watch(&req, &state, hub, filter, &query, &principal).await
+        watch::watch(&req, &state, hub, filter, shape, &query, &principal).await
     } else {
         let owner = PageOwner {
             principal,
             resource: info.canonical_name(),
             filter,
         };
-        list::list(&state, &pages, &hub, owner, &query, &info).await
+        list::list(&state, &pages, &hub, owner, &query, &info, &shape).await
     }
+}
+
+/// How objects are encoded for `output` (`Accept`): as themselves, as
+/// `Table` rows printed by the resource's printer, or as
+/// `PartialObjectMetadata`.
+async fn shape(
+    state: &AppState,
+    printers: &web::Data<KubePrinters>,
+    info: &ResourceInfo,
+    query: &KubeQuery,
+    output: Output,
+    is_list: bool,
+) -> Result<Shape, ApiError> {
+    let output = if query.watch {
+        output.for_watch_events()
+    } else {
+        output.check(is_list).map_err(table_error)?
+    };
+    Ok(match output {
+        Output::Json => Shape::Object,
+        Output::Table(version) => {
+            // Read only for tables, as kube-apiserver reads it.
+            let include =
+                IncludeObject::parse(query.include_object.as_deref()).map_err(table_error)?;
+            let printer = printers
+                .clone()
+                .into_inner()
+                .printer(state, &info.api.group, &info.api.version, &info.api.plural)
+                .await;
+            Shape::Table(TableView::new(printer, version, include))
+        }
+        Output::PartialObjectMetadata(version) | Output::PartialObjectMetadataList(version) => {
+            Shape::PartialMetadata(version)
+        }
+    })
+}
+
+fn table_error(err: table::Error) -> ApiError {
+    ApiError::Status(err.code(), err.reason(), err.to_string())
 }
 
 /// Finds the resource a `group/version/plural` path names, exactly.

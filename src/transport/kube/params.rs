@@ -22,6 +22,8 @@ pub struct KubeQuery {
     pub allow_bookmarks: bool,
     pub send_initial_events: Option<bool>,
     pub timeout_seconds: Option<u64>,
+    /// What a table row's `object` holds (read only for `as=Table`).
+    pub include_object: Option<String>,
 }
 
 fn boolean(key: &str, value: &str) -> Result<bool, ApiError> {
@@ -70,6 +72,7 @@ impl KubeQuery {
                 "allowWatchBookmarks" => q.allow_bookmarks = boolean(&key, &value)?,
                 "sendInitialEvents" => q.send_initial_events = Some(boolean(&key, &value)?),
                 "timeoutSeconds" => q.timeout_seconds = Some(number(&key, &value)?),
+                "includeObject" => q.include_object = Some(value),
                 k if IGNORED.contains(&k) => {}
                 other => {
                     return Err(ApiError::BadRequest(format!(

@@ -24,7 +24,9 @@ use tokio::time::Instant;
 use super::KubeQuery;
 use crate::auth::Principal;
 use crate::hub::scope::Position;
-use crate::hub::{Filter, Hub, ResetReason, ResourceMeta, Subscribe, Subscription, ViewSpec};
+use crate::hub::{
+    Filter, Hub, ResetReason, ResourceMeta, Shape, Subscribe, Subscription, ViewSpec,
+};
 use crate::metrics::Transport;
 use crate::status::{ApiError, status_json};
 use crate::transport::message::{Ending, Message, bookmark_object, event_json};
@@ -41,6 +43,7 @@ pub async fn watch(
     state: &AppState,
     hub: Arc<Hub>,
     filter: Filter,
+    shape: Shape,
     q: &KubeQuery,
     principal: &Principal,
 ) -> Result<HttpResponse, ApiError> {
@@ -75,8 +78,17 @@ pub async fn watch(
     }
     // sendInitialEvents: a snapshot not older than `rv` (waited for above).
     let resume = if send_initial { None } else { rv };
+    // A table watch's first event carries the column definitions; the
+    // shared frames of every event have none.
+    let columns = match &shape {
+        Shape::Table(view) => Some(view.printer().columns_json().clone()),
+        _ => None,
+    };
     let request = Subscribe {
-        spec: ViewSpec::new(filter),
+        spec: ViewSpec {
+            shape,
+            ..ViewSpec::new(filter)
+        },
         resume: resume.map(|rv| Position { rv, tag: None }),
         transport: Transport::KubeWatch,
         expires: principal.deadline(),
@@ -93,6 +105,7 @@ pub async fn watch(
         send_initial,
         bookmarks: q.allow_bookmarks,
         position: rv.unwrap_or(0),
+        columns,
     };
     let body = WatchBody {
         framed: Framed::new(
@@ -141,6 +154,9 @@ struct WatchFraming {
     bookmarks: bool,
     /// The newest resourceVersion this client holds.
     position: u64,
+    /// A table watch's column definitions, until its first event has
+    /// carried them.
+    columns: Option<Bytes>,
 }
 
 impl Framing for WatchFraming {
@@ -149,9 +165,9 @@ impl Framing for WatchFraming {
     fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Chunk) -> bool {
         let meta = stream.meta;
         match msg {
-            Message::Object(frame) => out.shared(&frame.ndjson()),
+            Message::Object(frame) => self.event(&frame.ndjson(), out),
             Message::Event(delivery) => {
-                out.shared(&delivery.frame().ndjson());
+                self.event(&delivery.frame().ndjson(), out);
                 self.position = self.position.max(delivery.rv());
             }
             Message::Bookmark {
@@ -212,6 +228,16 @@ impl Framing for WatchFraming {
 }
 
 impl WatchFraming {
+    /// An object's event line: the shared one, except for the first of a
+    /// table watch, which gets the column definitions (kube-apiserver
+    /// sends them with the first event only).
+    fn event(&mut self, line: &Bytes, out: &mut Chunk) {
+        match self.columns.take() {
+            Some(columns) => out.put(&with_columns(line, &columns)),
+            None => out.shared(line),
+        }
+    }
+
     /// A BOOKMARK at the position this client holds.
     fn bookmark(&self, meta: &ResourceMeta, initial_end: bool) -> Vec<u8> {
         let object = bookmark_object(meta, self.position, initial_end);
@@ -221,4 +247,19 @@ impl WatchFraming {
 
 fn error_line(status: &serde_json::Value) -> Vec<u8> {
     format!("{{\"type\":\"ERROR\",\"object\":{status}}}\n").into_bytes()
+}
+
+/// `line` (an event whose object is a `Table` encoded without column
+/// definitions) with `columns` in their place.
+fn with_columns(line: &[u8], columns: &[u8]) -> Vec<u8> {
+    const NONE: &[u8] = b"\"columnDefinitions\":null";
+    let Some(at) = line.windows(NONE.len()).position(|w| w == NONE) else {
+        return line.to_vec();
+    };
+    let mut out = Vec::with_capacity(line.len() + columns.len());
+    out.extend_from_slice(&line[..at]);
+    out.extend_from_slice(b"\"columnDefinitions\":");
+    out.extend_from_slice(columns);
+    out.extend_from_slice(&line[at + NONE.len()..]);
+    out
 }
