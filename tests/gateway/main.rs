@@ -12,6 +12,7 @@ mod replicas;
 mod soak;
 mod sse;
 mod support;
+mod tables;
 mod tls;
 mod views;
 mod ws;
