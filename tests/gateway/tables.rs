@@ -304,6 +304,62 @@ async fn watch_events_are_one_row_tables_encoded_once() {
     env.stop().await;
 }
 
+/// Streaming lists (`sendInitialEvents`) in a converted shape: the initial
+/// objects, then the bookmark that ends them, converted like any object —
+/// a one-row Table whose row keeps the bookmark's metadata (even with
+/// `includeObject=None`), or `PartialObjectMetadata` for metadata
+/// informers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_events_and_their_bookmark_come_in_the_watch_shape() {
+    let env = spawn(cluster(), test_config(&["pods"])).await;
+    env.synced("pods").await;
+    let watch = "/api/v1/namespaces/default/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
+    for (accept, query, kind) in [
+        (TABLE_V1, "&includeObject=None", "Table"),
+        (
+            "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io",
+            "",
+            "PartialObjectMetadata",
+        ),
+    ] {
+        let resp = env
+            .http
+            .get(format!("{}{watch}{query}", env.base))
+            .header("Accept", accept)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut lines = Lines::new(resp);
+        for i in 0..2 {
+            let added = lines.next().await;
+            assert_eq!(added["type"], "ADDED");
+            assert_eq!(added["object"]["kind"], kind, "{added}");
+            if kind == "Table" {
+                assert_eq!(
+                    added["object"]["columnDefinitions"].is_array(),
+                    i == 0,
+                    "columns with the first event only"
+                );
+                assert!(added["object"]["rows"][0]["object"].is_null());
+            }
+        }
+        let bookmark = lines.next().await;
+        assert_eq!(bookmark["type"], "BOOKMARK");
+        assert_eq!(bookmark["object"]["kind"], kind, "{bookmark}");
+        let metadata = if kind == "Table" {
+            &bookmark["object"]["rows"][0]["object"]["metadata"]
+        } else {
+            &bookmark["object"]["metadata"]
+        };
+        assert_eq!(
+            metadata["annotations"]["k8s.io/initial-events-end"], "true",
+            "{bookmark}"
+        );
+    }
+    env.stop().await;
+}
+
 /// What kube-apiserver refuses, kubefan refuses the same way; what it
 /// serves as JSON, kubefan serves as JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@
 //!   the resource's hub closes (after an ERROR).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse};
@@ -29,6 +29,7 @@ use crate::hub::{
 };
 use crate::metrics::Transport;
 use crate::status::{ApiError, status_json};
+use crate::table::{Clock, partial_object};
 use crate::transport::message::{Ending, Message, bookmark_object, event_json};
 use crate::transport::state::AppState;
 use crate::transport::stream::{Chunk, Framed, Framing, Stream};
@@ -78,15 +79,9 @@ pub async fn watch(
     }
     // sendInitialEvents: a snapshot not older than `rv` (waited for above).
     let resume = if send_initial { None } else { rv };
-    // A table watch's first event carries the column definitions; the
-    // shared frames of every event have none.
-    let columns = match &shape {
-        Shape::Table(view) => Some(view.printer().columns_json().clone()),
-        _ => None,
-    };
     let request = Subscribe {
         spec: ViewSpec {
-            shape,
+            shape: shape.clone(),
             ..ViewSpec::new(filter)
         },
         resume: resume.map(|rv| Position { rv, tag: None }),
@@ -105,7 +100,8 @@ pub async fn watch(
         send_initial,
         bookmarks: q.allow_bookmarks,
         position: rv.unwrap_or(0),
-        columns,
+        shape,
+        columns_sent: false,
     };
     let body = WatchBody {
         framed: Framed::new(
@@ -154,9 +150,12 @@ struct WatchFraming {
     bookmarks: bool,
     /// The newest resourceVersion this client holds.
     position: u64,
-    /// A table watch's column definitions, until its first event has
-    /// carried them.
-    columns: Option<Bytes>,
+    /// How objects are encoded (events arrive encoded so by the view;
+    /// bookmarks, this stream's own, are converted here).
+    shape: Shape,
+    /// Whether a table watch's column definitions were sent (with its
+    /// first event; the shared frames of every event have none).
+    columns_sent: bool,
 }
 
 impl Framing for WatchFraming {
@@ -232,16 +231,35 @@ impl WatchFraming {
     /// table watch, which gets the column definitions (kube-apiserver
     /// sends them with the first event only).
     fn event(&mut self, line: &Bytes, out: &mut Chunk) {
-        match self.columns.take() {
-            Some(columns) => out.put(&with_columns(line, &columns)),
-            None => out.shared(line),
+        match &self.shape {
+            Shape::Table(view) if !self.columns_sent => {
+                self.columns_sent = true;
+                out.put(&with_columns(line, view.printer().columns_json()));
+            }
+            _ => out.shared(line),
         }
     }
 
-    /// A BOOKMARK at the position this client holds.
-    fn bookmark(&self, meta: &ResourceMeta, initial_end: bool) -> Vec<u8> {
+    /// A BOOKMARK at the position this client holds, its object in the
+    /// watch's shape (kube-apiserver converts bookmarks like any object:
+    /// a one-row Table whose row keeps the metadata, or
+    /// `PartialObjectMetadata`).
+    fn bookmark(&mut self, meta: &ResourceMeta, initial_end: bool) -> Vec<u8> {
         let object = bookmark_object(meta, self.position, initial_end);
-        format!("{}\n", event_json("BOOKMARK", &object)).into_bytes()
+        let shaped = match &self.shape {
+            Shape::Object => object,
+            Shape::Table(view) => {
+                let value = serde_json::from_str(&object).unwrap_or_default();
+                let row = view.row(&value, object.as_bytes(), &Clock::new(SystemTime::now()));
+                let headers = !std::mem::replace(&mut self.columns_sent, true);
+                String::from_utf8_lossy(&view.single(&row, headers)).into_owned()
+            }
+            Shape::PartialMetadata(version) => {
+                let value = serde_json::from_str(&object).unwrap_or_default();
+                String::from_utf8_lossy(&partial_object(*version, &value)).into_owned()
+            }
+        };
+        format!("{}\n", event_json("BOOKMARK", &shaped)).into_bytes()
     }
 }
 
