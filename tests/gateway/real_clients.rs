@@ -405,15 +405,346 @@ async fn real_client_kubectl_get_and_watch_end_equal_to_upstream_through_faults_
         );
     }
     assert_eq!(listed, want, "kubectl get: {}", diff(&listed, &want));
-
-    // Golden column rows (`kubectl get pods -A` and `-w` without `-o`:
-    // READY, STATUS, RESTARTS, AGE, and `-o wide`'s IP and NODE, for pods
-    // Pending, Running, Succeeded and Failed, a deployment, a custom
-    // resource's printer columns) belong here once kubefan serves
-    // server-side tables (issue 15, point 1): today kubectl can only print
-    // NAME and AGE through kubefan, so nothing is compared.
+    // The columns kubectl prints: real_client_kubectl_prints_the_columns_...
 
     cluster.assert_one_watch_per_resource(&between);
     drop(watch);
     cluster.stop().await;
+}
+
+/// Pods in the states `kubectl get pods` distinguishes, as the kubelet
+/// reports them (`status.containerStatuses`).
+fn golden_pods() -> Vec<Value> {
+    let pod = |name: &str, node: Option<&str>, phase: &str, ip: Option<&str>, statuses: Value| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "golden"},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.example/app:1"}]},
+            "status": {"phase": phase, "podIP": ip, "containerStatuses": statuses}})
+    };
+    let status = |ready: bool, restarts: u32, state: Value| {
+        serde_json::json!([{"name": "main", "ready": ready, "restartCount": restarts,
+            "image": "registry.example/app:1", "imageID": "", "state": state}])
+    };
+    vec![
+        pod("pending", None, "Pending", None, Value::Null),
+        pod(
+            "running",
+            Some("node-0"),
+            "Running",
+            Some("10.0.0.7"),
+            status(
+                true,
+                2,
+                serde_json::json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}}),
+            ),
+        ),
+        pod(
+            "crashing",
+            Some("node-1"),
+            "Running",
+            Some("10.0.0.8"),
+            status(
+                false,
+                5,
+                serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}}),
+            ),
+        ),
+        pod(
+            "succeeded",
+            Some("node-0"),
+            "Succeeded",
+            Some("10.0.0.9"),
+            status(
+                false,
+                0,
+                serde_json::json!({"terminated": {"exitCode": 0, "reason": "Completed"}}),
+            ),
+        ),
+        pod(
+            "failed",
+            Some("node-1"),
+            "Failed",
+            Some("10.0.0.10"),
+            status(
+                false,
+                1,
+                serde_json::json!({"terminated": {"exitCode": 1, "reason": "Error"}}),
+            ),
+        ),
+    ]
+}
+
+/// `kubectl` output as rows of cells (split on runs of spaces), without
+/// the columns named in `skip` (ages, which depend on the clock).
+fn printed_rows(out: &[u8], skip: &[&str]) -> Vec<Vec<String>> {
+    let text = String::from_utf8_lossy(out);
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .expect("a header line")
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    let keep: Vec<bool> = header.iter().map(|h| !skip.contains(h)).collect();
+    let mut rows = vec![
+        header
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(h, _)| h.to_string())
+            .collect(),
+    ];
+    for line in lines {
+        let cells: Vec<String> = line
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect();
+        assert_eq!(
+            cells.len(),
+            header.len(),
+            "cells of {line:?} under {header:?}"
+        );
+        rows.push(
+            cells
+                .into_iter()
+                .zip(&keep)
+                .filter(|(_, k)| **k)
+                .map(|(c, _)| c)
+                .collect(),
+        );
+    }
+    rows
+}
+
+/// kubectl through kubefan prints the columns and values kube-apiserver's
+/// printers give these objects: pods Pending, Running with restarts,
+/// crash-looping, Succeeded and Failed (`-o wide` too), a deployment, a
+/// custom resource's printer columns, and a table watch (`-w`) that shows
+/// a change as a row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kubectl: run through conformance/run"]
+async fn real_client_kubectl_prints_the_columns_kube_apiserver_prints() {
+    let kubectl = program("KUBEFAN_KUBECTL");
+    let sim = kubefan_sim::Sim::new(crate::support::sim_config());
+    for pod in golden_pods() {
+        sim.create("pods", pod).unwrap();
+    }
+    sim.create(
+        "deployments.apps",
+        serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "golden"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}},
+            "status": {"replicas": 3, "readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}}),
+    )
+    .unwrap();
+    sim.create(
+        "customresourcedefinitions.apiextensions.k8s.io",
+        serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "gadgets.example.org"},
+            "spec": {"group": "example.org", "scope": "Namespaced",
+                "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                    "additionalPrinterColumns": [
+                        {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
+                        {"name": "Size", "type": "integer", "jsonPath": ".spec.size"}]}]}}),
+    )
+    .unwrap();
+    sim.create(
+        "gadgets.example.org",
+        serde_json::json!({"apiVersion": "example.org/v1", "kind": "Gadget",
+            "metadata": {"name": "g1", "namespace": "golden"}, "spec": {"color": "blue", "size": 3}}),
+    )
+    .unwrap();
+    let env = crate::support::spawn(sim, crate::support::test_config(&["pods"])).await;
+    env.synced("pods").await;
+    let cache = std::env::temp_dir().join(format!("kubefan-kubectl-{}", uuid::Uuid::new_v4()));
+    let get = |args: &[&str]| {
+        let mut all: Vec<String> = vec![
+            "--server".into(),
+            env.base.clone(),
+            "--cache-dir".into(),
+            cache.display().to_string(),
+            "get".into(),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        all
+    };
+    let s = |rows: &[&[&str]]| -> Vec<Vec<String>> {
+        rows.iter()
+            .map(|r| r.iter().map(|c| c.to_string()).collect())
+            .collect()
+    };
+
+    let out = run_to_end(
+        &kubectl,
+        get(&["pods", "-A", "--sort-by=.metadata.name"]),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        printed_rows(&out, &["AGE"]),
+        s(&[
+            &["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS"],
+            &["golden", "crashing", "0/1", "CrashLoopBackOff", "5"],
+            &["golden", "failed", "0/1", "Error", "1"],
+            &["golden", "pending", "0/1", "Pending", "0"],
+            &["golden", "running", "1/1", "Running", "2"],
+            &["golden", "succeeded", "0/1", "Completed", "0"],
+        ]),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    let out = run_to_end(
+        &kubectl,
+        get(&[
+            "pods",
+            "-n",
+            "golden",
+            "-o",
+            "wide",
+            "--sort-by=.metadata.name",
+        ]),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        printed_rows(&out, &["AGE"]),
+        s(&[
+            &[
+                "NAME",
+                "READY",
+                "STATUS",
+                "RESTARTS",
+                "IP",
+                "NODE",
+                "NOMINATED NODE",
+                "READINESS GATES"
+            ],
+            &[
+                "crashing",
+                "0/1",
+                "CrashLoopBackOff",
+                "5",
+                "10.0.0.8",
+                "node-1",
+                "<none>",
+                "<none>"
+            ],
+            &[
+                "failed",
+                "0/1",
+                "Error",
+                "1",
+                "10.0.0.10",
+                "node-1",
+                "<none>",
+                "<none>"
+            ],
+            &[
+                "pending", "0/1", "Pending", "0", "<none>", "<none>", "<none>", "<none>"
+            ],
+            &[
+                "running", "1/1", "Running", "2", "10.0.0.7", "node-0", "<none>", "<none>"
+            ],
+            &[
+                "succeeded",
+                "0/1",
+                "Completed",
+                "0",
+                "10.0.0.9",
+                "node-0",
+                "<none>",
+                "<none>"
+            ],
+        ]),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    let out = run_to_end(
+        &kubectl,
+        get(&["deployments", "-n", "golden", "-o", "wide"]),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        printed_rows(&out, &["AGE"]),
+        s(&[
+            &[
+                "NAME",
+                "READY",
+                "UP-TO-DATE",
+                "AVAILABLE",
+                "CONTAINERS",
+                "IMAGES",
+                "SELECTOR"
+            ],
+            &["web", "2/3", "3", "2", "nginx", "nginx:1.27", "app=web"],
+        ]),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    let out = run_to_end(&kubectl, get(&["gadgets", "-n", "golden"]), &[]).await;
+    assert_eq!(
+        printed_rows(&out, &[]),
+        s(&[&["NAME", "COLOR", "SIZE"], &["g1", "blue", "3"]]),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+
+    // `kubectl get -w`: the list, then a change as a row of the same table.
+    let mut watch = Command::new(&kubectl);
+    watch
+        .args(get(&[
+            "pods",
+            "-n",
+            "golden",
+            "-w",
+            "--output-watch-events",
+        ]))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = watch.spawn().expect("kubectl runs");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut seen = Vec::new();
+    let mut patched = false;
+    let read = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let cells: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+            if cells.first().map(String::as_str) == Some("ADDED") && !patched {
+                patched = true;
+                // The list is shown; now the change.
+                env.sim
+                    .merge_patch(
+                        "pods",
+                        Some("golden"),
+                        "pending",
+                        &serde_json::json!({"spec": {"nodeName": "node-2"}, "status": {"phase": "Running"}}),
+                    )
+                    .unwrap();
+            }
+            seen.push(cells.clone());
+            if cells.first().map(String::as_str) == Some("MODIFIED") {
+                return cells;
+            }
+        }
+        panic!("kubectl get -w ended: {seen:?}")
+    };
+    let modified = tokio::time::timeout(process::CLIENT_WAIT, read)
+        .await
+        .expect("kubectl -w shows the change");
+    assert_eq!(
+        modified[..5],
+        ["MODIFIED", "pending", "0/1", "Running", "0"],
+        "{seen:?}"
+    );
+    drop(child);
+    let _ = std::fs::remove_dir_all(&cache);
+    env.stop().await;
 }
