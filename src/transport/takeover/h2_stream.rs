@@ -65,13 +65,13 @@ impl Taken {
                 return HttpResponse::Ok().finish();
             }
         };
-        streams.spawn(pump(
+        streams.spawn(pump(Box::new(Pumped {
             send,
-            Box::new(source),
+            source,
             bytes_sent,
-            streams.deadline.clone(),
-            req.extensions_mut().remove::<Permit>(),
-        ));
+            deadline: streams.deadline.clone(),
+            _permit: req.extensions_mut().remove::<Permit>(),
+        })));
         HttpResponse::Ok().finish()
     }
 }
@@ -94,19 +94,27 @@ fn head(headers: &[(HeaderName, &'static str)], cors: Option<&HeaderMap>) -> htt
     head
 }
 
-/// Sends every chunk until the source ends, the client resets the stream,
-/// or a send fails or times out. The source is boxed: an `async fn` keeps
-/// each argument twice in its state, and the source is most of a stream's
-/// (see `http::Pumped`). The permit is held for as long as the stream
-/// lasts.
-async fn pump<S: ChunkSource>(
-    mut send: SendStream<Bytes>,
-    mut source: Box<S>,
+/// What an HTTP/2 stream's task owns, boxed once (an `async fn` keeps each
+/// argument twice in its state; see `http::Pumped`).
+struct Pumped<S> {
+    send: SendStream<Bytes>,
+    source: S,
     bytes_sent: Counter,
     deadline: WriteDeadline,
+    /// Held for as long as the stream lasts (the connection limits).
     _permit: Option<Permit>,
-) {
-    let deadline = &deadline;
+}
+
+/// Sends every chunk until the source ends, the client resets the stream,
+/// or a send fails or times out.
+async fn pump<S: ChunkSource>(mut p: Box<Pumped<S>>) {
+    let Pumped {
+        send,
+        source,
+        bytes_sent,
+        deadline,
+        ..
+    } = &mut *p;
     loop {
         let next = tokio::select! {
             biased;
@@ -121,7 +129,7 @@ async fn pump<S: ChunkSource>(
             Some(chunk) if chunk.is_empty() => {}
             Some(chunk) => {
                 bytes_sent.inc_by(chunk.len() as u64);
-                if send_chunk(&mut send, chunk, deadline).await.is_err() {
+                if send_chunk(send, chunk, deadline).await.is_err() {
                     return;
                 }
             }
