@@ -86,6 +86,7 @@ impl App {
         // One for every worker: a continue token is served by any of them.
         let pages = web::Data::new(kube_face::Pages::default());
         let printers = web::Data::new(kube_face::KubePrinters::default());
+        let probes = web::Data::new(kube_face::Probes::default());
         let informers_data = web::Data::new(informers.clone());
         let metrics_data = web::Data::new(metrics.clone());
         let listener = listen(cfg.listen)?;
@@ -144,7 +145,9 @@ impl App {
                 .route("/healthz", web::get().to(ops::healthz))
                 .route("/readyz", web::get().to(ops::readyz))
                 .route("/metrics", web::get().to(ops::metrics))
-                .configure(|cfg| kube_face::configure(cfg, pages.clone(), printers.clone()))
+                .configure(|cfg| {
+                    kube_face::configure(cfg, pages.clone(), printers.clone(), probes.clone())
+                })
                 .default_service(web::to(not_found))
         })?;
         let handle = server.handle();

@@ -130,6 +130,7 @@ async fn kube_rs_reflector_converges_through_churn_watch_restarts_and_410() {
         converge(&mut stream, &store, &env).await;
     }
     let stats = env.sim.stats().resource("pods");
+    let probes_before = probes_of(&env.sim);
 
     // Not polling the watcher while ~20 MB of changes pass a 1 MB log: its
     // watch is lapped and answered 410 Expired; the watcher relists from
@@ -158,8 +159,11 @@ async fn kube_rs_reflector_converges_through_churn_watch_restarts_and_410() {
         "the watcher got a 410: {metrics}"
     );
     let after = env.sim.stats().resource("pods");
+    // The reflector's LISTs through kubefan each probe the upstream's
+    // resourceVersion (consistent reads); nothing else was listed.
     assert_eq!(
-        after.list_requests, stats.list_requests,
+        after.list_requests - stats.list_requests,
+        probes_of(&env.sim) - probes_before,
         "kubefan never relisted upstream"
     );
     assert_eq!(after.open_watches, 1);
@@ -506,9 +510,11 @@ async fn kubefan_behind_kubefan_serves_consistent_streams_with_one_upstream_watc
         assert!(view.resets.is_empty());
     }
     let stats = tier1.sim.stats().resource("pods");
+    // The leaf's LISTs make the root probe the upstream's resourceVersion
+    // (consistent reads); besides those, one list and one watch.
     assert_eq!(
         (
-            stats.list_requests,
+            stats.list_requests - probes_of(&tier1.sim),
             stats.watch_requests,
             stats.open_watches
         ),
@@ -518,4 +524,84 @@ async fn kubefan_behind_kubefan_serves_consistent_streams_with_one_upstream_watc
     drop(clients);
     tier2.stop().await;
     tier1.stop().await;
+}
+
+fn probes(env: &TestEnv) -> u64 {
+    probes_of(&env.sim)
+}
+
+/// The resourceVersion probes (`limit=1` LISTs) the simulator answered
+/// for pods.
+fn probes_of(sim: &kubefan_sim::Sim) -> u64 {
+    sim.stats().lists.get("pods").map_or(0, |l| l.probes)
+}
+
+/// A LIST without resourceVersion shows every write the upstream finished
+/// before it, even one kubefan's watch has not delivered yet (KEP-2340's
+/// consistent reads); the upstream's resourceVersion is probed with one
+/// `limit=1` LIST shared by the LISTs arriving together, at most one per
+/// 100 ms however many clients list; `resourceVersion=0` reads the cache
+/// as it is, without a probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_without_resource_version_are_consistent_with_shared_probes() {
+    let env = spawn(seeded(3), test_config(&["pods"])).await;
+    env.caught_up("pods", env.sim.resource_version()).await;
+    let client = env.kube_client(None).await;
+    let api: Api<Pod> = Api::all(client.clone());
+
+    // Written upstream while kubefan's watch is held back.
+    env.sim.stall_watches(true);
+    env.sim.create("pods", pod("fresh").build()).unwrap();
+    let before = probes(&env);
+    let listing = tokio::spawn({
+        let api = api.clone();
+        async move { api.list(&ListParams::default()).await.unwrap() }
+    });
+    tokio::time::timeout(WAIT, async {
+        while probes(&env) == before {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the LIST probes the upstream");
+    env.sim.stall_watches(false);
+    let listed = tokio::time::timeout(WAIT, listing).await.unwrap().unwrap();
+    assert!(
+        listed
+            .items
+            .iter()
+            .any(|p| p.metadata.name.as_deref() == Some("fresh")),
+        "the LIST waited for the write it must show"
+    );
+
+    // Twenty clients listing for half a second: one probe per 100 ms.
+    let before = probes(&env);
+    let started = std::time::Instant::now();
+    let lists = futures::future::join_all((0..20).map(|_| {
+        let api = api.clone();
+        async move {
+            let mut n = 0;
+            while started.elapsed() < Duration::from_millis(500) {
+                api.list_metadata(&ListParams::default()).await.unwrap();
+                n += 1;
+            }
+            n
+        }
+    }))
+    .await;
+    let elapsed = started.elapsed();
+    let made = probes(&env) - before;
+    let lists: u64 = lists.iter().sum();
+    assert!(lists >= 40, "{lists} lists");
+    let allowed = elapsed.as_millis() as u64 / 100 + 2;
+    assert!(
+        made <= allowed,
+        "{made} probes for {lists} lists in {elapsed:?} (at most {allowed})"
+    );
+
+    // resourceVersion=0: the cache as it is.
+    let before = probes(&env);
+    api.list(&ListParams::default().match_any()).await.unwrap();
+    assert_eq!(probes(&env), before, "no probe for resourceVersion=0");
+    env.stop().await;
 }

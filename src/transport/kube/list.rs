@@ -29,6 +29,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::Value;
 
 use super::KubeQuery;
+use super::consistent::Probes;
 use crate::auth::Principal;
 use crate::hub::{Filter, Hub, Joined, Obj, Shape};
 use crate::status::ApiError;
@@ -183,17 +184,31 @@ async fn synced(state: &AppState, hub: &Hub) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// What a LIST or GET reads: the resource, its hub, how the answer is
+/// shaped, and the probes that make it consistent.
+pub struct Read<'a> {
+    pub state: &'a AppState,
+    pub hub: &'a Arc<Hub>,
+    pub info: &'a ResourceInfo,
+    pub shape: &'a Shape,
+    pub probes: &'a Probes,
+}
+
 /// `GET .../{resource}`: a `{Kind}List`, or in `shape`, a `Table` or a
 /// `PartialObjectMetadataList`.
 pub async fn list(
-    state: &AppState,
+    read: Read<'_>,
     pages: &Pages,
-    hub: &Arc<Hub>,
     owner: PageOwner,
     q: &KubeQuery,
-    info: &ResourceInfo,
-    shape: &Shape,
 ) -> Result<HttpResponse, ApiError> {
+    let Read {
+        state,
+        hub,
+        info,
+        shape,
+        probes,
+    } = read;
     synced(state, hub).await?;
     let continued = q.continue_token.as_deref().map(Token::parse).transpose()?;
     let (id, rv, items, offset) = match &continued {
@@ -226,6 +241,11 @@ pub async fn list(
                         "Invalid",
                         "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".into(),
                     ));
+                }
+                // No resourceVersion at all: consistent (resourceVersion=0
+                // serves the cache as it is, as on the API server).
+                (None, _) if q.resource_version.is_none() => {
+                    probes.catch_up(state.informers.client(), info, hub).await;
                 }
                 (None, _) => {}
             }
@@ -326,14 +346,22 @@ fn json_response(body: Bytes) -> HttpResponse {
 /// `GET .../{resource}/{name}`: one object, or in `shape`, a one-row
 /// `Table` or its `PartialObjectMetadata`.
 pub async fn get(
-    state: &AppState,
-    hub: &Arc<Hub>,
+    read: Read<'_>,
     namespace: Option<&str>,
     name: &str,
-    info: &ResourceInfo,
-    shape: &Shape,
+    consistent: bool,
 ) -> Result<HttpResponse, ApiError> {
+    let Read {
+        state,
+        hub,
+        info,
+        shape,
+        probes,
+    } = read;
     synced(state, hub).await?;
+    if consistent {
+        probes.catch_up(state.informers.client(), info, hub).await;
+    }
     let Some(obj) = hub.get(namespace, name) else {
         return Err(ApiError::NotFound(format!(
             "{} {name:?} not found",

@@ -9,6 +9,8 @@
 //! `Status` bodies for every error. Writes are refused with 405. Deviations
 //! from kube-apiserver are listed in `proto/PROTOCOL.md`.
 
+mod consistent;
+pub use consistent::Probes;
 mod discovery;
 mod list;
 pub use list::{PageOwner, Pages};
@@ -33,9 +35,11 @@ pub fn configure(
     cfg: &mut web::ServiceConfig,
     pages: web::Data<Pages>,
     printers: web::Data<KubePrinters>,
+    probes: web::Data<Probes>,
 ) {
     cfg.app_data(pages)
         .app_data(printers)
+        .app_data(probes)
         .route("/version", web::get().to(discovery::version))
         .route("/api", web::get().to(discovery::api_versions))
         .route("/api/", web::get().to(discovery::api_versions))
@@ -129,8 +133,8 @@ async fn group_request(
 }
 
 /// The Kubernetes face's own state: list snapshots behind `continue`
-/// tokens and table printers.
-type Face = (web::Data<Pages>, web::Data<KubePrinters>);
+/// tokens, table printers and resourceVersion probes.
+type Face = (web::Data<Pages>, web::Data<KubePrinters>, web::Data<Probes>);
 
 /// A resource path as routed: `/api/{version}/{tail}` (core group) or
 /// `/apis/{group}/{version}/{tail}`.
@@ -148,7 +152,7 @@ async fn serve(
         tail,
     }: Request,
     state: web::Data<AppState>,
-    (pages, printers): Face,
+    (pages, printers, probes): Face,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let target = parse_tail(&tail)?;
@@ -235,21 +239,22 @@ async fn serve(
             Ok((hub, guard))
         })
         .await?;
+    let read = list::Read {
+        state: &state,
+        hub: &hub,
+        info: &info,
+        shape: &shape,
+        probes: &probes,
+    };
     if let Some(name) = &target.name {
         if query.watch {
             return Err(ApiError::BadRequest(
                 "watching a single object by path is not supported; watch the collection with fieldSelector=metadata.name=NAME".into(),
             ));
         }
-        return list::get(
-            &state,
-            &hub,
-            target.namespace.as_deref(),
-            name,
-            &info,
-            &shape,
-        )
-        .await;
+        // Without a resourceVersion, a GET is consistent too.
+        let consistent = query.resource_version.is_none();
+        return list::get(read, target.namespace.as_deref(), name, consistent).await;
     }
     if query.watch {
         watch::watch(&req, &state, hub, filter, shape, &query, &principal).await
@@ -259,7 +264,7 @@ async fn serve(
             resource: info.canonical_name(),
             filter,
         };
-        list::list(&state, &pages, &hub, owner, &query, &info, &shape).await
+        list::list(read, &pages, owner, &query).await
     }
 }
 

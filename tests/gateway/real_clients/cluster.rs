@@ -363,12 +363,15 @@ impl Cluster {
     }
 
     /// Whether kubefan relisted `resource` upstream since `before` (the
-    /// 410 path): a list request beyond the first.
+    /// 410 path): a list request beyond the first, not counting the
+    /// `limit=1` resourceVersion probes its consistent LISTs make.
     pub fn relisted_since(&self, before: &Stats) -> Vec<&'static str> {
         let now = self.sim.stats();
+        let lists =
+            |stats: &Stats, r: &str| stats.resource(r).list_requests - stats.lists(r).probes;
         RESOURCES
             .into_iter()
-            .filter(|r| now.resource(r).list_requests > before.resource(r).list_requests)
+            .filter(|r| lists(&now, r) > lists(before, r))
             .collect()
     }
 

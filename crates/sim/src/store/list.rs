@@ -45,6 +45,7 @@ impl Store {
         let page = self.page(key, filter, limit, cont)?;
         if let Some(r) = self.resources.get_mut(key) {
             r.lists.limited += u64::from(limit.is_some_and(|l| l > 0));
+            r.lists.probes += u64::from(limit == Some(1));
             r.lists.items += page.items.len() as u64;
         }
         Ok(page)

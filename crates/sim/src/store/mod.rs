@@ -80,6 +80,9 @@ pub struct StorageStats {
 pub struct ListStats {
     /// LIST pages answered that asked for a `limit`.
     pub limited: u64,
+    /// Of those, the ones with `limit=1`: resourceVersion probes, as
+    /// caches like kubefan make them (they also count in `limited`).
+    pub probes: u64,
     /// Items all answered LIST pages carried.
     pub items: u64,
 }

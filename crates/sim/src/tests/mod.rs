@@ -895,6 +895,11 @@ async fn a_one_item_list_carries_the_current_resource_version_and_is_counted() {
         2
     );
     assert_eq!(after.lists("pods").items - before.lists("pods").items, 2);
+    assert_eq!(
+        after.lists("pods").probes - before.lists("pods").probes,
+        2,
+        "limit=1 lists are probes"
+    );
     api.list(&ListParams::default()).await.unwrap();
     assert_eq!(
         sim.stats().lists("pods").items,
@@ -907,7 +912,10 @@ async fn a_one_item_list_carries_the_current_resource_version_and_is_counted() {
         .json()
         .await
         .unwrap();
-    assert_eq!(http["lists"]["pods"], json!({"limited": 2, "items": 7}));
+    assert_eq!(
+        http["lists"]["pods"],
+        json!({"limited": 2, "probes": 2, "items": 7})
+    );
     assert_eq!(http["resources"]["pods"]["list_requests"], 3);
     server.stop().await;
 }
