@@ -605,3 +605,64 @@ async fn lists_without_resource_version_are_consistent_with_shared_probes() {
     assert_eq!(probes(&env), before, "no probe for resourceVersion=0");
     env.stop().await;
 }
+
+/// `.../pods/NAME?watch=1` watches that one object, as kube-apiserver
+/// serves it (the collection with `fieldSelector=metadata.name=NAME`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_watched_by_its_path_sends_only_its_events() {
+    let env = spawn(seeded(0), test_config(&["pods"])).await;
+    env.sim
+        .create("pods", pod("one").ns("web").build())
+        .unwrap();
+    env.sim
+        .create("pods", pod("other").ns("web").build())
+        .unwrap();
+    env.caught_up("pods", env.sim.resource_version()).await;
+    let rv = env.sim.resource_version();
+    let resp = env
+        .http
+        .get(format!(
+            "{}/api/v1/namespaces/web/pods/one?watch=1&resourceVersion={rv}",
+            env.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut lines = crate::tables::Lines::new(resp);
+    for name in ["other", "one", "other", "one"] {
+        env.sim
+            .merge_patch(
+                "pods",
+                Some("web"),
+                name,
+                &json!({"metadata": {"labels": {"touched": "yes"}}}),
+            )
+            .unwrap();
+    }
+    env.sim.delete("pods", Some("web"), "one").unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let event = lines.next().await;
+        seen.push((
+            event["type"].as_str().unwrap().to_string(),
+            event["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("MODIFIED".to_string(), "one".to_string()),
+            ("MODIFIED".to_string(), "one".to_string()),
+            ("DELETED".to_string(), "one".to_string()),
+        ]
+    );
+    let (status, body) = env
+        .get_json("/api/v1/namespaces/web/pods/a,b?watch=1")
+        .await;
+    assert_eq!(status, 400, "{body}");
+    env.stop().await;
+}

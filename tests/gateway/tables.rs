@@ -420,20 +420,20 @@ async fn unknown_conversions_are_406_and_bad_include_object_400() {
 }
 
 /// Newline-delimited watch events, read off a response.
-struct Lines {
+pub struct Lines {
     body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
     buf: Vec<u8>,
 }
 
 impl Lines {
-    fn new(resp: reqwest::Response) -> Lines {
+    pub fn new(resp: reqwest::Response) -> Lines {
         Lines {
             body: resp.bytes_stream().boxed(),
             buf: Vec::new(),
         }
     }
 
-    async fn next(&mut self) -> Value {
+    pub async fn next(&mut self) -> Value {
         tokio::time::timeout(WAIT + Duration::from_secs(5), async {
             loop {
                 if let Some(end) = self.buf.iter().position(|b| *b == b'\n') {

@@ -156,7 +156,7 @@ async fn serve(
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let target = parse_tail(&tail)?;
-    let query = KubeQuery::parse(&auth::strip_token(req.query_string()))?;
+    let mut query = KubeQuery::parse(&auth::strip_token(req.query_string()))?;
     // What the response carries, decided first as kube-apiserver does: an
     // Accept it cannot serve is 406 before anything else.
     let accept = req
@@ -165,8 +165,8 @@ async fn serve(
         .and_then(|v| v.to_str().ok());
     let negotiated = table::negotiate(accept).map_err(table_error)?;
     let verb = match (&target.name, query.watch) {
-        (Some(_), _) => Verb::Get,
-        (None, true) => Verb::Watch,
+        (Some(_), false) => Verb::Get,
+        (_, true) => Verb::Watch,
         (None, false) => Verb::List,
     };
     let requested: Vec<String> = target.namespace.iter().cloned().collect();
@@ -184,7 +184,7 @@ async fn serve(
     };
     let namespaces = match &target.name {
         // A single object: `resourceNames` grants count.
-        Some(name) => {
+        Some(name) if !query.watch => {
             state
                 .auth
                 .authorize_get(
@@ -197,7 +197,8 @@ async fn serve(
                 .await?;
             requested.clone()
         }
-        None => {
+        // A collection, or one object watched by its path.
+        _ => {
             state
                 .auth
                 .authorize(
@@ -211,6 +212,12 @@ async fn serve(
                 .await?
         }
     };
+    // `.../pods/NAME?watch=1` watches the collection narrowed to that name,
+    // as kube-apiserver turns it into `fieldSelector=metadata.name=NAME`
+    // (apiserver `handlers/get.go`, `ListResource` with a name).
+    if let (Some(name), true) = (&target.name, query.watch) {
+        query.select_name(name)?;
+    }
     if target.namespace.is_some() && !info.namespaced {
         return Err(not_found(&group, &version, &target.plural));
     }
@@ -246,12 +253,7 @@ async fn serve(
         shape: &shape,
         probes: &probes,
     };
-    if let Some(name) = &target.name {
-        if query.watch {
-            return Err(ApiError::BadRequest(
-                "watching a single object by path is not supported; watch the collection with fieldSelector=metadata.name=NAME".into(),
-            ));
-        }
+    if let (Some(name), false) = (&target.name, query.watch) {
         // Without a resourceVersion, a GET is consistent too.
         let consistent = query.resource_version.is_none();
         return list::get(read, target.namespace.as_deref(), name, consistent).await;

@@ -84,6 +84,25 @@ impl KubeQuery {
         Ok(q)
     }
 
+    /// Adds `metadata.name=NAME` to the field selector (a watch of one
+    /// object by its path).
+    pub fn select_name(&mut self, name: &str) -> Result<(), ApiError> {
+        // Object names never hold a selector's separators (DNS labels and
+        // subdomains, path segments).
+        if name.contains([',', '=', '!', '\\']) {
+            return Err(ApiError::BadRequest(format!(
+                "{name:?} is not a valid object name"
+            )));
+        }
+        let name = format!("metadata.name={name}");
+        self.field_selector = if self.field_selector.is_empty() {
+            name
+        } else {
+            format!("{name},{}", self.field_selector)
+        };
+        Ok(())
+    }
+
     pub fn label_selector(&self) -> Result<LabelSelector, ApiError> {
         LabelSelector::parse(&self.label_selector).map_err(|e| ApiError::BadRequest(e.0))
     }
