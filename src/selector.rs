@@ -44,8 +44,6 @@ pub fn valid_path(path: &str) -> bool {
 #[error("{0}")]
 pub struct Error(pub String);
 
-type SimError = Error;
-
 #[derive(Debug, Clone, PartialEq)]
 enum Op {
     Eq(String),
@@ -68,7 +66,7 @@ struct Requirement {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LabelSelector(Vec<Requirement>);
 
-fn bad(sel: &str, why: &str) -> SimError {
+fn bad(sel: &str, why: &str) -> Error {
     Error(format!(
         "unable to parse requirement: {why} in selector {sel:?}"
     ))
@@ -122,7 +120,7 @@ fn split_top(s: &str) -> Vec<&str> {
     out
 }
 
-fn parse_set(sel: &str, rest: &str) -> Result<Vec<String>, SimError> {
+fn parse_set(sel: &str, rest: &str) -> Result<Vec<String>, Error> {
     let inner = rest
         .trim()
         .strip_prefix('(')
@@ -136,7 +134,7 @@ fn parse_set(sel: &str, rest: &str) -> Result<Vec<String>, SimError> {
 }
 
 impl LabelSelector {
-    pub fn parse(sel: &str) -> Result<Self, SimError> {
+    pub fn parse(sel: &str) -> Result<Self, Error> {
         check_len(sel)?;
         if sel.trim().is_empty() {
             return Ok(Self::default());
@@ -256,10 +254,92 @@ struct FieldRequirement {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector(Vec<FieldRequirement>);
 
+/// `sel` split on the commas not escaped with a backslash (apimachinery
+/// `fields.splitTerms`).
+fn split_terms(sel: &str) -> Vec<&str> {
+    let mut terms = Vec::new();
+    let (mut start, mut escaped) = (0, false);
+    for (i, c) in sel.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            ',' => {
+                terms.push(&sel[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&sel[start..]);
+    terms
+}
+
+/// A term at its first unescaped operator, tried in apimachinery's order
+/// `!=`, `==`, `=` at each position (`fields.splitTerm`): the field,
+/// whether it asks for equality, and the still-escaped value.
+fn split_term(term: &str) -> Option<(&str, bool, &str)> {
+    let mut escaped = false;
+    for (i, c) in term.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        if c == '\\' {
+            escaped = true;
+            continue;
+        }
+        let rest = &term[i..];
+        for (op, equal) in [("!=", false), ("==", true), ("=", true)] {
+            if rest.starts_with(op) {
+                return Some((&term[..i], equal, &rest[op.len()..]));
+            }
+        }
+    }
+    None
+}
+
+/// A field selector value unescaped as apimachinery's
+/// `fields.UnescapeValue` does: a backslash before a backslash, `,` or `=`
+/// stands for that character; any other escape, a trailing backslash, and
+/// an unescaped `,` or `=` are errors.
+fn unescape_value(value: &str) -> Result<String, Error> {
+    if !value.contains(['\\', ',', '=']) {
+        return Ok(value.to_owned());
+    }
+    let mut out = String::with_capacity(value.len());
+    let mut escaped = false;
+    for c in value.chars() {
+        match c {
+            '\\' | ',' | '=' if escaped => {
+                out.push(c);
+                escaped = false;
+            }
+            _ if escaped => {
+                return Err(Error(format!(
+                    "invalid field selector value {value:?}: invalid escape sequence \\{c}"
+                )));
+            }
+            '\\' => escaped = true,
+            ',' | '=' => {
+                return Err(Error(format!(
+                    "invalid field selector value {value:?}: unescaped {c:?} (write \\{c})"
+                )));
+            }
+            _ => out.push(c),
+        }
+    }
+    if escaped {
+        return Err(Error(format!(
+            "invalid field selector value {value:?}: invalid escape sequence \\"
+        )));
+    }
+    Ok(out)
+}
+
 impl FieldSelector {
     /// Parses `sel`, accepting only `metadata.name`, `metadata.namespace` and
     /// the given extra fields, like the real server's per-resource field labels.
-    pub fn parse(sel: &str, extra_fields: &[String]) -> Result<Self, SimError> {
+    pub fn parse(sel: &str, extra_fields: &[String]) -> Result<Self, Error> {
         Self::parse_checked(sel, |field| {
             if field == "metadata.name"
                 || field == "metadata.namespace"
@@ -274,7 +354,7 @@ impl FieldSelector {
 
     /// Parses `sel` accepting any dotted path into the object, as kubefan's
     /// own transports (SSE, WebSocket) do.
-    pub fn parse_any(sel: &str) -> Result<Self, SimError> {
+    pub fn parse_any(sel: &str) -> Result<Self, Error> {
         Self::parse_checked(sel, |field| {
             if valid_path(field) {
                 Ok(())
@@ -286,24 +366,15 @@ impl FieldSelector {
         })
     }
 
-    fn parse_checked(
-        sel: &str,
-        check: impl Fn(&str) -> Result<(), Error>,
-    ) -> Result<Self, SimError> {
+    fn parse_checked(sel: &str, check: impl Fn(&str) -> Result<(), Error>) -> Result<Self, Error> {
         check_len(sel)?;
         if sel.trim().is_empty() {
             return Ok(Self::default());
         }
         let mut reqs = Vec::new();
-        for part in sel.split(',') {
+        for part in split_terms(sel) {
             let part = part.trim();
-            let (field, value, equal) = if let Some((f, v)) = part.split_once("!=") {
-                (f, v, false)
-            } else if let Some((f, v)) = part.split_once("==") {
-                (f, v, true)
-            } else if let Some((f, v)) = part.split_once('=') {
-                (f, v, true)
-            } else {
+            let Some((field, equal, value)) = split_term(part) else {
                 return Err(Error(format!("invalid field selector: {part:?}")));
             };
             let field = field.trim();
@@ -311,7 +382,7 @@ impl FieldSelector {
             reqs.push(FieldRequirement {
                 field: field.to_owned(),
                 pointer: format!("/{}", field.replace('.', "/")),
-                value: value.trim().to_owned(),
+                value: unescape_value(value.trim())?,
                 equal,
             });
         }
@@ -381,7 +452,22 @@ pub fn selectable_fields(group: &str, plural: &str) -> &'static [&'static str] {
         ("", "secrets") => &["type"],
         ("", "replicationcontrollers") | ("apps", "replicasets") => &["status.replicas"],
         ("batch", "jobs") => &["status.successful"],
-        ("", "events") | ("events.k8s.io", "events") => &[
+        // events.k8s.io/v1 names the same fields after its own schema
+        // (kubernetes pkg/apis/events/v1/conversion.go,
+        // AddFieldLabelConversionsForEvent); they are read at those paths.
+        ("events.k8s.io", "events") => &[
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "regarding.apiVersion",
+            "regarding.resourceVersion",
+            "regarding.fieldPath",
+            "reason",
+            "reportingController",
+            "type",
+        ],
+        ("", "events") => &[
             "involvedObject.kind",
             "involvedObject.namespace",
             "involvedObject.name",
@@ -400,6 +486,51 @@ pub fn selectable_fields(group: &str, plural: &str) -> &'static [&'static str] {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn field_selector_values_unescape_as_apimachinery_does() {
+        let fields = vec!["spec.nodeName".to_string()];
+        let sel =
+            FieldSelector::parse(r"metadata.name=a\,b\=c\\d,spec.nodeName!=x", &fields).unwrap();
+        assert!(sel.matches(
+            &serde_json::json!({"metadata": {"name": "a,b=c\\d"}, "spec": {"nodeName": "y"}})
+        ));
+        assert!(
+            !sel.matches(
+                &serde_json::json!({"metadata": {"name": "a"}, "spec": {"nodeName": "y"}})
+            )
+        );
+        // `!` needs no escape; the first unescaped operator splits a term.
+        let bang = FieldSelector::parse("metadata.name==a!b", &fields).unwrap();
+        assert!(bang.matches(&serde_json::json!({"metadata": {"name": "a!b"}})));
+        for bad in [
+            r"metadata.name=a\x",
+            r"metadata.name=a\",
+            "metadata.name=a=b",
+            r"metadata.name\=a",
+        ] {
+            assert!(FieldSelector::parse(bad, &fields).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn events_k8s_io_events_select_by_their_regarding_fields() {
+        let fields: Vec<String> = crate::selector::selectable_fields("events.k8s.io", "events")
+            .iter()
+            .map(|f| f.to_string())
+            .collect();
+        let sel = FieldSelector::parse(
+            "regarding.kind=Pod,regarding.name=web-1,reportingController=kubelet",
+            &fields,
+        )
+        .unwrap();
+        let event = serde_json::json!({"regarding": {"kind": "Pod", "name": "web-1"}, "reportingController": "kubelet"});
+        assert!(sel.matches(&event));
+        assert!(
+            FieldSelector::parse("involvedObject.kind=Pod", &fields).is_err(),
+            "core names are not events.k8s.io's"
+        );
+    }
+
     use serde_json::json;
 
     use super::{FieldSelector, LabelSelector};
