@@ -50,15 +50,21 @@ struct RunArgs {
     /// nchan's publish and subscribe).
     #[arg(long, default_value = "kubefan")]
     server: String,
-    /// The server under test.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    base: String,
+    /// The server under test; several (comma-separated), e.g. the leaves
+    /// of a tier, share the subscribers out (worker W subscribes to base
+    /// W mod their number).
+    #[arg(long, default_value = "http://127.0.0.1:8080", value_delimiter = ',')]
+    base: Vec<String>,
     /// kubefan: the simulated API server changes are driven through.
     #[arg(long, default_value = "http://127.0.0.1:8001")]
     sim: String,
-    /// The server's process id, for memory and CPU figures.
+    /// The server's process ids (comma-separated: the leaves), for memory
+    /// and CPU figures, summed.
+    #[arg(long, value_delimiter = ',')]
+    pid: Vec<u32>,
+    /// A tier's root kubefan, whose memory and CPU are reported apart.
     #[arg(long)]
-    pid: Option<u32>,
+    root_pid: Option<u32>,
     #[arg(long, value_enum, default_value = "sse")]
     transport: Transport,
     #[arg(long, default_value_t = 1000)]
@@ -247,6 +253,18 @@ async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
 }
 
 /// RSS (KiB) and CPU time (ms) of a process, from /proc.
+/// RSS (KiB) and CPU (ms) of several processes, summed; `None` when
+/// there are none or one is gone.
+fn stats_of(pids: &[u32]) -> Option<(u64, u64)> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter().try_fold((0, 0), |(rss, cpu), pid| {
+        let (r, c) = proc_stats(*pid)?;
+        Some((rss + r, cpu + c))
+    })
+}
+
 fn proc_stats(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let rss = status
@@ -321,7 +339,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.server == "kubefan" {
         setup_kubefan(&http, &args.sim).await?;
     }
-    let before = args.pid.and_then(proc_stats);
+    let before = stats_of(&args.pid);
+    let root_before = args.root_pid.and_then(proc_stats);
     let ca_pem = match &args.tls_ca {
         Some(path) => Some(
             std::fs::read_to_string(path)
@@ -334,7 +353,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let target = Target {
         server: args.server.clone(),
-        base: args.base.clone(),
+        base: args.base[0].clone(),
         transport: args.transport,
         path: None,
         ca_pem,
@@ -347,7 +366,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     for w in 0..workers {
         let share = args.subscribers / workers + usize::from(w < args.subscribers % workers);
         let cfg = WorkerConfig {
-            target: target.clone(),
+            target: Target {
+                base: args.base[w % args.base.len()].clone(),
+                ..target.clone()
+            },
             subscribers: share,
             first_address: 2 + (w as u8 * args.addresses) % 200,
             addresses: args.addresses,
@@ -375,7 +397,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .unwrap_or(0);
     }
     let connect_ms = connect_started.elapsed().as_millis();
-    let connected = args.pid.and_then(proc_stats);
+    let connected = stats_of(&args.pid);
 
     let changes = (args.rate * args.duration_secs as f64).round() as usize;
     let drain = Duration::from_secs(10);
@@ -396,13 +418,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             bail!("worker said {line:?} instead of STARTED");
         }
     }
-    let cpu_start = args.pid.and_then(proc_stats);
+    let cpu_start = stats_of(&args.pid);
+    let root_start = args.root_pid.and_then(proc_stats);
     let mut interval = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let publisher = Publisher {
         http: http.clone(),
         server: args.server.clone(),
-        base: args.base.clone(),
+        base: args.base[0].clone(),
         sim: args.sim.clone(),
         payload: args.payload,
     };
@@ -416,7 +439,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         interval.tick().await;
         sends.push(tokio::spawn(publish(publisher.clone(), seq)));
         if seq == changes * 3 / 4 {
-            streaming = args.pid.and_then(proc_stats);
+            streaming = stats_of(&args.pid);
         }
     }
     let mut publish_errors = 0;
@@ -448,7 +471,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         resets += report.resets;
         let _ = child.wait().await;
     }
-    let cpu_end = args.pid.and_then(proc_stats);
+    let cpu_end = stats_of(&args.pid);
+    let root_end = args.root_pid.and_then(proc_stats);
     let expected = (args.subscribers as u64 - failed) * changes as u64;
     let delivered: u64 = per_change.iter().map(|(n, _)| n).sum();
     let mut last: Vec<u32> = per_change.iter().map(|(_, m)| *m).collect();
@@ -483,6 +507,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "rss_per_subscriber_bytes": per_subscriber(streaming),
         "rss_per_subscriber_connected_bytes": per_subscriber(connected),
         "server_cpu_ms": cpu_ms,
+        "servers": args.base.len(),
+        "root": args.root_pid.map(|_| serde_json::json!({
+            "rss_kib": {"before": root_before.map(|s| s.0), "streaming": root_end.map(|s| s.0)},
+            "cpu_ms": match (root_start, root_end) { (Some(a), Some(b)) => Some(b.1 - a.1), _ => None },
+        })),
         "server_cpu_us_per_delivery": cpu_ms.map(|ms| ms as f64 * 1000.0 / delivered.max(1) as f64),
     });
     let text = serde_json::to_string_pretty(&report)?;
