@@ -8,7 +8,7 @@
 // Screenshots go to artifacts/ at the repository root.
 
 import assert from 'node:assert/strict';
-import {spawn} from 'node:child_process';
+import {execFileSync, spawn} from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -104,13 +104,13 @@ export class Cluster {
   }
 
   /** A gateway on `port` against the simulator, with `extra` flags; resolves once ready. */
-  async startGateway(port, extra = []) {
+  async startGateway(port, extra = [], scheme = 'http') {
     const child = this.start('gateway', [
       'serve', '--kubeconfig', this.kubeconfig, '--listen', `127.0.0.1:${port}`,
       '--resources', 'pods,nodes', '--shutdown-grace-secs', '1', ...extra,
     ]);
     await eventually('gateway ready', 30000, async () => {
-      const r = await fetch(`http://127.0.0.1:${port}/readyz`);
+      const r = await fetch(`${scheme}://127.0.0.1:${port}/readyz`);
       return r.status === 200;
     }, child);
     return child;
@@ -157,14 +157,36 @@ export function newPod(name, node) {
   };
 }
 
-/** A browser with its own profile: its tabs are pages of the returned context. */
-export async function launch(profile) {
+/**
+ * A self-signed P-256 certificate for 127.0.0.1 (CA:FALSE: rustls refuses a
+ * CA certificate as a server's), made with openssl in `dir`.
+ */
+export function selfSignedCertificate(dir) {
+  const cert = path.join(dir, 'tls.crt');
+  const key = path.join(dir, 'tls.key');
+  execFileSync('openssl', [
+    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1',
+    '-keyout', key, '-out', cert, '-subj', '/CN=kubefan-web-test',
+    '-addext', 'subjectAltName=IP:127.0.0.1', '-addext', 'basicConstraints=critical,CA:FALSE',
+  ], {stdio: 'ignore'});
+  return {cert, key};
+}
+
+/**
+ * A browser with its own profile: its tabs are pages of the returned context.
+ * `trustAnyCertificate` accepts the test's own self-signed certificate.
+ */
+export async function launch(profile, {trustAnyCertificate = false} = {}) {
   const context = await chromium.launchPersistentContext(profile, {
+    ignoreHTTPSErrors: trustAnyCertificate,
     executablePath: CHROMIUM,
     headless: true,
     args: [
       '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
       '--disable-quic', '--no-first-run', '--disable-component-update', '--disable-sync',
+      // Playwright's ignoreHTTPSErrors does not reach a SharedWorker's
+      // WebSocket; the browser-wide switch does.
+      ...(trustAnyCertificate ? ['--ignore-certificate-errors'] : []),
     ],
     viewport: {width: 1440, height: 900},
   });

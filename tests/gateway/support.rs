@@ -739,3 +739,40 @@ impl AccessLog {
         self.lines.lock().unwrap().clone()
     }
 }
+
+/// A CA, and certificates it signs for 127.0.0.1 and localhost.
+pub struct Authority(rcgen::CertifiedIssuer<'static, rcgen::KeyPair>);
+
+impl Authority {
+    pub fn new(name: &str) -> Authority {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        let key = rcgen::KeyPair::generate().unwrap();
+        Authority(rcgen::CertifiedIssuer::self_signed(params, key).unwrap())
+    }
+
+    /// A server certificate (PEM) and its key (PEM), with `name` as its
+    /// common name.
+    pub fn leaf(&self, name: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let cert = params.signed_by(&key, &*self.0).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    pub fn pem(&self) -> String {
+        self.0.pem()
+    }
+}

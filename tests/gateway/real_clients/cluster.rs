@@ -25,11 +25,6 @@ pub const RESOURCES: [&str; 3] = ["pods", "deployments.apps", "widgets.example.c
 /// The custom resource, as the client programs take it (group/version/plural).
 pub const CRD: &str = "example.com/v1/widgets";
 
-/// Scheme of kubefan's Kubernetes face as the clients reach it. Over https
-/// this is the one change: the kubeconfig already turns TLS verification
-/// off, which @kubernetes/client-node requires even for plain http.
-const SCHEME: &str = "http";
-
 /// resource → object key (`ns/name`) → resourceVersion: a client's caches,
 /// or the simulated server's state.
 pub type Caches = BTreeMap<String, BTreeMap<String, String>>;
@@ -43,7 +38,8 @@ pub struct Cluster {
     server: Option<SimServer>,
     app: Option<App>,
     addr: SocketAddr,
-    /// Where kubeconfigs, caches and client state go; removed on drop.
+    /// Where kubeconfigs, certificates, caches and client state go;
+    /// removed on drop.
     pub dir: TempDir,
     churn_stop: CancellationToken,
     churn: Vec<JoinHandle<()>>,
@@ -178,7 +174,16 @@ impl Cluster {
             .serve("127.0.0.1:0".parse().unwrap())
             .await
             .expect("sim binds");
-        let app = Self::gateway(&server, "127.0.0.1:0".parse().unwrap()).await;
+        // kubefan serves HTTPS, as clients that refuse plain http
+        // (@kubernetes/client-node) and teams that verify certificates
+        // reach it: a CA made here, its certificate for 127.0.0.1.
+        let dir = TempDir::new();
+        let ca = crate::support::Authority::new("kubefan conformance CA");
+        let (cert, key) = ca.leaf("kubefan");
+        std::fs::write(dir.path().join("ca.crt"), ca.pem()).expect("CA written");
+        std::fs::write(dir.path().join("tls.crt"), cert).expect("certificate written");
+        std::fs::write(dir.path().join("tls.key"), key).expect("key written");
+        let app = Self::gateway(&server, "127.0.0.1:0".parse().unwrap(), dir.path()).await;
         let addr = app.local_addr();
         let churn_stop = CancellationToken::new();
         let churn = vec![
@@ -190,7 +195,7 @@ impl Cluster {
             server: Some(server),
             app: Some(app),
             addr,
-            dir: TempDir::new(),
+            dir,
             churn_stop,
             churn,
             marks: 0,
@@ -200,9 +205,12 @@ impl Cluster {
         cluster
     }
 
-    async fn gateway(server: &SimServer, listen: SocketAddr) -> App {
+    async fn gateway(server: &SimServer, listen: SocketAddr, dir: &Path) -> App {
         let mut cfg = test_config(&RESOURCES);
         cfg.listen = listen;
+        cfg.tls.cert_file = Some(dir.join("tls.crt"));
+        cfg.tls.key_file = Some(dir.join("tls.key"));
+        cfg.tls.ca_file = Some(dir.join("ca.crt"));
         let client = kube::Client::try_from(server.client_config()).expect("kube client");
         let app = App::build(cfg, client).await.expect("gateway starts");
         for resource in RESOURCES {
@@ -216,28 +224,29 @@ impl Cluster {
         self.app.as_ref().expect("kubefan is running")
     }
 
-    /// The kubeconfig every client is given: kubefan's Kubernetes face.
+    /// The kubeconfig every client is given: kubefan's Kubernetes face over
+    /// HTTPS, as `kubefan kubeconfig` writes it (the CA to trust, no
+    /// `insecure-skip-tls-verify`).
     pub fn kubeconfig(&self) -> PathBuf {
-        self.dir.path().join("kubeconfig.json")
+        self.dir.path().join("kubeconfig.yaml")
     }
 
     fn write_kubeconfig(&self) {
-        let kubeconfig = json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "kubefan", "cluster": {
-                "server": format!("{SCHEME}://{}", self.addr),
-                "insecure-skip-tls-verify": true
-            }}],
-            "users": [{"name": "viewer", "user": {}}],
-            "contexts": [{"name": "kubefan", "context": {"cluster": "kubefan", "user": "viewer"}}],
-            "current-context": "kubefan"
-        });
-        std::fs::write(
-            self.kubeconfig(),
-            serde_json::to_vec_pretty(&kubeconfig).unwrap(),
+        let ca = kubefan::kubeconfig::read_certificates(
+            "--tls-ca-file",
+            &self.dir.path().join("ca.crt"),
         )
-        .expect("kubeconfig written");
+        .expect("the CA reads");
+        let kubeconfig = kubefan::kubeconfig::Kubeconfig {
+            name: "kubefan".into(),
+            server: kubefan::kubeconfig::server_url(self.addr, true),
+            ca_pem: Some(ca),
+            token: None,
+            anonymous: true,
+        };
+        let yaml = kubeconfig.to_yaml();
+        assert!(!yaml.contains("insecure"), "verification stays on: {yaml}");
+        std::fs::write(self.kubeconfig(), yaml).expect("kubeconfig written");
     }
 
     /// The simulated server's objects, as [`Caches`].
@@ -323,7 +332,7 @@ impl Cluster {
             .expect("kubefan stops in time");
         let between = self.sim.stats();
         let server = self.server.as_ref().expect("sim is running");
-        self.app = Some(Self::gateway(server, self.addr).await);
+        self.app = Some(Self::gateway(server, self.addr, self.dir.path()).await);
         between
     }
 
