@@ -58,6 +58,7 @@ mod patch;
 mod rbac;
 mod resource;
 mod selector;
+mod server;
 mod store;
 mod watch;
 
@@ -73,9 +74,9 @@ pub use auth::{AuthStats, SimRule, SimUser, Subject};
 pub use churn::{ChurnConfig, PodBuilder, pod, seed_cluster, spawn_churn};
 pub use cli::{SimArgs, run};
 pub use error::SimError;
-pub use http::SimServer;
 pub use patch::merge_patch;
 pub use resource::{NameRule, ResourceDef, SelectableField, UnknownField};
+pub use server::SimServer;
 pub use store::{ListStats, ResourceStats, Stats, StorageStats};
 
 use store::{Limits, Store};
@@ -284,7 +285,7 @@ impl Sim {
 
     /// Binds `listen` and serves the simulator until `SimServer::stop`.
     pub async fn serve(&self, listen: SocketAddr) -> std::io::Result<SimServer> {
-        http::serve(self.clone(), listen).await
+        server::serve(self.clone(), listen).await
     }
 
     /// Creates an object; `resource` is a key like "pods" or "deployments.apps".
