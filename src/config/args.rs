@@ -1,0 +1,268 @@
+//! The gateway's flags (clap, `KUBEFAN_*` environment variables), shared
+//! by `serve` and `demo`, and how they become the configuration tree.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{
+    AuthConfig, AuthMode, AuthorizationMode, Config, JwtConfig, LimitsConfig, StreamConfig, TlsArgs,
+};
+use crate::hub::LogLimits;
+use crate::upstream::{InformerConfig, IngestOptions, UpstreamConfig};
+
+/// Gateway flags, shared by `serve` and `demo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GatewayArgs {
+    /// Address to serve HTTP on.
+    #[arg(long, env = "KUBEFAN_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Also serve `/metrics` on this address, without authentication (for
+    /// in-cluster scraping; give it its own port and NetworkPolicy).
+    #[arg(long, env = "KUBEFAN_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Resources whose informers start at boot (comma-separated: plural,
+    /// `plural.group` or short name); /readyz waits for them. Others start
+    /// on first subscription.
+    #[arg(long, env = "KUBEFAN_RESOURCES", value_delimiter = ',')]
+    pub resources: Vec<String>,
+    /// Serve only these resources (comma-separated: plural, `plural.group`
+    /// or short name); empty: everything the upstream serves.
+    #[arg(long, env = "KUBEFAN_ALLOW_RESOURCES", value_delimiter = ',')]
+    pub allow_resources: Vec<String>,
+    /// Never serve these resources, even when allowed.
+    #[arg(long, env = "KUBEFAN_DENY_RESOURCES", value_delimiter = ',')]
+    pub deny_resources: Vec<String>,
+    /// Serve Secrets (their data/stringData values are still blanked
+    /// unless --secret-data).
+    #[arg(long, env = "KUBEFAN_ALLOW_SECRETS")]
+    pub allow_secrets: bool,
+    /// Seconds an on-demand informer (not started at boot) runs on after
+    /// its last subscriber left.
+    #[arg(long, env = "KUBEFAN_IDLE_GRACE_SECS", default_value_t = 300)]
+    pub idle_grace_secs: u64,
+    /// With --allow-secrets, serve Secret values unredacted
+    /// (--reveal-secret-data is an older name).
+    #[arg(
+        long = "secret-data",
+        alias = "reveal-secret-data",
+        env = "KUBEFAN_SECRET_DATA",
+        requires = "allow_secrets"
+    )]
+    pub secret_data: bool,
+    /// Keep metadata.managedFields (dropped by default: 20-40% of an object).
+    #[arg(long, env = "KUBEFAN_KEEP_MANAGED_FIELDS")]
+    pub keep_managed_fields: bool,
+    /// Events kept per resource for resumes and slow readers.
+    #[arg(long, env = "KUBEFAN_LOG_MAX_EVENTS", default_value_t = 10_000)]
+    pub log_max_events: usize,
+    /// Bytes kept per resource's event log.
+    #[arg(long, env = "KUBEFAN_LOG_MAX_BYTES", default_value_t = 64 << 20)]
+    pub log_max_bytes: usize,
+    /// Seconds between keep-alives on idle streams.
+    #[arg(long, env = "KUBEFAN_KEEPALIVE_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub keepalive_secs: u64,
+    /// SSE reconnection delay hint (`retry:`), in milliseconds.
+    #[arg(long, env = "KUBEFAN_RETRY_MS", default_value_t = 2000)]
+    pub retry_ms: u64,
+    /// Seconds without any frame from a WebSocket peer (pongs count) before
+    /// it is closed; at least 2.5 keep-alive intervals.
+    #[arg(long, env = "KUBEFAN_WS_IDLE_TIMEOUT_SECS", default_value_t = 45, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub ws_idle_timeout_secs: u64,
+    /// Largest WebSocket message accepted from a client, in bytes.
+    #[arg(long, env = "KUBEFAN_WS_MAX_MESSAGE_BYTES", default_value_t = 64 << 10, value_parser = clap::value_parser!(u64).range(128..=(16 << 20)))]
+    pub ws_max_message_bytes: u64,
+    /// Subscriptions one multiplexed WebSocket (`/ws`) may hold at once.
+    #[arg(long, env = "KUBEFAN_WS_MAX_SUBSCRIPTIONS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub ws_max_subscriptions: u64,
+    /// Seconds a stream waits for a client that reads nothing before it
+    /// closes the connection.
+    #[arg(long, env = "KUBEFAN_WRITE_TIMEOUT_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub write_timeout_secs: u64,
+    /// Seconds a new subscriber waits for a resource's first list before 503.
+    #[arg(long, env = "KUBEFAN_SYNC_TIMEOUT_SECS", default_value_t = 10)]
+    pub sync_timeout_secs: u64,
+    /// Seconds open streams get to close at shutdown.
+    #[arg(long, env = "KUBEFAN_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    pub shutdown_grace_secs: u64,
+    /// HTTP worker threads.
+    #[arg(long, env = "KUBEFAN_WORKERS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: u16,
+    /// Upstream LIST page size.
+    #[arg(long, env = "KUBEFAN_PAGE_SIZE", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub page_size: u32,
+    /// Upstream WATCH timeoutSeconds (at most 290).
+    #[arg(long, env = "KUBEFAN_WATCH_TIMEOUT_SECS", default_value_t = 290, value_parser = clap::value_parser!(u64).range(1..=290))]
+    pub watch_timeout_secs: u64,
+    /// Authentication: none (loopback only, unless
+    /// --allow-unauthenticated), jwt, or kubernetes (TokenReview and
+    /// SubjectAccessReview).
+    #[arg(long, env = "KUBEFAN_AUTH", value_enum, default_value_t = AuthMode::None)]
+    pub auth: AuthMode,
+    /// Serve without authentication on a non-loopback address.
+    #[arg(long, env = "KUBEFAN_ALLOW_UNAUTHENTICATED")]
+    pub allow_unauthenticated: bool,
+    /// File holding the HS256/384/512 secret.
+    #[arg(long, env = "KUBEFAN_JWT_SECRET_FILE")]
+    pub jwt_secret_file: Option<PathBuf>,
+    /// PEM public key file (RSA, EC or Ed25519); repeatable.
+    #[arg(long, env = "KUBEFAN_JWT_PUBLIC_KEY_FILE", value_delimiter = ',')]
+    pub jwt_public_key_file: Vec<PathBuf>,
+    /// JWKS file; keys chosen by `kid`, re-read when the file changes.
+    #[arg(long, env = "KUBEFAN_JWKS_FILE")]
+    pub jwks_file: Option<PathBuf>,
+    /// Accepted `iss` (comma-separated); unchecked when empty.
+    #[arg(long, env = "KUBEFAN_JWT_ISSUER", value_delimiter = ',')]
+    pub jwt_issuer: Vec<String>,
+    /// Accepted `aud` (comma-separated); unchecked when empty.
+    #[arg(long, env = "KUBEFAN_JWT_AUDIENCE", value_delimiter = ',')]
+    pub jwt_audience: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds.
+    #[arg(long, env = "KUBEFAN_JWT_LEEWAY_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub jwt_leeway_secs: u64,
+    /// Claim listing the namespaces a token grants ("*": all).
+    #[arg(
+        long,
+        env = "KUBEFAN_JWT_NAMESPACES_CLAIM",
+        default_value = "kubefan/namespaces"
+    )]
+    pub jwt_namespaces_claim: String,
+    /// Claim listing the resources a token grants ("*": all).
+    #[arg(
+        long,
+        env = "KUBEFAN_JWT_RESOURCES_CLAIM",
+        default_value = "kubefan/resources"
+    )]
+    pub jwt_resources_claim: String,
+    /// Cookie a token may be read from.
+    #[arg(long, env = "KUBEFAN_AUTH_COOKIE", default_value = "kubefan_token")]
+    pub auth_cookie: String,
+    /// Seconds TokenReview / SubjectAccessReview answers are reused; a
+    /// token with open streams is reviewed again this often.
+    #[arg(long, env = "KUBEFAN_AUTH_CACHE_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub auth_cache_secs: u64,
+    /// `--auth kubernetes`: audiences sent in TokenReviews (comma-separated),
+    /// so users can hand kubefan tokens minted for it alone.
+    #[arg(long, env = "KUBEFAN_TOKEN_AUDIENCES", value_delimiter = ',')]
+    pub token_audiences: Vec<String>,
+    /// `--auth kubernetes`: decide rights locally from RBAC objects
+    /// (`rbac`), or ask the API server with SubjectAccessReviews (`review`).
+    #[arg(long, env = "KUBEFAN_AUTHORIZATION", value_enum, default_value_t = AuthorizationMode::Rbac)]
+    pub authorization: AuthorizationMode,
+    /// Origins (`https://dash.example.com`) allowed cross-origin: WebSocket
+    /// upgrades and CORS with credentials. Same-origin is always allowed.
+    #[arg(long, env = "KUBEFAN_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+    /// Requests in flight at once, open streams included (503 beyond; 0: no limit).
+    #[arg(long, env = "KUBEFAN_MAX_CONNECTIONS", default_value_t = 15_000)]
+    pub max_connections: usize,
+    /// Requests in flight per principal (429 beyond; 0: no limit).
+    #[arg(
+        long,
+        env = "KUBEFAN_MAX_CONNECTIONS_PER_PRINCIPAL",
+        default_value_t = 0
+    )]
+    pub max_connections_per_principal: usize,
+    /// Requests in flight per client address (429 beyond; 0: no limit).
+    #[arg(long, env = "KUBEFAN_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = 0)]
+    pub max_connections_per_address: usize,
+    /// New requests per second per client address (429 beyond; 0: no limit).
+    #[arg(
+        long,
+        env = "KUBEFAN_CONNECTIONS_PER_SECOND_PER_ADDRESS",
+        default_value_t = 0
+    )]
+    pub connections_per_second_per_address: u32,
+    /// Proxies in front of kubefan, as addresses or CIDR ranges
+    /// (comma-separated): from these, the client address the per-address
+    /// limits count is read from `X-Forwarded-For`.
+    #[arg(long, env = "KUBEFAN_TRUSTED_PROXIES", value_delimiter = ',', value_parser = parse_net)]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// An address range (`10.0.0.0/8`) or one address (`10.0.0.7`).
+pub(super) fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
+    let text = text.trim();
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{text:?} is neither an address nor a CIDR range (10.0.0.0/8)"))
+}
+
+impl GatewayArgs {
+    pub fn into_config(self) -> Config {
+        Config {
+            listen: self.listen,
+            metrics_listen: self.metrics_listen,
+            workers: usize::from(self.workers),
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
+            upstream: UpstreamConfig {
+                boot_resources: names(self.resources),
+                allow_resources: names(self.allow_resources),
+                deny_resources: names(self.deny_resources),
+                allow_secrets: self.allow_secrets,
+                idle_grace: Duration::from_secs(self.idle_grace_secs),
+                informer: InformerConfig {
+                    page_size: self.page_size,
+                    watch_timeout: Duration::from_secs(self.watch_timeout_secs),
+                    ingest: IngestOptions {
+                        keep_managed_fields: self.keep_managed_fields,
+                        reveal_secret_data: self.secret_data,
+                    },
+                    ..InformerConfig::default()
+                },
+                log_limits: LogLimits {
+                    max_events: self.log_max_events.max(1),
+                    max_bytes: self.log_max_bytes.max(1),
+                },
+                ..UpstreamConfig::default()
+            },
+            stream: StreamConfig {
+                sync_timeout: Duration::from_secs(self.sync_timeout_secs),
+                keepalive: Duration::from_secs(self.keepalive_secs),
+                retry: Duration::from_millis(self.retry_ms),
+                ws_idle_timeout: Duration::from_secs(self.ws_idle_timeout_secs),
+                ws_max_message: self.ws_max_message_bytes as usize,
+                max_subscriptions_per_socket: self.ws_max_subscriptions as usize,
+                write_timeout: Duration::from_secs(self.write_timeout_secs),
+            },
+            auth: AuthConfig {
+                mode: self.auth,
+                jwt: JwtConfig {
+                    secret_file: self.jwt_secret_file,
+                    public_key_files: self.jwt_public_key_file,
+                    jwks_file: self.jwks_file,
+                    issuers: names(self.jwt_issuer),
+                    audiences: names(self.jwt_audience),
+                    leeway: Duration::from_secs(self.jwt_leeway_secs),
+                    namespaces_claim: self.jwt_namespaces_claim,
+                    resources_claim: self.jwt_resources_claim,
+                },
+                cookie: self.auth_cookie,
+                cache_ttl: Duration::from_secs(self.auth_cache_secs),
+                allow_unauthenticated: self.allow_unauthenticated,
+                token_audiences: names(self.token_audiences),
+                authorization: self.authorization,
+            },
+            limits: LimitsConfig {
+                max_connections: self.max_connections,
+                max_per_principal: self.max_connections_per_principal,
+                max_per_address: self.max_connections_per_address,
+                per_second_per_address: self.connections_per_second_per_address,
+                trusted_proxies: self.trusted_proxies,
+                ..LimitsConfig::default()
+            },
+            allowed_origins: names(self.allowed_origins),
+            tls: self.tls.into_config(),
+        }
+    }
+}
+
+/// A comma-separated list of resource names, trimmed, without empties.
+fn names(list: Vec<String>) -> Vec<String> {
+    list.into_iter()
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty())
+        .collect()
+}
