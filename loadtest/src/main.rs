@@ -6,8 +6,10 @@
 
 mod floor;
 mod subscriber;
+mod worker;
 
-use std::net::{IpAddr, Ipv4Addr};
+use worker::{WorkerConfig, WorkerReport, local_address, worker};
+
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -16,10 +18,10 @@ use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use hdrhistogram::Histogram;
-use serde::{Deserialize, Serialize};
+
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use subscriber::{Client, Target, Transport, client_for, connect, h2_connection, now_nanos, read};
+use subscriber::{Client, Target, Transport, client_for, connect, now_nanos};
 
 #[derive(Parser)]
 #[command(about = "Load generator for kubefan and nginx+nchan")]
@@ -105,25 +107,6 @@ struct HerdArgs {
     subscribers: usize,
 }
 
-#[derive(Serialize, Deserialize)]
-struct WorkerConfig {
-    target: Target,
-    subscribers: usize,
-    first_address: u8,
-    addresses: u8,
-}
-
-#[derive(Serialize, Deserialize, Default)]
-struct WorkerReport {
-    /// (latency µs, count) of every delivery.
-    histogram: Vec<(u64, u64)>,
-    /// Per change: deliveries and the latest one (µs).
-    per_change: Vec<(u64, u32)>,
-    duplicates: u64,
-    resets: u64,
-    failed_connections: u64,
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Command::Floor { listen } = cli.command {
@@ -142,114 +125,6 @@ fn main() -> anyhow::Result<()> {
         Command::Worker { config } => rt.block_on(worker(serde_json::from_str(&config)?)),
         Command::Floor { .. } => unreachable!("served above"),
     }
-}
-
-fn local_address(i: usize, first: u8, count: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(
-        127,
-        0,
-        0,
-        first + (i % count.max(1) as usize) as u8,
-    ))
-}
-
-async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let per_connection = cfg.target.h2_streams;
-    let clients: Vec<Client> = if per_connection > 0 {
-        // Subscriber i uses connection i / per_connection.
-        let connections = cfg.subscribers.div_ceil(per_connection);
-        let mut sends = Vec::with_capacity(connections);
-        for c in 0..connections {
-            let local = local_address(c, cfg.first_address, cfg.addresses);
-            let send =
-                tokio::time::timeout(Duration::from_secs(60), h2_connection(&cfg.target, local))
-                    .await
-                    .context("an HTTP/2 connection in time")??;
-            sends.push(Client::H2(send));
-        }
-        sends
-    } else {
-        (0..cfg.addresses.max(1) as usize)
-            .map(|i| {
-                client_for(
-                    local_address(i, cfg.first_address, cfg.addresses),
-                    cfg.target.ca_pem.as_deref(),
-                )
-                .map(Client::Http)
-            })
-            .collect::<anyhow::Result<_>>()?
-    };
-    let mut conns = Vec::with_capacity(cfg.subscribers);
-    let mut failed = 0;
-    // At most 256 handshakes in flight.
-    let mut pending = FuturesUnordered::new();
-    for i in 0..cfg.subscribers {
-        let client = match i.checked_div(per_connection) {
-            Some(connection) => clients[connection].clone(),
-            None => clients[i % clients.len()].clone(),
-        };
-        let target = cfg.target.clone();
-        let local = local_address(i, cfg.first_address, cfg.addresses);
-        pending.push(async move {
-            tokio::time::timeout(Duration::from_secs(60), connect(&target, &client, local)).await
-        });
-        if pending.len() >= 256 {
-            match pending.next().await {
-                Some(Ok(Ok(c))) => conns.push(c),
-                _ => failed += 1,
-            }
-        }
-    }
-    while let Some(r) = pending.next().await {
-        match r {
-            Ok(Ok(c)) => conns.push(c),
-            _ => failed += 1,
-        }
-    }
-    let mut out = tokio::io::stdout();
-    out.write_all(format!("READY {} {}\n", started.elapsed().as_millis(), failed).as_bytes())
-        .await?;
-    out.flush().await?;
-    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
-    let line = stdin.next_line().await?.context("coordinator went away")?;
-    let mut words = line.split_whitespace().skip(1);
-    let changes: usize = words.next().context("GO changes")?.parse()?;
-    let deadline_ms: u64 = words.next().context("GO deadline")?.parse()?;
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(deadline_ms);
-    let tasks: Vec<_> = conns
-        .into_iter()
-        .map(|c| tokio::spawn(read(c, changes, deadline)))
-        .collect();
-    // Readers are running: the coordinator may start publishing.
-    out.write_all(b"STARTED\n").await?;
-    out.flush().await?;
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 2)?;
-    let mut report = WorkerReport {
-        per_change: vec![(0, 0); changes],
-        failed_connections: failed,
-        ..WorkerReport::default()
-    };
-    for t in tasks {
-        let seen = t.await?;
-        report.duplicates += seen.duplicates;
-        report.resets += seen.resets;
-        for (i, l) in seen.latency_us.iter().enumerate() {
-            if *l != u32::MAX {
-                hist.saturating_record(u64::from(*l).max(1));
-                report.per_change[i].0 += 1;
-                report.per_change[i].1 = report.per_change[i].1.max(*l);
-            }
-        }
-    }
-    report.histogram = hist
-        .iter_recorded()
-        .map(|v| (v.value_iterated_to(), v.count_at_value()))
-        .collect();
-    out.write_all(format!("{}\n", serde_json::to_string(&report)?).as_bytes())
-        .await?;
-    out.flush().await?;
-    Ok(())
 }
 
 /// RSS (KiB) and CPU time (ms) of a process, from /proc.

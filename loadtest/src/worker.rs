@@ -1,0 +1,142 @@
+//! One worker process: its share of the subscribers, connected from its
+//! loopback addresses; it reads every delivery and reports latencies,
+//! duplicates and resets to the `run` process on stdout.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::subscriber::{Client, Target, client_for, connect, h2_connection, read};
+
+#[derive(Serialize, Deserialize)]
+pub struct WorkerConfig {
+    pub target: Target,
+    pub subscribers: usize,
+    pub first_address: u8,
+    pub addresses: u8,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+pub struct WorkerReport {
+    /// (latency µs, count) of every delivery.
+    pub histogram: Vec<(u64, u64)>,
+    /// Per change: deliveries and the latest one (µs).
+    pub per_change: Vec<(u64, u32)>,
+    pub duplicates: u64,
+    pub resets: u64,
+    pub failed_connections: u64,
+}
+
+pub fn local_address(i: usize, first: u8, count: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(
+        127,
+        0,
+        0,
+        first + (i % count.max(1) as usize) as u8,
+    ))
+}
+
+pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let per_connection = cfg.target.h2_streams;
+    let clients: Vec<Client> = if per_connection > 0 {
+        // Subscriber i uses connection i / per_connection.
+        let connections = cfg.subscribers.div_ceil(per_connection);
+        let mut sends = Vec::with_capacity(connections);
+        for c in 0..connections {
+            let local = local_address(c, cfg.first_address, cfg.addresses);
+            let send =
+                tokio::time::timeout(Duration::from_secs(60), h2_connection(&cfg.target, local))
+                    .await
+                    .context("an HTTP/2 connection in time")??;
+            sends.push(Client::H2(send));
+        }
+        sends
+    } else {
+        (0..cfg.addresses.max(1) as usize)
+            .map(|i| {
+                client_for(
+                    local_address(i, cfg.first_address, cfg.addresses),
+                    cfg.target.ca_pem.as_deref(),
+                )
+                .map(Client::Http)
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    let mut conns = Vec::with_capacity(cfg.subscribers);
+    let mut failed = 0;
+    // At most 256 handshakes in flight.
+    let mut pending = FuturesUnordered::new();
+    for i in 0..cfg.subscribers {
+        let client = match i.checked_div(per_connection) {
+            Some(connection) => clients[connection].clone(),
+            None => clients[i % clients.len()].clone(),
+        };
+        let target = cfg.target.clone();
+        let local = local_address(i, cfg.first_address, cfg.addresses);
+        pending.push(async move {
+            tokio::time::timeout(Duration::from_secs(60), connect(&target, &client, local)).await
+        });
+        if pending.len() >= 256 {
+            match pending.next().await {
+                Some(Ok(Ok(c))) => conns.push(c),
+                _ => failed += 1,
+            }
+        }
+    }
+    while let Some(r) = pending.next().await {
+        match r {
+            Ok(Ok(c)) => conns.push(c),
+            _ => failed += 1,
+        }
+    }
+    let mut out = tokio::io::stdout();
+    out.write_all(format!("READY {} {}\n", started.elapsed().as_millis(), failed).as_bytes())
+        .await?;
+    out.flush().await?;
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    let line = stdin.next_line().await?.context("coordinator went away")?;
+    let mut words = line.split_whitespace().skip(1);
+    let changes: usize = words.next().context("GO changes")?.parse()?;
+    let deadline_ms: u64 = words.next().context("GO deadline")?.parse()?;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(deadline_ms);
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|c| tokio::spawn(read(c, changes, deadline)))
+        .collect();
+    // Readers are running: the coordinator may start publishing.
+    out.write_all(b"STARTED\n").await?;
+    out.flush().await?;
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 2)?;
+    let mut report = WorkerReport {
+        per_change: vec![(0, 0); changes],
+        failed_connections: failed,
+        ..WorkerReport::default()
+    };
+    for t in tasks {
+        let seen = t.await?;
+        report.duplicates += seen.duplicates;
+        report.resets += seen.resets;
+        for (i, l) in seen.latency_us.iter().enumerate() {
+            if *l != u32::MAX {
+                hist.saturating_record(u64::from(*l).max(1));
+                report.per_change[i].0 += 1;
+                report.per_change[i].1 = report.per_change[i].1.max(*l);
+            }
+        }
+    }
+    report.histogram = hist
+        .iter_recorded()
+        .map(|v| (v.value_iterated_to(), v.count_at_value()))
+        .collect();
+    out.write_all(format!("{}\n", serde_json::to_string(&report)?).as_bytes())
+        .await?;
+    out.flush().await?;
+    Ok(())
+}
