@@ -30,16 +30,15 @@
 use std::cell::RefCell;
 use std::future::poll_fn;
 use std::net::SocketAddr;
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use actix_http::body::{BodySize, BoxBody, MessageBody};
-use actix_http::error::PayloadError;
 use actix_http::header::{self, HeaderValue};
-use actix_http::{HttpMessage, Method, Payload, Request, Response, Version};
+use actix_http::{HttpMessage, Method, Request, Response, Version};
 use actix_service::Service;
 use bytes::Bytes;
 use h2::server::SendResponse;
@@ -185,9 +184,15 @@ async fn serve_request<S>(
     S::Error: Into<Response<BoxBody>>,
 {
     let (parts, body) = request.into_parts();
+    // No route of kubefan reads a request body. Dropped at once, the
+    // stream's receiving half discards whatever DATA follows instead of
+    // queueing it (h2's `RecvStream` drop clears and closes its buffer), so
+    // a client cannot pile frames up on a stream kubefan never reads
+    // (RUSTSEC-2026-0258, unbounded empty DATA frames, is fixed only in h2
+    // 0.4, which needs the `http` 1 types actix-http 3 does not use).
+    drop(body);
     let head_only = parts.method == Method::HEAD;
-    let payload: actix_http::BoxedPayloadStream = Box::pin(RequestBody(body));
-    let mut req = Request::with_payload(Payload::Stream { payload });
+    let mut req = Request::new();
     {
         let head = req.head_mut();
         head.method = parts.method;
@@ -273,29 +278,6 @@ pub(super) fn is_connection_specific(name: &header::HeaderName) -> bool {
         name.as_str(),
         "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
     )
-}
-
-/// A request's body, as actix's payload: data as it arrives, each piece's
-/// window given back as it is read.
-struct RequestBody(RecvStream);
-
-impl futures::Stream for RequestBody {
-    type Item = Result<Bytes, PayloadError>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let body = &mut self.get_mut().0;
-        match body.poll_data(cx) {
-            Poll::Ready(Some(Ok(data))) => {
-                let _ = body.flow_control().release_capacity(data.len());
-                Poll::Ready(Some(Ok(data)))
-            }
-            Poll::Ready(Some(Err(err))) => {
-                Poll::Ready(Some(Err(PayloadError::Io(std::io::Error::other(err)))))
-            }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
-    }
 }
 
 #[cfg(test)]
