@@ -41,8 +41,12 @@ use crate::upstream::ResourceInfo;
 
 /// The least time between two probes of one resource.
 pub const PROBE_PERIOD: Duration = Duration::from_millis(100);
-/// The longest a LIST waits for its hub to reach the probed version.
-pub const CATCH_UP: Duration = Duration::from_secs(1);
+/// The longest a LIST waits for its hub to reach the probed version. A
+/// change written before the LIST reaches kubefan's watch within tens of
+/// milliseconds; a quiet resource in a busy cluster (its hub behind the
+/// global resourceVersion until the next bookmark) waits this long on
+/// every LIST, so it is kept short.
+pub const CATCH_UP: Duration = Duration::from_millis(250);
 
 type Probe = Shared<BoxFuture<'static, Option<u64>>>;
 
