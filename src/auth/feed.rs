@@ -10,8 +10,7 @@ use serde_json::Value;
 
 use super::Auth;
 use super::rbac::{GROUP, Kind};
-use crate::hub::{EventType, Item, Subscribe, Subscription, SubscriptionContext, ViewSpec};
-use crate::metrics::Transport;
+use crate::hub::{EventType, Item, Subscribe, Subscription, SubscriptionContext};
 use crate::upstream::Informers;
 
 /// The canonical names of the four RBAC resources.
@@ -39,18 +38,9 @@ async fn feed(kind: Kind, auth: &Auth, informers: &Informers, cx: &SubscriptionC
             return;
         }
         let started = match informers.internal_hub(&name).await {
-            Ok(hub) => {
-                let request = Subscribe {
-                    spec: ViewSpec::default(),
-                    resume: None,
-                    transport: Transport::Internal,
-                    expires: None,
-                    access: None,
-                };
-                Subscription::start(hub, request, cx)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
+            Ok(hub) => Subscription::start(hub, Subscribe::internal(), cx)
+                .await
+                .map_err(|e| e.to_string()),
             Err(err) => Err(err.to_string()),
         };
         match started {

@@ -114,6 +114,20 @@ pub struct Subscribe {
     pub access: Option<Scoping>,
 }
 
+impl Subscribe {
+    /// kubefan reading a resource for itself (RBAC objects, CRDs): every
+    /// object, from a snapshot, never expiring.
+    pub fn internal() -> Subscribe {
+        Subscribe {
+            spec: ViewSpec::default(),
+            resume: None,
+            transport: Transport::Internal,
+            expires: None,
+            access: None,
+        }
+    }
+}
+
 /// What every subscription needs of the gateway around it; one, cloned.
 #[derive(Clone)]
 pub struct SubscriptionContext {

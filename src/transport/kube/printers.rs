@@ -17,8 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::hub::{EventType, Item, Subscribe, Subscription, ViewSpec};
-use crate::metrics::Transport;
+use crate::hub::{EventType, Item, Subscribe, Subscription};
 use crate::table::{Printer, Printers};
 use crate::transport::state::AppState;
 
@@ -98,14 +97,7 @@ impl KubePrinters {
             .internal_hub(CRDS)
             .await
             .map_err(|e| e.to_string())?;
-        let request = Subscribe {
-            spec: ViewSpec::default(),
-            resume: None,
-            transport: Transport::Internal,
-            expires: None,
-            access: None,
-        };
-        let mut sub = Subscription::start(hub, request, &state.subscriptions)
+        let mut sub = Subscription::start(hub, Subscribe::internal(), &state.subscriptions)
             .await
             .map_err(|e| e.to_string())?;
         while let Some(item) = sub.next().await {
