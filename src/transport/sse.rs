@@ -11,6 +11,8 @@
 //! because that type re-encodes each event per subscriber, which is the
 //! per-delivery cost the hub's encode-once design removes.
 
+use std::time::Duration;
+
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
@@ -45,7 +47,7 @@ pub async fn stream(
     let body = SseBody {
         preamble: Some(Bytes::from(format!(
             "retry: {}\n\n",
-            state.stream.retry.as_millis()
+            retry_hint(state.stream.retry)
         ))),
         framed: Framed::new(
             sub,
@@ -78,6 +80,15 @@ fn parse_last_event_id(value: &HeaderValue) -> Result<Option<Position>, ApiError
         return Ok(None);
     }
     parse_position("Last-Event-ID", text)
+}
+
+/// One stream's `retry:` hint, in milliseconds: `--retry-ms` plus a
+/// random share of up to as much again. Clients dropped together (kubefan
+/// restarting, a replica going away) then come back spread over that
+/// window instead of in the same instant.
+fn retry_hint(base: Duration) -> u64 {
+    let base = u64::try_from(base.as_millis()).unwrap_or(u64::MAX / 2);
+    base + getrandom::u64().unwrap_or(0) % (base + 1)
 }
 
 /// The `retry:` hint, then the framed stream.
@@ -164,6 +175,15 @@ fn frame(name: &str, id: Option<&str>, object: &str, clear_id: bool) -> Vec<u8> 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn retry_hints_spread_over_one_to_two_base_delays() {
+        let hints: std::collections::BTreeSet<u64> = (0..200)
+            .map(|_| super::retry_hint(Duration::from_millis(2000)))
+            .collect();
+        assert!(hints.iter().all(|h| (2000..=4000).contains(h)), "{hints:?}");
+        assert!(hints.len() > 100, "spread, not one value: {}", hints.len());
+    }
+
     use super::*;
     use crate::hub::ResourceMeta;
 
