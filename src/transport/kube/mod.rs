@@ -228,8 +228,6 @@ async fn serve(
         labels: query.label_selector()?,
         fields: query.field_selector(fields)?,
     };
-    // Counted as a user of the hub while serving, so an on-demand informer
-    // is not stopped mid-request; retried once if it was stopped just now.
     let shape = shape(
         &state,
         &printers,
@@ -239,6 +237,8 @@ async fn serve(
         target.name.is_none() && !query.watch,
     )
     .await?;
+    // Counted as a user of the hub while serving, so an on-demand informer
+    // is not stopped mid-request; retried once if it was stopped just now.
     let (hub, _in_use) = state
         .informers
         .with_hub::<_, ApiError, _, _>(&info.canonical_name(), |hub| async move {
