@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 mod floor;
+mod storm;
 mod subscriber;
 mod worker;
 
@@ -36,6 +37,9 @@ enum Command {
     Run(RunArgs),
     /// N subscribers connecting at once; time until the last has its snapshot.
     Herd(HerdArgs),
+    /// N subscribers holding their snapshots; when the gateway restarts,
+    /// time until the last is consistent again (`run-storm.sh`).
+    Storm(storm::StormArgs),
     /// The floor server: one write per delivery and nothing else, speaking
     /// the nchan subset the generator uses (`--server floor`).
     Floor {
@@ -122,6 +126,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => rt.block_on(run(args)),
         Command::Herd(args) => rt.block_on(herd(args)),
+        Command::Storm(args) => rt.block_on(storm::storm(args)),
         Command::Worker { config } => rt.block_on(worker(serde_json::from_str(&config)?)),
         Command::Floor { .. } => unreachable!("served above"),
     }

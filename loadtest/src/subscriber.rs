@@ -127,7 +127,7 @@ impl Target {
 }
 
 /// Marks the end of kubefan's snapshot on every transport.
-const SNAPSHOT_END: &[u8] = b"k8s.io/initial-events-end";
+pub const SNAPSHOT_END: &[u8] = b"k8s.io/initial-events-end";
 
 /// A connected subscriber, ready for changes.
 pub enum Conn {
