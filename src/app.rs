@@ -40,8 +40,19 @@ pub struct App {
 impl App {
     /// Starts the boot-time informers, binds `cfg.listen` and serves.
     pub async fn build(cfg: Config, client: kube::Client) -> std::io::Result<App> {
+        Self::build_with_reviews(cfg, client.clone(), client).await
+    }
+
+    /// [`App::build`], reviewing clients' tokens (`--auth kubernetes`)
+    /// with `reviews` rather than the upstream: a leaf of a tier, whose
+    /// upstream is a read-only kubefan, reviews with the API server.
+    pub async fn build_with_reviews(
+        cfg: Config,
+        client: kube::Client,
+        reviews: kube::Client,
+    ) -> std::io::Result<App> {
         let auth = Arc::new(
-            Auth::new(&cfg.auth, client.clone(), cfg.stream.sync_timeout)
+            Auth::new(&cfg.auth, reviews, cfg.stream.sync_timeout)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
         );
         log_exposure(&cfg);

@@ -93,6 +93,13 @@ struct ServeArgs {
     /// Kubeconfig context (default: the current context).
     #[arg(long, env = "KUBEFAN_CONTEXT")]
     context: Option<String>,
+    /// With `--auth kubernetes`: the API server that reviews clients'
+    /// tokens (TokenReview, SubjectAccessReview), when `--kubeconfig`
+    /// points at another kubefan (a leaf of a tier, whose root is
+    /// read-only): a kubeconfig file, or `in-cluster` for the pod's service
+    /// account. Default: the upstream itself.
+    #[arg(long, env = "KUBEFAN_AUTH_KUBECONFIG", value_name = "FILE|in-cluster")]
+    auth_kubeconfig: Option<String>,
     #[command(flatten)]
     gateway: GatewayArgs,
 }
@@ -264,18 +271,37 @@ async fn serve(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<(
     };
     tracing::info!(cluster = %config.cluster_url, "using Kubernetes API server");
     let client = kube::Client::try_from(config)?;
-    run_gateway(args.gateway, client, shutdown).await
+    let reviews = match args.auth_kubeconfig.as_deref() {
+        None => None,
+        Some("in-cluster") => {
+            Some(kube::Config::incluster().context("--auth-kubeconfig in-cluster: not in a pod")?)
+        }
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading --auth-kubeconfig {path}"))?;
+            Some(kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?)
+        }
+    };
+    let reviews = match reviews {
+        Some(config) => {
+            tracing::info!(cluster = %config.cluster_url, "reviewing clients' tokens with this API server");
+            kube::Client::try_from(config)?
+        }
+        None => client.clone(),
+    };
+    run_gateway(args.gateway, client, reviews, shutdown).await
 }
 
 async fn run_gateway(
     args: GatewayArgs,
     client: kube::Client,
+    reviews: kube::Client,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let cfg = args.into_config();
     cfg.validate()?;
     log_config(&cfg);
-    let app = App::build(cfg, client)
+    let app = App::build_with_reviews(cfg, client, reviews)
         .await
         .context("starting the gateway")?;
     shutdown.cancelled().await;

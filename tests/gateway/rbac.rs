@@ -578,3 +578,81 @@ async fn kubefans_own_rights_are_checked_and_it_says_what_to_grant() {
     );
     env.stop().await;
 }
+
+/// A leaf of a tier (its upstream a root kubefan, which is read-only)
+/// reviews its clients' tokens with the API server (`--auth-kubeconfig`),
+/// reads the RBAC objects through the root like any resource, and narrows
+/// a teammate's stream as the root would; the API server still sees one
+/// watch on pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_reviews_tokens_with_the_api_server_and_reads_rbac_through_its_root() {
+    let sim = team_sim();
+    sim.create(ROLE_BINDINGS, binding("dana-web", "web", "dana"))
+        .unwrap();
+    sim.set_users(vec![
+        SimUser::new("dana-token", "dana", &["team"]),
+        SimUser::new("leaf-token", "kubefan-leaf", &[]),
+    ]);
+    // What a leaf's ServiceAccount is granted on the root (as deploy/'s
+    // ClusterRole grants kubefan on the API server).
+    sim.create(
+        CLUSTER_ROLES,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "kubefan-leaf"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"], "verbs": ["get", "list", "watch"]}]}),
+    )
+    .unwrap();
+    sim.create(
+        CLUSTER_ROLE_BINDINGS,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "kubefan-leaf"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubefan-leaf"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kubefan-leaf"}]}),
+    )
+    .unwrap();
+    let root = rbac_env(sim, |_| {}).await;
+
+    let mut cfg = test_config(&["pods"]);
+    cfg.auth.mode = AuthMode::Kubernetes;
+    cfg.auth.cache_ttl = Duration::from_secs(300);
+    let upstream = root.kube_client(Some("leaf-token")).await;
+    let reviews =
+        kube::Client::try_from(root.server.client_config()).expect("a client of the API server");
+    let leaf = kubefan::app::App::build_with_reviews(cfg, upstream, reviews)
+        .await
+        .expect("the leaf starts");
+    let leaf_base = format!("http://{}", leaf.local_addr());
+    let resp = tokio::time::timeout(
+        WAIT,
+        root.http
+            .get(format!("{leaf_base}/stream/pods"))
+            .bearer_auth("dana-token")
+            .send(),
+    )
+    .await
+    .expect("response in time")
+    .expect("request");
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    let mut stream = SseClient::new(resp);
+    let mut view = ClientView::new();
+    while view.snapshots == 0 {
+        view.apply(&stream.next().await.unwrap());
+    }
+    assert_eq!(namespaces(&view), BTreeSet::from(["web".to_string()]));
+    let refused = tokio::time::timeout(
+        WAIT,
+        root.http
+            .get(format!("{leaf_base}/stream/pods"))
+            .bearer_auth("nobody-token")
+            .send(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(refused.status(), 401);
+    assert_eq!(root.sim.stats().resource("pods").open_watches, 1);
+    tokio::time::timeout(WAIT, leaf.stop()).await.unwrap();
+    root.stop().await;
+}
