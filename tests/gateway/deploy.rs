@@ -789,12 +789,12 @@ fn relative(path: &Path, from: &Path) -> PathBuf {
     rel
 }
 
-#[test]
-fn the_tls_component_serves_https_from_a_mounted_secret_with_https_probes() {
-    // An overlay outside deploy/, as the component's own comment says to
-    // write, rendered by kubectl's kustomize.
+/// deploy/ with the component `name`, from an overlay outside deploy/, as
+/// the components' own comments say to write it, rendered by kubectl's
+/// kustomize.
+fn render_with_component(name: &str) -> String {
     let overlay = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("kubefan-tls-overlay-{}", uuid::Uuid::new_v4()));
+        .join(format!("kubefan-{name}-overlay-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&overlay).unwrap();
     let deploy = relative(&root().join("deploy"), &overlay);
     std::fs::write(
@@ -802,7 +802,7 @@ fn the_tls_component_serves_https_from_a_mounted_secret_with_https_probes() {
         format!(
             "resources: [{}]\ncomponents: [{}]\n",
             deploy.display(),
-            deploy.join("tls").display()
+            deploy.join(name).display()
         ),
     )
     .unwrap();
@@ -817,7 +817,12 @@ fn the_tls_component_serves_https_from_a_mounted_secret_with_https_probes() {
         "kubectl kustomize: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_tls_component_serves_https_from_a_mounted_secret_with_https_probes() {
+    let text = render_with_component("tls");
     let mut deployment = None;
     let mut service = None;
     for doc in serde_norway::Deserializer::from_str(&text) {
@@ -880,4 +885,180 @@ fn the_tls_component_serves_https_from_a_mounted_secret_with_https_probes() {
         svc_port.target_port,
         Some(IntOrString::String("https".into()))
     );
+}
+
+/// The leaf tier: a root Deployment (the only one watching the API server,
+/// not behind the public Service), the public Deployment turned into
+/// autoscaled leaves whose upstream is the root and whose clients' tokens
+/// are reviewed by the API server, every flag one kubefan knows.
+#[test]
+fn the_tier_component_makes_autoscaled_leaves_of_a_root() {
+    let text = render_with_component("tier");
+    let (mut deployments, mut services, mut config_maps, mut hpas) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for doc in serde_norway::Deserializer::from_str(&text) {
+        let value = Value::deserialize(doc).unwrap();
+        match value["kind"].as_str() {
+            Some("Deployment") => deployments.push(typed::<Deployment>("tier", &value)),
+            Some("Service") => services.push(typed::<Service>("tier", &value)),
+            Some("ConfigMap") => config_maps.push(typed::<ConfigMap>("tier", &value)),
+            Some("HorizontalPodAutoscaler") => hpas.push(typed::<
+                k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
+            >("tier", &value)),
+            _ => {}
+        }
+    }
+    let named = |name: &str| {
+        deployments
+            .iter()
+            .find(|d| d.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("a Deployment {name}"))
+    };
+    let flags = serve_flags();
+    let args_of = |d: &Deployment| -> Vec<String> {
+        let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let c = one(&pod.containers, "container");
+        let sc = c.security_context.as_ref().expect("securityContext");
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        let args = c.args.clone().unwrap();
+        for a in args.iter().filter_map(|a| a.strip_prefix("--")) {
+            let flag = a.split('=').next().unwrap();
+            assert!(flags.contains(flag), "kubefan serve has no --{flag}");
+        }
+        args
+    };
+
+    // The leaves: the root as upstream, the API server for reviews.
+    let leaf = named("kubefan");
+    let args = args_of(leaf);
+    assert!(
+        args.contains(&"--auth-kubeconfig=in-cluster".to_string()),
+        "{args:?}"
+    );
+    let kubeconfig = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--kubeconfig="))
+        .expect("--kubeconfig");
+    let pod = leaf.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let c = one(&pod.containers, "container");
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| kubeconfig.starts_with(&format!("{}/", m.mount_path)))
+        .expect("the kubeconfig is mounted");
+    assert_eq!(mount.read_only, Some(true));
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap();
+    let cm_name = volume
+        .config_map
+        .as_ref()
+        .expect("a ConfigMap")
+        .name
+        .clone();
+    let cm = config_maps
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(cm_name.as_str()))
+        .expect("the leaves' kubeconfig ConfigMap");
+    let file = kubeconfig.rsplit('/').next().unwrap();
+    let kc: kube::config::Kubeconfig =
+        serde_norway::from_str(&cm.data.as_ref().unwrap()[file]).expect("a kubeconfig");
+    let server = kc.clusters[0]
+        .cluster
+        .as_ref()
+        .unwrap()
+        .server
+        .clone()
+        .unwrap();
+    let user = kc.auth_infos[0].auth_info.as_ref().unwrap();
+    assert_eq!(
+        user.token_file.as_deref(),
+        Some("/var/run/secrets/kubernetes.io/serviceaccount/token"),
+        "leaves present their ServiceAccount token to the root"
+    );
+
+    // The root: reached at that address, not behind the public Service.
+    let root_svc = services
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some("kubefan-root"))
+        .expect("the root's Service");
+    let port = one(
+        root_svc.spec.as_ref().unwrap().ports.as_deref().unwrap(),
+        "port",
+    )
+    .port;
+    assert_eq!(
+        server,
+        format!(
+            "http://kubefan-root.{}.svc:{port}",
+            root_svc.metadata.namespace.as_deref().unwrap()
+        )
+    );
+    let root = named("kubefan-root");
+    args_of(root);
+    let root_labels = root
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    let public = services
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some("kubefan"))
+        .expect("the public Service");
+    let selector = public.spec.as_ref().unwrap().selector.clone().unwrap();
+    assert!(
+        !selector.iter().all(|(k, v)| root_labels.get(k) == Some(v)),
+        "viewers never reach the root"
+    );
+    assert_eq!(
+        root_svc.spec.as_ref().unwrap().selector.as_ref(),
+        Some(&root_labels),
+        "the root's Service selects the root"
+    );
+    // The root serves what leaves read: the resources and the RBAC kinds.
+    let root_cm = config_maps
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some("kubefan-root"))
+        .expect("the root's config");
+    let config: BTreeMap<String, Value> =
+        serde_norway::from_str(root_cm.data.as_ref().unwrap().values().next().unwrap()).unwrap();
+    for key in config.keys() {
+        assert!(flags.contains(key.as_str()), "kubefan serve has no --{key}");
+    }
+    let allowed: Vec<&str> = config["allow-resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for kind in [
+        "roles",
+        "rolebindings",
+        "clusterroles",
+        "clusterrolebindings",
+    ] {
+        assert!(
+            allowed.contains(&format!("{kind}.rbac.authorization.k8s.io").as_str()),
+            "{kind}"
+        );
+    }
+    assert_eq!(config["auth"], "kubernetes");
+
+    // The leaves scale; the root does not need to.
+    let hpa = one(&hpas, "HorizontalPodAutoscaler");
+    let spec = hpa.spec.as_ref().unwrap();
+    assert_eq!(spec.scale_target_ref.kind, "Deployment");
+    assert_eq!(spec.scale_target_ref.name, "kubefan");
+    assert!(spec.min_replicas.unwrap_or(1) >= 2);
 }
