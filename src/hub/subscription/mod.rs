@@ -7,18 +7,30 @@
 //! followed by a fresh snapshot, never a silent gap. It holds no event
 //! buffer of its own: memory per subscriber is the cursor plus what the
 //! transport has in flight.
+//!
+//! - `item`: what it yields ([`Item`], [`Delivery`], [`ResetReason`],
+//!   [`Denial`]);
+//! - `request`: what it is started with ([`Subscribe`],
+//!   [`SubscriptionContext`]) and refused with;
+//! - `scoped`: following an access that changes while it is open.
 
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
-use super::scope::{Position, Scoping, scope_tag, shown};
-use super::transition::{Transition, transition};
-use super::{Event, EventType, Frame, Hub, Joined, Obj, SubscriberGuard, View, ViewSpec};
+mod item;
+mod request;
+mod scoped;
+
+pub use item::{Delivery, Denial, Item, ResetReason};
+pub use request::{Subscribe, SubscriptionContext, SubscriptionError};
+use scoped::Scoped;
+
+use super::scope::{scope_tag, shown};
+use super::{Hub, Joined, Obj, SubscriberGuard, View};
 use crate::epoch::Registration;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::{Metrics, Transport};
@@ -27,172 +39,6 @@ use crate::metrics::{Metrics, Transport};
 const SNAPSHOT_CHUNK: usize = 256;
 /// Events read from the log per item.
 const READ_BATCH: usize = 256;
-
-/// Why a subscriber's state is being replaced by a fresh snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResetReason {
-    /// The client asked to resume from a position the log no longer holds
-    /// (or one this replica has not reached).
-    Expired,
-    /// The client's cursor fell off the log: it read too slowly, or the
-    /// upstream's resourceVersion went backwards and every cursor was lapped.
-    Lapped,
-    /// The client asked to resume a stream whose namespaces its access
-    /// has changed since (see `hub::scope`).
-    AccessChanged,
-}
-
-impl ResetReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ResetReason::Expired => "Expired",
-            ResetReason::Lapped => "Lapped",
-            ResetReason::AccessChanged => "AccessChanged",
-        }
-    }
-}
-
-/// One step of a subscription.
-#[derive(Debug)]
-pub enum Item {
-    /// Drop your state: a snapshot that replaces it follows.
-    Reset(ResetReason),
-    /// Objects of the current snapshot (id-less ADDED).
-    Snapshot(Vec<Frame>),
-    /// The snapshot is complete and reflects `rv`.
-    SnapshotEnd { rv: u64 },
-    /// Deltas, in log order, already filtered.
-    Events(Vec<Delivery>),
-    /// No event for this client, but its position advanced to `rv`.
-    Progress { rv: u64 },
-    /// Nothing happened for a keep-alive interval.
-    KeepAlive,
-    /// The server is shutting down; the stream ends after this.
-    Shutdown,
-    /// The resource's hub was closed (see `Hub::close`); the stream ends
-    /// after this. A client may subscribe again.
-    Closed(String),
-    /// The subscriber may no longer see the stream (its token expired);
-    /// the stream ends after this.
-    Denied(Denial),
-}
-
-/// Why a subscriber may no longer see its stream, as an HTTP status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Denial {
-    /// 401: the credentials ended; 403: the access did.
-    pub code: u16,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Denial {
-    /// The credentials expired (a JWT's `exp`).
-    pub fn expired() -> Denial {
-        Denial {
-            code: 401,
-            reason: "Unauthorized",
-            message: "token expired; reconnect with a fresh token (Last-Event-ID resumes)".into(),
-        }
-    }
-}
-
-/// What a subscriber asks for.
-#[derive(Debug, Clone)]
-pub struct Subscribe {
-    /// The view; with `access`, its namespaces are replaced by those the
-    /// scope shows.
-    pub spec: ViewSpec,
-    /// A position the client has seen; `None` asks for a snapshot.
-    pub resume: Option<Position>,
-    pub transport: Transport,
-    /// When the subscriber's credentials expire: the subscription ends
-    /// then with [`Item::Denied`].
-    pub expires: Option<Instant>,
-    /// Where the namespaces it may see come from, when they can change or
-    /// narrow what it asked for.
-    pub access: Option<Scoping>,
-}
-
-impl Subscribe {
-    /// kubefan reading a resource for itself (RBAC objects, CRDs): every
-    /// object, from a snapshot, never expiring.
-    pub fn internal() -> Subscribe {
-        Subscribe {
-            spec: ViewSpec::default(),
-            resume: None,
-            transport: Transport::Internal,
-            expires: None,
-            access: None,
-        }
-    }
-}
-
-/// What every subscription needs of the gateway around it; one, cloned.
-#[derive(Clone)]
-pub struct SubscriptionContext {
-    /// How long a new subscriber waits for a resource's first list.
-    pub sync_timeout: Duration,
-    /// Keep-alive ticks and shutdown.
-    pub lifecycle: Arc<Lifecycle>,
-    pub metrics: Arc<Metrics>,
-}
-
-/// One change as this subscription must see it: usually the hub's shared
-/// event; re-typed when the subscription's filter turns it into another
-/// kind (an object that starts matching is ADDED, one that stops is
-/// DELETED), encoded for this subscriber alone.
-#[derive(Debug, Clone)]
-pub enum Delivery {
-    Shared(Arc<Event>),
-    Retyped {
-        kind: EventType,
-        rv: u64,
-        has_id: bool,
-        frame: Frame,
-    },
-}
-
-impl Delivery {
-    pub fn frame(&self) -> &Frame {
-        match self {
-            Delivery::Shared(ev) => &ev.frame,
-            Delivery::Retyped { frame, .. } => frame,
-        }
-    }
-
-    pub fn kind(&self) -> EventType {
-        match self {
-            Delivery::Shared(ev) => ev.kind,
-            Delivery::Retyped { kind, .. } => *kind,
-        }
-    }
-
-    pub fn rv(&self) -> u64 {
-        match self {
-            Delivery::Shared(ev) => ev.rv,
-            Delivery::Retyped { rv, .. } => *rv,
-        }
-    }
-
-    pub fn has_id(&self) -> bool {
-        match self {
-            Delivery::Shared(ev) => ev.has_id,
-            Delivery::Retyped { has_id, .. } => *has_id,
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SubscriptionError {
-    #[error("resource {0} is not synced yet; retry shortly")]
-    NotSynced(String),
-    #[error("resource {0} is no longer served: {1}")]
-    Closed(String, String),
-    /// The scope shows nothing (the request named no namespace it may see).
-    #[error("{}", .0.message)]
-    Denied(Denial),
-}
 
 pub struct Subscription {
     hub: Arc<Hub>,
@@ -223,18 +69,6 @@ pub struct Subscription {
     metrics: Arc<Metrics>,
     transport: Transport,
     _counted: SubscriberGuard,
-}
-
-/// A subscription's access as it follows it (boxed: most have none).
-struct Scoped {
-    access: Scoping,
-    /// The source's epoch when the scope was last read.
-    seen: u64,
-    wait: Registration,
-    /// The tag of the namespaces shown now (see `hub::scope`).
-    tag: Option<String>,
-    /// Namespaces to show once the cursor is caught up.
-    pending: Option<Vec<String>>,
 }
 
 struct SnapshotProgress {
@@ -519,69 +353,6 @@ impl Subscription {
                 }
             }
         }
-    }
-}
-
-impl Subscription {
-    /// Reads the scope if its source moved: the denial that ends the
-    /// stream, or the namespaces to show once caught up.
-    fn follow_scope(&mut self) -> Option<Denial> {
-        let scoped = self.scoped.as_mut()?;
-        let epoch = scoped.access.source.changes().current();
-        if epoch == scoped.seen {
-            return None;
-        }
-        scoped.seen = epoch;
-        match shown(&scoped.access.requested, &scoped.access.source.scope()) {
-            Err(denial) => return Some(denial),
-            Ok(now) if now != self.view.spec().filter.namespaces => scoped.pending = Some(now),
-            Ok(_) => scoped.pending = None,
-        }
-        None
-    }
-
-    /// Switches to showing `namespaces`: what the client loses arrives as
-    /// DELETED, what it gains as ADDED, at its current position (the
-    /// transition rule, `hub::transition`). `None` when the cursor is not
-    /// caught up: the client's state is then not the cache's.
-    fn rescope(&mut self, namespaces: &[String]) -> Option<Vec<Delivery>> {
-        let mut spec = self.view.spec().clone();
-        spec.filter.namespaces = namespaces.to_vec();
-        let old = self.view.clone();
-        let new = self.hub.view(spec);
-        let (objects, rv) = self
-            .hub
-            .objects_at(self.cursor, &|o| old.prefilter(o) || new.prefilter(o))?;
-        let mut changed = Vec::new();
-        for obj in &objects {
-            let before = old.snapshot(std::slice::from_ref(obj)).pop();
-            let now = new.snapshot(std::slice::from_ref(obj)).pop();
-            let (kind, frame) = match (
-                transition(EventType::Modified, before.is_some(), now.is_some()),
-                before,
-                now,
-            ) {
-                (Some(Transition::Added), _, Some(now)) => (EventType::Added, now),
-                (Some(Transition::Deleted), Some(before), _) => (
-                    EventType::Deleted,
-                    Frame::encode("DELETED", "DELETED", None, &before.object()),
-                ),
-                _ => continue,
-            };
-            changed.push(Delivery::Retyped {
-                kind,
-                rv,
-                has_id: false,
-                frame,
-            });
-        }
-        self.view = new;
-        if let Some(scoped) = &mut self.scoped {
-            scoped.tag = scope_tag(&scoped.access.requested, namespaces);
-        }
-        self.pos_rv = self.pos_rv.max(rv);
-        self.announce = true;
-        Some(changed)
     }
 }
 
