@@ -22,7 +22,7 @@ pub struct Subscribe {
     pub resume: Option<Position>,
     pub transport: Transport,
     /// When the subscriber's credentials expire: the subscription ends
-    /// then with [`Item::Denied`].
+    /// then with [`super::Item::Denied`].
     pub expires: Option<Instant>,
     /// Where the namespaces it may see come from, when they can change or
     /// narrow what it asked for.

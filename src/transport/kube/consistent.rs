@@ -64,7 +64,7 @@ struct ProbeState {
 
 impl Probes {
     /// Waits until `hub` holds a state at least as new as the upstream's
-    /// now (or [`CATCH_UP`] has passed, see the module docs).
+    /// now (or `CATCH_UP` has passed, see the module docs).
     pub async fn catch_up(&self, client: &kube::Client, info: &ResourceInfo, hub: &Hub) {
         let Some(rv) = self.current(client, info).await else {
             return;
