@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, PodSpec, Service, ServiceAccount, Volume,
+};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -133,6 +135,24 @@ fn manifests() -> Manifests {
         }
     }
     m
+}
+
+/// The volume holding `file` in container `c` of `pod`: its innermost
+/// mount, which must be read-only.
+fn read_only_volume<'a>(pod: &'a PodSpec, c: &Container, file: &str) -> &'a Volume {
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter(|m| file.starts_with(&format!("{}/", m.mount_path)))
+        .max_by_key(|m| m.mount_path.len())
+        .unwrap_or_else(|| panic!("{file} is in no mount"));
+    assert_eq!(mount.read_only, Some(true), "{}", mount.mount_path);
+    pod.volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap_or_else(|| panic!("no volume {}", mount.name))
 }
 
 fn one<'a, T>(items: &'a [T], what: &str) -> &'a T {
@@ -354,19 +374,7 @@ fn the_container_names_only_flags_kubefan_knows_and_mounts_an_accepted_config_fi
 
     // --config names the file the ConfigMap mounts.
     let config_arg = config_arg.expect("--config FILE");
-    let mount = c
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|v| config_arg.starts_with(&format!("{}/", v.mount_path)))
-        .expect("the --config file is on a mounted volume");
-    assert_eq!(mount.read_only, Some(true));
-    let volume = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == mount.name)
-        .unwrap();
+    let volume = read_only_volume(pod, c, &config_arg);
     let cm = one(&m.config_maps, "ConfigMap");
     assert_eq!(
         volume.config_map.as_ref().unwrap().name,
@@ -848,19 +856,8 @@ fn the_tls_component_serves_https_from_a_mounted_secret_with_https_probes() {
             .unwrap_or_else(|| panic!("--{flag} in {args:?}"))
             .to_string()
     };
-    let volumes = pod.volumes.clone().unwrap();
     for flag in ["tls-cert-file", "tls-key-file", "tls-ca-file"] {
-        let file = arg(flag);
-        // The innermost mount holding the file.
-        let mount = c
-            .volume_mounts
-            .iter()
-            .flatten()
-            .filter(|m| file.starts_with(&format!("{}/", m.mount_path)))
-            .max_by_key(|m| m.mount_path.len())
-            .unwrap_or_else(|| panic!("{file} is in no mount"));
-        assert_eq!(mount.read_only, Some(true), "{}", mount.mount_path);
-        let volume = volumes.iter().find(|v| v.name == mount.name).unwrap();
+        let volume = read_only_volume(&pod, c, &arg(flag));
         let secret = volume.secret.as_ref().expect("a Secret volume");
         assert_eq!(secret.secret_name.as_deref(), Some("kubefan-tls"));
     }
@@ -942,19 +939,7 @@ fn the_tier_component_makes_autoscaled_leaves_of_a_root() {
         .expect("--kubeconfig");
     let pod = leaf.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
     let c = one(&pod.containers, "container");
-    let mount = c
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|m| kubeconfig.starts_with(&format!("{}/", m.mount_path)))
-        .expect("the kubeconfig is mounted");
-    assert_eq!(mount.read_only, Some(true));
-    let volume = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == mount.name)
-        .unwrap();
+    let volume = read_only_volume(pod, c, kubeconfig);
     let cm_name = volume
         .config_map
         .as_ref()
