@@ -34,6 +34,30 @@ fn binding(name: &str, ns: &str, user: &str) -> Value {
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
 }
 
+/// kubefan's own ClusterRole as deploy/rbac.yaml grants it (pods, nodes,
+/// namespaces, the RBAC kinds, TokenReviews), with `deployments` when
+/// `with_deployments`.
+fn kubefan_role(with_deployments: bool) -> Value {
+    let mut rules = vec![
+        json!({"apiGroups": [""], "resources": ["pods", "nodes", "namespaces"], "verbs": ["get", "list", "watch"]}),
+        json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"], "verbs": ["get", "list", "watch"]}),
+        json!({"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}),
+    ];
+    if with_deployments {
+        rules.push(json!({"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]}));
+    }
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "kubefan"}, "rules": rules})
+}
+
+/// A ClusterRoleBinding `name` of ClusterRole `role` to `subject`.
+fn cluster_role_binding(name: &str, role: &str, subject: Value) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [subject]})
+}
+
 /// A simulated cluster with pods in default, web and batch, pod readers in
 /// each, and the users the tests use.
 fn team_sim() -> Sim {
@@ -231,10 +255,11 @@ async fn an_aggregated_cluster_role_grants_what_it_aggregates() {
     .unwrap();
     sim.create(
         CLUSTER_ROLE_BINDINGS,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "team-view"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "team-view"},
-            "subjects": [{"kind": "Group", "name": "team", "apiGroup": "rbac.authorization.k8s.io"}]}),
+        cluster_role_binding(
+            "team-view",
+            "team-view",
+            json!({"kind": "Group", "name": "team", "apiGroup": "rbac.authorization.k8s.io"}),
+        ),
     )
     .unwrap();
     let env = rbac_env(sim, |_| {}).await;
@@ -433,30 +458,23 @@ async fn kubefans_own_rights_are_checked_and_it_says_what_to_grant() {
     ]);
     // What deploy/rbac.yaml grants: pods, nodes, namespaces and the RBAC
     // kinds, not deployments.
+    sim.create(CLUSTER_ROLES, kubefan_role(false)).unwrap();
     sim.create(
-        CLUSTER_ROLES,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": "kubefan"},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods", "nodes", "namespaces"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}]}),
+        CLUSTER_ROLE_BINDINGS,
+        cluster_role_binding(
+            "kubefan",
+            "kubefan",
+            json!({"kind": "ServiceAccount", "name": "kubefan", "namespace": "kubefan"}),
+        ),
     )
     .unwrap();
     sim.create(
         CLUSTER_ROLE_BINDINGS,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "kubefan"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubefan"},
-            "subjects": [{"kind": "ServiceAccount", "name": "kubefan", "namespace": "kubefan"}]}),
-    )
-    .unwrap();
-    sim.create(
-        CLUSTER_ROLE_BINDINGS,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "dana-everything"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"kind": "User", "name": "dana"}]}),
+        cluster_role_binding(
+            "dana-everything",
+            "cluster-admin",
+            json!({"kind": "User", "name": "dana"}),
+        ),
     )
     .unwrap();
     // (cluster-admin is the simulator's bootstrap policy in RBAC mode.)
@@ -504,18 +522,7 @@ async fn kubefans_own_rights_are_checked_and_it_says_what_to_grant() {
     assert!(!apps.contains(&"deployments".to_string()), "{apps:?}");
 
     // Granted: kubefan sees the RBAC change and starts it.
-    env.sim
-        .update(
-            CLUSTER_ROLES,
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": "kubefan"},
-                "rules": [
-                    {"apiGroups": [""], "resources": ["pods", "nodes", "namespaces"], "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"], "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}]}),
-        )
-        .unwrap();
+    env.sim.update(CLUSTER_ROLES, kubefan_role(true)).unwrap();
     tokio::time::timeout(WAIT, env.app.informers().ready())
         .await
         .expect("deployments start once granted");
@@ -528,17 +535,7 @@ async fn kubefans_own_rights_are_checked_and_it_says_what_to_grant() {
     // changes (authorization is per request), so kubefan learns it when
     // its watch ends and the next request is 403. The open stream ends
     // with what to grant, and the upstream is not asked again and again.
-    env.sim
-        .update(
-            CLUSTER_ROLES,
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": "kubefan"},
-                "rules": [
-                    {"apiGroups": [""], "resources": ["pods", "nodes", "namespaces"], "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings", "clusterroles", "clusterrolebindings"], "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}]}),
-        )
-        .unwrap();
+    env.sim.update(CLUSTER_ROLES, kubefan_role(false)).unwrap();
     env.sim.end_watches();
     let ended = loop {
         let ev = stream.next().await.expect("an ERROR before the end");
@@ -606,10 +603,11 @@ async fn a_leaf_reviews_tokens_with_the_api_server_and_reads_rbac_through_its_ro
     .unwrap();
     sim.create(
         CLUSTER_ROLE_BINDINGS,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "kubefan-leaf"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubefan-leaf"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kubefan-leaf"}]}),
+        cluster_role_binding(
+            "kubefan-leaf",
+            "kubefan-leaf",
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kubefan-leaf"}),
+        ),
     )
     .unwrap();
     let root = rbac_env(sim, |_| {}).await;
