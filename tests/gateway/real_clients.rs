@@ -532,35 +532,16 @@ async fn real_client_kubectl_prints_the_columns_kube_apiserver_prints() {
     for pod in golden_pods() {
         sim.create("pods", pod).unwrap();
     }
-    sim.create(
-        "deployments.apps",
-        serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": "golden"},
-            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}},
-            "status": {"replicas": 3, "readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}}),
-    )
-    .unwrap();
-    sim.create(
-        "customresourcedefinitions.apiextensions.k8s.io",
-        serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": "gadgets.example.org"},
-            "spec": {"group": "example.org", "scope": "Namespaced",
-                "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
-                "versions": [{"name": "v1", "served": true, "storage": true,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                    "additionalPrinterColumns": [
-                        {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
-                        {"name": "Size", "type": "integer", "jsonPath": ".spec.size"}]}]}}),
-    )
-    .unwrap();
-    sim.create(
-        "gadgets.example.org",
-        serde_json::json!({"apiVersion": "example.org/v1", "kind": "Gadget",
-            "metadata": {"name": "g1", "namespace": "golden"}, "spec": {"color": "blue", "size": 3}}),
-    )
-    .unwrap();
+    sim.create("deployments.apps", crate::tables::web_deployment("golden"))
+        .unwrap();
+    crate::tables::gadgets(
+        &sim,
+        serde_json::json!([
+            {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
+            {"name": "Size", "type": "integer", "jsonPath": ".spec.size"}]),
+        "golden",
+        serde_json::json!({"color": "blue", "size": 3}),
+    );
     let env = crate::support::spawn(sim, crate::support::test_config(&["pods"])).await;
     env.synced("pods").await;
     let cache = std::env::temp_dir().join(format!("kubefan-kubectl-{}", uuid::Uuid::new_v4()));

@@ -60,21 +60,20 @@ fn rows(table: &Value) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn cluster() -> Sim {
-    let sim = Sim::new(sim_config());
-    sim.create("pods", pod("running").node("node-0").build())
-        .unwrap();
-    sim.create("pods", pod("waiting").build()).unwrap();
-    sim.create(
-        "deployments.apps",
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}},
-            "status": {"replicas": 3, "readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}}),
-    )
-    .unwrap();
+/// A deployment `web` in `ns`: 3 replicas wanted, 2 ready and available,
+/// nginx:1.27, selector app=web.
+pub fn web_deployment(ns: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}},
+        "status": {"replicas": 3, "readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}})
+}
+
+/// The CRD `gadgets.example.org` (namespaced, v1) with these
+/// `additionalPrinterColumns`, and a gadget `g1` in `ns` with `spec`.
+pub fn gadgets(sim: &Sim, columns: Value, ns: &str, spec: Value) {
     sim.create(
         CRDS,
         json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -83,17 +82,32 @@ fn cluster() -> Sim {
                 "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
                 "versions": [{"name": "v1", "served": true, "storage": true,
                     "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                    "additionalPrinterColumns": [
-                        {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
-                        {"name": "Broken", "type": "string", "jsonPath": ".spec[oops"}]}]}}),
+                    "additionalPrinterColumns": columns}]}}),
     )
     .unwrap();
     sim.create(
         "gadgets.example.org",
         json!({"apiVersion": "example.org/v1", "kind": "Gadget",
-            "metadata": {"name": "g1", "namespace": "default"}, "spec": {"color": "blue"}}),
+            "metadata": {"name": "g1", "namespace": ns}, "spec": spec}),
     )
     .unwrap();
+}
+
+fn cluster() -> Sim {
+    let sim = Sim::new(sim_config());
+    sim.create("pods", pod("running").node("node-0").build())
+        .unwrap();
+    sim.create("pods", pod("waiting").build()).unwrap();
+    sim.create("deployments.apps", web_deployment("default"))
+        .unwrap();
+    gadgets(
+        &sim,
+        json!([
+            {"name": "Color", "type": "string", "jsonPath": ".spec.color"},
+            {"name": "Broken", "type": "string", "jsonPath": ".spec[oops"}]),
+        "default",
+        json!({"color": "blue"}),
+    );
     sim
 }
 
