@@ -25,6 +25,7 @@ fn pod(i: u64, rv: u64) -> Obj {
     let labels = (0..20).map(|l| (format!("label-{l}"), format!("value-{l}-xxxxxxxx")));
     Obj::new(Some("default"), &format!("pod-{i}"), rv, json.as_bytes()).with_selectors(
         labels.chain([("app".to_string(), format!("app-{}", i % 10))]),
+        &[],
         [],
     )
 }

@@ -52,7 +52,7 @@ async fn feed(kind: Kind, auth: &Auth, informers: &Informers, cx: &SubscriptionC
                         Item::Snapshot(frames) => snapshot.extend(
                             frames
                                 .iter()
-                                .filter_map(|f| serde_json::from_slice(&f.object()).ok()),
+                                .filter_map(|object| serde_json::from_slice(object).ok()),
                         ),
                         Item::SnapshotEnd { .. } => {
                             rbac.replace(kind, snapshot.iter());

@@ -14,6 +14,13 @@
 //! slices of that one buffer, so no transport re-serialises anything.
 //! serde_json never emits a raw newline, so a JSON document is always one
 //! SSE `data:` line.
+//!
+//! The object a live event carries is also the object the cache and the
+//! log hold ([`super::Obj`] keeps a slice of its event's frame), so each
+//! version of an object is stored once. A snapshot sends objects, not
+//! events: each transport writes [`ADDED_JSON_HEAD`] (and, for SSE,
+//! [`ADDED_SSE_HEAD`]) and the closing brace around the shared object, as
+//! it copies a snapshot batch into one buffer anyway.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -34,6 +41,17 @@ impl EventType {
         }
     }
 }
+
+/// `{"type":"ADDED","object":` — the start of a snapshot object's event,
+/// which is this, the object, and `}`.
+pub const ADDED_JSON_HEAD: &[u8] = br#"{"type":"ADDED","object":"#;
+
+/// The start of a snapshot object's SSE frame: an id-less `ADDED` event,
+/// which is this, the object, and `}` and a blank line.
+pub const ADDED_SSE_HEAD: &[u8] = b"event: ADDED\ndata: {\"type\":\"ADDED\",\"object\":";
+
+/// The bytes a transport adds around a snapshot object at most (SSE's).
+pub const ADDED_FRAMING: usize = ADDED_SSE_HEAD.len() + 3;
 
 /// One encoded event: an SSE frame with the JSON event and object inside it.
 #[derive(Debug, Clone)]
@@ -60,13 +78,21 @@ impl Frame {
         object: &[u8],
         extra: &[u8],
     ) -> Frame {
-        let mut buf = BytesMut::with_capacity(object.len() + extra.len() + 64);
+        let id = id.map(|id| id.to_string());
+        // Exactly its length: the log keeps this buffer as it is.
+        let len = b"event: \ndata: {\"type\":\"\",\"object\":}\n\n".len()
+            + event_name.len()
+            + id.as_ref().map_or(0, |id| b"id: \n".len() + id.len())
+            + json_type.len()
+            + object.len()
+            + extra.len();
+        let mut buf = BytesMut::with_capacity(len);
         buf.put_slice(b"event: ");
         buf.put_slice(event_name.as_bytes());
         buf.put_u8(b'\n');
         if let Some(id) = id {
             buf.put_slice(b"id: ");
-            buf.put_slice(id.to_string().as_bytes());
+            buf.put_slice(id.as_bytes());
             buf.put_u8(b'\n');
         }
         buf.put_slice(b"data: ");
@@ -79,6 +105,8 @@ impl Frame {
         let object_end = buf.len();
         buf.put_slice(extra);
         buf.put_slice(b"}\n\n");
+        debug_assert_eq!(buf.len(), len);
+        debug_assert_eq!(buf.capacity(), len, "never grown");
         Frame {
             buf: buf.freeze(),
             json_start: json_start as u32,
@@ -151,6 +179,16 @@ mod tests {
             br#"{"type":"MODIFIED","object":{"b":2},"patch":"merge"}"#
         );
         assert_eq!(&f.object()[..], br#"{"b":2}"#);
+    }
+
+    #[test]
+    fn snapshot_heads_frame_an_object_as_an_id_less_added() {
+        let f = Frame::encode("ADDED", "ADDED", None, b"{}");
+        let sse = [ADDED_SSE_HEAD, &f.object()[..], b"}\n\n"].concat();
+        assert_eq!(&sse[..], &f.sse()[..]);
+        assert_eq!(sse.len(), ADDED_FRAMING + 2);
+        let json = [ADDED_JSON_HEAD, &f.object()[..], b"}"].concat();
+        assert_eq!(&json[..], &f.json()[..]);
     }
 
     #[test]

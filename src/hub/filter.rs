@@ -116,7 +116,8 @@ mod tests {
         Arc::new(
             Obj::new(Some("x"), name, rv, &serde_json::to_vec(&v).unwrap()).with_selectors(
                 [("app".to_string(), app.to_string())],
-                [("spec.nodeName", node.to_string())],
+                &["spec.nodeName"],
+                [Some(node.to_string())],
             ),
         )
     }

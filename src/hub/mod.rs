@@ -194,44 +194,44 @@ impl Hub {
     /// replays and are ignored; an ADDED for a known object becomes
     /// MODIFIED, a MODIFIED for an unknown one ADDED, and a DELETED for an
     /// unknown one only advances the resourceVersion.
-    pub fn apply(&self, kind: EventType, obj: Obj) -> bool {
-        let obj = Arc::new(obj);
+    pub fn apply(&self, kind: EventType, mut obj: Obj) -> bool {
         let rv = obj.resource_version();
         // Encoded before taking the lock that every reader waits on; redone
-        // under it only if the kind is normalised (ADDED <-> MODIFIED).
-        let encoded = (kind, event_frame(kind, rv, true, &obj));
+        // under it only if the kind is normalised (ADDED <-> MODIFIED). The
+        // object keeps its JSON inside the frame: one copy per version.
+        let mut encoded = (kind, event_frame(kind, rv, true, &obj.json()));
+        obj.share_frame(&encoded.1);
         let mut st = self.write_state();
         if !st.synced || rv <= st.rv || st.closed.is_some() {
             return false;
         }
         let key = obj.key();
-        let (kind, prev) = match kind {
-            EventType::Added | EventType::Modified => {
-                let prev = st.cache.insert(key, obj.clone());
-                let kind = if prev.is_some() {
-                    EventType::Modified
-                } else {
-                    EventType::Added
-                };
-                (kind, prev)
+        let kind = match kind {
+            EventType::Added | EventType::Modified if st.cache.contains_key(&key) => {
+                EventType::Modified
             }
-            EventType::Deleted => match st.cache.remove(&key) {
-                Some(prev) => (EventType::Deleted, Some(prev)),
-                None => {
-                    // Nothing to tell subscribers, but a waiter for this
-                    // resourceVersion has it now.
-                    st.rv = rv;
-                    drop(st);
-                    self.changes.advance();
-                    return false;
-                }
-            },
+            EventType::Added | EventType::Modified => EventType::Added,
+            EventType::Deleted if st.cache.contains_key(&key) => EventType::Deleted,
+            EventType::Deleted => {
+                // Nothing to tell subscribers, but a waiter for this
+                // resourceVersion has it now.
+                st.rv = rv;
+                drop(st);
+                self.changes.advance();
+                return false;
+            }
+        };
+        if encoded.0 != kind {
+            encoded = (kind, event_frame(kind, rv, true, &obj.json()));
+            obj.share_frame(&encoded.1);
+        }
+        let frame = encoded.1;
+        let obj = Arc::new(obj);
+        let prev = match kind {
+            EventType::Deleted => st.cache.remove(&key),
+            _ => st.cache.insert(key, obj.clone()),
         };
         st.rv = rv;
-        let frame = match encoded {
-            (k, frame) if k == kind => frame,
-            _ => event_frame(kind, rv, true, &obj),
-        };
         Self::push(
             &mut st,
             Event {
@@ -274,7 +274,7 @@ impl Hub {
 
     /// Appends `event` to the log, giving it the next `seq`.
     fn push(st: &mut State, mut event: Event) {
-        st.log_bytes += event.frame.len() + event.obj.size();
+        st.log_bytes += event.size();
         event.seq = st.next_seq;
         st.next_seq += 1;
         st.log.push_back(Arc::new(event));
@@ -283,7 +283,7 @@ impl Hub {
     fn trim(&self, st: &mut State) {
         while st.log.len() > self.limits.max_events || st.log_bytes > self.limits.max_bytes {
             let Some(old) = st.log.pop_front() else { break };
-            st.log_bytes -= old.frame.len() + old.obj.size();
+            st.log_bytes -= old.size();
             st.base_rv = old.rv;
         }
     }
@@ -526,13 +526,8 @@ impl Drop for SubscriberGuard {
 }
 
 /// An event's shared encoding, with an `id:` when it carries a position.
-fn event_frame(kind: EventType, rv: u64, has_id: bool, obj: &Obj) -> Frame {
-    Frame::encode(
-        kind.as_str(),
-        kind.as_str(),
-        has_id.then_some(rv),
-        &obj.json(),
-    )
+fn event_frame(kind: EventType, rv: u64, has_id: bool, object: &[u8]) -> Frame {
+    Frame::encode(kind.as_str(), kind.as_str(), has_id.then_some(rv), object)
 }
 
 fn stats_of(st: &State) -> HubStats {
@@ -617,12 +612,12 @@ mod tests {
 
     fn view_of_hub(hub: &Hub) -> View {
         let (objs, _) = hub.objects();
-        objs.iter().map(|o| entry_of(o.snapshot_frame())).collect()
+        objs.iter().map(|o| entry_of(&o.json())).collect()
     }
 
-    /// A frame's object as a client's view entry: key → (rv, phase).
-    fn entry_of(frame: &Frame) -> (String, (u64, String)) {
-        let v: serde_json::Value = serde_json::from_slice(&frame.object()).unwrap();
+    /// An object as a client's view entry: key → (rv, phase).
+    fn entry_of(object: &[u8]) -> (String, (u64, String)) {
+        let v: serde_json::Value = serde_json::from_slice(object).unwrap();
         let key = ObjKey::new(
             v["metadata"]["namespace"].as_str(),
             v["metadata"]["name"].as_str().unwrap(),
@@ -672,7 +667,7 @@ mod tests {
                     assert!(pending.is_none(), "events inside a snapshot");
                     for ev in evs {
                         assert!(ev.rv() >= last_id, "resourceVersions went back");
-                        let (key, state) = entry_of(ev.frame());
+                        let (key, state) = entry_of(&ev.frame().object());
                         match ev.kind() {
                             EventType::Added => {
                                 assert!(view.insert(key, state).is_none(), "duplicate ADDED")
@@ -913,6 +908,51 @@ mod tests {
         assert_eq!(ids, [false, true]);
         assert!(out[0].frame.sse().starts_with(b"event: DELETED\ndata: "));
         assert!(out[1].frame.sse().starts_with(b"event: DELETED\nid: 5\n"));
+    }
+
+    #[tokio::test]
+    async fn each_version_is_stored_once_for_the_cache_and_the_log() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(1).build(), pod("b").rv(1).build()], 1);
+        hub.apply(EventType::Modified, pod("a").rv(2).build());
+        // Normalised: an ADDED of a known object is logged as MODIFIED.
+        hub.apply(EventType::Added, pod("b").rv(3).phase("Failed").build());
+        hub.apply(EventType::Modified, pod("c").rv(4).build());
+        hub.relist(
+            vec![
+                pod("a").rv(2).build(),
+                pod("b").rv(5).build(),
+                pod("d").rv(6).build(),
+            ],
+            7,
+        );
+        let st = hub.read_state();
+        let kinds: Vec<_> = st.log.iter().map(|e| e.kind).collect();
+        use EventType::*;
+        assert_eq!(kinds, [Modified, Modified, Added, Modified, Added, Deleted]);
+        for ev in st.log.iter().filter(|e| e.kind != Deleted) {
+            let key = ev.obj.key();
+            assert_eq!(
+                ev.obj.json().as_ptr(),
+                ev.frame.object().as_ptr(),
+                "{key:?}: the logged object is a slice of its frame"
+            );
+            if let Some(cached) = st.cache.get(&key).filter(|c| c.resource_version() == ev.rv) {
+                assert_eq!(
+                    cached.json().as_ptr(),
+                    ev.frame.object().as_ptr(),
+                    "{key:?}"
+                );
+            }
+        }
+        // The byte bound counts each version's JSON once (and the few
+        // hundred bytes beside it).
+        let json: usize = st.log.iter().map(|e| e.frame.len()).sum();
+        let (bytes, events) = (st.log_bytes, st.log.len());
+        assert!(
+            bytes >= json && bytes < json + 400 * events,
+            "{bytes} for {json}"
+        );
     }
 
     #[tokio::test]

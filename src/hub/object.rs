@@ -8,55 +8,154 @@ use super::encode::{EventType, Frame};
 
 /// One version of one Kubernetes object, after ingest (managedFields
 /// stripped, Secrets redacted). Immutable; the cache and the log share it.
+///
+/// Besides its JSON, an object holds what selectors read without parsing
+/// it, in two allocations whatever its number of labels and fields (at
+/// 10,000 pods, one small string each had cost more than a third of the
+/// JSON again: `loadtest/RESULTS.md`, *The hub's memory*).
 #[derive(Debug)]
 pub struct Obj {
-    namespace: Option<Box<str>>,
-    name: Box<str>,
     rv: u64,
-    /// The snapshot encoding: an id-less `ADDED` frame. The object's JSON is
-    /// a slice of it, so the object is stored once.
-    frame: Frame,
-    /// `metadata.labels`, sorted by key, for label selectors.
-    labels: Box<[(Box<str>, Box<str>)]>,
-    /// The resource's selectable fields present on this object (see
-    /// `selector::selectable_fields`), for field selectors.
-    fields: Box<[(&'static str, Box<str>)]>,
+    /// The object's JSON: once the hub has logged this version, a slice of
+    /// that event's frame ([`Obj::share_frame`]), so the version is stored
+    /// once for the cache, the log and every wire format.
+    json: Bytes,
+    /// Back to back: the namespace (empty when cluster-scoped), the name,
+    /// each label's key and value (sorted by key: `metadata.labels`, for
+    /// label selectors), then the value of each of the resource's
+    /// selectable fields present on this object (for field selectors).
+    text: Box<str>,
+    /// Where each piece of `text` ends.
+    ends: Box<[u32]>,
+    /// How many labels `text` holds.
+    labels: u32,
+    /// The resource's selectable fields (`selector::selectable_fields`)...
+    fields: &'static [&'static str],
+    /// ... and which of them this object has, bit `i` for `fields[i]`.
+    present: u64,
 }
 
 impl Obj {
     /// `json` is the object as one JSON value; `rv` its parsed resourceVersion.
     pub fn new(namespace: Option<&str>, name: &str, rv: u64, json: &[u8]) -> Obj {
-        Obj {
-            namespace: namespace.filter(|ns| !ns.is_empty()).map(Into::into),
-            name: name.into(),
+        let mut obj = Obj {
             rv,
-            frame: Frame::encode("ADDED", "ADDED", None, json),
-            labels: Box::default(),
-            fields: Box::default(),
-        }
+            // Exactly its length: the encoder's doubled buffer is not kept.
+            json: Bytes::copy_from_slice(json),
+            text: Box::default(),
+            ends: Box::default(),
+            labels: 0,
+            fields: &[],
+            present: 0,
+        };
+        obj.set_text(namespace.unwrap_or(""), name, &[], &[]);
+        obj
     }
 
-    /// Attaches what selectors match on: labels and selectable fields.
+    /// Attaches what selectors match on: labels, and the values of the
+    /// resource's selectable `fields` (in their order; `None` where the
+    /// object has none). At most 64 fields (the longest list has 11).
     pub fn with_selectors(
         mut self,
         labels: impl IntoIterator<Item = (String, String)>,
-        fields: impl IntoIterator<Item = (&'static str, String)>,
+        fields: &'static [&'static str],
+        values: impl IntoIterator<Item = Option<String>>,
     ) -> Obj {
-        let mut labels: Vec<(Box<str>, Box<str>)> = labels
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect();
+        let mut labels: Vec<(String, String)> = labels.into_iter().collect();
         labels.sort();
-        self.labels = labels.into();
-        self.fields = fields.into_iter().map(|(k, v)| (k, v.into())).collect();
+        let fields = &fields[..fields.len().min(64)];
+        let mut present = 0u64;
+        let values: Vec<String> = values
+            .into_iter()
+            .take(fields.len())
+            .enumerate()
+            .filter_map(|(i, v)| {
+                present |= u64::from(v.is_some()) << i;
+                v
+            })
+            .collect();
+        let (namespace, name) = (
+            self.namespace().unwrap_or("").to_string(),
+            self.name().to_string(),
+        );
+        self.set_text(&namespace, &name, &labels, &values);
+        self.fields = fields;
+        self.present = present;
         self
     }
 
+    fn set_text(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        labels: &[(String, String)],
+        values: &[String],
+    ) {
+        let pieces = [namespace, name]
+            .into_iter()
+            .chain(labels.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]))
+            .chain(values.iter().map(String::as_str));
+        let mut text = String::new();
+        let mut ends = Vec::with_capacity(2 + 2 * labels.len() + values.len());
+        for piece in pieces {
+            text.push_str(piece);
+            ends.push(u32::try_from(text.len()).unwrap_or(u32::MAX));
+        }
+        self.text = text.into_boxed_str();
+        self.ends = ends.into_boxed_slice();
+        self.labels = labels.len() as u32;
+    }
+
+    /// Piece `i` of `text`.
+    fn piece(&self, i: usize) -> &str {
+        let start = i.checked_sub(1).map_or(0, |p| self.ends[p] as usize);
+        self.text.get(start..self.ends[i] as usize).unwrap_or("")
+    }
+
+    /// Label `i` (in key order) as key and value.
+    fn label_at(&self, i: usize) -> (&str, &str) {
+        (self.piece(2 + 2 * i), self.piece(3 + 2 * i))
+    }
+
+    /// Makes the object's JSON the one inside `frame` (an event encoded
+    /// from this object), freeing its own copy.
+    pub fn share_frame(&mut self, frame: &Frame) {
+        let object = frame.object();
+        debug_assert_eq!(object, self.json, "the frame encodes this object");
+        self.json = object;
+    }
+
+    /// This object with its JSON inside `frame`, for an object already
+    /// shared (a relist's): what selectors read is copied, the JSON is not.
+    pub fn sharing_frame(&self, frame: &Frame) -> Obj {
+        debug_assert_eq!(frame.object(), self.json, "the frame encodes this object");
+        Obj {
+            rv: self.rv,
+            json: frame.object(),
+            text: self.text.clone(),
+            ends: self.ends.clone(),
+            labels: self.labels,
+            fields: self.fields,
+            present: self.present,
+        }
+    }
+
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .binary_search_by(|(k, _)| (**k).cmp(key))
-            .ok()
-            .map(|i| &*self.labels[i].1)
+        let mut found = None;
+        let (mut low, mut high) = (0, self.labels as usize);
+        while low < high {
+            let mid = (low + high) / 2;
+            let (k, v) = self.label_at(mid);
+            match k.cmp(key) {
+                std::cmp::Ordering::Less => low = mid + 1,
+                std::cmp::Ordering::Greater => high = mid,
+                std::cmp::Ordering::Equal => {
+                    found = Some(v);
+                    break;
+                }
+            }
+        }
+        found
     }
 
     /// A selectable field by dotted path (`metadata.name`, `spec.nodeName`).
@@ -64,20 +163,21 @@ impl Obj {
         match path {
             "metadata.name" => Some(self.name()),
             "metadata.namespace" => Some(self.namespace().unwrap_or("")),
-            _ => self
-                .fields
-                .iter()
-                .find(|(k, _)| *k == path)
-                .map(|(_, v)| &**v),
+            _ => {
+                let i = self.fields.iter().position(|f| *f == path)?;
+                let before = (self.present & ((1u64 << i) - 1)).count_ones() as usize;
+                (self.present & (1 << i) != 0)
+                    .then(|| self.piece(2 + 2 * self.labels as usize + before))
+            }
         }
     }
 
     pub fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
+        Some(self.piece(0)).filter(|ns| !ns.is_empty())
     }
 
     pub fn name(&self) -> &str {
-        &self.name
+        self.piece(1)
     }
 
     pub fn resource_version(&self) -> u64 {
@@ -86,29 +186,16 @@ impl Obj {
 
     /// The object's JSON.
     pub fn json(&self) -> Bytes {
-        self.frame.object()
-    }
-
-    /// The object as an id-less `ADDED` event, as sent in snapshots.
-    pub fn snapshot_frame(&self) -> &Frame {
-        &self.frame
+        self.json.clone()
     }
 
     pub fn key(&self) -> ObjKey {
         ObjKey::new(self.namespace(), self.name())
     }
 
-    /// Bytes this object holds, for the log's byte bound.
-    pub fn size(&self) -> usize {
-        self.frame.len()
-            + self.name.len()
-            + self.namespace.as_ref().map_or(0, |n| n.len())
-            + self
-                .labels
-                .iter()
-                .map(|(k, v)| k.len() + v.len() + 32)
-                .sum::<usize>()
-            + self.fields.iter().map(|(_, v)| v.len() + 32).sum::<usize>()
+    /// Bytes this object holds beside its JSON.
+    fn size_beside_json(&self) -> usize {
+        std::mem::size_of::<Obj>() + self.text.len() + 4 * self.ends.len()
     }
 }
 
@@ -122,6 +209,21 @@ impl ObjKey {
             Some(ns) if !ns.is_empty() => ObjKey(format!("{ns}/{name}").into()),
             _ => ObjKey(name.into()),
         }
+    }
+}
+
+impl Event {
+    /// Bytes this event holds, for the log's byte bound: itself, its frame,
+    /// its object beside the JSON, and that JSON only where it is not a
+    /// slice of the frame.
+    pub fn size(&self) -> usize {
+        let object = self.frame.object();
+        let shared =
+            self.obj.json.as_ptr() == object.as_ptr() && self.obj.json.len() == object.len();
+        std::mem::size_of::<Event>()
+            + self.frame.len()
+            + self.obj.size_beside_json()
+            + if shared { 0 } else { self.obj.json.len() }
     }
 }
 
@@ -142,4 +244,49 @@ pub struct Event {
     pub frame: Frame,
     /// Whether `frame` carries an `id:` (a resume position).
     pub has_id: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_read_labels_and_fields_from_one_text() {
+        const FIELDS: &[&str] = &["spec.nodeName", "status.podIP", "status.phase", "spec.x"];
+        let obj = Obj::new(Some("ns"), "web-1", 7, br#"{"a":1}"#).with_selectors(
+            [("tier", "web"), ("app", "shop"), ("z", ""), ("m", "x=y")]
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+            FIELDS,
+            [Some("n1"), None, Some("")].map(|v| v.map(String::from)),
+        );
+        assert_eq!((obj.namespace(), obj.name()), (Some("ns"), "web-1"));
+        for (key, value) in [("app", "shop"), ("m", "x=y"), ("tier", "web"), ("z", "")] {
+            assert_eq!(obj.label(key), Some(value), "{key}");
+        }
+        for missing in ["", "a", "n", "zz", "web"] {
+            assert_eq!(obj.label(missing), None, "{missing}");
+        }
+        assert_eq!(obj.field("spec.nodeName"), Some("n1"));
+        assert_eq!(obj.field("status.phase"), Some(""));
+        assert_eq!(obj.field("status.podIP"), None);
+        assert_eq!(obj.field("spec.x"), None, "no value given");
+        assert_eq!(obj.field("spec.other"), None, "not selectable");
+        // A label is not a field, nor a value a path.
+        assert_eq!(obj.field("tier"), None);
+        assert_eq!(obj.field("n1"), None);
+        assert_eq!(obj.field("metadata.name"), Some("web-1"));
+        assert_eq!(obj.key(), ObjKey::new(Some("ns"), "web-1"));
+        assert_eq!(&obj.json()[..], br#"{"a":1}"#);
+    }
+
+    #[test]
+    fn a_cluster_scoped_object_has_no_namespace() {
+        for namespace in [None, Some("")] {
+            let obj = Obj::new(namespace, "node-1", 1, b"{}").with_selectors([], &[], []);
+            assert_eq!(obj.namespace(), None);
+            assert_eq!(obj.field("metadata.namespace"), Some(""));
+            assert_eq!(obj.label("x"), None);
+            assert_eq!(obj.key(), ObjKey::new(None, "node-1"));
+        }
+    }
 }

@@ -20,7 +20,7 @@ impl Hub {
     /// stay non-decreasing. Where several share one, only the last carries
     /// an id: a client resumes only from the end of such a run.
     pub fn relist(&self, objects: Vec<Obj>, rv: u64) -> RelistOutcome {
-        let fresh: HashMap<ObjKey, Arc<Obj>> = objects
+        let mut fresh: HashMap<ObjKey, Arc<Obj>> = objects
             .into_iter()
             .map(|o| (o.key(), Arc::new(o)))
             .collect();
@@ -32,9 +32,9 @@ impl Hub {
             if st.closed.is_some() {
                 return RelistOutcome::default();
             }
-            (st.synced && rv >= st.rv).then(|| (st.rv, Self::diff(&st, &fresh, rv)))
+            (st.synced && rv >= st.rv).then(|| (st.rv, Self::diff(&st, &mut fresh, rv)))
         };
-        let encoded = planned.map(|(from, diff)| (from, Self::encode_diff(diff)));
+        let encoded = planned.map(|(from, diff)| (from, Self::encode_diff(diff, &mut fresh)));
         let mut st = self.write_state();
         if st.closed.is_some() {
             return RelistOutcome::default();
@@ -43,7 +43,10 @@ impl Hub {
             // The informer is the hub's one writer, so the state the diff
             // was made from is normally still there; if not, diff again.
             Some((from, events)) if st.synced && st.rv == from => events,
-            _ if st.synced && rv >= st.rv => Self::encode_diff(Self::diff(&st, &fresh, rv)),
+            _ if st.synced && rv >= st.rv => {
+                let diff = Self::diff(&st, &mut fresh, rv);
+                Self::encode_diff(diff, &mut fresh)
+            }
             _ => {
                 let outcome = RelistOutcome {
                     rewound: st.synced,
@@ -82,16 +85,17 @@ impl Hub {
 
     /// The synthetic events that take the cache of `st` to `fresh`, listed
     /// at `rv`: each with its kind, resourceVersion, whether it carries an
-    /// id, the object and the version it replaces.
-    fn diff(st: &State, fresh: &HashMap<ObjKey, Arc<Obj>>, rv: u64) -> Vec<Planned> {
+    /// id, the object and the version it replaces. An unchanged object
+    /// keeps the cache's copy (which the log may share): `fresh` gets it.
+    fn diff(st: &State, fresh: &mut HashMap<ObjKey, Arc<Obj>>, rv: u64) -> Vec<Planned> {
         let mut changes: Vec<(EventType, Arc<Obj>, Option<Arc<Obj>>)> = Vec::new();
-        for (key, obj) in fresh {
+        for (key, obj) in fresh.iter_mut() {
             match st.cache.get(key) {
                 None => changes.push((EventType::Added, obj.clone(), None)),
                 Some(old) if old.resource_version() != obj.resource_version() => {
                     changes.push((EventType::Modified, obj.clone(), Some(old.clone())))
                 }
-                Some(_) => {}
+                Some(old) => *obj = old.clone(),
             }
         }
         let mut deleted: Vec<(EventType, Arc<Obj>, Option<Arc<Obj>>)> = st
@@ -132,17 +136,30 @@ impl Hub {
             .collect()
     }
 
-    /// The events of a relist's diff, encoded.
-    fn encode_diff(diff: Vec<Planned>) -> Vec<Event> {
+    /// The events of a relist's diff, encoded. An added or modified
+    /// object is replaced by one whose JSON is its event's (one copy per
+    /// version, as for watch events): `fresh` gets it too.
+    fn encode_diff(diff: Vec<Planned>, fresh: &mut HashMap<ObjKey, Arc<Obj>>) -> Vec<Event> {
         diff.into_iter()
-            .map(|p| Event {
-                seq: 0,
-                rv: p.rv,
-                kind: p.kind,
-                frame: event_frame(p.kind, p.rv, p.has_id, &p.obj),
-                obj: p.obj,
-                prev: p.prev,
-                has_id: p.has_id,
+            .map(|p| {
+                let frame = event_frame(p.kind, p.rv, p.has_id, &p.obj.json());
+                let obj = match p.kind {
+                    EventType::Deleted => p.obj,
+                    _ => {
+                        let obj = Arc::new(p.obj.sharing_frame(&frame));
+                        fresh.insert(obj.key(), obj.clone());
+                        obj
+                    }
+                };
+                Event {
+                    seq: 0,
+                    rv: p.rv,
+                    kind: p.kind,
+                    frame,
+                    obj,
+                    prev: p.prev,
+                    has_id: p.has_id,
+                }
             })
             .collect()
     }

@@ -5,16 +5,17 @@
 //! caches its encodings of events (by log `seq`) and of snapshot objects
 //! (by key and resourceVersion): a thousand identical dashboards cost one
 //! projection, one diff and one serialisation per event, and one per
-//! object for their snapshots. The frames serve every wire format (SSE,
-//! WebSocket, NDJSON are slices of one buffer), so the format is not part
-//! of the key.
+//! object for their snapshots. The encodings serve every wire format (SSE,
+//! WebSocket, NDJSON are slices of one buffer, or written around one
+//! object), so the format is not part of the key.
 //!
 //! A view that only restricts namespaces, with no projection and full
-//! objects, needs no work: it hands out the hub's own frames.
+//! objects, needs no work: it hands out the hub's own encodings.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
@@ -94,8 +95,8 @@ pub struct View {
 #[derive(Default)]
 struct Cache {
     events: BTreeMap<u64, Option<Delivery>>,
-    /// key → (resourceVersion, frame if the object matches).
-    objects: HashMap<ObjKey, (u64, Option<Frame>)>,
+    /// key → (resourceVersion, the object as shown if it matches).
+    objects: HashMap<ObjKey, (u64, Option<Bytes>)>,
 }
 
 impl View {
@@ -135,13 +136,14 @@ impl View {
         self.spec.filter.matches_labels(obj)
     }
 
-    /// Snapshot frames (id-less ADDED) for the objects this view shows.
-    pub fn snapshot(&self, objects: &[Arc<Obj>]) -> Vec<Frame> {
+    /// The objects this view shows of `objects`, as it shows them: a
+    /// snapshot (each is sent as an id-less ADDED).
+    pub fn snapshot(&self, objects: &[Arc<Obj>]) -> Vec<Bytes> {
         if self.passthrough {
             return objects
                 .iter()
                 .filter(|o| self.spec.filter.matches(o))
-                .map(|o| o.snapshot_frame().clone())
+                .map(|o| o.json())
                 .collect();
         }
         let mut cache = self.lock();
@@ -155,20 +157,22 @@ impl View {
             let rv = obj.resource_version();
             // A table row holds the object's age: printed now, not kept.
             let keep = !matches!(self.spec.shape, Shape::Table(_));
-            let frame = match cache.objects.get(&key) {
-                Some((cached_rv, frame)) if *cached_rv == rv && keep => frame.clone(),
+            let shown = match cache.objects.get(&key) {
+                Some((cached_rv, shown)) if *cached_rv == rv && keep => shown.clone(),
                 _ => {
-                    let frame = self.encode_object(obj);
-                    cache.objects.insert(key, (rv, frame.clone()));
-                    frame
+                    let shown = self.encode_object(obj);
+                    if keep {
+                        cache.objects.insert(key, (rv, shown.clone()));
+                    }
+                    shown
                 }
             };
-            out.extend(frame);
+            out.extend(shown);
         }
         out
     }
 
-    fn encode_object(&self, obj: &Obj) -> Option<Frame> {
+    fn encode_object(&self, obj: &Obj) -> Option<Bytes> {
         let json = self.parse(obj);
         if !self
             .spec
@@ -179,12 +183,9 @@ impl View {
         }
         self.encodings.inc();
         let shown = self.shown(obj, json.as_ref());
-        Some(Frame::encode(
-            "ADDED",
-            "ADDED",
-            None,
-            &self.shaped(json.as_ref(), shown),
-        ))
+        let mut shaped = self.shaped(json.as_ref(), shown);
+        shaped.shrink_to_fit();
+        Some(Bytes::from(shaped))
     }
 
     /// `shown` (the object as this view shows it, `json` parsed) in the

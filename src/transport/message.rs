@@ -4,16 +4,17 @@
 //! these (`transport::stream`), each in its own way; none decides anew what
 //! an item means.
 
+use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::hub::{Delivery, Denial, Frame, Item, ResetReason, ResourceMeta};
+use crate::hub::{Delivery, Denial, Item, ResetReason, ResourceMeta};
 use crate::status::status_json;
 
 /// One message of a stream.
 #[derive(Debug)]
 pub enum Message<'a> {
-    /// An object of a snapshot: an id-less ADDED.
-    Object(&'a Frame),
+    /// An object of a snapshot, sent as an id-less ADDED.
+    Object(&'a Bytes),
     /// A change; it carries its id when it has one.
     Event(&'a Delivery),
     /// A BOOKMARK at `rv`. `initial_end` marks the end of a snapshot (the

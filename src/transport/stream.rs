@@ -18,6 +18,7 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::access_log::{Delivered, StreamRecord};
 use super::message::{Message, messages_of};
+use crate::hub::encode::ADDED_FRAMING;
 use crate::hub::{Item, ResourceMeta, Subscription};
 use crate::metrics::{Metrics, Transport};
 
@@ -130,11 +131,15 @@ impl<F: Framing> Framed<F> {
             _ => {}
         }
         let (count, bytes) = match &item {
-            Item::Snapshot(objects) => (objects.len(), objects.iter().map(|f| f.len()).sum()),
+            Item::Snapshot(objects) => (
+                objects.len(),
+                objects.iter().map(|o| o.len() + ADDED_FRAMING).sum(),
+            ),
             Item::Events(events) => (events.len(), events.iter().map(|e| e.frame().len()).sum()),
             _ => (0, 0),
         };
-        if count > 1 {
+        // Snapshot objects are copied around their ADDED heads, alone too.
+        if count > 1 || matches!(item, Item::Snapshot(_)) {
             self.framing.reserve(out, bytes);
         }
         let stream = Stream {

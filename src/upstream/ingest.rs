@@ -50,14 +50,14 @@ pub fn ingest(
         redact_secret(&mut o.data);
     }
     let json = serde_json::to_vec(&o).map_err(|e| IngestError::Encode(name.clone(), e))?;
-    let fields = selectable_fields(&api.group, &api.plural)
-        .iter()
-        .filter_map(|path| {
-            let value = o.data.pointer(&format!("/{}", path.replace('.', "/")));
-            value.map(|v| (*path, field_text(Some(v))))
-        });
+    let fields = selectable_fields(&api.group, &api.plural);
+    let values = fields.iter().map(|path| {
+        let value = o.data.pointer(&format!("/{}", path.replace('.', "/")));
+        value.map(|v| field_text(Some(v)))
+    });
     let labels = o.metadata.labels.take().unwrap_or_default();
-    Ok(Obj::new(o.metadata.namespace.as_deref(), &name, rv, &json).with_selectors(labels, fields))
+    Ok(Obj::new(o.metadata.namespace.as_deref(), &name, rv, &json)
+        .with_selectors(labels, fields, values))
 }
 
 fn redact_secret(data: &mut serde_json::Value) {

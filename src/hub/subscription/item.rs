@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::super::{Event, EventType, Frame};
 
 /// Why a subscriber's state is being replaced by a fresh snapshot.
@@ -35,8 +37,10 @@ impl ResetReason {
 pub enum Item {
     /// Drop your state: a snapshot that replaces it follows.
     Reset(ResetReason),
-    /// Objects of the current snapshot (id-less ADDED).
-    Snapshot(Vec<Frame>),
+    /// Objects of the current snapshot, as the subscription shows them
+    /// (each one JSON value); transports send each as an id-less ADDED
+    /// (`encode::ADDED_JSON_HEAD`).
+    Snapshot(Vec<Bytes>),
     /// The snapshot is complete and reflects `rv`.
     SnapshotEnd { rv: u64 },
     /// Deltas, in log order, already filtered.

@@ -59,10 +59,13 @@ impl Subscription {
                 before,
                 now,
             ) {
-                (Some(Transition::Added), _, Some(now)) => (EventType::Added, now),
+                (Some(Transition::Added), _, Some(now)) => (
+                    EventType::Added,
+                    Frame::encode("ADDED", "ADDED", None, &now),
+                ),
                 (Some(Transition::Deleted), Some(before), _) => (
                     EventType::Deleted,
-                    Frame::encode("DELETED", "DELETED", None, &before.object()),
+                    Frame::encode("DELETED", "DELETED", None, &before),
                 ),
                 _ => continue,
             };

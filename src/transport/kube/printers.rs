@@ -103,8 +103,8 @@ impl KubePrinters {
         while let Some(item) = sub.next().await {
             match item {
                 Item::Snapshot(frames) => {
-                    for frame in frames.iter() {
-                        if let Ok(crd) = serde_json::from_slice::<Value>(&frame.object()) {
+                    for object in frames.iter() {
+                        if let Ok(crd) = serde_json::from_slice::<Value>(object) {
                             self.printers.apply_crd(&crd);
                         }
                     }

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use super::KubeQuery;
 use crate::auth::Principal;
+use crate::hub::encode::ADDED_JSON_HEAD;
 use crate::hub::scope::Position;
 use crate::hub::{
     Filter, Hub, ResetReason, ResourceMeta, Shape, Subscribe, Subscription, ViewSpec,
@@ -164,7 +165,7 @@ impl Framing for WatchFraming {
     fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Chunk) -> bool {
         let meta = stream.meta;
         match msg {
-            Message::Object(frame) => self.event(&frame.ndjson(), out),
+            Message::Object(object) => self.object(object, out),
             Message::Event(delivery) => {
                 self.event(&delivery.frame().ndjson(), out);
                 self.position = self.position.max(delivery.rv());
@@ -238,6 +239,18 @@ impl WatchFraming {
             }
             _ => out.shared(line),
         }
+    }
+
+    /// A snapshot object's line: an ADDED event around it (the first of a
+    /// table watch with the column definitions, as [`WatchFraming::event`]).
+    fn object(&mut self, object: &[u8], out: &mut Chunk) {
+        if matches!(self.shape, Shape::Table(_)) && !self.columns_sent {
+            let line = Bytes::from([ADDED_JSON_HEAD, object, b"}\n"].concat());
+            return self.event(&line, out);
+        }
+        out.put(ADDED_JSON_HEAD);
+        out.put(object);
+        out.put(b"}\n");
     }
 
     /// A BOOKMARK at the position this client holds, its object in the

@@ -114,12 +114,12 @@ impl WsWriter {
         opcode: Opcode,
         parts: &[&[u8]; N],
     ) -> io::Result<()> {
-        const { assert!(N <= 3, "a frame is sent in at most three parts") };
+        const { assert!(N <= 4, "a frame is sent in at most four parts") };
         self.open().await?;
         let mut header = [0u8; 10];
         let len = parts.iter().map(|p| p.len()).sum();
         let header = frame_header(&mut header, opcode, len);
-        let mut bufs = [IoSlice::new(&[]); 4];
+        let mut bufs = [IoSlice::new(&[]); 5];
         bufs[0] = IoSlice::new(header);
         for (buf, part) in bufs[1..].iter_mut().zip(parts) {
             *buf = IoSlice::new(part);

@@ -8,6 +8,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use bytestring::ByteString;
 use serde_json::Value;
 
+use crate::hub::encode::ADDED_JSON_HEAD;
 use crate::transport::message::{Ending, Message, bookmark_object, event_json, reset_status};
 use crate::transport::stream::{Framing, Stream};
 
@@ -51,6 +52,20 @@ impl Id {
 pub struct Outgoing {
     pub json: Bytes,
     pub id: Id,
+    /// `json` is a snapshot object, not an event: the message is an
+    /// id-less ADDED around it.
+    pub added: bool,
+}
+
+impl Outgoing {
+    /// A message whose `json` is a whole `{"type":..}` object.
+    pub fn event(json: Bytes, id: Id) -> Outgoing {
+        Outgoing {
+            json,
+            id,
+            added: false,
+        }
+    }
 }
 
 /// Messages as WebSocket text messages. A single-stream socket also needs
@@ -66,7 +81,14 @@ impl Framing for WsFraming {
     fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Vec<Outgoing>) -> bool {
         let meta = stream.meta;
         let (json, id) = match msg {
-            Message::Object(frame) => (frame.json(), Id::None),
+            Message::Object(object) => {
+                out.push(Outgoing {
+                    json: object.clone(),
+                    id: Id::None,
+                    added: true,
+                });
+                return true;
+            }
             Message::Event(delivery) => {
                 let id = if delivery.has_id() {
                     Id::at(delivery.rv(), stream)
@@ -89,15 +111,12 @@ impl Framing for WsFraming {
                 Id::Clear,
             ),
             Message::End(ending) => {
-                out.push(Outgoing {
-                    json: error_json(&ending.status(meta)),
-                    id: Id::None,
-                });
+                out.push(Outgoing::event(error_json(&ending.status(meta)), Id::None));
                 self.ending = Some(ending);
                 return false;
             }
         };
-        out.push(Outgoing { json, id });
+        out.push(Outgoing::event(json, id));
         true
     }
 }
@@ -123,14 +142,14 @@ pub fn close_reason(code: CloseCode, description: &str) -> CloseReason {
     }
 }
 
-/// `json` (a `{"type":..}` object), with `prefix` (`{"sub":ID,`) spliced in
-/// front and `"id"` at the end. Without either it is `json` itself, shared.
-pub fn message(prefix: Option<&[u8]>, json: Bytes, id: Id) -> ByteString {
-    if prefix.is_none() && id == Id::None {
-        return text(json);
+/// `msg` with `prefix` (`{"sub":ID,`) spliced in front and `"id"` at the
+/// end. An event without either is its `json` itself, shared.
+pub fn message(prefix: Option<&[u8]>, msg: &Outgoing) -> ByteString {
+    if prefix.is_none() && msg.id == Id::None && !msg.added {
+        return text(msg.json.clone());
     }
     let mut tail = [0u8; TAIL];
-    let parts = parts(prefix, &json, id, &mut tail);
+    let parts = parts(prefix, msg, &mut tail);
     let mut buf = BytesMut::with_capacity(parts.iter().map(|p| p.len()).sum());
     for part in parts {
         buf.put_slice(part);
@@ -141,16 +160,22 @@ pub fn message(prefix: Option<&[u8]>, json: Bytes, id: Id) -> ByteString {
 /// Room for the end of a message: `,"id":"`, a `u64`, `~` and a tag, `"}`.
 pub const TAIL: usize = 48;
 
-/// A message in three parts, to copy or to write as they are: its start
-/// (`prefix`, or `{`), the inside of `json`, and its end (`"id"` and `}`).
+/// A message in four parts, to copy or to write as they are: its start
+/// (`prefix`, or `{`), a snapshot object's `"type":"ADDED","object":`, the
+/// inside of an event's `json` or the object, and its end (`"id"` and `}`).
 pub fn parts<'a>(
     prefix: Option<&'a [u8]>,
-    json: &'a [u8],
-    id: Id,
+    msg: &'a Outgoing,
     tail: &'a mut [u8; TAIL],
-) -> [&'a [u8]; 3] {
+) -> [&'a [u8]; 4] {
+    let json = &msg.json[..];
+    let start = prefix.unwrap_or(b"{");
+    if msg.added {
+        debug_assert_eq!(msg.id, Id::None, "snapshot objects carry no id");
+        return [start, &ADDED_JSON_HEAD[1..], json, b"}"];
+    }
     debug_assert!(json.len() >= 2 && json[0] == b'{' && json[json.len() - 1] == b'}');
-    let tail: &[u8] = match id {
+    let tail: &[u8] = match msg.id {
         Id::None => b"}",
         Id::Clear => br#","id":""}"#,
         Id::Rv(rv) | Id::Tagged(rv, _) => {
@@ -163,7 +188,7 @@ pub fn parts<'a>(
                 tail[at..at + bytes.len()].copy_from_slice(bytes);
             };
             put(br#""}"#);
-            if let Id::Tagged(_, tag) = id {
+            if let Id::Tagged(_, tag) = msg.id {
                 put(&tag);
                 put(b"~");
             }
@@ -179,7 +204,7 @@ pub fn parts<'a>(
             &tail[at..]
         }
     };
-    [prefix.unwrap_or(b"{"), &json[1..json.len() - 1], tail]
+    [start, b"", &json[1..json.len() - 1], tail]
 }
 
 /// Every message is built from serde_json output and ASCII, so it is UTF-8;
@@ -195,7 +220,7 @@ pub fn error_json(status: &Value) -> Bytes {
 }
 
 pub fn error_message(prefix: Option<&[u8]>, status: &Value) -> ByteString {
-    message(prefix, error_json(status), Id::None)
+    message(prefix, &Outgoing::event(error_json(status), Id::None))
 }
 
 /// `{"sub":ID,` for a client's subscription id.
@@ -217,31 +242,52 @@ mod tests {
     #[test]
     fn messages_splice_sub_and_id_into_the_shared_json() {
         let json = Bytes::from_static(br#"{"type":"ADDED","object":{"a":1}}"#);
+        let event = |id| Outgoing::event(json.clone(), id);
+        let none = message(None, &event(Id::None));
+        assert_eq!(s(none.clone()), std::str::from_utf8(&json).unwrap());
         assert_eq!(
-            s(message(None, json.clone(), Id::None)),
-            std::str::from_utf8(&json).unwrap()
+            none.as_bytes().as_ptr(),
+            json.as_ptr(),
+            "shared, not copied"
         );
         assert_eq!(
-            s(message(None, json.clone(), Id::Rv(42))),
+            s(message(None, &event(Id::Rv(42)))),
             r#"{"type":"ADDED","object":{"a":1},"id":"42"}"#
         );
         assert_eq!(
-            s(message(Some(&sub_prefix("a\"b")), json.clone(), Id::Clear)),
+            s(message(Some(&sub_prefix("a\"b")), &event(Id::Clear))),
             r#"{"sub":"a\"b","type":"ADDED","object":{"a":1},"id":""}"#
         );
         assert_eq!(
-            s(message(Some(NULL_PREFIX), json.clone(), Id::None)),
+            s(message(Some(NULL_PREFIX), &event(Id::None))),
             r#"{"sub":null,"type":"ADDED","object":{"a":1}}"#
         );
         // The longest id fits the tail the writer keeps on its stack.
         let mut tail = [0u8; TAIL];
         assert_eq!(
-            parts(None, &json, Id::Rv(u64::MAX), &mut tail).concat(),
+            parts(None, &event(Id::Rv(u64::MAX)), &mut tail).concat(),
             br#"{"type":"ADDED","object":{"a":1},"id":"18446744073709551615"}"#
         );
         assert_eq!(
-            parts(None, &json, Id::Tagged(u64::MAX, *b"0a1b2c3d"), &mut tail).concat(),
+            parts(None, &event(Id::Tagged(u64::MAX, *b"0a1b2c3d")), &mut tail).concat(),
             br#"{"type":"ADDED","object":{"a":1},"id":"18446744073709551615~0a1b2c3d"}"#
+        );
+    }
+
+    #[test]
+    fn snapshot_objects_are_sent_as_id_less_added_events() {
+        let object = Outgoing {
+            json: Bytes::from_static(br#"{"a":1}"#),
+            id: Id::None,
+            added: true,
+        };
+        assert_eq!(
+            s(message(None, &object)),
+            r#"{"type":"ADDED","object":{"a":1}}"#
+        );
+        assert_eq!(
+            s(message(Some(&sub_prefix("x")), &object)),
+            r#"{"sub":"x","type":"ADDED","object":{"a":1}}"#
         );
     }
 

@@ -17,8 +17,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::message::{
-    CLOSE_UNAUTHORIZED, GOING_AWAY, IDLE, Id, NULL_PREFIX, close_reason, error_message, message,
-    sub_prefix,
+    CLOSE_UNAUTHORIZED, GOING_AWAY, IDLE, Id, NULL_PREFIX, Outgoing, close_reason, error_message,
+    message, sub_prefix,
 };
 use super::ops::{Op, OpError, parse_op};
 use super::{ClientFrame, Ending};
@@ -103,7 +103,7 @@ async fn run_subscription(
     let mut out = Vec::new();
     while framed.next_into(&mut out).await {
         for msg in out.drain(..) {
-            let text = message(Some(&outbox.prefix), msg.json, msg.id);
+            let text = message(Some(&outbox.prefix), &msg);
             framed.wrote(text.len() as u64);
             if !outbox.send(text, Some(&bytes_sent)).await {
                 return;
@@ -333,7 +333,8 @@ impl Socket {
                         // of it can follow.
                         stop(active.task).await;
                         let json = Bytes::from_static(br#"{"type":"UNSUBSCRIBED"}"#);
-                        self.reply(message(Some(&prefix), json, Id::None)).await
+                        self.reply(message(Some(&prefix), &Outgoing::event(json, Id::None)))
+                            .await
                     }
                     None => {
                         let status = status_json(

@@ -114,7 +114,7 @@ pub(super) async fn serve(
 /// once the socket is gone.
 async fn send(raw: &mut WsWriter, msg: &Outgoing, bytes_sent: &Counter) -> Option<u64> {
     let mut tail = [0u8; TAIL];
-    let parts = parts(None, &msg.json, msg.id, &mut tail);
+    let parts = parts(None, msg, &mut tail);
     let n = parts.iter().map(|p| p.len() as u64).sum();
     bytes_sent.inc_by(n);
     raw.send_parts(Opcode::Text, &parts).await.ok().map(|()| n)
