@@ -36,8 +36,7 @@ pub fn note(req: &HttpRequest, verb: Verb, resource: &str, namespaces: &[String]
 /// One stream, for the line written when it ends.
 #[derive(Debug, Clone)]
 pub struct StreamRecord {
-    pub principal: String,
-    pub resource: String,
+    pub principal: Box<str>,
     pub transport: Transport,
     pub started: Instant,
 }
@@ -51,12 +50,12 @@ pub struct Delivered {
 }
 
 impl StreamRecord {
-    /// Writes the stream's last line.
-    pub fn ended(&self, delivered: &Delivered, how: &str) {
+    /// Writes the last line of the stream of `resource`.
+    pub fn ended(&self, resource: &str, delivered: &Delivered, how: &str) {
         tracing::info!(
             target: "kubefan::access",
             principal = %self.principal,
-            resource = %self.resource,
+            resource = %resource,
             transport = ?self.transport,
             events = delivered.events,
             bytes = delivered.bytes,

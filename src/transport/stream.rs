@@ -54,16 +54,19 @@ pub trait Framing {
 
 /// A subscription and its transport's framing. When it is dropped, the
 /// stream's access-log line says what it delivered and how it ended.
+///
+/// One lives as long as its stream, for each of thousands of subscribers:
+/// what the hub already holds (the resource's name and kinds) is read from
+/// it, not copied here (`loadtest/RESULTS.md`, memory per subscriber).
 pub struct Framed<F> {
     sub: Subscription,
     framing: F,
-    meta: ResourceMeta,
     sent: Counter,
     ended: bool,
     record: StreamRecord,
     delivered: Delivered,
     /// Why the stream ended, once known; otherwise its connection closed.
-    how: Option<String>,
+    how: Option<Box<str>>,
 }
 
 impl<F: Framing> Framed<F> {
@@ -76,10 +79,8 @@ impl<F: Framing> Framed<F> {
     ) -> Self {
         Framed {
             sent: metrics.events_sent(sub.hub().name(), transport),
-            meta: sub.hub().meta().clone(),
             record: StreamRecord {
-                principal: principal.to_string(),
-                resource: sub.hub().name().to_string(),
+                principal: principal.into(),
                 transport,
                 started: Instant::now(),
             },
@@ -99,7 +100,7 @@ impl<F: Framing> Framed<F> {
 
     /// Records why the stream ends, when the writer ends it.
     pub fn ending(&mut self, how: &str) {
-        self.how.get_or_insert_with(|| how.to_string());
+        self.how.get_or_insert_with(|| how.into());
     }
 
     pub fn subscription(&self) -> &Subscription {
@@ -143,7 +144,7 @@ impl<F: Framing> Framed<F> {
             self.framing.reserve(out, bytes);
         }
         let stream = Stream {
-            meta: &self.meta,
+            meta: self.sub.hub().meta(),
             tag: self.sub.id_tag(),
         };
         let mut more = true;
@@ -166,7 +167,8 @@ impl<F: Framing> Framed<F> {
 impl<F> Drop for Framed<F> {
     fn drop(&mut self) {
         let how = self.how.as_deref().unwrap_or("connection closed");
-        self.record.ended(&self.delivered, how);
+        self.record
+            .ended(self.sub.hub().name(), &self.delivered, how);
     }
 }
 
