@@ -911,6 +911,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn snapshot_items_are_bounded_by_bytes() {
+        let hub = hub();
+        let big = "x".repeat(20_000);
+        let pods = (0..10).map(|i| pod(&format!("p{i}")).rv(1).phase(&big).build());
+        hub.relist(pods.collect(), 1);
+        let (mut sub, _t) = subscribe(&hub, Filter::default(), None).await;
+        let mut sizes = Vec::new();
+        while let Some(Item::Snapshot(objects)) = sub.next().await {
+            sizes.push(objects.len());
+        }
+        // About 64 KiB per item: the object that reaches it is the last.
+        assert_eq!(sizes, [4, 4, 2]);
+    }
+
+    #[tokio::test]
     async fn each_version_is_stored_once_for_the_cache_and_the_log() {
         let hub = hub();
         hub.relist(vec![pod("a").rv(1).build(), pod("b").rv(1).build()], 1);

@@ -37,6 +37,9 @@ use crate::metrics::{Metrics, Transport};
 
 /// Snapshot objects handed out per item.
 const SNAPSHOT_CHUNK: usize = 256;
+/// ... and at most about this many bytes of their JSON: an item becomes
+/// one buffer per subscriber until the socket has taken it.
+const SNAPSHOT_CHUNK_BYTES: usize = 64 * 1024;
 /// Events read from the log per item.
 const READ_BATCH: usize = 256;
 
@@ -52,16 +55,17 @@ pub struct Subscription {
     lifecycle_wait: Registration,
     lifecycle_seen: u64,
     ticks_seen: u64,
-    snapshot: Option<SnapshotProgress>,
+    /// Boxed: a subscription streams far longer than it snapshots.
+    snapshot: Option<Box<SnapshotProgress>>,
     reset: Option<ResetReason>,
     /// The last position told to the client (an id it could resume from).
     sent_rv: u64,
     /// The position reached (events read, filtered or not).
     pos_rv: u64,
     finished: bool,
-    /// When the subscriber's credentials expire, and the timer for it
-    /// (boxed: most subscriptions have none).
-    expires: Option<(Instant, Pin<Box<Sleep>>)>,
+    /// The timer for when the subscriber's credentials expire (boxed:
+    /// most subscriptions have none).
+    expires: Option<Pin<Box<Sleep>>>,
     /// Where its namespaces come from, when they can change.
     scoped: Option<Box<Scoped>>,
     /// A progress mark is owed (the id's tag changed).
@@ -142,7 +146,7 @@ impl Subscription {
             sent_rv: 0,
             pos_rv: 0,
             finished: false,
-            expires: expires.map(|at| (at, Box::pin(tokio::time::sleep_until(at)))),
+            expires: expires.map(|at| Box::pin(tokio::time::sleep_until(at))),
             scoped,
             announce: false,
             metrics,
@@ -188,12 +192,12 @@ impl Subscription {
                 if resume_failed {
                     self.reset = Some(ResetReason::Expired);
                 }
-                self.snapshot = Some(SnapshotProgress {
+                self.snapshot = Some(Box::new(SnapshotProgress {
                     objects: objects.into_iter(),
                     rv,
                     sent_objects: 0,
                     sent_bytes: 0,
-                });
+                }));
             }
         }
     }
@@ -213,7 +217,7 @@ impl Subscription {
             if self
                 .expires
                 .as_ref()
-                .is_some_and(|(at, _)| Instant::now() >= *at)
+                .is_some_and(|timer| Instant::now() >= timer.deadline())
             {
                 self.finished = true;
                 return Some(Item::Denied(Denial::expired()));
@@ -227,7 +231,15 @@ impl Subscription {
                 return Some(Item::Reset(reason));
             }
             if let Some(snap) = &mut self.snapshot {
-                let chunk: Vec<Arc<Obj>> = snap.objects.by_ref().take(SNAPSHOT_CHUNK).collect();
+                let mut chunk: Vec<Arc<Obj>> = Vec::new();
+                let mut bytes = 0;
+                while chunk.len() < SNAPSHOT_CHUNK && bytes < SNAPSHOT_CHUNK_BYTES {
+                    let Some(obj) = snap.objects.next() else {
+                        break;
+                    };
+                    bytes += obj.json().len();
+                    chunk.push(obj);
+                }
                 if !chunk.is_empty() {
                     let frames = self.view.snapshot(&chunk);
                     if frames.is_empty() {
@@ -310,7 +322,7 @@ impl Subscription {
             // Caught up: wait for the hub to move, a tick, shutdown, the
             // credentials' expiry or a change of scope.
             let moved = poll_fn(|cx| {
-                if let Some((_, timer)) = &mut self.expires
+                if let Some(timer) = &mut self.expires
                     && timer.as_mut().poll(cx).is_ready()
                 {
                     return Poll::Ready(false);
