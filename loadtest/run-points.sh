@@ -28,6 +28,8 @@ OUT=${OUT:-loadtest/results}
 mkdir -p "$OUT" /tmp/kubefan-nchan
 cargo build --release --locked -p kubefan -p loadtest
 BIN=target/release
+# KUBEFAN_BIN: another build of kubefan to measure (a paired before/after).
+KUBEFAN=${KUBEFAN_BIN:-$BIN/kubefan}
 ulimit -n 20000
 
 wait_http() { for _ in $(seq 100); do curl -sf -o /dev/null "$@" && return 0; sleep 0.1; done; echo "no answer from $1" >&2; return 1; }
@@ -57,11 +59,11 @@ for point in $POINTS; do
       [ "$mode" != plain ] && [ "$server" != kubefan ] && continue
       file="$OUT/$server-$transport$suffix-$n-$rep.json"
       if [ "$server" = kubefan ]; then
-        taskset -c 0 "$BIN/kubefan" sim --listen 127.0.0.1:18001 --kubeconfig-out /tmp/lt.kubeconfig \
+        taskset -c 0 "$KUBEFAN" sim --listen 127.0.0.1:18001 --kubeconfig-out /tmp/lt.kubeconfig \
           --churn-rate 0 --pods 100 >/tmp/lt-sim.log 2>&1 &
         sim=$!
         wait_http http://127.0.0.1:18001/version
-        taskset -c 0 "$BIN/kubefan" serve --kubeconfig /tmp/lt.kubeconfig --listen 127.0.0.1:18080 \
+        taskset -c 0 "$KUBEFAN" serve --kubeconfig /tmp/lt.kubeconfig --listen 127.0.0.1:18080 \
           --resources pods --workers 1 "${tls_serve[@]}" >/tmp/lt-gw.log 2>&1 &
         srv=$!
         wait_http "$scheme://127.0.0.1:18080/readyz" -k
