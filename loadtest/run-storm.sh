@@ -19,6 +19,8 @@ OUT=${OUT:-loadtest/results-storm}
 mkdir -p "$OUT"
 cargo build --release --locked -p kubefan -p loadtest
 BIN=target/release
+# KUBEFAN_BIN: another build of kubefan to measure (a paired before/after).
+KUBEFAN=${KUBEFAN_BIN:-$BIN/kubefan}
 ulimit -n 20000
 wait_http() { for _ in $(seq 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "no answer from $1" >&2; return 1; }
 pids=()
@@ -31,12 +33,12 @@ import json, sys
 d = json.load(sys.stdin)
 print(d["resources"]["pods"]["list_requests"] - d["lists"].get("pods", {}).get("probes", 0))'; }
 
-taskset -c 0 "$BIN/kubefan" sim --listen 127.0.0.1:18001 --kubeconfig-out /tmp/storm.kubeconfig \
+taskset -c 0 "$KUBEFAN" sim --listen 127.0.0.1:18001 --kubeconfig-out /tmp/storm.kubeconfig \
   --churn-rate 0 --pods "$PODS" >/tmp/storm-sim.log 2>&1 &
 pids+=($!)
 wait_http http://127.0.0.1:18001/version
 serve() {
-  taskset -c 0 "$BIN/kubefan" serve --kubeconfig /tmp/storm.kubeconfig --listen 127.0.0.1:18080 \
+  taskset -c 0 "$KUBEFAN" serve --kubeconfig /tmp/storm.kubeconfig --listen 127.0.0.1:18080 \
     --resources pods --workers 1 --max-connections 20000 >>/tmp/storm-gw.log 2>&1 &
   gw=$!
   pids+=("$gw")
