@@ -10,9 +10,9 @@ use super::encode::{EventType, Frame};
 /// stripped, Secrets redacted). Immutable; the cache and the log share it.
 ///
 /// Besides its JSON, an object holds what selectors read without parsing
-/// it, in two allocations whatever its number of labels and fields (at
-/// 10,000 pods, one small string each had cost more than a third of the
-/// JSON again: `loadtest/RESULTS.md`, *The hub's memory*).
+/// it, in two allocations whatever its number of labels and fields (one
+/// small string each had cost a fifth of a pod's JSON again:
+/// `loadtest/RESULTS.md`, *The hub's memory*).
 #[derive(Debug)]
 pub struct Obj {
     rv: u64,
@@ -91,13 +91,15 @@ impl Obj {
         labels: &[(String, String)],
         values: &[String],
     ) {
-        let pieces = [namespace, name]
-            .into_iter()
-            .chain(labels.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]))
-            .chain(values.iter().map(String::as_str));
-        let mut text = String::new();
+        let pieces = || {
+            [namespace, name]
+                .into_iter()
+                .chain(labels.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]))
+                .chain(values.iter().map(String::as_str))
+        };
+        let mut text = String::with_capacity(pieces().map(str::len).sum());
         let mut ends = Vec::with_capacity(2 + 2 * labels.len() + values.len());
-        for piece in pieces {
+        for piece in pieces() {
             text.push_str(piece);
             ends.push(u32::try_from(text.len()).unwrap_or(u32::MAX));
         }
