@@ -113,6 +113,10 @@ test('a tab that closes, or dies without a word, has its subscriptions unsubscri
   const dying = b.tab();
   t.after(() => {
     keep.close();
+    // Closed as well as crashed: left open, its port closing would send it
+    // to a socket of its own, the real WebSocket's, retrying gw.test for
+    // ever and keeping this test file's process alive.
+    dying.close();
     dying._port.close();
   });
   keep.watch('pods');
