@@ -266,7 +266,7 @@ impl Metrics {
         );
         registry.register(
             "snapshot_bytes",
-            "Encoded bytes per snapshot served (after filters and projection)",
+            "Bytes of the objects' JSON per snapshot served (after filters and projection; each transport adds its framing)",
             m.snapshot_bytes.clone(),
         );
         registry.register(
