@@ -18,9 +18,10 @@
 //! The object a live event carries is also the object the cache and the
 //! log hold ([`super::Obj`] keeps a slice of its event's frame), so each
 //! version of an object is stored once. A snapshot sends objects, not
-//! events: each transport writes [`ADDED_JSON_HEAD`] (and, for SSE,
-//! [`ADDED_SSE_HEAD`]) and the closing brace around the shared object, as
-//! it copies a snapshot batch into one buffer anyway.
+//! events: each transport writes the id-less `ADDED` around the shared
+//! object ([`added_sse`], [`added_line`], or [`ADDED_JSON_HEAD`] spliced
+//! into a WebSocket message), as it copies a snapshot batch into one
+//! buffer anyway.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -46,12 +47,22 @@ impl EventType {
 /// which is this, the object, and `}`.
 pub const ADDED_JSON_HEAD: &[u8] = br#"{"type":"ADDED","object":"#;
 
-/// The start of a snapshot object's SSE frame: an id-less `ADDED` event,
-/// which is this, the object, and `}` and a blank line.
-pub const ADDED_SSE_HEAD: &[u8] = b"event: ADDED\ndata: {\"type\":\"ADDED\",\"object\":";
+const ADDED_SSE_HEAD: &[u8] = b"event: ADDED\ndata: {\"type\":\"ADDED\",\"object\":";
+const ADDED_SSE_TAIL: &[u8] = b"}\n\n";
+
+/// A snapshot object's SSE frame, an id-less `ADDED` event, in the three
+/// parts written around the shared object.
+pub fn added_sse(object: &[u8]) -> [&[u8]; 3] {
+    [ADDED_SSE_HEAD, object, ADDED_SSE_TAIL]
+}
+
+/// A snapshot object's Kubernetes watch line (`ADDED`), in three parts.
+pub fn added_line(object: &[u8]) -> [&[u8]; 3] {
+    [ADDED_JSON_HEAD, object, b"}\n"]
+}
 
 /// The bytes a transport adds around a snapshot object at most (SSE's).
-pub const ADDED_FRAMING: usize = ADDED_SSE_HEAD.len() + 3;
+pub const ADDED_FRAMING: usize = ADDED_SSE_HEAD.len() + ADDED_SSE_TAIL.len();
 
 /// One encoded event: an SSE frame with the JSON event and object inside it.
 #[derive(Debug, Clone)]
@@ -184,9 +195,10 @@ mod tests {
     #[test]
     fn snapshot_heads_frame_an_object_as_an_id_less_added() {
         let f = Frame::encode("ADDED", "ADDED", None, b"{}");
-        let sse = [ADDED_SSE_HEAD, &f.object()[..], b"}\n\n"].concat();
+        let sse = added_sse(&f.object()).concat();
         assert_eq!(&sse[..], &f.sse()[..]);
         assert_eq!(sse.len(), ADDED_FRAMING + 2);
+        assert_eq!(&added_line(&f.object()).concat()[..], &f.ndjson()[..]);
         let json = [ADDED_JSON_HEAD, &f.object()[..], b"}"].concat();
         assert_eq!(&json[..], &f.json()[..]);
     }

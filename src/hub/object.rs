@@ -191,6 +191,11 @@ impl Obj {
         self.json.clone()
     }
 
+    /// Its length, without taking a reference to the buffer.
+    pub fn json_len(&self) -> usize {
+        self.json.len()
+    }
+
     pub fn key(&self) -> ObjKey {
         ObjKey::new(self.namespace(), self.name())
     }

@@ -21,7 +21,7 @@ use super::message::{Message, bookmark_object, event_json, reset_status};
 use super::stream::{Chunk, Framed, Framing, Stream};
 use super::{ChunkSource, access_log, parse_position, parse_stream_query, subscribe, takeover};
 use crate::auth::{self, Principal, Verb};
-use crate::hub::encode::ADDED_SSE_HEAD;
+use crate::hub::encode::added_sse;
 use crate::hub::scope::Position;
 use crate::metrics::Transport;
 use crate::status::ApiError;
@@ -116,11 +116,7 @@ impl Framing for SseFraming {
     fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Chunk) -> bool {
         let meta = stream.meta;
         match msg {
-            Message::Object(object) => {
-                out.put(ADDED_SSE_HEAD);
-                out.put(object);
-                out.put(b"}\n\n");
-            }
+            Message::Object(object) => out.put_parts(&added_sse(object)),
             Message::Event(delivery) => match stream.tag {
                 Some(_) if delivery.has_id() => {
                     // The shared frame up to its blank line, then the tagged

@@ -214,6 +214,13 @@ impl Chunk {
         self.buf.extend_from_slice(bytes);
     }
 
+    /// Adds one message written in parts (a snapshot object and its event
+    /// around it).
+    pub fn put_parts(&mut self, parts: &[&[u8]]) {
+        self.join();
+        parts.iter().for_each(|p| self.buf.extend_from_slice(p));
+    }
+
     pub fn reserve(&mut self, bytes: usize) {
         self.buf.reserve(bytes);
     }

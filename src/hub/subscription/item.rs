@@ -39,7 +39,7 @@ pub enum Item {
     Reset(ResetReason),
     /// Objects of the current snapshot, as the subscription shows them
     /// (each one JSON value); transports send each as an id-less ADDED
-    /// (`encode::ADDED_JSON_HEAD`).
+    /// (`encode::added_sse`, `encode::added_line`).
     Snapshot(Vec<Bytes>),
     /// The snapshot is complete and reflects `rv`.
     SnapshotEnd { rv: u64 },

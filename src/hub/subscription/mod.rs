@@ -237,7 +237,7 @@ impl Subscription {
                     let Some(obj) = snap.objects.next() else {
                         break;
                     };
-                    bytes += obj.json().len();
+                    bytes += obj.json_len();
                     chunk.push(obj);
                 }
                 if !chunk.is_empty() {

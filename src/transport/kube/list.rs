@@ -285,7 +285,7 @@ pub async fn list(
         return Ok(json_response(converted_list(shape, &meta, page)));
     }
     let mut body =
-        BytesMut::with_capacity(page.iter().map(|o| o.json().len() + 1).sum::<usize>() + 256);
+        BytesMut::with_capacity(page.iter().map(|o| o.json_len() + 1).sum::<usize>() + 256);
     body.put_slice(
         format!(
             r#"{{"kind":"{}List","apiVersion":"{}","metadata":{{"resourceVersion":"{rv}""#,

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::KubeQuery;
 use crate::auth::Principal;
-use crate::hub::encode::ADDED_JSON_HEAD;
+use crate::hub::encode::added_line;
 use crate::hub::scope::Position;
 use crate::hub::{
     Filter, Hub, ResetReason, ResourceMeta, Shape, Subscribe, Subscription, ViewSpec,
@@ -244,13 +244,14 @@ impl WatchFraming {
     /// A snapshot object's line: an ADDED event around it (the first of a
     /// table watch with the column definitions, as [`WatchFraming::event`]).
     fn object(&mut self, object: &[u8], out: &mut Chunk) {
-        if matches!(self.shape, Shape::Table(_)) && !self.columns_sent {
-            let line = Bytes::from([ADDED_JSON_HEAD, object, b"}\n"].concat());
-            return self.event(&line, out);
+        let line = added_line(object);
+        match &self.shape {
+            Shape::Table(view) if !self.columns_sent => {
+                self.columns_sent = true;
+                out.put(&with_columns(&line.concat(), view.printer().columns_json()));
+            }
+            _ => out.put_parts(&line),
         }
-        out.put(ADDED_JSON_HEAD);
-        out.put(object);
-        out.put(b"}\n");
     }
 
     /// A BOOKMARK at the position this client holds, its object in the
