@@ -10,6 +10,8 @@ pub mod stream;
 pub mod takeover;
 pub mod ws;
 
+use std::task::{Context, Poll};
+
 use actix_web::web;
 use bytes::Bytes;
 
@@ -23,10 +25,21 @@ use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 use state::AppState;
 
-/// A streaming response body produced one chunk at a time.
-pub trait ChunkSource: Send + 'static {
+/// A streaming response body produced one chunk at a time. It is polled,
+/// not awaited: a source keeps what it waits for in its fields, so the
+/// writer that polls it is the whole of a stream's task.
+pub trait ChunkSource: Send + Unpin + 'static {
+    /// The next chunk to write, `None` when the stream is over, `Pending`
+    /// (with `cx`'s waker registered) while there is none.
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>>;
+
     /// The next chunk to write, or `None` when the stream is over.
-    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> + Send;
+    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> + Send
+    where
+        Self: Sized,
+    {
+        std::future::poll_fn(|cx| self.poll_chunk(cx))
+    }
 }
 
 /// Authorizes, then subscribes: the principal's grant narrows the

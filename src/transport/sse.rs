@@ -11,6 +11,7 @@
 //! because that type re-encodes each event per subscriber, which is the
 //! per-delivery cost the hub's encode-once design removes.
 
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use actix_web::http::header::{self, HeaderName, HeaderValue};
@@ -99,11 +100,11 @@ struct SseBody {
 }
 
 impl ChunkSource for SseBody {
-    async fn chunk(&mut self) -> Option<Bytes> {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         if let Some(preamble) = self.preamble.take() {
-            return Some(preamble);
+            return Poll::Ready(Some(preamble));
         }
-        self.framed.next_chunk().await
+        self.framed.poll_next_chunk(cx)
     }
 }
 

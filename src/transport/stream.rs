@@ -11,6 +11,8 @@
 //! through without a copy (the common case: one event, many subscribers)
 //! and joins several into one buffer sized once.
 
+use std::future::poll_fn;
+use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
@@ -114,12 +116,18 @@ impl<F: Framing> Framed<F> {
     /// Frames the subscription's next item into `out`. False once the
     /// stream is over (and nothing was framed).
     pub async fn next_into(&mut self, out: &mut F::Out) -> bool {
+        poll_fn(|cx| self.poll_next_into(cx, out)).await
+    }
+
+    /// [`Framed::next_into`] as a poll: `Pending` while the subscription
+    /// has nothing (nothing is framed then).
+    pub fn poll_next_into(&mut self, cx: &mut Context<'_>, out: &mut F::Out) -> Poll<bool> {
         if self.ended {
-            return false;
+            return Poll::Ready(false);
         }
-        let Some(item) = self.sub.next().await else {
+        let Some(item) = ready!(self.sub.poll_next(cx)) else {
             self.ended = true;
-            return false;
+            return Poll::Ready(false);
         };
         match &item {
             Item::Reset(_) => self.delivered.resets += 1,
@@ -160,7 +168,7 @@ impl<F: Framing> Framed<F> {
             // A framing that ends on a reset (the watch face's 410).
             self.ending("expired: the client must list again");
         }
-        true
+        Poll::Ready(true)
     }
 }
 
@@ -173,17 +181,20 @@ impl<F> Drop for Framed<F> {
 }
 
 impl<F: Framing<Out = Chunk>> Framed<F> {
-    /// The next non-empty chunk of bytes, or `None` once the stream is over.
-    pub async fn next_chunk(&mut self) -> Option<Bytes> {
+    /// The next non-empty chunk of bytes, `None` once the stream is over,
+    /// `Pending` while there is none.
+    pub fn poll_next_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         let mut chunk = Chunk::default();
         loop {
-            let more = self.next_into(&mut chunk).await;
+            // Nothing is framed when the subscription is pending, so no
+            // chunk is lost by returning.
+            let more = ready!(self.poll_next_into(cx, &mut chunk));
             if let Some(bytes) = chunk.take() {
                 self.delivered.bytes += bytes.len() as u64;
-                return Some(bytes);
+                return Poll::Ready(Some(bytes));
             }
             if !more {
-                return None;
+                return Poll::Ready(None);
             }
         }
     }

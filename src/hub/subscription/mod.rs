@@ -17,7 +17,7 @@
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use tokio::time::{Instant, Sleep};
 
@@ -209,9 +209,19 @@ impl Subscription {
 
     /// The next item, or `None` once the stream is over.
     pub async fn next(&mut self) -> Option<Item> {
+        poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    /// The next item, `None` once the stream is over; `Pending` (with
+    /// `cx`'s waker registered for whatever can end the wait) while there
+    /// is none. A subscription has no `async` state of its own: what it
+    /// waits for is in its fields, so the task that writes it is the only
+    /// state a stream has (`loadtest/RESULTS.md`, memory per subscriber).
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Item>> {
         if self.finished {
-            return None;
+            return Poll::Ready(None);
         }
+        let ready = |item| Poll::Ready(Some(item));
         loop {
             // Before anything else: nothing is sent past the expiry.
             if self
@@ -220,15 +230,15 @@ impl Subscription {
                 .is_some_and(|timer| Instant::now() >= timer.deadline())
             {
                 self.finished = true;
-                return Some(Item::Denied(Denial::expired()));
+                return ready(Item::Denied(Denial::expired()));
             }
             if let Some(denial) = self.follow_scope() {
                 self.finished = true;
-                return Some(Item::Denied(denial));
+                return ready(Item::Denied(denial));
             }
             if let Some(reason) = self.reset.take() {
                 self.metrics.reset(self.hub.name(), reason.as_str());
-                return Some(Item::Reset(reason));
+                return ready(Item::Reset(reason));
             }
             if let Some(snap) = &mut self.snapshot {
                 let mut chunk: Vec<Arc<Obj>> = Vec::new();
@@ -247,7 +257,7 @@ impl Subscription {
                     }
                     snap.sent_objects += frames.len() as u64;
                     snap.sent_bytes += frames.iter().map(|f| f.len() as u64).sum::<u64>();
-                    return Some(Item::Snapshot(frames));
+                    return ready(Item::Snapshot(frames));
                 }
                 let rv = snap.rv;
                 let (objects, bytes) = (snap.sent_objects, snap.sent_bytes);
@@ -257,22 +267,22 @@ impl Subscription {
                 self.metrics
                     .snapshot_served(self.hub.name(), self.transport);
                 self.metrics.snapshot_size(self.hub.name(), objects, bytes);
-                return Some(Item::SnapshotEnd { rv });
+                return ready(Item::SnapshotEnd { rv });
             }
             if self.lifecycle.is_shutting_down() {
                 self.finished = true;
-                return Some(Item::Shutdown);
+                return ready(Item::Shutdown);
             }
 
             if let Some(reason) = self.hub.closed() {
                 self.finished = true;
-                return Some(Item::Closed(reason));
+                return ready(Item::Closed(reason));
             }
             if self.announce {
                 // The id's tag changed: tell the client where it is now.
                 self.announce = false;
                 self.sent_rv = self.pos_rv;
-                return Some(Item::Progress { rv: self.pos_rv });
+                return ready(Item::Progress { rv: self.pos_rv });
             }
 
             // Seen before reading: a change after this point wakes us.
@@ -298,7 +308,7 @@ impl Subscription {
                         self.pos_rv = self.pos_rv.max(rv);
                     }
                     if !out.is_empty() {
-                        return Some(Item::Events(out));
+                        return ready(Item::Events(out));
                     }
                     if caught_up.is_none() {
                         continue;
@@ -307,7 +317,7 @@ impl Subscription {
             }
             if let Some(namespaces) = self.scoped.as_mut().and_then(|s| s.pending.take()) {
                 match self.rescope(&namespaces) {
-                    Some(changed) if !changed.is_empty() => return Some(Item::Events(changed)),
+                    Some(changed) if !changed.is_empty() => return ready(Item::Events(changed)),
                     Some(_) => {}
                     // An event came in meanwhile: read it first.
                     None => {
@@ -321,37 +331,9 @@ impl Subscription {
 
             // Caught up: wait for the hub to move, a tick, shutdown, the
             // credentials' expiry or a change of scope.
-            let moved = poll_fn(|cx| {
-                if let Some(timer) = &mut self.expires
-                    && timer.as_mut().poll(cx).is_ready()
-                {
-                    return Poll::Ready(false);
-                }
-                if let Some(scoped) = &mut self.scoped
-                    && scoped
-                        .access
-                        .source
-                        .changes()
-                        .poll_moved(scoped.seen, &mut scoped.wait, cx)
-                        .is_ready()
-                {
-                    return Poll::Ready(false);
-                }
-                let hub = self
-                    .hub
-                    .changes()
-                    .poll_moved(self.hub_seen, &mut self.hub_wait, cx);
-                let lifecycle = self.lifecycle.epoch().poll_moved(
-                    self.lifecycle_seen,
-                    &mut self.lifecycle_wait,
-                    cx,
-                );
-                match (hub, lifecycle) {
-                    (Poll::Pending, Poll::Pending) => Poll::Pending,
-                    (_, lifecycle) => Poll::Ready(lifecycle.is_ready()),
-                }
-            })
-            .await;
+            let Poll::Ready(moved) = self.poll_wait(cx) else {
+                return Poll::Pending;
+            };
             if moved {
                 self.lifecycle_seen = self.lifecycle.epoch().current();
                 let ticks = self.lifecycle.ticks();
@@ -359,11 +341,45 @@ impl Subscription {
                     self.ticks_seen = ticks;
                     if self.pos_rv > self.sent_rv {
                         self.sent_rv = self.pos_rv;
-                        return Some(Item::Progress { rv: self.pos_rv });
+                        return ready(Item::Progress { rv: self.pos_rv });
                     }
-                    return Some(Item::KeepAlive);
+                    return ready(Item::KeepAlive);
                 }
             }
+        }
+    }
+
+    /// Ready once something this subscription waits for moved: true if the
+    /// lifecycle did (a tick or shutdown), false for the hub, the
+    /// credentials' expiry or a change of scope. Until then every source's
+    /// waker is registered.
+    fn poll_wait(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        if let Some(timer) = &mut self.expires
+            && timer.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(false);
+        }
+        if let Some(scoped) = &mut self.scoped
+            && scoped
+                .access
+                .source
+                .changes()
+                .poll_moved(scoped.seen, &mut scoped.wait, cx)
+                .is_ready()
+        {
+            return Poll::Ready(false);
+        }
+        let hub = self
+            .hub
+            .changes()
+            .poll_moved(self.hub_seen, &mut self.hub_wait, cx);
+        let lifecycle =
+            self.lifecycle
+                .epoch()
+                .poll_moved(self.lifecycle_seen, &mut self.lifecycle_wait, cx);
+        match (hub, lifecycle) {
+            (Poll::Pending, Poll::Pending) => Poll::Pending,
+            (_, lifecycle) => Poll::Ready(lifecycle.is_ready()),
         }
     }
 }

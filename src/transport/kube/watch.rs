@@ -13,13 +13,15 @@
 //! - the stream ends cleanly after `timeoutSeconds`, on shutdown, or when
 //!   the resource's hub closes (after an ERROR).
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::KubeQuery;
 use crate::auth::Principal;
@@ -113,6 +115,7 @@ pub async fn watch(
             principal.name(),
         ),
         deadline: Instant::now() + timeout,
+        timer: None,
     };
     Ok(takeover::respond(
         req,
@@ -130,17 +133,21 @@ struct WatchBody {
     framed: Framed<WatchFraming>,
     /// `timeoutSeconds`: the watch ends cleanly then.
     deadline: Instant,
+    /// Its timer, made on the runtime that polls the stream.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl ChunkSource for WatchBody {
-    async fn chunk(&mut self) -> Option<Bytes> {
-        tokio::select! {
-            chunk = self.framed.next_chunk() => chunk,
-            _ = tokio::time::sleep_until(self.deadline) => {
-                self.framed.ending("timeoutSeconds reached");
-                None
-            }
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let deadline = self.deadline;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.as_mut().poll(cx).is_ready() {
+            self.framed.ending("timeoutSeconds reached");
+            return Poll::Ready(None);
         }
+        self.framed.poll_next_chunk(cx)
     }
 }
 

@@ -8,13 +8,12 @@
 //! request that came over HTTP/2 is answered on its HTTP/2 stream
 //! instead (`h2_stream`).
 
-use std::future::poll_fn;
 use std::io::{self, IoSlice, Write as _};
-use std::pin::pin;
-use std::task::Poll;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 
-use super::io::{InputWatch, WriteDeadline, write_all};
-use super::socket::Detached;
+use super::io::{Blocked, InputWatch, WriteDeadline};
+use super::socket::{Detached, Socket};
 use super::{CorsHeaders, Streams, h2_stream, not_taken_over, socket_of};
 use crate::limits::Permit;
 use crate::transport::ChunkSource;
@@ -50,33 +49,191 @@ pub fn respond<S: ChunkSource>(
     let chunked = req.version() != Version::HTTP_10;
     let cors = req.extensions().get::<CorsHeaders>().cloned();
     let head = head(headers, cors.as_ref().map(|c| &c.0), chunked);
-    streams.spawn(pump(Box::new(Pumped {
-        socket: Some(socket),
-        head,
+    streams.spawn(Pump {
+        detached: Some(socket),
+        socket: None,
         source,
         chunked,
         bytes_sent,
         deadline: streams.deadline.clone(),
         _permit: req.extensions_mut().remove::<Permit>(),
-    })));
+        hang_up: InputWatch::default(),
+        blocked: Blocked::default(),
+        out: Out::bytes(head),
+        ending: false,
+    });
     // actix writes this into the emptied connection, where it vanishes.
     HttpResponse::Ok().finish()
 }
 
-/// What a stream's task owns, boxed once: an `async fn` keeps each of its
-/// arguments twice in its state (as passed and as moved into its body),
-/// so a stream's source passed by value cost its ~500 bytes twice over in
-/// every stream's task (`-Zprint-type-sizes`); boxed, it costs them once.
-struct Pumped<S> {
-    /// Taken when the task starts: attached to the task's runtime.
-    socket: Option<Detached>,
-    head: Bytes,
+/// A stream's task: writes the response head, then every chunk of its
+/// source, until the source ends, the client hangs up or a write fails.
+///
+/// Written by hand rather than as an `async fn`, for memory: an `async fn`
+/// keeps each of its arguments twice (as passed, and as moved into its
+/// body) and the states of the futures it awaits beside its own, which
+/// cost an SSE stream ~1.2 KB in two allocations (`-Zprint-type-sizes`,
+/// heaptrack: `loadtest/RESULTS.md`). This is the task's whole state, in
+/// the task's own allocation: the source is polled, never awaited.
+struct Pump<S> {
+    /// Taken on the first poll: attached to the task's runtime.
+    detached: Option<Detached>,
+    socket: Option<Socket>,
     source: S,
     chunked: bool,
     bytes_sent: Counter,
     deadline: WriteDeadline,
     /// Held for as long as the stream lasts (the connection limits).
     _permit: Option<Permit>,
+    hang_up: InputWatch,
+    /// How a write waits for a client that takes nothing.
+    blocked: Blocked,
+    /// What is being written.
+    out: Out,
+    /// The source ended: once `out` is written, the stream is over.
+    ending: bool,
+}
+
+impl<S: ChunkSource> Future for Pump<S> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let p = self.get_mut();
+        if p.socket.is_none() {
+            match p.detached.take().map(Detached::attach) {
+                Some(Ok(socket)) => p.socket = Some(socket),
+                _ => return Poll::Ready(()),
+            }
+        }
+        let Some(socket) = &p.socket else {
+            return Poll::Ready(());
+        };
+        loop {
+            if !p.out.is_empty() || p.ending {
+                match ready!(p.out.poll_write(socket, &p.deadline, &mut p.blocked, cx)) {
+                    Ok(()) if !p.ending => {}
+                    done => {
+                        if done.is_ok() {
+                            socket.shutdown();
+                        }
+                        return Poll::Ready(());
+                    }
+                }
+            }
+            if p.hang_up.hung_up(socket, cx) {
+                return Poll::Ready(());
+            }
+            match ready!(p.source.poll_chunk(cx)) {
+                Some(chunk) if chunk.is_empty() => {}
+                Some(chunk) => {
+                    p.bytes_sent.inc_by(chunk.len() as u64);
+                    p.out = if p.chunked {
+                        Out::chunk(chunk)
+                    } else {
+                        Out::bytes(chunk)
+                    };
+                }
+                None => {
+                    p.ending = true;
+                    if p.chunked {
+                        p.out = Out::bytes(Bytes::from_static(b"0\r\n\r\n"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Bytes on their way to the socket: one chunk (with its chunk-size line
+/// and CRLF when chunked) and how much of it went.
+#[derive(Default)]
+struct Out {
+    line: [u8; 18],
+    line_len: u8,
+    body: Bytes,
+    tail: &'static [u8],
+    written: usize,
+}
+
+impl Out {
+    /// `body` as it is.
+    fn bytes(body: Bytes) -> Out {
+        Out {
+            body,
+            ..Out::default()
+        }
+    }
+
+    /// `body` as one chunk of a chunked response.
+    fn chunk(body: Bytes) -> Out {
+        let mut line = [0u8; 18];
+        let line_len = chunk_size_line(&mut line, body.len()).len() as u8;
+        Out {
+            line,
+            line_len,
+            body,
+            tail: b"\r\n",
+            written: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.body.is_empty() && self.line_len == 0 && self.tail.is_empty()
+    }
+
+    /// Writes what is left (one `writev` per readiness, no copy), waiting
+    /// for the socket, not forever (`Blocked`). Ready once all of it went
+    /// (and, over TLS, was sent); empty afterwards.
+    fn poll_write(
+        &mut self,
+        socket: &Socket,
+        deadline: &WriteDeadline,
+        blocked: &mut Blocked,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            let parts = [
+                &self.line[..usize::from(self.line_len)],
+                &self.body[..],
+                self.tail,
+            ];
+            let mut skip = self.written;
+            let mut bufs = [IoSlice::new(&[]); 3];
+            let mut n = 0;
+            for part in parts {
+                if skip >= part.len() {
+                    skip -= part.len();
+                    continue;
+                }
+                bufs[n] = IoSlice::new(&part[skip..]);
+                skip = 0;
+                n += 1;
+            }
+            let done = if n == 0 {
+                socket.try_flush().map(|()| true)
+            } else {
+                socket.try_write_vectored(&bufs[..n]).and_then(|w| match w {
+                    0 => Err(io::ErrorKind::WriteZero.into()),
+                    w => {
+                        self.written += w;
+                        Ok(false)
+                    }
+                })
+            };
+            match done {
+                Ok(true) => {
+                    blocked.clear();
+                    *self = Out::default();
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(false) => blocked.clear(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    ready!(blocked.poll_writable(socket, deadline, cx))?;
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
 }
 
 /// The response head.
@@ -107,80 +264,10 @@ fn head(headers: &[(HeaderName, &'static str)], cors: Option<&HeaderMap>, chunke
     out.freeze()
 }
 
-/// Writes the head, then every chunk, until the source ends, the client
-/// hangs up or a write fails.
-async fn pump<S: ChunkSource>(mut p: Box<Pumped<S>>) {
-    let Some(socket) = p.socket.take().and_then(|s| s.attach().ok()) else {
-        return;
-    };
-    if write_all(&socket, &p.deadline, &mut [IoSlice::new(&p.head)])
-        .await
-        .is_err()
-    {
-        return;
-    }
-    // Not kept for as long as the stream lasts.
-    p.head = Bytes::new();
-    let Pumped {
-        source,
-        chunked,
-        bytes_sent,
-        deadline,
-        ..
-    } = &mut *p;
-    let chunked = *chunked;
-    let mut hang_up = InputWatch::default();
-    loop {
-        let next = {
-            let mut chunk = pin!(source.chunk());
-            poll_fn(|cx| {
-                if hang_up.hung_up(&socket, cx) {
-                    return Poll::Ready(None);
-                }
-                chunk.as_mut().poll(cx).map(Some)
-            })
-            .await
-        };
-        let written = match next {
-            None => return,
-            Some(Some(chunk)) if chunk.is_empty() => continue,
-            Some(Some(chunk)) => {
-                bytes_sent.inc_by(chunk.len() as u64);
-                if chunked {
-                    let mut size = [0u8; 20];
-                    let size = chunk_size_line(&mut size, chunk.len());
-                    write_all(
-                        &socket,
-                        deadline,
-                        &mut [
-                            IoSlice::new(size),
-                            IoSlice::new(&chunk),
-                            IoSlice::new(b"\r\n"),
-                        ],
-                    )
-                    .await
-                } else {
-                    write_all(&socket, deadline, &mut [IoSlice::new(&chunk)]).await
-                }
-            }
-            Some(None) => {
-                if chunked {
-                    let _ = write_all(&socket, deadline, &mut [IoSlice::new(b"0\r\n\r\n")]).await;
-                }
-                socket.shutdown();
-                return;
-            }
-        };
-        if written.is_err() {
-            return;
-        }
-    }
-}
-
 /// `len` in hex, then CRLF: the line before a chunk.
-fn chunk_size_line(buf: &mut [u8; 20], len: usize) -> &[u8] {
+fn chunk_size_line(buf: &mut [u8; 18], len: usize) -> &[u8] {
     let mut cursor = io::Cursor::new(&mut buf[..]);
-    // 16 hex digits and CRLF always fit in 20 bytes.
+    // 16 hex digits and CRLF always fit in 18 bytes.
     let _ = write!(cursor, "{len:x}\r\n");
     let end = cursor.position() as usize;
     &buf[..end]
@@ -192,7 +279,7 @@ mod tests {
 
     #[test]
     fn chunk_size_lines_are_hex() {
-        let mut buf = [0u8; 20];
+        let mut buf = [0u8; 18];
         assert_eq!(chunk_size_line(&mut buf, 0), b"0\r\n");
         assert_eq!(chunk_size_line(&mut buf, 1300), b"514\r\n");
         assert_eq!(

@@ -2,7 +2,9 @@
 //! ([`write_all`], bounded by the [`WriteDeadline`]), and noticing client
 //! input or a hang-up without a read per message ([`InputWatch`]).
 
+use std::future::poll_fn;
 use std::io::{self, IoSlice};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -89,17 +91,50 @@ impl InputWatch {
     }
 }
 
-/// Waits until `socket` takes more, at most `deadline.timeout` and not past
-/// the hard stop.
-async fn writable(socket: &Socket, deadline: &WriteDeadline) -> io::Result<()> {
-    tokio::select! {
-        ready = socket.writable() => ready,
-        _ = deadline.lifecycle.hard_stopped() => Err(io::ErrorKind::TimedOut.into()),
-        _ = tokio::time::sleep(deadline.timeout) => {
-            tracing::debug!(timeout = ?deadline.timeout, "closing a stream whose client reads nothing");
-            deadline.metrics.limit_hit("write_timeout");
-            Err(io::ErrorKind::TimedOut.into())
+/// A write that waits for a client to take more: how it gives up, made
+/// only once it has to wait, and kept while the socket takes nothing.
+#[derive(Default)]
+pub struct Blocked(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
+
+impl Blocked {
+    /// Ready once `socket` takes more, or with an error at most
+    /// `deadline.timeout` after the wait began, or at the hard stop.
+    /// Called after a write found the socket full (which cleared its
+    /// readiness); the wait is over, and forgotten, once it is ready.
+    pub fn poll_writable(
+        &mut self,
+        socket: &Socket,
+        deadline: &WriteDeadline,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Poll::Ready(ready) = socket.tcp().poll_write_ready(cx) {
+            self.0 = None;
+            return Poll::Ready(ready);
         }
+        let give_up = self.0.get_or_insert_with(|| {
+            let deadline = deadline.clone();
+            Box::pin(async move {
+                tokio::select! {
+                    () = deadline.lifecycle.hard_stopped() => {}
+                    () = tokio::time::sleep(deadline.timeout) => {
+                        tracing::debug!(timeout = ?deadline.timeout, "closing a stream whose client reads nothing");
+                        deadline.metrics.limit_hit("write_timeout");
+                    }
+                }
+            })
+        });
+        match give_up.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.0 = None;
+                Poll::Ready(Err(io::ErrorKind::TimedOut.into()))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// The socket took something: a later wait starts its timeout afresh.
+    pub fn clear(&mut self) {
+        self.0 = None;
     }
 }
 
@@ -125,10 +160,12 @@ pub async fn write_all(
         match done {
             Ok(true) => return Ok(()),
             Ok(false) => {}
-            // Boxed: a stream's task holds this state only while its
-            // client is behind, not for as long as it streams.
+            // How the wait gives up is boxed: a stream's task holds it
+            // only while its client is behind, not for as long as it
+            // streams.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                Box::pin(writable(socket, deadline)).await?
+                let mut blocked = Blocked::default();
+                poll_fn(|cx| blocked.poll_writable(socket, deadline, cx)).await?;
             }
             Err(e) => return Err(e),
         }
