@@ -8,11 +8,11 @@
 //! request that came over HTTP/2 is answered on its HTTP/2 stream
 //! instead (`h2_stream`).
 
-use std::io::{self, IoSlice, Write as _};
+use std::io::{self, Write as _};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use super::io::{Blocked, InputWatch, WriteDeadline};
+use super::io::{Blocked, InputWatch, WriteDeadline, poll_write_parts};
 use super::socket::{Detached, Socket};
 use super::{CorsHeaders, Streams, h2_stream, not_taken_over, socket_of};
 use crate::limits::Permit;
@@ -181,9 +181,7 @@ impl Out {
         self.body.is_empty() && self.line_len == 0 && self.tail.is_empty()
     }
 
-    /// Writes what is left (one `writev` per readiness, no copy), waiting
-    /// for the socket, not forever (`Blocked`). Ready once all of it went
-    /// (and, over TLS, was sent); empty afterwards.
+    /// Writes what is left; empty once all of it went.
     fn poll_write(
         &mut self,
         socket: &Socket,
@@ -191,48 +189,21 @@ impl Out {
         blocked: &mut Blocked,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
-        loop {
-            let parts = [
-                &self.line[..usize::from(self.line_len)],
-                &self.body[..],
-                self.tail,
-            ];
-            let mut skip = self.written;
-            let mut bufs = [IoSlice::new(&[]); 3];
-            let mut n = 0;
-            for part in parts {
-                if skip >= part.len() {
-                    skip -= part.len();
-                    continue;
-                }
-                bufs[n] = IoSlice::new(&part[skip..]);
-                skip = 0;
-                n += 1;
-            }
-            let done = if n == 0 {
-                socket.try_flush().map(|()| true)
-            } else {
-                socket.try_write_vectored(&bufs[..n]).and_then(|w| match w {
-                    0 => Err(io::ErrorKind::WriteZero.into()),
-                    w => {
-                        self.written += w;
-                        Ok(false)
-                    }
-                })
-            };
-            match done {
-                Ok(true) => {
-                    blocked.clear();
-                    *self = Out::default();
-                    return Poll::Ready(Ok(()));
-                }
-                Ok(false) => blocked.clear(),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    ready!(blocked.poll_writable(socket, deadline, cx))?;
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        let parts = [
+            &self.line[..usize::from(self.line_len)],
+            &self.body[..],
+            self.tail,
+        ];
+        ready!(poll_write_parts(
+            socket,
+            deadline,
+            blocked,
+            cx,
+            &parts,
+            &mut self.written
+        ))?;
+        *self = Out::default();
+        Poll::Ready(Ok(()))
     }
 }
 

@@ -1,12 +1,11 @@
 //! Socket I/O for taken-over streams: writing without waiting forever
-//! ([`write_all`], bounded by the [`WriteDeadline`]), and noticing client
+//! ([`poll_write_parts`], bounded by the [`WriteDeadline`]), and noticing client
 //! input or a hang-up without a read per message ([`InputWatch`]).
 
-use std::future::poll_fn;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use super::socket::Socket;
@@ -138,36 +137,148 @@ impl Blocked {
     }
 }
 
-/// Writes all of `bufs` (and, over TLS, sends all of it), waiting for the
-/// socket when its buffer is full (not forever: see [`writable`]).
-pub async fn write_all(
+/// Most parts [`poll_write_parts`] writes at once.
+pub const MAX_PARTS: usize = 5;
+
+/// Writes `parts` one after the other, `*written` bytes of them having
+/// gone already: one `writev` per try, no copy, waiting for a client
+/// that takes nothing (not forever: [`Blocked`]). Ready once all of it
+/// went (and, over TLS, was sent). What a stream's hand-written task calls
+/// with its write in progress, which it keeps across `Pending`.
+pub fn poll_write_parts(
     socket: &Socket,
     deadline: &WriteDeadline,
-    mut bufs: &mut [IoSlice<'_>],
-) -> io::Result<()> {
+    blocked: &mut Blocked,
+    cx: &mut Context<'_>,
+    parts: &[&[u8]],
+    written: &mut usize,
+) -> Poll<io::Result<()>> {
+    debug_assert!(parts.len() <= MAX_PARTS);
     loop {
-        let done = if bufs.is_empty() {
+        let mut skip = *written;
+        let mut bufs = [IoSlice::new(&[]); MAX_PARTS];
+        let mut n = 0;
+        for part in parts {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            bufs[n] = IoSlice::new(&part[skip..]);
+            skip = 0;
+            n += 1;
+        }
+        let done = if n == 0 {
             socket.try_flush().map(|()| true)
         } else {
-            socket.try_write_vectored(bufs).and_then(|n| match n {
+            socket.try_write_vectored(&bufs[..n]).and_then(|w| match w {
                 0 => Err(io::ErrorKind::WriteZero.into()),
-                n => {
-                    IoSlice::advance_slices(&mut bufs, n);
+                w => {
+                    *written += w;
                     Ok(false)
                 }
             })
         };
         match done {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            // How the wait gives up is boxed: a stream's task holds it
-            // only while its client is behind, not for as long as it
-            // streams.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let mut blocked = Blocked::default();
-                poll_fn(|cx| blocked.poll_writable(socket, deadline, cx)).await?;
+            Ok(true) => {
+                blocked.clear();
+                return Poll::Ready(Ok(()));
             }
-            Err(e) => return Err(e),
+            Ok(false) => blocked.clear(),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                ready!(blocked.poll_writable(socket, deadline, cx))?;
+            }
+            Err(e) => return Poll::Ready(Err(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    fn deadline(timeout: Duration) -> WriteDeadline {
+        WriteDeadline {
+            lifecycle: Lifecycle::new(),
+            timeout,
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    async fn pair() -> (Socket, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (Socket::plain(server), client)
+    }
+
+    #[tokio::test]
+    async fn parts_larger_than_the_socket_takes_go_out_whole_and_in_order() {
+        let (socket, mut client) = pair().await;
+        // Several megabytes: far more than the socket buffers hold, so the
+        // write stops part-way (inside a part) and resumes from `written`.
+        let parts: Vec<Vec<u8>> = (0u8..4)
+            .map(|i| {
+                (0..1_500_000u32)
+                    .map(|j| i.wrapping_mul(31) ^ j as u8)
+                    .collect()
+            })
+            .collect();
+        let expected: Vec<u8> = parts.concat();
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        let (deadline, mut blocked, mut written) =
+            (deadline(Duration::from_secs(30)), Blocked::default(), 0);
+        let wrote = tokio::time::timeout(
+            Duration::from_secs(30),
+            poll_fn(|cx| {
+                poll_write_parts(&socket, &deadline, &mut blocked, cx, &refs, &mut written)
+            }),
+        )
+        .await
+        .expect("the reader takes everything");
+        wrote.unwrap();
+        assert_eq!(written, expected.len());
+        socket.shutdown();
+        let got = tokio::time::timeout(Duration::from_secs(30), reader)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            got == expected,
+            "{} bytes arrived, {} sent",
+            got.len(),
+            expected.len()
+        );
+    }
+
+    // Paused time: once the socket is full the runtime is idle, and the
+    // clock goes straight to the write timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_takes_nothing_ends_the_write_at_the_timeout() {
+        let (socket, _client) = pair().await;
+        let big = vec![7u8; 32 << 20];
+        let (deadline, mut blocked, mut written) =
+            (deadline(Duration::from_millis(200)), Blocked::default(), 0);
+        let wrote = tokio::time::timeout(
+            Duration::from_secs(30),
+            poll_fn(|cx| {
+                poll_write_parts(&socket, &deadline, &mut blocked, cx, &[&big], &mut written)
+            }),
+        )
+        .await
+        .expect("the write gives up by itself");
+        assert_eq!(wrote.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        assert!(written > 0 && written < big.len(), "{written} bytes went");
     }
 }

@@ -3,13 +3,15 @@
 //! kubefan's messages (one unfragmented, unmasked frame each, header and
 //! payload in one `writev`).
 
-use std::io::{self, IoSlice};
+use std::future::poll_fn;
+use std::io;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
 use actix_web::{HttpMessage, HttpRequest};
 use bytes::Bytes;
 
-use super::io::{WriteDeadline, write_all};
+use super::io::{Blocked, MAX_PARTS, WriteDeadline, poll_write_parts};
 use super::socket::{Detached, Socket};
 use super::ws_read::Inbox;
 use super::{Streams, socket_of};
@@ -66,6 +68,7 @@ impl Taken {
                 write: socket,
                 head: Some(self.head),
                 deadline: self.deadline,
+                blocked: Blocked::default(),
                 _permit: self.permit,
             },
         })
@@ -89,6 +92,8 @@ pub struct WsWriter {
     /// The handshake response, not yet sent.
     head: Option<Bytes>,
     deadline: WriteDeadline,
+    /// How a write waits for a client that takes nothing.
+    blocked: Blocked,
     /// The connection's place in the limits, given back when it ends.
     _permit: Option<Permit>,
 }
@@ -96,10 +101,27 @@ pub struct WsWriter {
 impl WsWriter {
     /// Sends the handshake response (`101 Switching Protocols`).
     pub async fn open(&mut self) -> io::Result<()> {
-        match self.head.take() {
-            Some(head) => write_all(&self.write, &self.deadline, &mut [IoSlice::new(&head)]).await,
-            None => Ok(()),
-        }
+        let mut written = 0;
+        poll_fn(|cx| self.poll_open(cx, &mut written)).await
+    }
+
+    /// [`WsWriter::open`] as a poll, `*written` bytes of the response
+    /// having gone already.
+    pub fn poll_open(&mut self, cx: &mut Context<'_>, written: &mut usize) -> Poll<io::Result<()>> {
+        let Some(head) = &self.head else {
+            return Poll::Ready(Ok(()));
+        };
+        let (socket, deadline) = (&self.write, &self.deadline);
+        ready!(poll_write_parts(
+            socket,
+            deadline,
+            &mut self.blocked,
+            cx,
+            &[head],
+            written
+        ))?;
+        self.head = None;
+        Poll::Ready(Ok(()))
     }
 
     /// Sends one frame; an error means the connection is gone.
@@ -107,38 +129,73 @@ impl WsWriter {
         self.send_parts(opcode, &[payload]).await
     }
 
-    /// Sends one frame whose payload is `parts` (at most three) one after
+    /// Sends one frame whose payload is `parts` (at most four) one after
     /// the other, in one `writev` with no copy.
-    pub async fn send_parts<const N: usize>(
-        &mut self,
-        opcode: Opcode,
-        parts: &[&[u8]; N],
-    ) -> io::Result<()> {
-        const { assert!(N <= 4, "a frame is sent in at most four parts") };
+    pub async fn send_parts(&mut self, opcode: Opcode, parts: &[&[u8]]) -> io::Result<()> {
         self.open().await?;
+        let mut written = 0;
+        poll_fn(|cx| self.poll_send_parts(cx, opcode, parts, &mut written)).await
+    }
+
+    /// [`WsWriter::send_parts`] as a poll, `*written` bytes of the frame
+    /// (its header included) having gone already; the handshake response
+    /// must have been sent.
+    pub fn poll_send_parts(
+        &mut self,
+        cx: &mut Context<'_>,
+        opcode: Opcode,
+        parts: &[&[u8]],
+        written: &mut usize,
+    ) -> Poll<io::Result<()>> {
+        assert!(
+            parts.len() < MAX_PARTS,
+            "a frame is sent in at most four parts"
+        );
+        debug_assert!(self.head.is_none(), "the handshake response goes first");
         let mut header = [0u8; 10];
         let len = parts.iter().map(|p| p.len()).sum();
         let header = frame_header(&mut header, opcode, len);
-        let mut bufs = [IoSlice::new(&[]); 5];
-        bufs[0] = IoSlice::new(header);
-        for (buf, part) in bufs[1..].iter_mut().zip(parts) {
-            *buf = IoSlice::new(part);
-        }
-        write_all(&self.write, &self.deadline, &mut bufs[..=N]).await
+        let mut all: [&[u8]; MAX_PARTS] = [&[]; MAX_PARTS];
+        all[0] = header;
+        all[1..=parts.len()].copy_from_slice(parts);
+        let (socket, deadline) = (&self.write, &self.deadline);
+        poll_write_parts(
+            socket,
+            deadline,
+            &mut self.blocked,
+            cx,
+            &all[..=parts.len()],
+            written,
+        )
     }
 
-    /// A Close frame with `code` and `reason` (cut to fit the 125-byte
-    /// control frame limit), then the end of the connection's sending side.
-    pub async fn close(&mut self, code: u16, reason: &str) {
+    /// A Close frame's payload: `code` and `reason`, cut to fit the
+    /// 125-byte control frame limit.
+    pub fn close_payload(code: u16, reason: &str) -> Vec<u8> {
         let mut payload = code.to_be_bytes().to_vec();
         let mut end = reason.len().min(123);
         while !reason.is_char_boundary(end) {
             end -= 1;
         }
         payload.extend_from_slice(&reason.as_bytes()[..end]);
-        if self.send(Opcode::Close, &payload).await.is_ok() {
-            self.write.shutdown();
+        payload
+    }
+
+    /// A Close frame with `code` and `reason`, then the end of the
+    /// connection's sending side.
+    pub async fn close(&mut self, code: u16, reason: &str) {
+        if self
+            .send(Opcode::Close, &Self::close_payload(code, reason))
+            .await
+            .is_ok()
+        {
+            self.shutdown();
         }
+    }
+
+    /// Ends the connection's sending side (after a Close frame).
+    pub fn shutdown(&self) {
+        self.write.shutdown();
     }
 }
 

@@ -63,13 +63,10 @@ pub async fn stream(
     let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
     access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
     let taken = handshake(&req, &state)?;
-    // Boxed: an `async fn` keeps each argument twice in its state, and the
-    // framed subscription is most of a stream's (see
-    // `takeover::http::Pumped`).
     let (framed, bytes_sent) = framed(sub, &state, principal.name());
-    state.streams.spawn(single::serve(
+    state.streams.spawn(single::Serve::new(
         Box::new(taken),
-        Box::new(framed),
+        framed,
         bytes_sent,
         state.clone(),
     ));

@@ -4,118 +4,240 @@
 //! frames, pings on every keep-alive tick, and closes on the idle timeout
 //! or when its stream ends (with the Close code of that ending). No
 //! outbox, no second task.
+//!
+//! The task is written by hand, as an SSE stream's is
+//! (`takeover::http::Pump`): its state is this one struct in the task's
+//! own allocation, with no `async` state beside it.
+
+use std::future::Future;
+use std::mem;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use actix_web::web;
-use actix_ws::CloseCode;
-use futures::StreamExt;
+use actix_ws::{CloseCode, CloseReason};
+use bytes::Bytes;
+use futures::Stream as _;
 use prometheus_client::metrics::counter::Counter;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::message::{IDLE, Outgoing, TAIL, WsFraming, close_for, close_reason, parts};
-use super::{ClientFrame, Ending, lost};
+use super::{ClientFrame, lost};
 use crate::transport::state::AppState;
 use crate::transport::stream::Framed;
 use crate::transport::takeover::{Opcode, Taken, Upgraded, WsWriter};
 
-/// What the socket's task does next.
-enum Next {
-    /// A client frame, or the end of the connection.
-    Client(ClientFrame),
-    /// Messages were framed (false: the stream is over).
-    Stream(bool),
-}
-
-pub(super) async fn serve(
-    taken: Box<Taken>,
-    mut framed: Box<Framed<WsFraming>>,
+/// A single-stream socket's task.
+pub(super) struct Serve {
+    /// Until the first poll: opened on the task's runtime.
+    taken: Option<Box<Taken>>,
+    conn: Option<Upgraded>,
+    framed: Framed<WsFraming>,
     bytes_sent: Counter,
     state: web::Data<AppState>,
-) {
-    let Upgraded {
-        mut inbox,
-        writer: mut raw,
-    } = match (*taken).open() {
-        Ok(upgraded) => upgraded,
-        Err(err) => {
-            // Logged; the 101 is not sent, and the connection closes.
-            let _ = lost(err);
-            return;
+    /// The idle timeout, reset by every client frame (made on the first
+    /// poll, on the task's runtime).
+    idle: Option<Pin<Box<Sleep>>>,
+    idle_timeout: Duration,
+    /// The keep-alive tick last pinged at.
+    pinged: u64,
+    /// Messages framed from the stream's last item, and how many went.
+    out: Vec<Outgoing>,
+    sent: usize,
+    /// `out` holds an item's messages: once they went, the stream's end and
+    /// the keep-alive ping are looked at.
+    item: bool,
+    /// Whether the stream goes on after that item.
+    more: bool,
+    /// The frame being written, and how many of its bytes went.
+    sending: Sending,
+    written: usize,
+    /// The payload bytes of the message being written.
+    payload: usize,
+}
+
+/// A frame on its way to the socket.
+#[derive(Default)]
+enum Sending {
+    #[default]
+    Nothing,
+    /// The handshake response.
+    Head,
+    /// `out[sent]`.
+    Message,
+    Ping,
+    Pong(Bytes),
+    /// Then the end of the connection.
+    Close(Vec<u8>),
+}
+
+impl Serve {
+    pub(super) fn new(
+        taken: Box<Taken>,
+        framed: Framed<WsFraming>,
+        bytes_sent: Counter,
+        state: web::Data<AppState>,
+    ) -> Serve {
+        Serve {
+            taken: Some(taken),
+            conn: None,
+            framed,
+            bytes_sent,
+            idle_timeout: state.stream.effective_ws_idle_timeout(),
+            pinged: state.lifecycle.ticks(),
+            state,
+            idle: None,
+            out: Vec::new(),
+            sent: 0,
+            item: false,
+            more: true,
+            sending: Sending::Head,
+            written: 0,
+            payload: 0,
         }
-    };
-    if raw.open().await.is_err() {
-        return;
     }
-    let idle_timeout = state.stream.effective_ws_idle_timeout();
-    let idle = tokio::time::sleep(idle_timeout);
-    tokio::pin!(idle);
-    let mut pinged = state.lifecycle.ticks();
-    let mut out = Vec::new();
-    let ending: Ending = loop {
-        // The client first: its frames are rare, and looking costs a load
-        // of the socket's readiness.
-        let next = tokio::select! {
-            biased;
-            msg = inbox.next() => Next::Client(ClientFrame::of(msg)),
-            _ = &mut idle => break Some(close_reason(CloseCode::Policy, IDLE)),
-            more = framed.next_into(&mut out) => Next::Stream(more),
+
+    /// Writes the frame in progress; ready once it went (or the
+    /// connection is gone).
+    fn poll_sending(
+        &mut self,
+        writer: &mut WsWriter,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let written = &mut self.written;
+        match &self.sending {
+            Sending::Nothing => Poll::Ready(Ok(())),
+            Sending::Head => writer.poll_open(cx, written),
+            Sending::Message => {
+                let mut tail = [0u8; TAIL];
+                let parts = parts(None, &self.out[self.sent], &mut tail);
+                writer.poll_send_parts(cx, Opcode::Text, &parts, written)
+            }
+            Sending::Ping => writer.poll_send_parts(cx, Opcode::Ping, &[], written),
+            Sending::Pong(payload) => writer.poll_send_parts(cx, Opcode::Pong, &[payload], written),
+            Sending::Close(payload) => {
+                writer.poll_send_parts(cx, Opcode::Close, &[payload], written)
+            }
+        }
+    }
+
+    fn send(&mut self, frame: Sending) {
+        self.sending = frame;
+        self.written = 0;
+    }
+
+    fn close(&mut self, reason: &CloseReason) {
+        let payload = WsWriter::close_payload(
+            u16::from(reason.code),
+            reason.description.as_deref().unwrap_or(""),
+        );
+        self.send(Sending::Close(payload));
+    }
+}
+
+impl Future for Serve {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let s = self.get_mut();
+        if s.conn.is_none() {
+            let Some(taken) = s.taken.take() else {
+                return Poll::Ready(());
+            };
+            match (*taken).open() {
+                Ok(upgraded) => s.conn = Some(upgraded),
+                Err(err) => {
+                    // Logged; the 101 is not sent, and the connection closes.
+                    let _ = lost(err);
+                    return Poll::Ready(());
+                }
+            }
+            s.idle = Some(Box::pin(tokio::time::sleep(s.idle_timeout)));
+        }
+        let Some(mut conn) = s.conn.take() else {
+            return Poll::Ready(());
         };
-        match next {
-            Next::Client(frame) => {
-                idle.as_mut().reset(Instant::now() + idle_timeout);
-                match frame {
-                    ClientFrame::End(ending) => break ending,
-                    ClientFrame::Ping(payload) => {
-                        if raw.send(Opcode::Pong, &payload).await.is_err() {
-                            return;
-                        }
+        let done = s.poll_conn(&mut conn, cx);
+        s.conn = Some(conn);
+        done
+    }
+}
+
+impl Serve {
+    fn poll_conn(&mut self, conn: &mut Upgraded, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            // The frame in progress first: frames go out whole and in order.
+            if !matches!(self.sending, Sending::Nothing) {
+                if ready!(self.poll_sending(&mut conn.writer, cx)).is_err() {
+                    return Poll::Ready(());
+                }
+                match mem::take(&mut self.sending) {
+                    Sending::Close(_) => {
+                        conn.writer.shutdown();
+                        return Poll::Ready(());
                     }
+                    Sending::Message => {
+                        let n = self.payload as u64;
+                        self.bytes_sent.inc_by(n);
+                        self.framed.wrote(n);
+                        self.sent += 1;
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            if let Some(msg) = self.out.get(self.sent) {
+                let mut tail = [0u8; TAIL];
+                self.payload = parts(None, msg, &mut tail).iter().map(|p| p.len()).sum();
+                self.send(Sending::Message);
+                continue;
+            }
+            if mem::take(&mut self.item) {
+                self.out.clear();
+                self.sent = 0;
+                // Kept for the next item, but not at a snapshot chunk's
+                // size for the socket's whole life.
+                self.out.shrink_to(4);
+                if !self.more {
+                    let reason = close_for(self.framed.framing().ending.as_ref());
+                    self.close(&reason);
+                    continue;
+                }
+                // Pinged on every tick, even while the stream is busy: the
+                // pong is what keeps the socket from its idle timeout.
+                let ticks = self.state.lifecycle.ticks();
+                if ticks != self.pinged {
+                    self.pinged = ticks;
+                    self.send(Sending::Ping);
+                    continue;
+                }
+            }
+            // The client next: its frames are rare, and looking costs a
+            // load of the socket's readiness.
+            if let Poll::Ready(msg) = Pin::new(&mut conn.inbox).poll_next(cx) {
+                if let Some(idle) = &mut self.idle {
+                    idle.as_mut().reset(Instant::now() + self.idle_timeout);
+                }
+                match ClientFrame::of(msg) {
+                    ClientFrame::End(None) => return Poll::Ready(()),
+                    ClientFrame::End(Some(reason)) => self.close(&reason),
+                    ClientFrame::Ping(payload) => self.send(Sending::Pong(payload)),
                     // A single stream takes no messages: text only proves
                     // the peer alive.
                     ClientFrame::Pong | ClientFrame::Text(_) => {}
                 }
+                continue;
             }
-            Next::Stream(more) => {
-                for msg in out.drain(..) {
-                    match send(&mut raw, &msg, &bytes_sent).await {
-                        Some(n) => framed.wrote(n),
-                        None => return,
-                    }
-                }
-                // Kept for the next item, but not at a snapshot chunk's
-                // size for the socket's whole life.
-                out.shrink_to(4);
-                if !more {
-                    break Some(close_for(framed.framing().ending.as_ref()));
-                }
-                // Pinged on every tick, even while the stream is busy: the
-                // pong is what keeps the socket from its idle timeout.
-                let ticks = state.lifecycle.ticks();
-                if ticks != pinged {
-                    pinged = ticks;
-                    if raw.send(Opcode::Ping, b"").await.is_err() {
-                        return;
-                    }
-                }
+            if let Some(idle) = &mut self.idle
+                && idle.as_mut().poll(cx).is_ready()
+            {
+                self.idle = None;
+                self.close(&close_reason(CloseCode::Policy, IDLE));
+                continue;
             }
+            self.more = ready!(self.framed.poll_next_into(cx, &mut self.out));
+            self.item = true;
         }
-    };
-    if let Some(reason) = ending {
-        raw.close(
-            u16::from(reason.code),
-            reason.description.as_deref().unwrap_or(""),
-        )
-        .await;
     }
-}
-
-/// Writes one message's parts to the socket as they are, in one `writev`:
-/// no copy per socket to splice the `"id"` in. They are UTF-8: the hub's
-/// JSON is serde_json output, the rest ASCII. The bytes sent, or `None`
-/// once the socket is gone.
-async fn send(raw: &mut WsWriter, msg: &Outgoing, bytes_sent: &Counter) -> Option<u64> {
-    let mut tail = [0u8; TAIL];
-    let parts = parts(None, msg, &mut tail);
-    let n = parts.iter().map(|p| p.len() as u64).sum();
-    bytes_sent.inc_by(n);
-    raw.send_parts(Opcode::Text, &parts).await.ok().map(|()| n)
 }
