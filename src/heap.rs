@@ -1,15 +1,24 @@
-//! Gives memory the process freed back to the operating system.
+//! The allocator, and giving memory the process freed back to the
+//! operating system.
 //!
-//! glibc's allocator keeps what a burst of short-lived allocations freed
-//! inside its arenas and, on its own, trims only the top of the main one.
-//! A reconnect storm (every dashboard coming back after a deploy) is such a
-//! burst: while each request is handled, actix holds ~22 KB for its
-//! connection, freed once the stream takes its socket over. Without help
-//! the process's resident memory, which is what a container's memory limit
-//! counts, stayed near the burst's peak: 42 MB at 5,000 SSE subscribers,
-//! 32 MB after `malloc_trim` (`loadtest/RESULTS.md`). A background task
-//! therefore trims every [`TRIM_EVERY`]; a trim takes a few milliseconds,
-//! off the runtime's threads.
+//! kubefan allocates with jemalloc (feature `jemalloc`, on by default).
+//! What decided it is memory per subscriber (`loadtest/RESULTS.md`,
+//! 2026-11-25): while each request is handled, actix holds ~22 KB for its
+//! connection, freed once the stream takes its socket over, and what a
+//! stream keeps (its task, its socket's registration: ~1 KB) is allocated
+//! in between. glibc's allocator keeps those small blocks in the pages the
+//! freed buffers were in, so the pages stay resident even after
+//! `malloc_trim`: 2.8–3.1 KB of RSS per SSE subscriber at 10,000. jemalloc
+//! keeps blocks of each size class apart from larger ones, so the freed
+//! buffers' pages go back whole: 1.0 KB per subscriber, the same build.
+//!
+//! Either allocator keeps what a burst freed until asked or until its own
+//! decay, and a reconnect storm (every dashboard coming back after a
+//! deploy) is such a burst; a container's memory limit counts what it
+//! keeps. A background task therefore gives it back every [`TRIM_EVERY`]
+//! (a few milliseconds, off the runtime's threads): jemalloc purges every
+//! arena, glibc (`--no-default-features`, for heaptrack, which sees only
+//! malloc's callers) trims.
 
 use std::time::Duration;
 
@@ -37,9 +46,29 @@ pub fn spawn_trimmer(lifecycle: Arc<Lifecycle>) {
     });
 }
 
+/// jemalloc, unless built without it.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Returns the free pages of every arena to the operating system; true if
+/// the allocator did.
+#[cfg(feature = "jemalloc")]
+#[allow(unsafe_code)] // The crate's one foreign call.
+pub fn trim() -> bool {
+    // `arena.<i>.purge` with <i> = MALLCTL_ARENAS_ALL (4096): every arena's
+    // unused dirty pages (jemalloc(3), MALLCTL NAMESPACE).
+    const PURGE_ALL: &std::ffi::CStr = c"arena.4096.purge";
+    let none = std::ptr::null_mut();
+    // SAFETY: a NUL-terminated name, and no old or new value (null
+    // pointers, length 0), which is how this control is called; jemalloc
+    // locks each arena while it purges it.
+    unsafe { tikv_jemalloc_sys::mallctl(PURGE_ALL.as_ptr(), none, none.cast(), none, 0) == 0 }
+}
+
 /// Returns the free pages of every arena to the operating system; true if
 /// any was returned.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[cfg(all(not(feature = "jemalloc"), target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)] // The crate's one foreign call.
 pub fn trim() -> bool {
     // SAFETY: malloc_trim takes no pointer and is thread-safe: it locks each
@@ -48,7 +77,7 @@ pub fn trim() -> bool {
 }
 
 /// Other allocators return memory by themselves.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+#[cfg(not(any(feature = "jemalloc", all(target_os = "linux", target_env = "gnu"))))]
 pub fn trim() -> bool {
     false
 }
