@@ -23,7 +23,9 @@
 //! into a WebSocket message), as it copies a snapshot batch into one
 //! buffer anyway.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use std::alloc::System;
+
+use bytes::Bytes;
 
 /// The type of a watch event, as Kubernetes names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,6 +66,57 @@ pub fn added_line(object: &[u8]) -> [&[u8]; 3] {
 /// The bytes a transport adds around a snapshot object at most (SSE's).
 pub const ADDED_FRAMING: usize = ADDED_SSE_HEAD.len() + ADDED_SSE_TAIL.len();
 
+/// A buffer the hub keeps (an event's frame, a cached object's JSON),
+/// from the system's allocator rather than the process's.
+///
+/// The process allocates with jemalloc (`crate::heap` says why), which
+/// rounds each block up to its size class, as much as a quarter more: a
+/// 2,100-byte pod's frame takes 2,560 bytes. glibc's malloc gives a block
+/// its length to 16 bytes. The log and the cache hold little else, so
+/// this is the difference between 1.2 and 1.4 times their JSON
+/// (`loadtest/RESULTS.md`, hub memory with jemalloc). Their buffers die
+/// oldest first, which is the pattern glibc's arenas keep dense.
+pub struct KeptBuf(allocator_api2::vec::Vec<u8, System>);
+
+impl KeptBuf {
+    /// Room for exactly `len` bytes.
+    pub fn with_capacity(len: usize) -> KeptBuf {
+        KeptBuf(allocator_api2::vec::Vec::with_capacity_in(len, System))
+    }
+
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+
+    pub fn push(&mut self, byte: u8) {
+        self.0.push(byte);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.0.capacity()
+    }
+
+    /// The bytes, shared from now on (the buffer is not copied).
+    pub fn freeze(self) -> Bytes {
+        Bytes::from_owner(self.0)
+    }
+
+    /// `bytes`, copied into a kept buffer of exactly their length.
+    pub fn copy(bytes: &[u8]) -> Bytes {
+        let mut buf = KeptBuf::with_capacity(bytes.len());
+        buf.extend_from_slice(bytes);
+        buf.freeze()
+    }
+}
+
 /// One encoded event: an SSE frame with the JSON event and object inside it.
 #[derive(Debug, Clone)]
 pub struct Frame {
@@ -97,25 +150,25 @@ impl Frame {
             + json_type.len()
             + object.len()
             + extra.len();
-        let mut buf = BytesMut::with_capacity(len);
-        buf.put_slice(b"event: ");
-        buf.put_slice(event_name.as_bytes());
-        buf.put_u8(b'\n');
+        let mut buf = KeptBuf::with_capacity(len);
+        buf.extend_from_slice(b"event: ");
+        buf.extend_from_slice(event_name.as_bytes());
+        buf.push(b'\n');
         if let Some(id) = id {
-            buf.put_slice(b"id: ");
-            buf.put_slice(id.as_bytes());
-            buf.put_u8(b'\n');
+            buf.extend_from_slice(b"id: ");
+            buf.extend_from_slice(id.as_bytes());
+            buf.push(b'\n');
         }
-        buf.put_slice(b"data: ");
+        buf.extend_from_slice(b"data: ");
         let json_start = buf.len();
-        buf.put_slice(b"{\"type\":\"");
-        buf.put_slice(json_type.as_bytes());
-        buf.put_slice(b"\",\"object\":");
+        buf.extend_from_slice(b"{\"type\":\"");
+        buf.extend_from_slice(json_type.as_bytes());
+        buf.extend_from_slice(b"\",\"object\":");
         let object_start = buf.len();
-        buf.put_slice(object);
+        buf.extend_from_slice(object);
         let object_end = buf.len();
-        buf.put_slice(extra);
-        buf.put_slice(b"}\n\n");
+        buf.extend_from_slice(extra);
+        buf.extend_from_slice(b"}\n\n");
         debug_assert_eq!(buf.len(), len);
         debug_assert_eq!(buf.capacity(), len, "never grown");
         Frame {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::encode::{EventType, Frame};
+use super::encode::{EventType, Frame, KeptBuf};
 
 /// One version of one Kubernetes object, after ingest (managedFields
 /// stripped, Secrets redacted). Immutable; the cache and the log share it.
@@ -41,7 +41,7 @@ impl Obj {
         let mut obj = Obj {
             rv,
             // Exactly its length: the encoder's doubled buffer is not kept.
-            json: Bytes::copy_from_slice(json),
+            json: KeptBuf::copy(json),
             text: Box::default(),
             ends: Box::default(),
             labels: 0,
