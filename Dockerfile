@@ -4,6 +4,11 @@
 # layer, so source changes rebuild only kubefan itself.
 
 FROM rust:1.95-slim-bookworm AS build
+# jemalloc (the default allocator, src/heap.rs) is built from its C
+# sources by its configure script and make, which the slim image lacks.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 #
 # The build is `cargo build --release --locked --package kubefan`: the

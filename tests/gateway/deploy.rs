@@ -1047,3 +1047,25 @@ fn the_tier_component_makes_autoscaled_leaves_of_a_root() {
     assert_eq!(spec.scale_target_ref.name, "kubefan");
     assert!(spec.min_replicas.unwrap_or(1) >= 2);
 }
+
+/// jemalloc, the default allocator (`src/heap.rs`), is built from C with
+/// its configure script and `make`, which the slim Rust image lacks: the
+/// image's build stage installs it, or `docker build` fails there.
+#[test]
+fn the_image_builds_jemalloc_when_it_is_the_default_allocator() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let default = manifest
+        .lines()
+        .find(|l| l.starts_with("default = ["))
+        .unwrap_or_default();
+    if !default.contains("\"jemalloc\"") {
+        return;
+    }
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    // The text from the first FROM to the second: the build stage.
+    let build_stage = dockerfile.split("\nFROM ").nth(1).expect("a build stage");
+    assert!(
+        build_stage.contains("apt-get install") && build_stage.contains(" make"),
+        "the Dockerfile's build stage must install make for tikv-jemalloc-sys"
+    );
+}
