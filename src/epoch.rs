@@ -38,7 +38,7 @@ struct Waiters {
 /// Whoever holds one must [`Epoch::deregister`] it when done waiting (a
 /// subscription does in its `Drop`; [`Epoch::until`] does itself).
 #[derive(Default)]
-pub struct Registration(Option<(u64, usize, Waker)>);
+pub struct Registration(Option<(u64, usize)>);
 
 impl Epoch {
     /// The current value: a waiter that saw this one waits for the next.
@@ -82,15 +82,22 @@ impl Epoch {
         if epoch != seen {
             return Poll::Ready(());
         }
-        match &reg.0 {
-            Some((e, _, waker)) if *e == epoch && waker.will_wake(cx.waker()) => {}
-            Some((e, key, _)) if *e == epoch => {
-                waiters[*key] = cx.waker().clone();
-                reg.0 = Some((epoch, *key, cx.waker().clone()));
+        // Registered in this epoch: the waker is in the slab (only
+        // `advance`, which moves the epoch, and `deregister`, which clears
+        // `reg`, take it out), and is replaced only if it changed. One
+        // waker clone per registration, none per poll after it.
+        match reg
+            .0
+            .and_then(|(e, key)| (e == epoch).then(|| waiters.get_mut(key)).flatten())
+        {
+            Some(waker) => {
+                if !waker.will_wake(cx.waker()) {
+                    waker.clone_from(cx.waker());
+                }
             }
-            _ => {
+            None => {
                 let key = waiters.insert(cx.waker().clone());
-                reg.0 = Some((epoch, key, cx.waker().clone()));
+                reg.0 = Some((epoch, key));
             }
         }
         Poll::Pending
@@ -128,7 +135,7 @@ impl Epoch {
 
     /// Takes `reg`'s waker out, if it is still waiting in this epoch.
     pub fn deregister(&self, reg: &mut Registration) {
-        if let Some((epoch, key, _)) = reg.0.take() {
+        if let Some((epoch, key)) = reg.0.take() {
             let mut waiters = self.lock();
             // A key from an earlier epoch was drained by `advance` and
             // may belong to someone else now.
@@ -173,6 +180,31 @@ mod tests {
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert!(epoch.poll_moved(seen, &mut reg, &mut cx).is_ready());
         assert!(epoch.lock().current.is_empty());
+    }
+
+    #[test]
+    fn a_waiter_polled_with_another_waker_is_woken_through_that_one_only() {
+        let epoch = Epoch::default();
+        let (first, second) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        let (first_waker, second_waker) = (Waker::from(first.clone()), Waker::from(second.clone()));
+        let mut reg = Registration::default();
+        let seen = epoch.current();
+        let poll = |waker: &Waker, reg: &mut Registration| {
+            epoch.poll_moved(seen, reg, &mut Context::from_waker(waker))
+        };
+        assert!(poll(&first_waker, &mut reg).is_pending());
+        assert!(poll(&second_waker, &mut reg).is_pending());
+        assert_eq!(
+            epoch.lock().current.len(),
+            1,
+            "one place, its waker replaced"
+        );
+        epoch.advance();
+        assert_eq!(first.0.load(Ordering::SeqCst), 0);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

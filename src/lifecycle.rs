@@ -11,7 +11,7 @@
 //! gateway is.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -23,6 +23,10 @@ pub struct Lifecycle {
     /// Moves on every tick, at shutdown and at the hard stop.
     epoch: Epoch,
     ticks: AtomicU64,
+    /// Set with `shutdown`, for [`Lifecycle::is_shutting_down`]: every
+    /// subscription asks on every delivery, and a token's
+    /// `is_cancelled` takes its lock.
+    shutting_down: AtomicBool,
     shutdown: CancellationToken,
     hard_stop: CancellationToken,
 }
@@ -66,12 +70,13 @@ impl Lifecycle {
     /// Begins the shutdown: streams send their last message and end,
     /// informers and background tasks stop. Idempotent.
     pub fn shut_down(&self) {
+        self.shutting_down.store(true, Ordering::Release);
         self.shutdown.cancel();
         self.epoch.advance();
     }
 
     pub fn is_shutting_down(&self) -> bool {
-        self.shutdown.is_cancelled()
+        self.shutting_down.load(Ordering::Acquire)
     }
 
     /// Resolves once the shutdown has begun.
@@ -88,6 +93,7 @@ impl Lifecycle {
     /// Ends what is still running after the grace period: a stream blocked
     /// writing to a client that reads nothing gives up. Implies shutdown.
     pub fn hard_stop(&self) {
+        self.shutting_down.store(true, Ordering::Release);
         self.shutdown.cancel();
         self.hard_stop.cancel();
         self.epoch.advance();
