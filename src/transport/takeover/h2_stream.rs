@@ -94,8 +94,10 @@ fn head(headers: &[(HeaderName, &'static str)], cors: Option<&HeaderMap>) -> htt
     head
 }
 
-/// What an HTTP/2 stream's task owns, boxed once (an `async fn` keeps each
-/// argument twice in its state; see `http::Pumped`).
+/// What an HTTP/2 stream's task owns, boxed once: an `async fn` keeps each
+/// argument twice in its state (`-Zprint-type-sizes`). HTTP/1.1 streams
+/// have no `async` state at all (`http::Pump`); this one could take the
+/// same shape.
 struct Pumped<S> {
     send: SendStream<Bytes>,
     source: S,
