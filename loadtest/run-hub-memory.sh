@@ -11,6 +11,10 @@
 #   bash loadtest/run-hub-memory.sh                       # 10,000 pods
 #   PODS=50000 bash loadtest/run-hub-memory.sh
 #   PODS=1000 PATCHES=12000 bash loadtest/run-hub-memory.sh  # the log
+#   WRAP=heaptrack BIN=<dir> bash loadtest/run-hub-memory.sh  # a profile
+# heaptrack sees malloc's callers only: BIN must then hold a build with
+# glibc's allocator (`cargo build --release --no-default-features`), not
+# the default jemalloc one (src/heap.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PODS=${PODS:-10000}
