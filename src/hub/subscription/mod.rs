@@ -17,7 +17,7 @@
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use tokio::time::{Instant, Sleep};
 
@@ -331,9 +331,7 @@ impl Subscription {
 
             // Caught up: wait for the hub to move, a tick, shutdown, the
             // credentials' expiry or a change of scope.
-            let Poll::Ready(moved) = self.poll_wait(cx) else {
-                return Poll::Pending;
-            };
+            let moved = ready!(self.poll_wait(cx));
             if moved {
                 self.lifecycle_seen = self.lifecycle.epoch().current();
                 let ticks = self.lifecycle.ticks();

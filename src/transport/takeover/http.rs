@@ -1,6 +1,6 @@
 //! HTTP/1.1 responses written by kubefan on a taken-over socket: the head,
 //! then each chunk as it comes, straight from the hub's shared buffers (one
-//! `writev` per chunk, no copy). HTTP/1.1 responses are chunked and end
+//! vectored write per chunk, no copy). HTTP/1.1 responses are chunked and end
 //! with the last chunk; HTTP/1.0 ones end when the connection closes. Both
 //! carry `Connection: close`: the connection is not reused after a stream.
 //! A client that hangs up is noticed without waiting for the next write.

@@ -141,7 +141,7 @@ impl Blocked {
 pub const MAX_PARTS: usize = 5;
 
 /// Writes `parts` one after the other, `*written` bytes of them having
-/// gone already: one `writev` per try, no copy, waiting for a client
+/// gone already: one vectored write per try (`Socket::try_write_vectored`), no copy, waiting for a client
 /// that takes nothing (not forever: [`Blocked`]). Ready once all of it
 /// went (and, over TLS, was sent). What a stream's hand-written task calls
 /// with its write in progress, which it keeps across `Pending`.

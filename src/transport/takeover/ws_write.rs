@@ -1,7 +1,7 @@
 //! A taken-over WebSocket: the upgrade (the socket taken from actix, its
 //! `101` written before the first frame) and the write half, which frames
 //! kubefan's messages (one unfragmented, unmasked frame each, header and
-//! payload in one `writev`).
+//! payload in one vectored write).
 
 use std::future::poll_fn;
 use std::io;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use actix_web::{HttpMessage, HttpRequest};
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 
 use super::io::{Blocked, MAX_PARTS, WriteDeadline, poll_write_parts};
 use super::socket::{Detached, Socket};
@@ -86,7 +86,7 @@ pub enum Opcode {
 
 /// The write half of a taken-over WebSocket: each message is one
 /// unfragmented, unmasked frame (a server's frames are never masked),
-/// written as its header and payload in one `writev`.
+/// written as its header and payload in one vectored write.
 pub struct WsWriter {
     write: Arc<Socket>,
     /// The handshake response, not yet sent.
@@ -101,25 +101,27 @@ pub struct WsWriter {
 impl WsWriter {
     /// Sends the handshake response (`101 Switching Protocols`).
     pub async fn open(&mut self) -> io::Result<()> {
-        let mut written = 0;
-        poll_fn(|cx| self.poll_open(cx, &mut written)).await
+        poll_fn(|cx| self.poll_open(cx)).await
     }
 
-    /// [`WsWriter::open`] as a poll, `*written` bytes of the response
-    /// having gone already.
-    pub fn poll_open(&mut self, cx: &mut Context<'_>, written: &mut usize) -> Poll<io::Result<()>> {
-        let Some(head) = &self.head else {
+    /// [`WsWriter::open`] as a poll; ready at once when the response went.
+    /// What is left of it is what `head` still holds.
+    pub fn poll_open(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some(head) = &mut self.head else {
             return Poll::Ready(Ok(()));
         };
+        let mut written = 0;
         let (socket, deadline) = (&self.write, &self.deadline);
-        ready!(poll_write_parts(
+        let done = poll_write_parts(
             socket,
             deadline,
             &mut self.blocked,
             cx,
             &[head],
-            written
-        ))?;
+            &mut written,
+        );
+        head.advance(written);
+        ready!(done)?;
         self.head = None;
         Poll::Ready(Ok(()))
     }
@@ -130,7 +132,7 @@ impl WsWriter {
     }
 
     /// Sends one frame whose payload is `parts` (at most four) one after
-    /// the other, in one `writev` with no copy.
+    /// the other, in one vectored write with no copy.
     pub async fn send_parts(&mut self, opcode: Opcode, parts: &[&[u8]]) -> io::Result<()> {
         self.open().await?;
         let mut written = 0;

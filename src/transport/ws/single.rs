@@ -50,11 +50,10 @@ pub(super) struct Serve {
     item: bool,
     /// Whether the stream goes on after that item.
     more: bool,
-    /// The frame being written, and how many of its bytes went.
+    /// The frame being written (after the handshake response, which the
+    /// writer sends first), and how many of its bytes went.
     sending: Sending,
     written: usize,
-    /// The payload bytes of the message being written.
-    payload: usize,
 }
 
 /// A frame on its way to the socket.
@@ -62,8 +61,6 @@ pub(super) struct Serve {
 enum Sending {
     #[default]
     Nothing,
-    /// The handshake response.
-    Head,
     /// `out[sent]`.
     Message,
     Ping,
@@ -92,9 +89,8 @@ impl Serve {
             sent: 0,
             item: false,
             more: true,
-            sending: Sending::Head,
+            sending: Sending::Nothing,
             written: 0,
-            payload: 0,
         }
     }
 
@@ -108,7 +104,6 @@ impl Serve {
         let written = &mut self.written;
         match &self.sending {
             Sending::Nothing => Poll::Ready(Ok(())),
-            Sending::Head => writer.poll_open(cx, written),
             Sending::Message => {
                 let mut tail = [0u8; TAIL];
                 let parts = parts(None, &self.out[self.sent], &mut tail);
@@ -166,6 +161,10 @@ impl Future for Serve {
 
 impl Serve {
     fn poll_conn(&mut self, conn: &mut Upgraded, cx: &mut Context<'_>) -> Poll<()> {
+        // The handshake response before any frame (ready at once after it).
+        if ready!(conn.writer.poll_open(cx)).is_err() {
+            return Poll::Ready(());
+        }
         loop {
             // The frame in progress first: frames go out whole and in order.
             if !matches!(self.sending, Sending::Nothing) {
@@ -178,7 +177,9 @@ impl Serve {
                         return Poll::Ready(());
                     }
                     Sending::Message => {
-                        let n = self.payload as u64;
+                        let mut tail = [0u8; TAIL];
+                        let msg = parts(None, &self.out[self.sent], &mut tail);
+                        let n = msg.iter().map(|p| p.len() as u64).sum();
                         self.bytes_sent.inc_by(n);
                         self.framed.wrote(n);
                         self.sent += 1;
@@ -187,9 +188,7 @@ impl Serve {
                 }
                 continue;
             }
-            if let Some(msg) = self.out.get(self.sent) {
-                let mut tail = [0u8; TAIL];
-                self.payload = parts(None, msg, &mut tail).iter().map(|p| p.len()).sum();
+            if self.sent < self.out.len() {
                 self.send(Sending::Message);
                 continue;
             }
