@@ -22,6 +22,10 @@ pub enum SimError {
     Invalid(String),
     #[error("{0}")]
     Expired(String),
+    /// What kube-apiserver answers a read at a resourceVersion it has not
+    /// reached (504, reason Timeout).
+    #[error("{0}")]
+    Timeout(String),
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
     /// A request whose bearer token names no valid user.
@@ -52,6 +56,7 @@ impl SimError {
             SimError::BadRequest(_) => 400,
             SimError::Invalid(_) => 422,
             SimError::Expired(_) => 410,
+            SimError::Timeout(_) => 504,
             SimError::MethodNotAllowed => 405,
             SimError::Unauthorized => 401,
             SimError::Forbidden { .. } => 403,
@@ -69,6 +74,7 @@ impl SimError {
             SimError::BadRequest(_) => "BadRequest",
             SimError::Invalid(_) => "Invalid",
             SimError::Expired(_) => "Expired",
+            SimError::Timeout(_) => "Timeout",
             SimError::MethodNotAllowed => "MethodNotAllowed",
             SimError::Unauthorized => "Unauthorized",
             SimError::Forbidden { .. } => "Forbidden",

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::rbac::authorizer::UserInfo;
 use super::resource::{self, ResourceDef};
-use super::store::{Filter, WatchFrom, Written};
+use super::store::{Filter, ListAt, WatchFrom, Written};
 use super::watch::{self, WatchTiming};
 use super::{AuthorizationMode, access, auth};
 use super::{Sim, SimError};
@@ -371,7 +371,8 @@ async fn list_endpoint(
         .get("continue")
         .map(String::as_str)
         .filter(|c| !c.is_empty());
-    let page = sim.store().list(&key, &filter, limit, cont)?;
+    let at = list_at(q, cont.is_some())?;
+    let page = sim.store().list(&key, &filter, limit, cont, at)?;
     let mut meta = json!({"resourceVersion": page.rv.to_string()});
     if let Some(c) = &page.cont {
         meta["continue"] = json!(c);
@@ -398,6 +399,61 @@ async fn list_endpoint(
     }
     out.extend_from_slice(b"]}");
     Ok(HttpResponse::Ok().content_type(JSON).body(out))
+}
+
+/// Which state a LIST reads, from `resourceVersion` and
+/// `resourceVersionMatch`, checked as kube-apiserver's
+/// `ValidateListOptions` and etcd3 store do
+/// (<https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list>).
+fn list_at(q: &Query, paged: bool) -> Result<ListAt, SimError> {
+    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
+    let rv_match = q
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .unwrap_or("");
+    let invalid = |why: &str| {
+        SimError::Invalid(format!(
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: {why}"
+        ))
+    };
+    if !rv_match.is_empty() {
+        if rv.is_empty() {
+            return Err(invalid(
+                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        if paged {
+            return Err(invalid(
+                "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+            ));
+        }
+        if rv_match != "Exact" && rv_match != "NotOlderThan" {
+            return Err(invalid(&format!(
+                "Unsupported value: {rv_match:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
+            )));
+        }
+        if rv_match == "Exact" && rv == "0" {
+            return Err(invalid(
+                "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ));
+        }
+    }
+    if rv.is_empty() || rv == "0" {
+        return Ok(ListAt::Latest);
+    }
+    if paged {
+        return Err(SimError::BadRequest(
+            "specifying resource version is not allowed when using continue".into(),
+        ));
+    }
+    let n = rv
+        .parse::<u64>()
+        .map_err(|_| SimError::BadRequest(format!("invalid resource version {rv:?}")))?;
+    Ok(if rv_match == "Exact" {
+        ListAt::Exact(n)
+    } else {
+        ListAt::NotOlderThan(n)
+    })
 }
 
 fn watch_endpoint(

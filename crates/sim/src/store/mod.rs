@@ -27,6 +27,7 @@ mod list;
 mod watchers;
 mod write;
 
+pub(crate) use list::ListAt;
 use list::Snapshot;
 pub(crate) use watchers::{WatchFrom, WatchStart};
 pub(crate) use write::now_rfc3339;
@@ -151,15 +152,23 @@ struct Event {
     /// The object encoded once for all watchers.
     encoded: Bytes,
     attrs: Arc<Attrs>,
-    /// The object's attributes before a modification, to turn selector
-    /// transitions into ADDED/DELETED like the real watch cache.
-    prev: Option<Arc<Attrs>>,
+    /// The version this event replaced or deleted (`None` for ADDED): its
+    /// attributes turn selector transitions into ADDED/DELETED like the
+    /// real watch cache, and undoing the history down to a resourceVersion
+    /// gives an exact-version LIST (`list.rs`).
+    old: Option<Stored>,
 }
 
 impl Event {
-    /// What the event holds, for the history's byte bound.
+    /// What the event holds, for the history's byte bound. The replaced
+    /// version is counted too: it is often shared with the previous event,
+    /// but kept alive by this one alone once that event is trimmed.
     fn cost(&self) -> usize {
-        self.encoded.len() + self.attrs.size()
+        let old = self
+            .old
+            .as_ref()
+            .map_or(0, |o| o.encoded.len() + o.attrs.size());
+        self.encoded.len() + self.attrs.size() + old
     }
 }
 
@@ -181,7 +190,7 @@ impl Filter {
     /// The event type this filter's watcher sees for `ev`, if any.
     fn view(&self, ev: &Event) -> Option<&'static str> {
         let now = self.matches(&ev.attrs);
-        let before = ev.prev.as_deref().is_some_and(|p| self.matches(p));
+        let before = ev.old.as_ref().is_some_and(|o| self.matches(&o.attrs));
         match (ev.kind, before, now) {
             (EventKind::Added, _, true) => Some("ADDED"),
             (EventKind::Deleted, _, true) => Some("DELETED"),
@@ -439,13 +448,7 @@ impl Store {
 
     /// Stamps the next rv on `obj`, stores (or removes) it, records the event
     /// and hands it to every matching watcher without waiting.
-    fn commit(
-        &mut self,
-        key: &str,
-        kind: EventKind,
-        mut obj: Value,
-        prev: Option<Arc<Attrs>>,
-    ) -> Result<Written, SimError> {
+    fn commit(&mut self, key: &str, kind: EventKind, mut obj: Value) -> Result<Written, SimError> {
         let limits = self.limits;
         if rbac::is_rbac(key) {
             self.policy = None;
@@ -476,7 +479,7 @@ impl Store {
             r.object_bytes += encoded.len();
             r.objects.insert(okey, stored)
         };
-        if let Some(old) = old {
+        if let Some(old) = &old {
             r.object_bytes -= old.encoded.len();
         }
         let event = Event {
@@ -484,7 +487,7 @@ impl Store {
             kind,
             encoded: encoded.clone(),
             attrs,
-            prev,
+            old,
         };
         // One line per event type, built for the first watcher that needs it.
         let mut lines: [Option<Bytes>; 3] = Default::default();

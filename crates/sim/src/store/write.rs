@@ -177,7 +177,7 @@ impl Store {
         set_meta(&mut obj, "uid", json!(uuid::Uuid::new_v4().to_string()));
         set_meta(&mut obj, "creationTimestamp", json!(now_rfc3339()));
         set_meta(&mut obj, "generation", json!(1));
-        let written = self.commit(key, EventKind::Added, obj, None)?;
+        let written = self.commit(key, EventKind::Added, obj)?;
         self.react(key);
         Ok(written)
     }
@@ -188,8 +188,7 @@ impl Store {
         let def = self.def(key)?;
         let (ns, name) = normalize(&def, &mut obj)?;
         let name = name.ok_or_else(|| SimError::Invalid("metadata.name: Required value".into()))?;
-        let stored = self.get(key, Some(&ns), &name)?.clone();
-        let prev = stored.value()?;
+        let prev = self.get(key, Some(&ns), &name)?.value()?;
         if let Some(rv) = str_at(&obj, "/metadata/resourceVersion")
             && Some(rv) != str_at(&prev, "/metadata/resourceVersion")
         {
@@ -210,7 +209,7 @@ impl Store {
         admit(key, &mut obj, Some(&prev))?;
         let bump = u64::from(obj.get("spec") != prev.get("spec"));
         set_meta(&mut obj, "generation", json!(generation + bump));
-        let written = self.commit(key, EventKind::Modified, obj, Some(stored.attrs))?;
+        let written = self.commit(key, EventKind::Modified, obj)?;
         self.react(key);
         Ok(written)
     }
@@ -252,7 +251,7 @@ impl Store {
     /// with the deletion's rv.
     pub fn delete(&mut self, key: &str, ns: Option<&str>, name: &str) -> Result<Written, SimError> {
         let prev = self.get(key, ns, name)?.value()?;
-        let written = self.commit(key, EventKind::Deleted, prev, None)?;
+        let written = self.commit(key, EventKind::Deleted, prev)?;
         self.react(key);
         Ok(written)
     }
@@ -298,11 +297,7 @@ impl Store {
             if obj.get("status") != Some(&status) {
                 let mut established = obj.clone();
                 established["status"] = status;
-                let prev = self
-                    .get(crd::CRDS, None, &key)
-                    .map(|s| s.attrs.clone())
-                    .ok();
-                if let Err(e) = self.commit(crd::CRDS, EventKind::Modified, established, prev) {
+                if let Err(e) = self.commit(crd::CRDS, EventKind::Modified, established) {
                     tracing::warn!(crd = %key, error = %e, "writing a CRD's status failed");
                 }
             }
