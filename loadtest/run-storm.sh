@@ -9,8 +9,13 @@
 #   bash loadtest/run-storm.sh                  # 10,000 subscribers, 1,000 pods
 #   N=1000 PODS=200 bash loadtest/run-storm.sh
 #   CHANGED=1 bash loadtest/run-storm.sh        # a pod changes while the gateway
-#                                               # is down: every resume is a RESET
-#                                               # and a fresh snapshot
+#                                               # is down: the new process lists at
+#                                               # its saved position (--state-dir)
+#                                               # and every client resumes with the
+#                                               # change
+#   CHANGED=1 STATE=0 bash loadtest/run-storm.sh  # without --state-dir: every
+#                                               # resume is a RESET and a fresh
+#                                               # snapshot
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-10000}
@@ -24,7 +29,10 @@ KUBEFAN=${KUBEFAN_BIN:-$BIN/kubefan}
 ulimit -n 20000
 wait_http() { for _ in $(seq 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done; echo "no answer from $1" >&2; return 1; }
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+state=$(mktemp -d /tmp/storm-state.XXXXXX)
+state_args=()
+[ "${STATE:-1}" = 1 ] && state_args=(--state-dir "$state")
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$state"; }
 trap cleanup EXIT
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 hwm() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
@@ -39,7 +47,7 @@ pids+=($!)
 wait_http http://127.0.0.1:18001/version
 serve() {
   taskset -c 0 "$KUBEFAN" serve --kubeconfig /tmp/storm.kubeconfig --listen 127.0.0.1:18080 \
-    --resources pods --workers 1 --max-connections 20000 >>/tmp/storm-gw.log 2>&1 &
+    --resources pods --workers 1 --max-connections 20000 "${state_args[@]}" >>/tmp/storm-gw.log 2>&1 &
   gw=$!
   pids+=("$gw")
   wait_http http://127.0.0.1:18080/readyz
@@ -47,7 +55,7 @@ serve() {
 serve
 rm -f /tmp/storm.ready
 taskset -c 1 "$BIN/loadtest" storm --base http://127.0.0.1:18080 --subscribers "$N" \
-  --ready-file /tmp/storm.ready >"$OUT/storm-$N-$PODS-${CHANGED:-0}.json" 2>/tmp/storm-gen.log &
+  --ready-file /tmp/storm.ready >"$OUT/storm-$N-$PODS-${CHANGED:-0}-${STATE:-1}.json" 2>/tmp/storm-gen.log &
 gen=$!
 for _ in $(seq 1200); do [ -f /tmp/storm.ready ] && break; sleep 0.1; done
 [ -f /tmp/storm.ready ] || { echo "subscribers did not connect" >&2; exit 1; }
@@ -67,4 +75,4 @@ peak=$(hwm "$gw")
 lists_after=$(lists)
 echo "steady RSS ${steady} KiB (old process), new process peak ${peak} KiB ($(python3 -c "print(round($peak/$steady, 2))")x)"
 echo "upstream lists by the new process: $((lists_after - lists_before))"
-cat "$OUT/storm-$N-$PODS-${CHANGED:-0}.json"
+cat "$OUT/storm-$N-$PODS-${CHANGED:-0}-${STATE:-1}.json"

@@ -64,7 +64,7 @@ impl App {
             // Read for kubefan itself, and waited for by /readyz.
             upstream.internal_resources = crate::auth::feed::resources();
         }
-        let informers = Informers::new(client, upstream, metrics.clone(), lifecycle.child_token());
+        let informers = Informers::new(client, upstream, metrics.clone(), lifecycle.child_token())?;
         informers.start_boot();
         let subscriptions = SubscriptionContext {
             sync_timeout: cfg.stream.sync_timeout,

@@ -270,6 +270,7 @@ async fn serve(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<(
             .context("no kubeconfig and not running in a cluster")?,
     };
     tracing::info!(cluster = %config.cluster_url, "using Kubernetes API server");
+    let upstream = config.cluster_url.to_string();
     let client = kube::Client::try_from(config)?;
     let reviews = match args.auth_kubeconfig.as_deref() {
         None => None,
@@ -289,16 +290,21 @@ async fn serve(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<(
         }
         None => client.clone(),
     };
-    run_gateway(args.gateway, client, reviews, shutdown).await
+    run_gateway(args.gateway, &upstream, client, reviews, shutdown).await
 }
 
+/// `upstream`: the API server's URL, which saved positions belong to.
 async fn run_gateway(
     args: GatewayArgs,
+    upstream: &str,
     client: kube::Client,
     reviews: kube::Client,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let cfg = args.into_config();
+    let mut cfg = args.into_config();
+    if let Some(positions) = &mut cfg.upstream.positions {
+        positions.upstream = upstream.to_owned();
+    }
     cfg.validate()?;
     log_config(&cfg);
     let app = App::build_with_reviews(cfg, client, reviews)
@@ -330,7 +336,12 @@ async fn demo(mut args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result
         args.gateway.resources = vec!["pods".into(), "nodes".into()];
     }
     let client = kube::Client::try_from(server.client_config())?;
-    let cfg = args.gateway.into_config();
+    let mut cfg = args.gateway.into_config();
+    if let Some(positions) = &mut cfg.upstream.positions {
+        // A new simulated cluster each run: its URL (a new port) keeps
+        // the last run's positions from being used.
+        positions.upstream = server.url();
+    }
     cfg.validate()?;
     log_config(&cfg);
     let scheme = if cfg.tls.enabled() { "https" } else { "http" };

@@ -9,7 +9,7 @@ use super::{
     AuthConfig, AuthMode, AuthorizationMode, Config, JwtConfig, LimitsConfig, StreamConfig, TlsArgs,
 };
 use crate::hub::LogLimits;
-use crate::upstream::{InformerConfig, IngestOptions, UpstreamConfig};
+use crate::upstream::{InformerConfig, IngestOptions, PositionsConfig, UpstreamConfig};
 
 /// Gateway flags, shared by `serve` and `demo`.
 #[derive(Debug, Clone, clap::Args)]
@@ -91,6 +91,13 @@ pub struct GatewayArgs {
     /// Upstream LIST page size.
     #[arg(long, env = "KUBEFAN_PAGE_SIZE", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
     pub page_size: u32,
+    /// Keep each resource's position (its resourceVersion) in this
+    /// directory, so that after a restart the first LIST is at that
+    /// position and clients resume with the changes they missed instead of
+    /// a fresh snapshot. Give it a volume that outlives the process (an
+    /// `emptyDir` outlives a container restart).
+    #[arg(long, env = "KUBEFAN_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Upstream WATCH timeoutSeconds (at most 290).
     #[arg(long, env = "KUBEFAN_WATCH_TIMEOUT_SECS", default_value_t = 290, value_parser = clap::value_parser!(u64).range(1..=290))]
     pub watch_timeout_secs: u64,
@@ -216,6 +223,12 @@ impl GatewayArgs {
                     max_events: self.log_max_events.max(1),
                     max_bytes: self.log_max_bytes.max(1),
                 },
+                // The upstream's identity is filled in by whoever knows its
+                // URL (`main`).
+                positions: self.state_dir.map(|dir| PositionsConfig {
+                    dir,
+                    upstream: String::new(),
+                }),
                 ..UpstreamConfig::default()
             },
             stream: StreamConfig {

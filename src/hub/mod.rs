@@ -796,7 +796,8 @@ mod tests {
         assert_eq!(seen, ["MODIFIED:5", "MODIFIED:6"]);
     }
 
-    #[tokio::test]
+    // Paused: the resume at 99, ahead of the hub, waits for it first.
+    #[tokio::test(start_paused = true)]
     async fn resume_outside_the_log_gets_a_reset_snapshot() {
         let hub = hub_with(LogLimits {
             max_events: 2,
@@ -818,6 +819,30 @@ mod tests {
                 "resume at {resume}"
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resume_ahead_of_the_hub_waits_for_it_then_resumes() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(2).build()], 2);
+        // The client was at 4 on another replica, or on this process
+        // before a restart whose log is replaying from a saved position.
+        let joining = tokio::spawn({
+            let hub = hub.clone();
+            async move { subscribe(&hub, Filter::default(), Some(4)).await }
+        });
+        tokio::task::yield_now().await;
+        for rv in 3..=5 {
+            hub.apply(EventType::Modified, pod("a").rv(rv).build());
+        }
+        let (mut sub, _t) = joining.await.unwrap();
+        let mut view: View = [(
+            "ObjKey(\"default/a\")".to_string(),
+            (4, "Running".to_string()),
+        )]
+        .into();
+        let seen = drain(&mut sub, &mut view, 5).await;
+        assert_eq!(seen, ["MODIFIED:5"], "a resume, not a RESET");
     }
 
     #[tokio::test]

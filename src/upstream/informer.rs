@@ -1,7 +1,11 @@
 //! One informer: the list-then-watch loop that feeds one hub.
 //!
 //! Paginated LIST, then WATCH from the list's resourceVersion with
-//! bookmarks. A watch that ends is resumed from the last resourceVersion
+//! bookmarks. The first LIST may be at a position saved by a process
+//! before this one (`upstream::positions`): at exactly that
+//! resourceVersion, so that the log holds every change since and the
+//! clients of that process resume; if the upstream cannot give it, the
+//! LIST is at the latest as usual. A watch that ends is resumed from the last resourceVersion
 //! seen (no relist); a 410 Expired relists, and the hub turns the new list
 //! into synthetic events. Errors back off exponentially with jitter. The
 //! loop ends when its token is cancelled (shutdown, or the registry stopped
@@ -15,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
+use kube::api::{Api, DynamicObject, ListParams, VersionMatch, WatchEvent, WatchParams};
 use kube::core::ApiResource;
 use tokio_util::sync::CancellationToken;
 
@@ -47,6 +51,12 @@ impl Default for InformerConfig {
     }
 }
 
+/// The longest the LIST at a saved position may take. kube-rs retries a
+/// 504 for minutes, and 504 is what kube-apiserver answers a position it
+/// has not reached (an etcd restored from a backup): the ordinary LIST
+/// then starts instead.
+const SAVED_LIST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A watch that ends this soon without delivering anything is treated as
 /// a failure (backed off), so a misbehaving upstream is not hammered.
 const SHORT_WATCH: Duration = Duration::from_secs(1);
@@ -59,6 +69,8 @@ pub struct Informer {
     pub metrics: Arc<Metrics>,
     /// Cancelled at shutdown or when the registry stops this informer.
     pub shutdown: CancellationToken,
+    /// A position saved before a restart: the first LIST is at exactly it.
+    pub start_at: Option<u64>,
 }
 
 /// Why [`Informer::run`] returned.
@@ -97,18 +109,35 @@ enum WatchEnd {
 }
 
 impl Informer {
-    pub async fn run(self) -> Exit {
+    pub async fn run(mut self) -> Exit {
         let name = self.hub.name().to_string();
         let mut backoff = self.new_backoff();
         let mut first = !self.hub.is_synced();
+        // Only a hub's first list starts at a saved position.
+        let mut start_at = self.start_at.take().filter(|_| first);
         'relist: loop {
             self.metrics.upstream_list(&name);
+            let at = start_at.take();
             let listed = tokio::select! {
                 _ = self.shutdown.cancelled() => return Exit::Stopped,
-                listed = self.list_all() => listed,
+                listed = self.list_all(at), if at.is_none() => listed,
+                listed = tokio::time::timeout(SAVED_LIST_TIMEOUT, self.list_all(at)), if at.is_some() => {
+                    listed.unwrap_or_else(|_| Err(kube::Error::Api(
+                        kube::core::Status::failure("listing at the saved position took too long", "Timeout").boxed(),
+                    )))
+                }
             };
             let (objects, mut rv) = match listed {
                 Ok(listed) => listed,
+                Err(err) if at.is_some() && !is_forbidden(&err) && !is_not_found(&err) => {
+                    // Compacted (410) or not served: the ordinary list,
+                    // at once. Clients then get snapshots, as they would
+                    // have without a saved position.
+                    self.metrics.upstream_error(&name, "saved_position");
+                    tracing::info!(resource = %name, resource_version = at, error = %err,
+                        "upstream cannot list at the saved position; listing at the latest");
+                    continue 'relist;
+                }
                 Err(err) if is_not_found(&err) => {
                     self.metrics.upstream_error(&name, "not_found");
                     tracing::info!(resource = %name, "upstream list answered 404 NotFound");
@@ -130,7 +159,8 @@ impl Informer {
             let count = objects.len();
             let outcome = self.hub.relist(objects, rv);
             if first {
-                tracing::info!(resource = %name, objects = count, resource_version = rv, "informer synced");
+                tracing::info!(resource = %name, objects = count, resource_version = rv,
+                    saved_position = at.is_some(), "informer synced");
                 first = false;
             } else {
                 tracing::info!(resource = %name, objects = count, resource_version = rv,
@@ -189,13 +219,20 @@ impl Informer {
         }
     }
 
-    async fn list_all(&self) -> Result<(Vec<Obj>, u64), kube::Error> {
+    /// Every object, in pages, and the list's resourceVersion: the latest,
+    /// or exactly `at`. (The resourceVersion goes with the first page
+    /// only: the continue token carries it on, and kube-apiserver refuses
+    /// both together.)
+    async fn list_all(&self, at: Option<u64>) -> Result<(Vec<Obj>, u64), kube::Error> {
         let mut objects = Vec::new();
         let mut token: Option<String> = None;
+        let at = at.map(|rv| rv.to_string());
         loop {
             let mut lp = ListParams::default().limit(self.cfg.page_size);
-            if let Some(t) = &token {
-                lp = lp.continue_token(t);
+            match (&token, &at) {
+                (Some(t), _) => lp = lp.continue_token(t),
+                (None, Some(rv)) => lp = lp.at(rv).matching(VersionMatch::Exact),
+                (None, None) => {}
             }
             let page = self.api.list(&lp).await?;
             for item in page.items {

@@ -46,6 +46,7 @@ pub mod discovery;
 pub mod informer;
 pub mod ingest;
 mod policy;
+pub mod positions;
 mod registry;
 
 use std::future::Future;
@@ -62,6 +63,7 @@ use crate::metrics::Metrics;
 pub use discovery::{Catalog, ResourceInfo};
 pub use informer::InformerConfig;
 pub use ingest::IngestOptions;
+pub use positions::PositionsConfig;
 use registry::Registry;
 
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +106,8 @@ pub struct UpstreamConfig {
     pub discovery_refresh: Duration,
     pub informer: InformerConfig,
     pub log_limits: LogLimits,
+    /// Where hubs' positions are kept across a restart (`--state-dir`).
+    pub positions: Option<PositionsConfig>,
 }
 
 impl Default for UpstreamConfig {
@@ -118,6 +122,7 @@ impl Default for UpstreamConfig {
             discovery_refresh: Duration::from_secs(5),
             informer: InformerConfig::default(),
             log_limits: LogLimits::default(),
+            positions: None,
         }
     }
 }
@@ -154,6 +159,8 @@ pub struct Informers {
     boot_wake: crate::epoch::Epoch,
     /// Moves when a boot resource's state changed.
     boot_changes: crate::epoch::Epoch,
+    /// Positions saved before a restart, and where they are saved now.
+    positions: Option<Arc<positions::Positions>>,
 }
 
 /// The first and the longest wait before a boot resource kubefan may not
@@ -170,12 +177,20 @@ struct BootResource {
 }
 
 impl Informers {
+    /// Fails only if `cfg.positions` names a directory that cannot be
+    /// created.
     pub fn new(
         client: Client,
         cfg: UpstreamConfig,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
-    ) -> Arc<Informers> {
+    ) -> std::io::Result<Arc<Informers>> {
+        let positions = match &cfg.positions {
+            Some(p) => Some(Arc::new(positions::Positions::open(p).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("--state-dir {}: {e}", p.dir.display()))
+            })?)),
+            None => None,
+        };
         let boot = cfg
             .boot_resources
             .iter()
@@ -188,7 +203,7 @@ impl Informers {
             })
             .collect();
         let client_for_access = client.clone();
-        Arc::new_cyclic(|me| Informers {
+        Ok(Arc::new_cyclic(|me| Informers {
             me: me.clone(),
             client,
             cfg,
@@ -203,7 +218,8 @@ impl Informers {
             self_access: access::SelfAccess::new(client_for_access),
             boot_wake: crate::epoch::Epoch::default(),
             boot_changes: crate::epoch::Epoch::default(),
-        })
+            positions,
+        }))
     }
 
     fn arc(&self) -> Arc<Informers> {
@@ -217,6 +233,14 @@ impl Informers {
     /// retried with back-off; unknown or refused boot names stay not-ready
     /// in `/readyz` with the reason.
     pub fn start_boot(self: &Arc<Self>) {
+        if let Some(positions) = self.positions.clone() {
+            let this = self.clone();
+            self.tasks.spawn(async move {
+                positions
+                    .keep_saving(|| this.hubs(), this.shutdown.clone())
+                    .await
+            });
+        }
         let this = self.clone();
         self.tasks.spawn(async move {
             let mut delay = this.cfg.informer.backoff_min;

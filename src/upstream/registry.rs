@@ -110,6 +110,7 @@ impl Informers {
         stop: CancellationToken,
     ) {
         let mut delay = self.cfg.informer.backoff_min;
+        let mut start_at = self.positions.as_ref().and_then(|p| p.take(hub.name()));
         loop {
             let informer = informer::Informer {
                 hub: hub.clone(),
@@ -118,6 +119,7 @@ impl Informers {
                 cfg: self.cfg.informer,
                 metrics: self.metrics.clone(),
                 shutdown: stop.clone(),
+                start_at: start_at.take(),
             };
             match informer.run().await {
                 informer::Exit::Stopped => return,

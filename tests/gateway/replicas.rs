@@ -120,3 +120,142 @@ async fn a_subscriber_moving_to_another_replica_resumes_with_no_gap_duplicate_or
         .expect("replica B stops");
     a.stop().await;
 }
+
+/// A state directory removed when the test ends.
+struct StateDir(std::path::PathBuf);
+
+impl StateDir {
+    fn new() -> StateDir {
+        StateDir(std::env::temp_dir().join(format!("kubefan-state-{}", uuid::Uuid::new_v4())))
+    }
+
+    /// `test_config` keeping positions here, for the upstream at `url`.
+    fn config(&self, url: &str) -> kubefan::config::Config {
+        let mut cfg = test_config(&["pods"]);
+        cfg.upstream.positions = Some(kubefan::upstream::PositionsConfig {
+            dir: self.0.clone(),
+            upstream: url.to_owned(),
+        });
+        cfg
+    }
+}
+
+impl Drop for StateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Reconnects to `base` as EventSource does (same URL, `Last-Event-ID`)
+/// and reads up to `rv`.
+async fn come_back(
+    http: &reqwest::Client,
+    base: &str,
+    left_at: &str,
+    view: &mut ClientView,
+    rv: u64,
+) {
+    let resp = tokio::time::timeout(
+        WAIT,
+        http.get(format!("{base}/stream/pods"))
+            .header("Last-Event-ID", left_at)
+            .send(),
+    )
+    .await
+    .expect("response in time")
+    .expect("request");
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    view.resume();
+    read_until(&mut sse, view, rv).await;
+}
+
+/// A gateway keeping positions in `state`, followed by one subscriber
+/// through a burst of writes, then stopped; `gone` runs while it is down.
+/// Returns the sim, its server, the subscriber's view and the id it
+/// resumes from.
+async fn stopped_after_a_subscriber(
+    state: &StateDir,
+    gone: impl FnOnce(&kubefan_sim::Sim),
+) -> (kubefan_sim::Sim, kubefan_sim::SimServer, ClientView, String) {
+    let env = spawn(seeded(40), state.config("the sim")).await;
+    env.synced("pods").await;
+    let (mut sse, mut view) = subscribed(&env, "/stream/pods").await;
+    let first = writes(&env.sim, 1, 30);
+    read_until(&mut sse, &mut view, *first.last().unwrap()).await;
+    drop(sse);
+    let left_at = view.last_id.clone().expect("an id to resume from");
+    let crate::support::TestEnv {
+        sim, server, app, ..
+    } = env;
+    tokio::time::timeout(WAIT, app.stop())
+        .await
+        .expect("gateway stops");
+    gone(&sim);
+    (sim, server, view, left_at)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_gateway_resumes_its_clients_from_its_saved_position() {
+    let state = StateDir::new();
+    let mut missed = Vec::new();
+    let (sim, server, mut view, left_at) =
+        stopped_after_a_subscriber(&state, |sim| missed = writes(sim, 2, 30)).await;
+    let lists_before = sim.stats().resource("pods").list_requests;
+    let (objects, rv) = pods_of(&sim);
+
+    let client = kube::Client::try_from(server.client_config()).unwrap();
+    let again = App::build(state.config("the sim"), client)
+        .await
+        .expect("gateway starts again");
+    let base = format!("http://{}", again.local_addr());
+    come_back(&reqwest::Client::new(), &base, &left_at, &mut view, rv).await;
+
+    // Exactly what was missed, and no snapshot: the new process listed at
+    // the old one's position, so its log holds every change since.
+    assert!(view.resets.is_empty(), "no RESET: {:?}", view.resets);
+    assert_eq!(view.snapshots, 1, "the first process's snapshot only");
+    let got: Vec<u64> = view.changes.iter().map(|(_, rv)| *rv).collect();
+    assert_eq!(
+        got[got.len() - missed.len()..],
+        missed[..],
+        "the missed changes, in order"
+    );
+    view.assert_matches(&objects);
+    // One LIST (one page) by the new process, as without a position.
+    assert_eq!(sim.stats().resource("pods").list_requests, lists_before + 1);
+    tokio::time::timeout(WAIT, again.stop())
+        .await
+        .expect("gateway stops");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_position_the_upstream_compacted_away_costs_a_snapshot_not_an_outage() {
+    let state = StateDir::new();
+    let (sim, server, mut view, left_at) = stopped_after_a_subscriber(&state, |sim| {
+        writes(sim, 2, 30);
+        sim.compact();
+    })
+    .await;
+    let lists_before = sim.stats().resource("pods").list_requests;
+    let (objects, rv) = pods_of(&sim);
+
+    let client = kube::Client::try_from(server.client_config()).unwrap();
+    let again = App::build(state.config("the sim"), client)
+        .await
+        .expect("gateway starts again");
+    let base = format!("http://{}", again.local_addr());
+    come_back(&reqwest::Client::new(), &base, &left_at, &mut view, rv).await;
+
+    // The LIST at the position answered 410; the ordinary one followed at
+    // once, and the client got a RESET and a fresh snapshot.
+    assert_eq!(view.resets.len(), 1, "{:?}", view.resets);
+    assert_eq!(view.snapshots, 2);
+    view.assert_matches(&objects);
+    assert_eq!(sim.stats().resource("pods").list_requests, lists_before + 2);
+    tokio::time::timeout(WAIT, again.stop())
+        .await
+        .expect("gateway stops");
+    server.stop().await;
+}

@@ -18,6 +18,7 @@ use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
@@ -83,9 +84,16 @@ struct SnapshotProgress {
     sent_bytes: u64,
 }
 
+/// The longest a resume from a position ahead of the hub waits for the
+/// hub to reach it before it becomes a RESET: kube-apiserver's watch cache
+/// waits as long for a resourceVersion it has not seen (`blockTimeout` in
+/// `staging/src/k8s.io/apiserver/pkg/storage/cacher/watch_cache.go`).
+pub const AHEAD_WAIT: Duration = Duration::from_secs(3);
+
 impl Subscription {
     /// Waits (at most the sync timeout) for the hub's first list, then
-    /// joins it at the resume position or with a snapshot.
+    /// joins it at the resume position (waiting at most [`AHEAD_WAIT`]
+    /// for the hub to reach a position ahead of it) or with a snapshot.
     pub async fn start(
         hub: Arc<Hub>,
         request: Subscribe,
@@ -157,6 +165,15 @@ impl Subscription {
         // resumed: the client's state would keep what it may no longer see.
         let tag = sub.scoped.as_ref().and_then(|s| s.tag.clone());
         let resumable = resume.as_ref().filter(|p| p.tag == tag).map(|p| p.rv);
+        if let Some(rv) = resumable
+            && rv > sub.hub.resource_version()
+        {
+            // A position this hub has not reached: another replica's, or
+            // this process's before a restart while its new log replays
+            // from a saved position (`upstream::positions`). Waiting a
+            // little turns what would be a RESET into a resume.
+            sub.hub.wait_for_rv(rv, AHEAD_WAIT.min(sync_timeout)).await;
+        }
         sub.join(resumable);
         if resume.is_some() && resumable.is_none() {
             sub.reset = Some(ResetReason::AccessChanged);
