@@ -888,6 +888,58 @@ fn the_tls_component_serves_https_from_a_mounted_secret_with_https_probes() {
 /// not behind the public Service), the public Deployment turned into
 /// autoscaled leaves whose upstream is the root and whose clients' tokens
 /// are reviewed by the API server, every flag one kubefan knows.
+/// The `--state-dir` a config file names is a writable volume of the pod
+/// that outlives a container restart (an `emptyDir`).
+fn assert_state_dir_is_a_writable_empty_dir(pod: &PodSpec, config: &BTreeMap<String, Value>) {
+    let dir = config
+        .get("state-dir")
+        .and_then(Value::as_str)
+        .expect("state-dir in the config file");
+    let c = one(&pod.containers, "container");
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == dir)
+        .unwrap_or_else(|| panic!("{dir} is mounted"));
+    assert_ne!(mount.read_only, Some(true), "{dir} is writable");
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .expect("its volume");
+    assert!(volume.empty_dir.is_some(), "{dir} is an emptyDir");
+}
+
+#[test]
+fn the_deployment_keeps_positions_across_a_container_restart() {
+    let m = manifests();
+    let d = one(&m.deployments, "Deployment");
+    let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_state_dir_is_a_writable_empty_dir(pod, &config_file(&m).1);
+    // The tier's root too: its leaves' watches resume after its restart.
+    let text = render_with_component("tier");
+    let mut root = None;
+    let mut root_config = None;
+    for doc in serde_norway::Deserializer::from_str(&text) {
+        let value = Value::deserialize(doc).unwrap();
+        if value["metadata"]["name"] != "kubefan-root" {
+            continue;
+        }
+        match value["kind"].as_str() {
+            Some("Deployment") => root = Some(typed::<Deployment>("tier", &value)),
+            Some("ConfigMap") => root_config = Some(typed::<ConfigMap>("tier", &value)),
+            _ => {}
+        }
+    }
+    let root = root.expect("the root Deployment");
+    let data = root_config.expect("the root's ConfigMap").data.unwrap();
+    let config: BTreeMap<String, Value> = serde_norway::from_str(&data["config.yaml"]).unwrap();
+    let pod = root.spec.unwrap().template.spec.unwrap();
+    assert_state_dir_is_a_writable_empty_dir(&pod, &config);
+}
+
 #[test]
 fn the_tier_component_makes_autoscaled_leaves_of_a_root() {
     let text = render_with_component("tier");
