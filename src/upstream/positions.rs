@@ -144,17 +144,28 @@ impl Positions {
         Ok(())
     }
 
-    /// Saves every [`SAVE_PERIOD`] until `stop`, then once more.
+    /// Saves every [`SAVE_PERIOD`] until `stop`, then once more. A failure
+    /// is logged when it starts and when it ends, not every second.
     pub async fn keep_saving(&self, hubs: impl Fn() -> Vec<Arc<Hub>>, stop: CancellationToken) {
         let mut tick = tokio::time::interval(SAVE_PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
         loop {
             let stopping = tokio::select! {
                 _ = stop.cancelled() => true,
                 _ = tick.tick() => false,
             };
-            if let Err(err) = self.save(&hubs()) {
-                tracing::warn!(file = %self.file.display(), error = %err, "saving positions failed");
+            match self.save(&hubs()) {
+                Err(err) if !failing => {
+                    failing = true;
+                    tracing::warn!(file = %self.file.display(), error = %err,
+                        "saving positions failed; a restart will give clients snapshots");
+                }
+                Ok(()) if failing => {
+                    failing = false;
+                    tracing::info!(file = %self.file.display(), "saving positions works again");
+                }
+                _ => {}
             }
             if stopping {
                 return;
@@ -163,10 +174,11 @@ impl Positions {
     }
 }
 
-/// Replaces `file` with `bytes`: written beside it, then renamed, so a
-/// crash leaves the old file or the new one, never half of one.
+/// Replaces `file` with `bytes`: written beside it (under a name of this
+/// process's own), then renamed, so a crash leaves the old file or the new
+/// one, never half of one.
 fn write_atomically(file: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = file.with_extension("json.tmp");
+    let tmp = file.with_extension(format!("json.{}.tmp", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, file)
 }

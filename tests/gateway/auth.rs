@@ -3,7 +3,7 @@
 //! SubjectAccessReview against the simulated API server) on SSE, WebSocket
 //! and the Kubernetes face.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::{SinkExt, StreamExt};
@@ -39,9 +39,13 @@ fn now() -> u64 {
         .as_secs()
 }
 
-/// A file in a fresh temporary directory.
+/// A file in a fresh directory under cargo's temporary directory for
+/// integration tests (`target/tmp`, emptied by `cargo clean`): the gateway
+/// reads it for as long as a test runs, so nothing removes it then, and
+/// hundreds of runs left hundreds of directories in `/tmp`.
 fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kubefan-auth-{}", uuid::Uuid::new_v4()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kubefan-auth-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, contents).unwrap();
