@@ -5,9 +5,9 @@
 //! before this one (`upstream::positions`): at exactly that
 //! resourceVersion, so that the log holds every change since and the
 //! clients of that process resume; if the upstream cannot give it, the
-//! LIST is at the latest as usual. A watch that ends is resumed from the last resourceVersion
-//! seen (no relist); a 410 Expired relists, and the hub turns the new list
-//! into synthetic events. Errors back off exponentially with jitter. The
+//! LIST is at the latest as usual. A watch that ends is resumed from the
+//! last resourceVersion seen (no relist); a 410 Expired relists, and the
+//! hub turns the new list into synthetic events. Errors back off exponentially with jitter. The
 //! loop ends when its token is cancelled (shutdown, or the registry stopped
 //! it), when the upstream answers 404 NotFound (the registry then checks
 //! discovery and either removes the resource or runs the informer again),
