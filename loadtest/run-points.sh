@@ -26,6 +26,15 @@ SERVERS=${SERVERS:-"kubefan nchan floor"}
 PAYLOAD=${PAYLOAD:-1024}
 OUT=${OUT:-loadtest/results}
 mkdir -p "$OUT" /tmp/kubefan-nchan
+if [[ " $SERVERS " == *" nchan "* ]] && { ! command -v nginx >/dev/null || [ ! -e /usr/lib/nginx/modules/ngx_nchan_module.so ]; }; then
+  # The peer: Debian's nginx and its nchan module (not on every machine).
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -qq nginx libnginx-mod-nchan >/dev/null
+  else
+    echo "nginx with nchan is missing: apt-get install nginx libnginx-mod-nchan (or SERVERS without nchan)" >&2
+    exit 1
+  fi
+fi
 cargo build --release --locked -p kubefan -p loadtest
 BIN=target/release
 # KUBEFAN_BIN: another build of kubefan to measure (a paired before/after).
