@@ -4,7 +4,7 @@
 //! gave its stream, as browsers do, with the `Last-Event-ID` it last saw,
 //! and is consistent again once its resume or fresh snapshot is complete.
 //! Reports how long the storm took, from the first stream ending to the
-//! last subscriber consistent again.
+//! last subscriber consistent again, and how many came back by a resume.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -52,6 +52,8 @@ struct Stream {
     /// When it became current (its last bytes before the quiet, or its
     /// snapshot's end).
     current_at: Instant,
+    /// It became current by a resume (no RESET, no fresh snapshot).
+    resumed: bool,
 }
 
 /// Opens `/stream/pods` (resuming from `last_id`) and reads until the
@@ -89,6 +91,7 @@ async fn open(
                         retry_ms,
                         last_id: last,
                         current_at,
+                        resumed: true,
                     });
                 }
             }
@@ -122,6 +125,7 @@ async fn open(
                 retry_ms,
                 last_id: last,
                 current_at,
+                resumed: false,
             });
         }
         // Keep the tail only: snapshots are megabytes.
@@ -161,7 +165,13 @@ pub async fn storm(args: StormArgs) -> anyhow::Result<()> {
                 attempts += 1;
                 let _permit = connecting.acquire().await?;
                 if let Ok(back) = open(&client, &base, stream.last_id.as_deref()).await {
-                    return anyhow::Ok((dropped, back.current_at, attempts, back.retry_ms));
+                    return anyhow::Ok((
+                        dropped,
+                        back.current_at,
+                        attempts,
+                        back.retry_ms,
+                        back.resumed,
+                    ));
                 }
                 anyhow::ensure!(attempts < 100, "subscriber {i} never came back");
             }
@@ -193,6 +203,7 @@ pub async fn storm(args: StormArgs) -> anyhow::Result<()> {
         .context("no subscribers")?;
     let attempts: u32 = results.iter().map(|r| r.2).sum();
     let hints: Vec<u64> = results.iter().map(|r| r.3).collect();
+    let resumed = results.iter().filter(|r| r.4).count();
     println!(
         "{}",
         serde_json::json!({
@@ -200,6 +211,9 @@ pub async fn storm(args: StormArgs) -> anyhow::Result<()> {
             "connect_all_ms": connect_ms,
             "storm_ms": last_back.duration_since(first_drop).as_millis(),
             "reconnect_attempts": attempts,
+            // Back by a resume, and by a RESET and a fresh snapshot.
+            "resumed": resumed,
+            "snapshots_again": results.len() - resumed,
             "retry_hint_ms": {"min": hints.iter().min(), "max": hints.iter().max()},
         })
     );
