@@ -63,6 +63,31 @@ async fn read_until(sse: &mut SseClient, view: &mut ClientView, rv: u64) {
     view.follow(sse, rv).await;
 }
 
+/// Reconnects to `base` as EventSource does (same URL, `Last-Event-ID`)
+/// and reads up to `rv`; returns the stream, still open.
+async fn come_back(
+    http: &reqwest::Client,
+    base: &str,
+    left_at: &str,
+    view: &mut ClientView,
+    rv: u64,
+) -> SseClient {
+    let resp = tokio::time::timeout(
+        WAIT,
+        http.get(format!("{base}/stream/pods"))
+            .header("Last-Event-ID", left_at)
+            .send(),
+    )
+    .await
+    .expect("response in time")
+    .expect("request");
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    view.resume();
+    read_until(&mut sse, view, rv).await;
+    sse
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_moving_to_another_replica_resumes_with_no_gap_duplicate_or_reset() {
     let a = spawn(seeded(40), test_config(&["pods"])).await;
@@ -87,20 +112,7 @@ async fn a_subscriber_moving_to_another_replica_resumes_with_no_gap_duplicate_or
     caught_up(&b, "pods", rv).await;
 
     // Reconnect to replica B, as EventSource would: same URL, Last-Event-ID.
-    let resp = tokio::time::timeout(
-        WAIT,
-        a.http
-            .get(format!("{b_base}/stream/pods"))
-            .header("Last-Event-ID", &left_at)
-            .send(),
-    )
-    .await
-    .expect("response in time")
-    .expect("request");
-    assert_eq!(resp.status(), 200);
-    let mut sse = SseClient::new(resp);
-    view.resume();
-    read_until(&mut sse, &mut view, rv).await;
+    let sse = come_back(&a.http, &b_base, &left_at, &mut view, rv).await;
 
     assert!(view.resets.is_empty(), "no RESET: {:?}", view.resets);
     assert_eq!(view.snapshots, 1, "one snapshot, from replica A");
@@ -146,28 +158,23 @@ impl Drop for StateDir {
     }
 }
 
-/// Reconnects to `base` as EventSource does (same URL, `Last-Event-ID`)
-/// and reads up to `rv`.
-async fn come_back(
-    http: &reqwest::Client,
-    base: &str,
+/// Starts a gateway again on `server`, keeping positions in `state`, and
+/// brings the subscriber back to it as EventSource does (same URL,
+/// `Last-Event-ID`), reading up to `rv`. Returns the new gateway.
+async fn started_again(
+    state: &StateDir,
+    server: &kubefan_sim::SimServer,
     left_at: &str,
     view: &mut ClientView,
     rv: u64,
-) {
-    let resp = tokio::time::timeout(
-        WAIT,
-        http.get(format!("{base}/stream/pods"))
-            .header("Last-Event-ID", left_at)
-            .send(),
-    )
-    .await
-    .expect("response in time")
-    .expect("request");
-    assert_eq!(resp.status(), 200);
-    let mut sse = SseClient::new(resp);
-    view.resume();
-    read_until(&mut sse, view, rv).await;
+) -> App {
+    let client = kube::Client::try_from(server.client_config()).unwrap();
+    let again = App::build(state.config("the sim"), client)
+        .await
+        .expect("gateway starts again");
+    let base = format!("http://{}", again.local_addr());
+    come_back(&reqwest::Client::new(), &base, left_at, view, rv).await;
+    again
 }
 
 /// A gateway keeping positions in `state`, followed by one subscriber
@@ -203,13 +210,7 @@ async fn a_restarted_gateway_resumes_its_clients_from_its_saved_position() {
         stopped_after_a_subscriber(&state, |sim| missed = writes(sim, 2, 30)).await;
     let lists_before = sim.stats().resource("pods").list_requests;
     let (objects, rv) = pods_of(&sim);
-
-    let client = kube::Client::try_from(server.client_config()).unwrap();
-    let again = App::build(state.config("the sim"), client)
-        .await
-        .expect("gateway starts again");
-    let base = format!("http://{}", again.local_addr());
-    come_back(&reqwest::Client::new(), &base, &left_at, &mut view, rv).await;
+    let again = started_again(&state, &server, &left_at, &mut view, rv).await;
 
     // Exactly what was missed, and no snapshot: the new process listed at
     // the old one's position, so its log holds every change since.
@@ -240,13 +241,7 @@ async fn a_saved_position_the_upstream_compacted_away_costs_a_snapshot_not_an_ou
     .await;
     let lists_before = sim.stats().resource("pods").list_requests;
     let (objects, rv) = pods_of(&sim);
-
-    let client = kube::Client::try_from(server.client_config()).unwrap();
-    let again = App::build(state.config("the sim"), client)
-        .await
-        .expect("gateway starts again");
-    let base = format!("http://{}", again.local_addr());
-    come_back(&reqwest::Client::new(), &base, &left_at, &mut view, rv).await;
+    let again = started_again(&state, &server, &left_at, &mut view, rv).await;
 
     // The LIST at the position answered 410; the ordinary one followed at
     // once, and the client got a RESET and a fresh snapshot.
