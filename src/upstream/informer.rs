@@ -120,12 +120,7 @@ impl Informer {
             let at = start_at.take();
             let listed = tokio::select! {
                 _ = self.shutdown.cancelled() => return Exit::Stopped,
-                listed = self.list_all(at), if at.is_none() => listed,
-                listed = tokio::time::timeout(SAVED_LIST_TIMEOUT, self.list_all(at)), if at.is_some() => {
-                    listed.unwrap_or_else(|_| Err(kube::Error::Api(
-                        kube::core::Status::failure("listing at the saved position took too long", "Timeout").boxed(),
-                    )))
-                }
+                listed = self.list_from(at) => listed,
             };
             let (objects, mut rv) = match listed {
                 Ok(listed) => listed,
@@ -217,6 +212,25 @@ impl Informer {
             _ = self.shutdown.cancelled() => false,
             _ = tokio::time::sleep(delay) => true,
         }
+    }
+
+    /// [`Informer::list_all`]; at a saved position, given at most
+    /// [`SAVED_LIST_TIMEOUT`].
+    async fn list_from(&self, at: Option<u64>) -> Result<(Vec<Obj>, u64), kube::Error> {
+        if at.is_none() {
+            return self.list_all(None).await;
+        }
+        tokio::time::timeout(SAVED_LIST_TIMEOUT, self.list_all(at))
+            .await
+            .unwrap_or_else(|_| {
+                Err(kube::Error::Api(
+                    kube::core::Status::failure(
+                        "listing at the saved position took too long",
+                        "Timeout",
+                    )
+                    .boxed(),
+                ))
+            })
     }
 
     /// Every object, in pages, and the list's resourceVersion: the latest,

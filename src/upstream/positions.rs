@@ -47,7 +47,7 @@ pub struct PositionsConfig {
     pub upstream: String,
 }
 
-#[derive(Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct Saved {
     upstream: String,
     /// resourceVersion by canonical resource name.
@@ -62,7 +62,6 @@ pub struct Positions {
     state: Mutex<State>,
 }
 
-#[derive(Default)]
 struct State {
     /// Read at start and not yet used by a resource's first list.
     unused: BTreeMap<String, u64>,
