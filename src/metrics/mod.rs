@@ -74,6 +74,7 @@ pub struct Metrics {
     auth_failures: Family<KindLabel, Counter>,
     limits_hit: Family<KindLabel, Counter>,
     connections: Family<ProtocolLabel, Counter>,
+    batched: Gauge,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -156,9 +157,15 @@ impl Metrics {
             snapshot_objects: Family::new_with_constructor(object_buckets),
             snapshot_bytes: Family::new_with_constructor(byte_buckets),
             last_sync: Family::default(),
+            batched: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("subscribers", "Open subscriptions", m.subscribers.clone());
+        registry.register(
+            "streams_batched",
+            "Caught-up streams written together with their view's others, by one task per view",
+            m.batched.clone(),
+        );
         registry.register(
             "events_received",
             "Events appended to a hub (from upstream watches and relist diffs)",
@@ -321,6 +328,11 @@ impl Metrics {
         self.connections
             .get_or_create(&ProtocolLabel { protocol })
             .inc();
+    }
+
+    /// Streams written by their view's batch writer now.
+    pub fn batched(&self) -> Gauge {
+        self.batched.clone()
     }
 
     pub fn subscriber_joined(&self, resource: &str, transport: Transport) {

@@ -19,7 +19,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
 use super::message::{Message, bookmark_object, event_json, reset_status};
-use super::stream::{Chunk, Framed, Framing, Stream};
+use super::stream::{BatchSource, Chunk, Framed, Framing, Stream};
 use super::{ChunkSource, access_log, parse_position, parse_stream_query, subscribe, takeover};
 use crate::auth::{self, Principal, Verb};
 use crate::hub::encode::added_sse;
@@ -105,6 +105,13 @@ impl ChunkSource for SseBody {
             return Poll::Ready(Some(preamble));
         }
         self.framed.poll_next_chunk(cx)
+    }
+
+    fn batch(&mut self) -> Option<&mut dyn BatchSource> {
+        match self.preamble {
+            None => Some(&mut self.framed),
+            Some(_) => None,
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use prometheus_client::metrics::counter::Counter;
 use super::access_log::{Delivered, StreamRecord};
 use super::message::{Message, messages_of};
 use crate::hub::encode::ADDED_FRAMING;
-use crate::hub::{Item, ResourceMeta, Subscription};
+use crate::hub::{Item, ResourceMeta, Step, Subscription};
 use crate::metrics::{Metrics, Transport};
 
 /// What a framing needs to know of its stream.
@@ -169,6 +169,72 @@ impl<F: Framing> Framed<F> {
             self.ending("expired: the client must list again");
         }
         Poll::Ready(true)
+    }
+}
+
+/// A stream written in a batch (`transport::takeover::batch`): with only
+/// its subscription's events left to send, it takes the bytes framed once
+/// for every stream of its view at its cursor.
+pub trait BatchSource: Send {
+    /// The subscription's cursor, if the stream can be batched now
+    /// ([`Subscription::batchable`]).
+    fn batchable(&self) -> Option<u64>;
+
+    fn subscription(&self) -> &Subscription;
+
+    fn subscription_mut(&mut self) -> &mut Subscription;
+
+    /// The bytes of `step`'s deliveries in this framing, `None` if there
+    /// are none; and how many messages they are. Only for a framing whose
+    /// bytes for events depend on the events alone (no tag: a batchable
+    /// subscription has no access of its own), so that they can be written
+    /// to every stream that [`BatchSource::took`] the step.
+    fn frame_step(&mut self, step: &Step) -> (Option<Bytes>, u64);
+
+    /// This stream is sent `step` (`delivered` messages in `bytes`), as
+    /// framed by [`BatchSource::frame_step`] of a stream of its view.
+    fn took(&mut self, step: &Step, delivered: u64, bytes: usize);
+}
+
+impl<F: Framing<Out = Chunk> + Send> BatchSource for Framed<F> {
+    fn batchable(&self) -> Option<u64> {
+        if self.ended {
+            return None;
+        }
+        self.sub.batchable()
+    }
+
+    fn subscription(&self) -> &Subscription {
+        &self.sub
+    }
+
+    fn subscription_mut(&mut self) -> &mut Subscription {
+        &mut self.sub
+    }
+
+    fn frame_step(&mut self, step: &Step) -> (Option<Bytes>, u64) {
+        let mut chunk = Chunk::default();
+        let stream = Stream {
+            meta: self.sub.hub().meta(),
+            tag: self.sub.id_tag(),
+        };
+        if step.deliveries.len() > 1 {
+            let bytes = step.deliveries.iter().map(|d| d.frame().len()).sum();
+            self.framing.reserve(&mut chunk, bytes);
+        }
+        for delivery in &step.deliveries {
+            // No framing ends a stream on an event (only on a reset).
+            self.framing
+                .frame(Message::Event(delivery), &stream, &mut chunk);
+        }
+        (chunk.take(), step.deliveries.len() as u64)
+    }
+
+    fn took(&mut self, step: &Step, delivered: u64, bytes: usize) {
+        self.sub.took(step);
+        self.sent.inc_by(delivered);
+        self.delivered.events += delivered;
+        self.delivered.bytes += bytes as u64;
     }
 }
 

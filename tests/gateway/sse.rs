@@ -714,3 +714,118 @@ async fn a_client_that_reads_nothing_is_closed_after_the_write_timeout() {
     }
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caught_up_streams_are_written_together_and_get_every_change_once() {
+    // Keep-alive ticks every 100 ms send every batched stream back to a
+    // task of its own and then back to its view's writer, in the middle of
+    // the churn below.
+    let mut cfg = test_config(&["pods"]);
+    cfg.stream.keepalive = Duration::from_millis(100);
+    let env = spawn(seeded(30), cfg).await;
+    env.synced("pods").await;
+    env.sim
+        .create("pods", pod("tracked").ns("batch").build())
+        .unwrap();
+    // Two views: every pod, and one namespace's.
+    let paths = [
+        "/stream/pods",
+        "/stream/pods",
+        "/stream/pods",
+        "/stream/pods",
+        "/stream/pods?namespace=batch",
+        "/stream/pods?namespace=batch",
+    ];
+    let mut subs = Vec::new();
+    for path in paths {
+        subs.push((path, subscribed(&env, path).await));
+    }
+    let batched = |text: String| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("kubefan_streams_batched "))
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    // A stream is batched once it has written what it had and is caught
+    // up: a change at a time until every one is.
+    let mut all_batched = false;
+    for round in 0..200 {
+        let o = env
+            .sim
+            .merge_patch(
+                "pods",
+                Some("batch"),
+                "tracked",
+                &json!({"metadata": {"labels": {"round": round.to_string()}}}),
+            )
+            .unwrap();
+        let rv = crate::support::rv_of(&o);
+        join_all(subs.iter_mut().map(|(_, (sse, view))| view.follow(sse, rv))).await;
+        if batched(env.metrics().await) == paths.len() {
+            all_batched = true;
+            break;
+        }
+    }
+    assert!(
+        all_batched,
+        "caught-up streams are written by their view's writer"
+    );
+    // Churn across namespaces: creations, changes, deletions.
+    for i in 0..400u32 {
+        let name = format!("c-{}", i % 40);
+        let ns = if i % 3 == 0 { "batch" } else { "web" };
+        let result = match (env.sim.get("pods", Some(ns), &name), i % 4) {
+            (None, _) => env
+                .sim
+                .create("pods", pod(&name).ns(ns).build())
+                .map(|_| ()),
+            (Some(_), 0) => env.sim.delete("pods", Some(ns), &name).map(|_| ()),
+            (Some(_), n) => env
+                .sim
+                .merge_patch(
+                    "pods",
+                    Some(ns),
+                    &name,
+                    &json!({"status": {"phase": format!("P{n}-{i}")}}),
+                )
+                .map(|_| ()),
+        };
+        result.expect("sim write");
+        if i % 25 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    // The last change is one every view shows.
+    let last = env
+        .sim
+        .merge_patch(
+            "pods",
+            Some("batch"),
+            "tracked",
+            &json!({"metadata": {"labels": {"round": "last"}}}),
+        )
+        .unwrap();
+    let rv = crate::support::rv_of(&last);
+    let (objects, _) = pods_of(&env.sim);
+    let in_batch: Vec<Value> = objects
+        .iter()
+        .filter(|o| o["metadata"]["namespace"] == "batch")
+        .cloned()
+        .collect();
+    for (path, (sse, view)) in &mut subs {
+        tokio::time::timeout(WAIT, view.follow(sse, rv))
+            .await
+            .unwrap_or_else(|_| panic!("{path} reached {rv}"));
+        assert!(
+            view.resets.is_empty(),
+            "{path}: no reset: {:?}",
+            view.resets
+        );
+        if path.contains("namespace") {
+            view.assert_matches(&in_batch);
+        } else {
+            view.assert_matches(&objects);
+        }
+    }
+    env.stop().await;
+}

@@ -31,7 +31,7 @@ pub use request::{Subscribe, SubscriptionContext, SubscriptionError};
 use scoped::Scoped;
 
 use super::scope::{scope_tag, shown};
-use super::{Hub, Joined, Obj, SubscriberGuard, View};
+use super::{Hub, Joined, Lapped, Obj, SubscriberGuard, View};
 use crate::epoch::Registration;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::{Metrics, Transport};
@@ -304,30 +304,17 @@ impl Subscription {
 
             // Seen before reading: a change after this point wakes us.
             self.hub_seen = self.hub.changes().current();
-            // A fresh vector per read: an idle subscriber holds no buffer.
-            let mut out = Vec::new();
-            match self.hub.read(&mut self.cursor, READ_BATCH, &mut out) {
-                Err(_lapped) => {
-                    self.metrics.lapped(self.hub.name());
-                    self.join(None);
-                    self.reset = Some(ResetReason::Lapped);
+            match Step::read(&self.hub, &self.view, self.cursor) {
+                Err(Lapped) => {
+                    self.lapped();
                     continue;
                 }
-                Ok(caught_up) => {
-                    if let Some(rv) = out.iter().rev().find(|ev| ev.has_id).map(|ev| ev.rv) {
-                        self.pos_rv = self.pos_rv.max(rv);
+                Ok(step) => {
+                    self.took(&step);
+                    if !step.deliveries.is_empty() {
+                        return ready(Item::Events(step.deliveries));
                     }
-                    let out = self.view.deliver(out);
-                    if let Some(d) = out.iter().rev().find(|d| d.has_id()) {
-                        self.sent_rv = d.rv();
-                    }
-                    if let Some(rv) = caught_up {
-                        self.pos_rv = self.pos_rv.max(rv);
-                    }
-                    if !out.is_empty() {
-                        return ready(Item::Events(out));
-                    }
-                    if caught_up.is_none() {
+                    if step.caught_up.is_none() {
                         continue;
                     }
                 }
@@ -364,6 +351,62 @@ impl Subscription {
         }
     }
 
+    /// Its cursor fell off the log: a fresh snapshot, announced as a reset.
+    pub fn lapped(&mut self) {
+        self.metrics.lapped(self.hub.name());
+        self.join(None);
+        self.reset = Some(ResetReason::Lapped);
+    }
+
+    /// Moves this subscription past `step` (read from its cursor): its
+    /// deliveries were, or are being, sent.
+    pub fn took(&mut self, step: &Step) {
+        debug_assert_eq!(step.from, self.cursor);
+        self.cursor = step.cursor;
+        if let Some(rv) = step.read_rv {
+            self.pos_rv = self.pos_rv.max(rv);
+        }
+        if let Some(rv) = step.sent_rv {
+            self.sent_rv = rv;
+        }
+        if let Some(rv) = step.caught_up {
+            self.pos_rv = self.pos_rv.max(rv);
+        }
+    }
+
+    /// Where this subscription is in its hub's log, if all it owes its
+    /// client is the log's next events, through its view, exactly as every
+    /// other such subscription of the view at the same cursor: no snapshot,
+    /// reset or progress mark pending, no keep-alive tick unseen, not
+    /// ending, no deadline (an expiring token) and no access of its own
+    /// (`hub::scope`). Such subscriptions can be written together
+    /// (`transport::takeover::batch`): [`Step::read`] once, then
+    /// [`Subscription::took`] for each.
+    pub fn batchable(&self) -> Option<u64> {
+        let owes_nothing = !self.finished
+            && self.snapshot.is_none()
+            && self.reset.is_none()
+            && !self.announce
+            && self.expires.is_none()
+            && self.scoped.is_none()
+            && self.lifecycle.epoch().current() == self.lifecycle_seen
+            && !self.lifecycle.is_shutting_down();
+        owes_nothing.then_some(self.cursor)
+    }
+
+    /// Stops waiting for the hub and the lifecycle: whoever holds the
+    /// subscription now watches them for it (a batch), and polls it again
+    /// (with its own waker) once anything but the log's events is owed.
+    pub fn stop_waiting(&mut self) {
+        self.hub.changes().deregister(&mut self.hub_wait);
+        self.lifecycle.epoch().deregister(&mut self.lifecycle_wait);
+    }
+
+    /// The view this subscription sees its hub through.
+    pub fn view(&self) -> &Arc<View> {
+        &self.view
+    }
+
     /// Ready once something this subscription waits for moved: true if the
     /// lifecycle did (a tick or shutdown), false for the hub, the
     /// credentials' expiry or a change of scope. Until then every source's
@@ -396,6 +439,46 @@ impl Subscription {
             (Poll::Pending, Poll::Pending) => Poll::Pending,
             (_, lifecycle) => Poll::Ready(lifecycle.is_ready()),
         }
+    }
+}
+
+/// The log's events after one cursor as a view shows them: what every
+/// subscription of that view at that cursor is sent next.
+pub struct Step {
+    /// The cursor read from, and the cursor after.
+    pub from: u64,
+    pub cursor: u64,
+    /// The last resourceVersion read that a client can resume from.
+    read_rv: Option<u64>,
+    /// ... and the last one delivered.
+    sent_rv: Option<u64>,
+    /// The hub's resourceVersion, when the step reached its head.
+    pub caught_up: Option<u64>,
+    pub deliveries: Vec<Delivery>,
+}
+
+impl Step {
+    /// Reads up to a batch of events from `cursor` on through `view`.
+    pub fn read(hub: &Hub, view: &View, from: u64) -> Result<Step, Lapped> {
+        // A fresh vector per read: an idle subscriber holds no buffer.
+        let mut out = Vec::new();
+        let mut cursor = from;
+        let caught_up = hub.read(&mut cursor, READ_BATCH, &mut out)?;
+        let read_rv = out.iter().rev().find(|ev| ev.has_id).map(|ev| ev.rv);
+        let deliveries = view.deliver(out);
+        let sent_rv = deliveries
+            .iter()
+            .rev()
+            .find(|d| d.has_id())
+            .map(Delivery::rv);
+        Ok(Step {
+            from,
+            cursor,
+            read_rv,
+            sent_rv,
+            caught_up,
+            deliveries,
+        })
     }
 }
 

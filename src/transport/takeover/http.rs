@@ -12,6 +12,7 @@ use std::io::{self, Write as _};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use super::batch::Batches;
 use super::io::{Blocked, InputWatch, WriteDeadline, poll_write_parts};
 use super::socket::{Detached, Socket};
 use super::{CorsHeaders, Streams, h2_stream, not_taken_over, socket_of};
@@ -49,7 +50,8 @@ pub fn respond<S: ChunkSource>(
     let chunked = req.version() != Version::HTTP_10;
     let cors = req.extensions().get::<CorsHeaders>().cloned();
     let head = head(headers, cors.as_ref().map(|c| &c.0), chunked);
-    streams.spawn(Pump {
+    streams.spawn(PumpTask(Some(Pump {
+        batches: streams.batches.clone(),
         detached: Some(socket),
         socket: None,
         source,
@@ -61,7 +63,7 @@ pub fn respond<S: ChunkSource>(
         blocked: Blocked::default(),
         out: Out::bytes(head),
         ending: false,
-    });
+    })));
     // actix writes this into the emptied connection, where it vanishes.
     HttpResponse::Ok().finish()
 }
@@ -75,40 +77,84 @@ pub fn respond<S: ChunkSource>(
 /// cost an SSE stream ~1.2 KB in two allocations (`-Zprint-type-sizes`,
 /// heaptrack: `loadtest/RESULTS.md`). This is the task's whole state, in
 /// the task's own allocation: the source is polled, never awaited.
-struct Pump<S> {
+pub(super) struct Pump<S> {
+    /// Where the stream goes while it is caught up (plain sockets only).
+    pub(super) batches: Batches,
     /// Taken on the first poll: attached to the task's runtime.
     detached: Option<Detached>,
-    socket: Option<Socket>,
-    source: S,
+    pub(super) socket: Option<Socket>,
+    pub(super) source: S,
     chunked: bool,
-    bytes_sent: Counter,
-    deadline: WriteDeadline,
+    pub(super) bytes_sent: Counter,
+    pub(super) deadline: WriteDeadline,
     /// Held for as long as the stream lasts (the connection limits).
     _permit: Option<Permit>,
-    hang_up: InputWatch,
+    pub(super) hang_up: InputWatch,
     /// How a write waits for a client that takes nothing.
     blocked: Blocked,
     /// What is being written.
-    out: Out,
+    pub(super) out: Out,
     /// The source ended: once `out` is written, the stream is over.
     ending: bool,
 }
 
-impl<S: ChunkSource> Future for Pump<S> {
+/// A stream's task: its pump, until the pump is handed to its view's
+/// batch writer (`batch`), which starts a task again for it once it has
+/// anything of its own to do.
+pub(super) struct PumpTask<S>(pub(super) Option<Pump<S>>);
+
+/// How a pump stops being polled.
+enum Flow {
+    /// The stream is over.
+    Ended,
+    /// The stream is caught up, and can be written with its view's others.
+    Batch,
+}
+
+impl<S: ChunkSource> Future for PumpTask<S> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let p = self.get_mut();
+        let task = self.get_mut();
+        let Some(pump) = &mut task.0 else {
+            return Poll::Ready(());
+        };
+        let flow = ready!(pump.poll_pump(cx));
+        if let (Flow::Batch, Some(pump)) = (flow, task.0.take()) {
+            pump.batches.clone().park(Box::new(pump));
+        }
+        task.0 = None;
+        Poll::Ready(())
+    }
+}
+
+impl<S: ChunkSource> Pump<S> {
+    /// Whether this stream can leave its task for its view's batch writer:
+    /// a plain HTTP/1.1 chunked response with nothing being written and
+    /// nothing owed but its subscription's events.
+    fn batchable(&mut self) -> bool {
+        self.chunked
+            && self.out.is_empty()
+            && !self.ending
+            && self.socket.as_ref().is_some_and(Socket::is_plain)
+            && self
+                .source
+                .batch()
+                .is_some_and(|source| source.batchable().is_some())
+    }
+
+    fn poll_pump(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+        let p = self;
         if p.socket.is_none() {
             match p.detached.take().map(Detached::attach) {
                 Some(Ok(socket)) => p.socket = Some(socket),
-                _ => return Poll::Ready(()),
+                _ => return Poll::Ready(Flow::Ended),
             }
         }
-        let Some(socket) = &p.socket else {
-            return Poll::Ready(());
-        };
         loop {
+            let Some(socket) = &p.socket else {
+                return Poll::Ready(Flow::Ended);
+            };
             if !p.out.is_empty() || p.ending {
                 match ready!(p.out.poll_write(socket, &p.deadline, &mut p.blocked, cx)) {
                     Ok(()) if !p.ending => {}
@@ -116,14 +162,19 @@ impl<S: ChunkSource> Future for Pump<S> {
                         if done.is_ok() {
                             socket.shutdown();
                         }
-                        return Poll::Ready(());
+                        return Poll::Ready(Flow::Ended);
                     }
                 }
             }
             if p.hang_up.hung_up(socket, cx) {
-                return Poll::Ready(());
+                return Poll::Ready(Flow::Ended);
             }
-            match ready!(p.source.poll_chunk(cx)) {
+            let next = match p.source.poll_chunk(cx) {
+                Poll::Ready(next) => next,
+                Poll::Pending if p.batchable() => return Poll::Ready(Flow::Batch),
+                Poll::Pending => return Poll::Pending,
+            };
+            match next {
                 Some(chunk) if chunk.is_empty() => {}
                 Some(chunk) => {
                     p.bytes_sent.inc_by(chunk.len() as u64);
@@ -147,12 +198,12 @@ impl<S: ChunkSource> Future for Pump<S> {
 /// Bytes on their way to the socket: one chunk (with its chunk-size line
 /// and CRLF when chunked) and how much of it went.
 #[derive(Default)]
-struct Out {
+pub(super) struct Out {
     line: [u8; 18],
     line_len: u8,
     body: Bytes,
     tail: &'static [u8],
-    written: usize,
+    pub(super) written: usize,
 }
 
 impl Out {
@@ -165,7 +216,7 @@ impl Out {
     }
 
     /// `body` as one chunk of a chunked response.
-    fn chunk(body: Bytes) -> Out {
+    pub(super) fn chunk(body: Bytes) -> Out {
         let mut line = [0u8; 18];
         let line_len = chunk_size_line(&mut line, body.len()).len() as u8;
         Out {
@@ -179,6 +230,19 @@ impl Out {
 
     fn is_empty(&self) -> bool {
         self.body.is_empty() && self.line_len == 0 && self.tail.is_empty()
+    }
+
+    /// All of it, in order.
+    pub(super) fn parts(&self) -> [&[u8]; 3] {
+        [
+            &self.line[..usize::from(self.line_len)],
+            &self.body[..],
+            self.tail,
+        ]
+    }
+
+    pub(super) fn len(&self) -> usize {
+        usize::from(self.line_len) + self.body.len() + self.tail.len()
     }
 
     /// Writes what is left; empty once all of it went.

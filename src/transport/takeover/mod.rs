@@ -18,6 +18,7 @@
 //! shutdown every stream still blocked after the grace period is ended
 //! (the lifecycle's hard stop).
 
+mod batch;
 pub mod h2;
 mod h2_stream;
 mod http;
@@ -49,6 +50,8 @@ pub struct Streams {
     runtime: tokio::runtime::Handle,
     tracker: TaskTracker,
     deadline: WriteDeadline,
+    /// Where caught-up plain HTTP/1.1 streams are written together.
+    batches: batch::Batches,
 }
 
 impl Streams {
@@ -60,9 +63,11 @@ impl Streams {
         lifecycle: Arc<Lifecycle>,
         metrics: Arc<Metrics>,
     ) -> Streams {
+        let (runtime, tracker) = (tokio::runtime::Handle::current(), TaskTracker::new());
         Streams {
-            runtime: tokio::runtime::Handle::current(),
-            tracker: TaskTracker::new(),
+            batches: batch::Batches::new(runtime.clone(), tracker.clone(), metrics.batched()),
+            runtime,
+            tracker,
             deadline: WriteDeadline {
                 lifecycle,
                 timeout: write_timeout,
