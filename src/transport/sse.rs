@@ -121,6 +121,10 @@ pub struct SseFraming;
 impl Framing for SseFraming {
     type Out = Chunk;
 
+    fn batched(mut out: Chunk) -> Option<Bytes> {
+        out.take()
+    }
+
     fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Chunk) -> bool {
         let meta = stream.meta;
         match msg {

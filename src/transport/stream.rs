@@ -52,6 +52,11 @@ pub trait Framing {
 
     /// About `bytes` of several shared frames follow: room for them.
     fn reserve(&mut self, _out: &mut Self::Out, _bytes: usize) {}
+
+    /// What was framed into `out`, as one buffer of whole messages as they
+    /// go on the wire, `None` if nothing was: the bytes a batch writer
+    /// sends to every stream at one cursor (`takeover::batch`).
+    fn batched(out: Self::Out) -> Option<Bytes>;
 }
 
 /// A subscription and its transport's framing. When it is dropped, the
@@ -196,7 +201,7 @@ pub trait BatchSource: Send {
     fn took(&mut self, step: &Step, delivered: u64, bytes: usize);
 }
 
-impl<F: Framing<Out = Chunk> + Send> BatchSource for Framed<F> {
+impl<F: Framing + Send> BatchSource for Framed<F> {
     fn batchable(&self) -> Option<u64> {
         if self.ended {
             return None;
@@ -213,7 +218,7 @@ impl<F: Framing<Out = Chunk> + Send> BatchSource for Framed<F> {
     }
 
     fn frame_step(&mut self, step: &Step) -> (Option<Bytes>, u64) {
-        let mut chunk = Chunk::default();
+        let mut chunk = F::Out::default();
         let stream = Stream {
             meta: self.sub.hub().meta(),
             tag: self.sub.id_tag(),
@@ -227,7 +232,7 @@ impl<F: Framing<Out = Chunk> + Send> BatchSource for Framed<F> {
             self.framing
                 .frame(Message::Event(delivery), &stream, &mut chunk);
         }
-        (chunk.take(), step.deliveries.len() as u64)
+        (F::batched(chunk), step.deliveries.len() as u64)
     }
 
     fn took(&mut self, step: &Step, delivered: u64, bytes: usize) {

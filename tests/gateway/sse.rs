@@ -715,6 +715,75 @@ async fn a_client_that_reads_nothing_is_closed_after_the_write_timeout() {
     env.stop().await;
 }
 
+/// Changes the pod `batch/tracked`, which every view of the batching
+/// tests shows; returns its resourceVersion.
+pub(crate) fn touch_tracked(sim: &Sim, round: &str) -> u64 {
+    let o = sim
+        .merge_patch(
+            "pods",
+            Some("batch"),
+            "tracked",
+            &json!({"metadata": {"labels": {"round": round}}}),
+        )
+        .unwrap();
+    crate::support::rv_of(&o)
+}
+
+/// The number of streams batched now, from `/metrics`.
+pub(crate) fn batched(metrics: &str) -> usize {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("kubefan_streams_batched "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `n` creations, changes and deletions across two namespaces.
+pub(crate) async fn churn_across_namespaces(sim: &Sim, n: u32) {
+    for i in 0..n {
+        let name = format!("c-{}", i % 40);
+        let ns = if i % 3 == 0 { "batch" } else { "web" };
+        let result = match (sim.get("pods", Some(ns), &name), i % 4) {
+            (None, _) => sim.create("pods", pod(&name).ns(ns).build()).map(|_| ()),
+            (Some(_), 0) => sim.delete("pods", Some(ns), &name).map(|_| ()),
+            (Some(_), k) => sim
+                .merge_patch(
+                    "pods",
+                    Some(ns),
+                    &name,
+                    &json!({"status": {"phase": format!("P{k}-{i}")}}),
+                )
+                .map(|_| ()),
+        };
+        result.expect("sim write");
+        if i % 25 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// The pods, all and those of namespace `batch`, and the resourceVersion.
+pub(crate) fn pods_and_batch_pods(sim: &Sim) -> (Vec<Value>, Vec<Value>) {
+    let (objects, _) = pods_of(sim);
+    let in_batch = objects
+        .iter()
+        .filter(|o| o["metadata"]["namespace"] == "batch")
+        .cloned()
+        .collect();
+    (objects, in_batch)
+}
+
+/// The views the batching tests open: every pod (four streams), and one
+/// namespace's (two).
+pub(crate) const BATCH_PATHS: [&str; 6] = [
+    "/stream/pods",
+    "/stream/pods",
+    "/stream/pods",
+    "/stream/pods",
+    "/stream/pods?namespace=batch",
+    "/stream/pods?namespace=batch",
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caught_up_streams_are_written_together_and_get_every_change_once() {
     // Keep-alive ticks every 100 ms send every batched stream back to a
@@ -727,41 +796,17 @@ async fn caught_up_streams_are_written_together_and_get_every_change_once() {
     env.sim
         .create("pods", pod("tracked").ns("batch").build())
         .unwrap();
-    // Two views: every pod, and one namespace's.
-    let paths = [
-        "/stream/pods",
-        "/stream/pods",
-        "/stream/pods",
-        "/stream/pods",
-        "/stream/pods?namespace=batch",
-        "/stream/pods?namespace=batch",
-    ];
     let mut subs = Vec::new();
-    for path in paths {
+    for path in BATCH_PATHS {
         subs.push((path, subscribed(&env, path).await));
     }
-    let batched = |text: String| {
-        text.lines()
-            .find_map(|l| l.strip_prefix("kubefan_streams_batched "))
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(0)
-    };
     // A stream is batched once it has written what it had and is caught
     // up: a change at a time until every one is.
     let mut all_batched = false;
     for round in 0..200 {
-        let o = env
-            .sim
-            .merge_patch(
-                "pods",
-                Some("batch"),
-                "tracked",
-                &json!({"metadata": {"labels": {"round": round.to_string()}}}),
-            )
-            .unwrap();
-        let rv = crate::support::rv_of(&o);
+        let rv = touch_tracked(&env.sim, &round.to_string());
         join_all(subs.iter_mut().map(|(_, (sse, view))| view.follow(sse, rv))).await;
-        if batched(env.metrics().await) == paths.len() {
+        if batched(&env.metrics().await) == BATCH_PATHS.len() {
             all_batched = true;
             break;
         }
@@ -770,48 +815,9 @@ async fn caught_up_streams_are_written_together_and_get_every_change_once() {
         all_batched,
         "caught-up streams are written by their view's writer"
     );
-    // Churn across namespaces: creations, changes, deletions.
-    for i in 0..400u32 {
-        let name = format!("c-{}", i % 40);
-        let ns = if i % 3 == 0 { "batch" } else { "web" };
-        let result = match (env.sim.get("pods", Some(ns), &name), i % 4) {
-            (None, _) => env
-                .sim
-                .create("pods", pod(&name).ns(ns).build())
-                .map(|_| ()),
-            (Some(_), 0) => env.sim.delete("pods", Some(ns), &name).map(|_| ()),
-            (Some(_), n) => env
-                .sim
-                .merge_patch(
-                    "pods",
-                    Some(ns),
-                    &name,
-                    &json!({"status": {"phase": format!("P{n}-{i}")}}),
-                )
-                .map(|_| ()),
-        };
-        result.expect("sim write");
-        if i % 25 == 0 {
-            tokio::task::yield_now().await;
-        }
-    }
-    // The last change is one every view shows.
-    let last = env
-        .sim
-        .merge_patch(
-            "pods",
-            Some("batch"),
-            "tracked",
-            &json!({"metadata": {"labels": {"round": "last"}}}),
-        )
-        .unwrap();
-    let rv = crate::support::rv_of(&last);
-    let (objects, _) = pods_of(&env.sim);
-    let in_batch: Vec<Value> = objects
-        .iter()
-        .filter(|o| o["metadata"]["namespace"] == "batch")
-        .cloned()
-        .collect();
+    churn_across_namespaces(&env.sim, 400).await;
+    let rv = touch_tracked(&env.sim, "last");
+    let (objects, in_batch) = pods_and_batch_pods(&env.sim);
     for (path, (sse, view)) in &mut subs {
         tokio::time::timeout(WAIT, view.follow(sse, rv))
             .await

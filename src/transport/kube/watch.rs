@@ -169,6 +169,10 @@ struct WatchFraming {
 impl Framing for WatchFraming {
     type Out = Chunk;
 
+    fn batched(mut out: Chunk) -> Option<Bytes> {
+        out.take()
+    }
+
     fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Chunk) -> bool {
         let meta = stream.meta;
         match msg {

@@ -32,7 +32,7 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::io::{self, IoSlice};
+use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
@@ -42,12 +42,77 @@ use prometheus_client::metrics::gauge::Gauge;
 use slab::Slab;
 use tokio_util::task::TaskTracker;
 
-use super::http::{Out, Pump, PumpTask};
-use super::io::InputWatch;
 use crate::epoch::Registration;
 use crate::hub::{Hub, Lapped, Step, View};
 use crate::lifecycle::Lifecycle;
-use crate::transport::ChunkSource;
+use crate::transport::stream::BatchSource;
+
+/// A stream that can leave its task for its view's writer: an SSE
+/// response (`http::Pump`) or a single-stream WebSocket
+/// (`transport::ws::single`).
+pub(crate) trait Parkable: Send + Sized + Unpin + 'static {
+    /// Polls the stream in its own task, until it ends or can be parked.
+    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Flow>;
+
+    fn batches(&self) -> &Batches;
+
+    fn lifecycle(&self) -> &Arc<Lifecycle>;
+
+    /// Its framed subscription, if nothing but its events is owed now.
+    fn source(&mut self) -> Option<&mut dyn BatchSource>;
+
+    /// Registers `cx` for input on the socket: ready if there is some.
+    fn poll_input(&self, cx: &mut Context<'_>) -> Poll<()>;
+
+    /// One try at writing `bytes` (events framed by
+    /// [`BatchSource::frame_step`]) as this stream's writer sends them:
+    /// how many bytes went, of how many.
+    fn try_write(&mut self, bytes: &Bytes) -> io::Result<(usize, usize)>;
+
+    /// Counts `bytes` of events sent.
+    fn count(&mut self, bytes: usize);
+
+    /// Back in a task of its own: it writes `rest` first (a step's bytes,
+    /// and how many of them, as [`Parkable::try_write`] sends them, went),
+    /// and watches its socket with its own waker again.
+    fn unparked(&mut self, rest: Option<(Bytes, usize)>);
+}
+
+/// How a stream's task stops polling it.
+pub(crate) enum Flow {
+    /// The stream is over.
+    Ended,
+    /// The stream is caught up: its view's writer takes it.
+    Batch,
+}
+
+/// A stream's task: the stream, until it is handed to its view's writer
+/// (which starts a task again for it once it has anything of its own to
+/// do).
+pub(crate) struct Task<M>(Option<M>);
+
+impl<M> Task<M> {
+    pub(crate) fn new(stream: M) -> Task<M> {
+        Task(Some(stream))
+    }
+}
+
+impl<M: Parkable> Future for Task<M> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let task = self.get_mut();
+        let Some(stream) = &mut task.0 else {
+            return Poll::Ready(());
+        };
+        let flow = std::task::ready!(stream.poll_stream(cx));
+        if let (Flow::Batch, Some(stream)) = (flow, task.0.take()) {
+            stream.batches().clone().park(Box::new(stream));
+        }
+        task.0 = None;
+        Poll::Ready(())
+    }
+}
 
 /// The writers of every view, and where unparked streams run.
 #[derive(Clone)]
@@ -78,24 +143,24 @@ impl Batches {
 
     /// Hands a caught-up stream to its view's writer (started if there is
     /// none). The stream's task ends after this.
-    pub(super) fn park<S: ChunkSource>(&self, mut pump: Box<Pump<S>>) {
-        let Some(source) = pump.source.batch() else {
-            self.unpark(*pump);
+    fn park<M: Parkable>(&self, mut stream: Box<M>) {
+        let Some(source) = stream.source() else {
+            self.unpark(*stream, None);
             return;
         };
         // The writer watches the hub and the lifecycle for it now.
         source.subscription_mut().stop_waiting();
         let sub = source.subscription();
         let (hub, view) = (sub.hub().clone(), sub.view().clone());
-        let key = (Arc::as_ptr(&view) as usize, TypeId::of::<S>());
+        let key = (Arc::as_ptr(&view) as usize, TypeId::of::<M>());
         let mut writers = lock(&self.0.writers);
         if let Some(mailbox) = writers
             .get(&key)
-            .and_then(|m| m.clone().downcast::<Mailbox<S>>().ok())
+            .and_then(|m| m.clone().downcast::<Mailbox<M>>().ok())
         {
             let mut inbox = lock(&mailbox.inbox);
             if !inbox.closed {
-                inbox.incoming.push(pump);
+                inbox.incoming.push(stream);
                 let waker = inbox.waker.take();
                 drop(inbox);
                 drop(writers);
@@ -105,10 +170,10 @@ impl Batches {
                 return;
             }
         }
-        let lifecycle = pump.deadline.lifecycle.clone();
+        let lifecycle = stream.lifecycle().clone();
         let mailbox = Arc::new(Mailbox {
             inbox: Mutex::new(Inbox {
-                incoming: vec![pump],
+                incoming: vec![stream],
                 readable: Vec::new(),
                 waker: None,
                 closed: false,
@@ -133,13 +198,12 @@ impl Batches {
         self.0.runtime.spawn(self.0.tracker.track_future(writer));
     }
 
-    /// Gives a stream a task of its own again.
-    fn unpark<S: ChunkSource>(&self, mut pump: Pump<S>) {
-        // Its task watches the socket itself (with its own waker).
-        pump.hang_up = InputWatch::default();
+    /// Gives a stream a task of its own again, `rest` to write first.
+    fn unpark<M: Parkable>(&self, mut stream: M, rest: Option<(Bytes, usize)>) {
+        stream.unparked(rest);
         self.0
             .runtime
-            .spawn(self.0.tracker.track_future(PumpTask(Some(pump))));
+            .spawn(self.0.tracker.track_future(Task(Some(stream))));
     }
 
     /// A writer with no stream left is gone, unless another took its place.
@@ -152,13 +216,13 @@ impl Batches {
 }
 
 /// What reaches a writer from outside its task.
-struct Mailbox<S> {
-    inbox: Mutex<Inbox<S>>,
+struct Mailbox<M> {
+    inbox: Mutex<Inbox<M>>,
 }
 
-struct Inbox<S> {
+struct Inbox<M> {
     /// Streams handed over since the writer last looked.
-    incoming: Vec<Box<Pump<S>>>,
+    incoming: Vec<Box<M>>,
     /// Parked streams whose socket has input (key and generation).
     readable: Vec<(usize, u64)>,
     /// The writer's task, while it waits.
@@ -168,13 +232,13 @@ struct Inbox<S> {
 }
 
 /// A parked stream's waker for its socket's input: tells its writer.
-struct Input<S> {
-    mailbox: Weak<Mailbox<S>>,
+struct Input<M> {
+    mailbox: Weak<Mailbox<M>>,
     key: usize,
     generation: u64,
 }
 
-impl<S: Send + 'static> Wake for Input<S> {
+impl<M: Send + 'static> Wake for Input<M> {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
@@ -193,21 +257,21 @@ impl<S: Send + 'static> Wake for Input<S> {
     }
 }
 
-struct Parked<S> {
-    pump: Box<Pump<S>>,
+struct Parked<M> {
+    stream: Box<M>,
     /// Tells this stream from a later one in the same slot.
     generation: u64,
 }
 
 /// One view's caught-up streams, and the task that writes them.
-struct Writer<S> {
+struct Writer<M> {
     key: (usize, TypeId),
     batches: Batches,
-    mailbox: Arc<Mailbox<S>>,
+    mailbox: Arc<Mailbox<M>>,
     hub: Arc<Hub>,
     view: Arc<View>,
     lifecycle: Arc<Lifecycle>,
-    streams: Slab<Parked<S>>,
+    streams: Slab<Parked<M>>,
     generation: u64,
     hub_seen: u64,
     hub_wait: Registration,
@@ -222,17 +286,16 @@ struct Framed {
     messages: u64,
 }
 
-impl<S: ChunkSource> Writer<S> {
+impl<M: Parkable> Writer<M> {
     /// Takes a stream in, or gives it its task back if it cannot be
     /// parked after all: something became owed since it left its task, or
     /// its socket has input already.
-    fn admit(&mut self, mut pump: Box<Pump<S>>) {
-        let batchable = pump
-            .source
-            .batch()
+    fn admit(&mut self, mut stream: Box<M>) {
+        let batchable = stream
+            .source()
             .is_some_and(|source| source.batchable().is_some());
         if !batchable {
-            return self.batches.unpark(*pump);
+            return self.batches.unpark(*stream, None);
         }
         self.generation += 1;
         let generation = self.generation;
@@ -242,28 +305,21 @@ impl<S: ChunkSource> Writer<S> {
             key: slot.key(),
             generation,
         }));
-        let ready = match &pump.socket {
-            Some(socket) => socket
-                .tcp()
-                .poll_read_ready(&mut Context::from_waker(&input))
-                .is_ready(),
-            None => true,
-        };
-        if ready {
-            return self.batches.unpark(*pump);
+        if stream
+            .poll_input(&mut Context::from_waker(&input))
+            .is_ready()
+        {
+            return self.batches.unpark(*stream, None);
         }
-        slot.insert(Parked { pump, generation });
+        slot.insert(Parked { stream, generation });
         self.batches.0.parked.inc();
     }
 
-    /// Gives the stream in `key` its task back, with `out` to write first.
-    fn unpark(&mut self, key: usize, out: Option<Out>) {
-        let Parked { mut pump, .. } = self.streams.remove(key);
+    /// Gives the stream in `key` its task back, with `rest` to write first.
+    fn unpark(&mut self, key: usize, rest: Option<(Bytes, usize)>) {
+        let Parked { stream, .. } = self.streams.remove(key);
         self.batches.0.parked.dec();
-        if let Some(out) = out {
-            pump.out = out;
-        }
-        self.batches.unpark(*pump);
+        self.batches.unpark(*stream, rest);
     }
 
     fn unpark_all(&mut self) {
@@ -276,12 +332,12 @@ impl<S: ChunkSource> Writer<S> {
         loop {
             // Usually one cursor: every stream took the last step.
             let mut steps: Vec<(u64, Result<Framed, Lapped>)> = Vec::new();
-            let mut unpark: Vec<(usize, Option<Out>)> = Vec::new();
+            let mut unpark: Vec<(usize, Option<(Bytes, usize)>)> = Vec::new();
             let mut ended: Vec<usize> = Vec::new();
             let mut again = false;
             for (key, parked) in &mut self.streams {
-                let pump = &mut *parked.pump;
-                let Some(source) = pump.source.batch() else {
+                let stream = &mut *parked.stream;
+                let Some(source) = stream.source() else {
                     unpark.push((key, None));
                     continue;
                 };
@@ -319,22 +375,18 @@ impl<S: ChunkSource> Writer<S> {
                     continue;
                 };
                 source.took(&framed.step, framed.messages, bytes.len());
-                pump.bytes_sent.inc_by(bytes.len() as u64);
-                let mut out = Out::chunk(bytes.clone());
-                match write(pump, &out) {
-                    Ok(n) if n == out.len() => {}
-                    Ok(n) => {
-                        out.written = n;
-                        unpark.push((key, Some(out)));
-                    }
+                stream.count(bytes.len());
+                match stream.try_write(bytes) {
+                    Ok((went, all)) if went == all => {}
+                    Ok((went, _)) => unpark.push((key, Some((bytes.clone(), went)))),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        unpark.push((key, Some(out)));
+                        unpark.push((key, Some((bytes.clone(), 0))));
                     }
                     Err(_) => ended.push(key),
                 }
             }
-            for (key, out) in unpark {
-                self.unpark(key, out);
+            for (key, rest) in unpark {
+                self.unpark(key, rest);
             }
             for key in ended {
                 // The connection failed: the stream ends (its access-log
@@ -349,17 +401,7 @@ impl<S: ChunkSource> Writer<S> {
     }
 }
 
-/// One try at writing all of `out`: a `sendmsg` of the chunk-size line,
-/// the shared bytes and the CRLF.
-fn write<S>(pump: &Pump<S>, out: &Out) -> io::Result<usize> {
-    let Some(socket) = &pump.socket else {
-        return Err(io::ErrorKind::NotConnected.into());
-    };
-    let [line, body, tail] = out.parts();
-    socket.try_write_vectored(&[IoSlice::new(line), IoSlice::new(body), IoSlice::new(tail)])
-}
-
-impl<S: ChunkSource> Future for Writer<S> {
+impl<M: Parkable> Future for Writer<M> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -379,8 +421,8 @@ impl<S: ChunkSource> Future for Writer<S> {
                     std::mem::take(&mut inbox.readable),
                 )
             };
-            for pump in incoming {
-                w.admit(pump);
+            for stream in incoming {
+                w.admit(stream);
             }
             for (key, generation) in readable {
                 if w.streams
@@ -424,7 +466,7 @@ impl<S: ChunkSource> Future for Writer<S> {
     }
 }
 
-impl<S> Drop for Writer<S> {
+impl<M> Drop for Writer<M> {
     fn drop(&mut self) {
         self.hub.changes().deregister(&mut self.hub_wait);
         self.lifecycle.epoch().deregister(&mut self.life_wait);

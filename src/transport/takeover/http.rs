@@ -8,16 +8,18 @@
 //! request that came over HTTP/2 is answered on its HTTP/2 stream
 //! instead (`h2_stream`).
 
-use std::io::{self, Write as _};
-use std::pin::Pin;
+use std::io::{self, IoSlice, Write as _};
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use super::batch::Batches;
+use super::batch::{Batches, Flow, Parkable, Task};
 use super::io::{Blocked, InputWatch, WriteDeadline, poll_write_parts};
 use super::socket::{Detached, Socket};
 use super::{CorsHeaders, Streams, h2_stream, not_taken_over, socket_of};
+use crate::lifecycle::Lifecycle;
 use crate::limits::Permit;
 use crate::transport::ChunkSource;
+use crate::transport::stream::BatchSource;
 use actix_web::http::Version;
 use actix_web::http::header::{self, HeaderMap, HeaderName};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, ResponseError};
@@ -50,7 +52,7 @@ pub fn respond<S: ChunkSource>(
     let chunked = req.version() != Version::HTTP_10;
     let cors = req.extensions().get::<CorsHeaders>().cloned();
     let head = head(headers, cors.as_ref().map(|c| &c.0), chunked);
-    streams.spawn(PumpTask(Some(Pump {
+    streams.spawn(Task::new(Pump {
         batches: streams.batches.clone(),
         detached: Some(socket),
         socket: None,
@@ -63,7 +65,7 @@ pub fn respond<S: ChunkSource>(
         blocked: Blocked::default(),
         out: Out::bytes(head),
         ending: false,
-    })));
+    }));
     // actix writes this into the emptied connection, where it vanishes.
     HttpResponse::Ok().finish()
 }
@@ -77,54 +79,76 @@ pub fn respond<S: ChunkSource>(
 /// cost an SSE stream ~1.2 KB in two allocations (`-Zprint-type-sizes`,
 /// heaptrack: `loadtest/RESULTS.md`). This is the task's whole state, in
 /// the task's own allocation: the source is polled, never awaited.
-pub(super) struct Pump<S> {
+struct Pump<S> {
     /// Where the stream goes while it is caught up (plain sockets only).
-    pub(super) batches: Batches,
+    batches: Batches,
     /// Taken on the first poll: attached to the task's runtime.
     detached: Option<Detached>,
-    pub(super) socket: Option<Socket>,
-    pub(super) source: S,
+    socket: Option<Socket>,
+    source: S,
     chunked: bool,
-    pub(super) bytes_sent: Counter,
-    pub(super) deadline: WriteDeadline,
+    bytes_sent: Counter,
+    deadline: WriteDeadline,
     /// Held for as long as the stream lasts (the connection limits).
     _permit: Option<Permit>,
-    pub(super) hang_up: InputWatch,
+    hang_up: InputWatch,
     /// How a write waits for a client that takes nothing.
     blocked: Blocked,
     /// What is being written.
-    pub(super) out: Out,
+    out: Out,
     /// The source ended: once `out` is written, the stream is over.
     ending: bool,
 }
 
-/// A stream's task: its pump, until the pump is handed to its view's
-/// batch writer (`batch`), which starts a task again for it once it has
-/// anything of its own to do.
-pub(super) struct PumpTask<S>(pub(super) Option<Pump<S>>);
+impl<S: ChunkSource> Parkable for Pump<S> {
+    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+        self.poll_pump(cx)
+    }
 
-/// How a pump stops being polled.
-enum Flow {
-    /// The stream is over.
-    Ended,
-    /// The stream is caught up, and can be written with its view's others.
-    Batch,
-}
+    fn batches(&self) -> &Batches {
+        &self.batches
+    }
 
-impl<S: ChunkSource> Future for PumpTask<S> {
-    type Output = ();
+    fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.deadline.lifecycle
+    }
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let task = self.get_mut();
-        let Some(pump) = &mut task.0 else {
-            return Poll::Ready(());
-        };
-        let flow = ready!(pump.poll_pump(cx));
-        if let (Flow::Batch, Some(pump)) = (flow, task.0.take()) {
-            pump.batches.clone().park(Box::new(pump));
+    fn source(&mut self) -> Option<&mut dyn BatchSource> {
+        self.source.batch()
+    }
+
+    fn poll_input(&self, cx: &mut Context<'_>) -> Poll<()> {
+        match &self.socket {
+            Some(socket) => socket.tcp().poll_read_ready(cx).map(|_| ()),
+            None => Poll::Ready(()),
         }
-        task.0 = None;
-        Poll::Ready(())
+    }
+
+    fn try_write(&mut self, bytes: &Bytes) -> io::Result<(usize, usize)> {
+        let Some(socket) = &self.socket else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        let out = Out::chunk(bytes.clone());
+        let [line, body, tail] = out.parts();
+        let went = socket.try_write_vectored(&[
+            IoSlice::new(line),
+            IoSlice::new(body),
+            IoSlice::new(tail),
+        ])?;
+        Ok((went, out.len()))
+    }
+
+    fn count(&mut self, bytes: usize) {
+        self.bytes_sent.inc_by(bytes as u64);
+    }
+
+    fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
+        if let Some((bytes, written)) = rest {
+            self.out = Out::chunk(bytes);
+            self.out.written = written;
+        }
+        // Its task watches the socket with its own waker.
+        self.hang_up = InputWatch::default();
     }
 }
 
@@ -198,12 +222,12 @@ impl<S: ChunkSource> Pump<S> {
 /// Bytes on their way to the socket: one chunk (with its chunk-size line
 /// and CRLF when chunked) and how much of it went.
 #[derive(Default)]
-pub(super) struct Out {
+struct Out {
     line: [u8; 18],
     line_len: u8,
     body: Bytes,
     tail: &'static [u8],
-    pub(super) written: usize,
+    written: usize,
 }
 
 impl Out {
@@ -216,7 +240,7 @@ impl Out {
     }
 
     /// `body` as one chunk of a chunked response.
-    pub(super) fn chunk(body: Bytes) -> Out {
+    fn chunk(body: Bytes) -> Out {
         let mut line = [0u8; 18];
         let line_len = chunk_size_line(&mut line, body.len()).len() as u8;
         Out {
@@ -233,7 +257,7 @@ impl Out {
     }
 
     /// All of it, in order.
-    pub(super) fn parts(&self) -> [&[u8]; 3] {
+    fn parts(&self) -> [&[u8]; 3] {
         [
             &self.line[..usize::from(self.line_len)],
             &self.body[..],
@@ -241,7 +265,7 @@ impl Out {
         ]
     }
 
-    pub(super) fn len(&self) -> usize {
+    fn len(&self) -> usize {
         usize::from(self.line_len) + self.body.len() + self.tail.len()
     }
 

@@ -35,10 +35,11 @@ use actix_web::HttpRequest;
 use actix_web::http::header::HeaderMap;
 use tokio_util::task::TaskTracker;
 
+pub(crate) use batch::{Batches, Flow, Parkable, Task};
 pub use http::respond;
 use io::WriteDeadline;
 pub use ws_read::Inbox;
-pub use ws_write::{Opcode, Taken, Upgraded, WsWriter, upgrade};
+pub use ws_write::{Opcode, Taken, Upgraded, WsWriter, frame_header, upgrade};
 
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
@@ -74,6 +75,11 @@ impl Streams {
                 metrics,
             },
         }
+    }
+
+    /// Where caught-up streams are written together.
+    pub(crate) fn batches(&self) -> &batch::Batches {
+        &self.batches
     }
 
     /// `fut`, counted among the streams [`Streams::stop`] waits for.

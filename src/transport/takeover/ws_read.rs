@@ -64,6 +64,22 @@ impl Inbox {
         }
     }
 
+    /// Registers `cx` for the socket's input: ready if there is some (or
+    /// a frame is half read). For a batch writer holding the socket's
+    /// stream (`batch`); [`Inbox::rearm`] gives the watch back.
+    pub fn poll_input(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.pending.is_empty() || self.ended {
+            return Poll::Ready(());
+        }
+        self.read.tcp().poll_read_ready(cx).map(|_| ())
+    }
+
+    /// The next read registers the task's own waker again (after
+    /// [`Inbox::poll_input`] registered another).
+    pub fn rearm(&mut self) {
+        self.input = InputWatch::default();
+    }
+
     /// The message `frame` completes, if any.
     fn assemble(&mut self, frame: Frame) -> Option<Result<AggregatedMessage, ProtocolError>> {
         let (start, bytes, last) = match frame {

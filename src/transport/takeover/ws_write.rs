@@ -171,6 +171,30 @@ impl WsWriter {
         )
     }
 
+    /// Whether the connection is plain TCP (its frames can be written by
+    /// a batch writer, `batch`).
+    pub fn is_plain(&self) -> bool {
+        self.head.is_none() && self.write.is_plain()
+    }
+
+    /// One try at writing `frames` (whole frames, framed already): how
+    /// many bytes went; `WouldBlock` if none did.
+    pub fn try_write_frames(&self, frames: &[u8]) -> io::Result<usize> {
+        self.write.try_write_vectored(&[io::IoSlice::new(frames)])
+    }
+
+    /// Writes the rest of `frames` (whole frames, `*written` bytes of them
+    /// gone already), as [`WsWriter::poll_send_parts`] writes one frame.
+    pub fn poll_write_frames(
+        &mut self,
+        cx: &mut Context<'_>,
+        frames: &[u8],
+        written: &mut usize,
+    ) -> Poll<io::Result<()>> {
+        let (socket, deadline) = (&self.write, &self.deadline);
+        poll_write_parts(socket, deadline, &mut self.blocked, cx, &[frames], written)
+    }
+
     /// A Close frame's payload: `code` and `reason`, cut to fit the
     /// 125-byte control frame limit.
     pub fn close_payload(code: u16, reason: &str) -> Vec<u8> {
@@ -202,7 +226,7 @@ impl WsWriter {
 }
 
 /// The header of a final, unmasked frame of `len` payload bytes.
-fn frame_header(buf: &mut [u8; 10], opcode: Opcode, len: usize) -> &[u8] {
+pub fn frame_header(buf: &mut [u8; 10], opcode: Opcode, len: usize) -> &[u8] {
     buf[0] = 0x80 | opcode as u8;
     if len < 126 {
         buf[1] = len as u8;

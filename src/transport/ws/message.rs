@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::hub::encode::ADDED_JSON_HEAD;
 use crate::transport::message::{Ending, Message, bookmark_object, event_json, reset_status};
 use crate::transport::stream::{Framing, Stream};
+use crate::transport::takeover::{Opcode, frame_header};
 
 /// The Close code of a socket whose credentials ended (after an ERROR per
 /// subscription); see `proto/PROTOCOL.md`.
@@ -77,6 +78,24 @@ pub struct WsFraming {
 
 impl Framing for WsFraming {
     type Out = Vec<Outgoing>;
+
+    /// Each message as a whole text frame, back to back.
+    fn batched(out: Vec<Outgoing>) -> Option<Bytes> {
+        if out.is_empty() {
+            return None;
+        }
+        let mut bytes = BytesMut::new();
+        for msg in &out {
+            let mut tail = [0u8; TAIL];
+            let parts = parts(None, msg, &mut tail);
+            let len = parts.iter().map(|p| p.len()).sum();
+            let mut header = [0u8; 10];
+            bytes.reserve(10 + len);
+            bytes.put_slice(frame_header(&mut header, Opcode::Text, len));
+            parts.iter().for_each(|p| bytes.put_slice(p));
+        }
+        Some(bytes.freeze())
+    }
 
     fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Vec<Outgoing>) -> bool {
         let meta = stream.meta;

@@ -39,7 +39,7 @@ use actix_ws::{AggregatedMessage, CloseCode, CloseReason, ProtocolError};
 use bytes::Bytes;
 use bytestring::ByteString;
 
-use super::takeover::{self, Taken, Upgraded};
+use super::takeover::{self, Taken, Task, Upgraded};
 use super::{access_log, parse_stream_query, subscribe};
 use crate::auth::{self, Principal, Verb};
 use crate::hub::Subscription;
@@ -64,12 +64,12 @@ pub async fn stream(
     access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
     let taken = handshake(&req, &state)?;
     let (framed, bytes_sent) = framed(sub, &state, principal.name());
-    state.streams.spawn(single::Serve::new(
+    state.streams.spawn(Task::new(single::Serve::new(
         Box::new(taken),
         framed,
         bytes_sent,
         state.clone(),
-    ));
+    )));
     // actix writes this into the emptied connection, where it vanishes.
     Ok(HttpResponse::Ok().finish())
 }

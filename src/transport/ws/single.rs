@@ -12,6 +12,7 @@
 use std::future::Future;
 use std::mem;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -24,9 +25,10 @@ use tokio::time::{Instant, Sleep};
 
 use super::message::{IDLE, Outgoing, TAIL, WsFraming, close_for, close_reason, parts};
 use super::{ClientFrame, lost};
+use crate::lifecycle::Lifecycle;
 use crate::transport::state::AppState;
-use crate::transport::stream::Framed;
-use crate::transport::takeover::{Opcode, Taken, Upgraded, WsWriter};
+use crate::transport::stream::{BatchSource, Framed};
+use crate::transport::takeover::{Batches, Flow, Opcode, Parkable, Taken, Upgraded, WsWriter};
 
 /// A single-stream socket's task.
 pub(super) struct Serve {
@@ -65,6 +67,9 @@ enum Sending {
     Message,
     Ping,
     Pong(Bytes),
+    /// Whole frames of events, framed once for every stream of the view
+    /// at one position by its batch writer, which wrote part of them.
+    Frames(Bytes),
     /// Then the end of the connection.
     Close(Vec<u8>),
 }
@@ -109,6 +114,7 @@ impl Serve {
                 let parts = parts(None, &self.out[self.sent], &mut tail);
                 writer.poll_send_parts(cx, Opcode::Text, &parts, written)
             }
+            Sending::Frames(frames) => writer.poll_write_frames(cx, frames, written),
             Sending::Ping => writer.poll_send_parts(cx, Opcode::Ping, &[], written),
             Sending::Pong(payload) => writer.poll_send_parts(cx, Opcode::Pong, &[payload], written),
             Sending::Close(payload) => {
@@ -131,50 +137,101 @@ impl Serve {
     }
 }
 
-impl Future for Serve {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let s = self.get_mut();
-        if s.conn.is_none() {
-            let Some(taken) = s.taken.take() else {
-                return Poll::Ready(());
+/// A caught-up socket is written by its view's batch writer
+/// (`takeover::batch`) until it has anything of its own to do: a client
+/// frame, a tick's ping, the idle timeout (looked at on the next tick, so
+/// noticed up to a keep-alive interval late), its stream's end.
+impl Parkable for Serve {
+    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+        if self.conn.is_none() {
+            let Some(taken) = self.taken.take() else {
+                return Poll::Ready(Flow::Ended);
             };
             match (*taken).open() {
-                Ok(upgraded) => s.conn = Some(upgraded),
+                Ok(upgraded) => self.conn = Some(upgraded),
                 Err(err) => {
                     // Logged; the 101 is not sent, and the connection closes.
                     let _ = lost(err);
-                    return Poll::Ready(());
+                    return Poll::Ready(Flow::Ended);
                 }
             }
-            s.idle = Some(Box::pin(tokio::time::sleep(s.idle_timeout)));
+            self.idle = Some(Box::pin(tokio::time::sleep(self.idle_timeout)));
         }
-        let Some(mut conn) = s.conn.take() else {
-            return Poll::Ready(());
+        let Some(mut conn) = self.conn.take() else {
+            return Poll::Ready(Flow::Ended);
         };
-        let done = s.poll_conn(&mut conn, cx);
-        s.conn = Some(conn);
-        done
+        let flow = self.poll_conn(&mut conn, cx);
+        self.conn = Some(conn);
+        flow
+    }
+
+    fn batches(&self) -> &Batches {
+        self.state.streams.batches()
+    }
+
+    fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.state.lifecycle
+    }
+
+    fn source(&mut self) -> Option<&mut dyn BatchSource> {
+        Some(&mut self.framed)
+    }
+
+    fn poll_input(&self, cx: &mut Context<'_>) -> Poll<()> {
+        match &self.conn {
+            Some(conn) => conn.inbox.poll_input(cx),
+            None => Poll::Ready(()),
+        }
+    }
+
+    fn try_write(&mut self, frames: &Bytes) -> std::io::Result<(usize, usize)> {
+        let Some(conn) = &self.conn else {
+            return Err(std::io::ErrorKind::NotConnected.into());
+        };
+        Ok((conn.writer.try_write_frames(frames)?, frames.len()))
+    }
+
+    fn count(&mut self, bytes: usize) {
+        self.bytes_sent.inc_by(bytes as u64);
+    }
+
+    fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
+        if let Some((frames, written)) = rest {
+            self.sending = Sending::Frames(frames);
+            self.written = written;
+        }
+        if let Some(conn) = &mut self.conn {
+            conn.inbox.rearm();
+        }
     }
 }
 
 impl Serve {
-    fn poll_conn(&mut self, conn: &mut Upgraded, cx: &mut Context<'_>) -> Poll<()> {
+    /// Whether the socket can be written by its view's batch writer now:
+    /// plain TCP, nothing of its own being written or owed.
+    fn batchable(&self, conn: &Upgraded) -> bool {
+        matches!(self.sending, Sending::Nothing)
+            && self.out.is_empty()
+            && !self.item
+            && conn.writer.is_plain()
+            && self.framed.batchable().is_some()
+    }
+
+    fn poll_conn(&mut self, conn: &mut Upgraded, cx: &mut Context<'_>) -> Poll<Flow> {
         // The handshake response before any frame (ready at once after it).
         if ready!(conn.writer.poll_open(cx)).is_err() {
-            return Poll::Ready(());
+            return Poll::Ready(Flow::Ended);
         }
         loop {
             // The frame in progress first: frames go out whole and in order.
             if !matches!(self.sending, Sending::Nothing) {
                 if ready!(self.poll_sending(&mut conn.writer, cx)).is_err() {
-                    return Poll::Ready(());
+                    return Poll::Ready(Flow::Ended);
                 }
                 match mem::take(&mut self.sending) {
                     Sending::Close(_) => {
                         conn.writer.shutdown();
-                        return Poll::Ready(());
+                        return Poll::Ready(Flow::Ended);
                     }
                     Sending::Message => {
                         let mut tail = [0u8; TAIL];
@@ -219,7 +276,7 @@ impl Serve {
                     idle.as_mut().reset(Instant::now() + self.idle_timeout);
                 }
                 match ClientFrame::of(msg) {
-                    ClientFrame::End(None) => return Poll::Ready(()),
+                    ClientFrame::End(None) => return Poll::Ready(Flow::Ended),
                     ClientFrame::End(Some(reason)) => self.close(&reason),
                     ClientFrame::Ping(payload) => self.send(Sending::Pong(payload)),
                     // A single stream takes no messages: text only proves
@@ -235,7 +292,11 @@ impl Serve {
                 self.close(&close_reason(CloseCode::Policy, IDLE));
                 continue;
             }
-            self.more = ready!(self.framed.poll_next_into(cx, &mut self.out));
+            match self.framed.poll_next_into(cx, &mut self.out) {
+                Poll::Ready(more) => self.more = more,
+                Poll::Pending if self.batchable(conn) => return Poll::Ready(Flow::Batch),
+                Poll::Pending => return Poll::Pending,
+            }
             self.item = true;
         }
     }
