@@ -40,8 +40,8 @@ pub use encode::{EventType, Frame};
 pub use filter::Filter;
 pub use object::{Event, Obj, ObjKey};
 pub use subscription::{
-    Delivery, Denial, Item, ResetReason, Step, Subscribe, Subscription, SubscriptionContext,
-    SubscriptionError,
+    Advance, Delivery, Denial, Item, ResetReason, Step, Subscribe, Subscription,
+    SubscriptionContext, SubscriptionError,
 };
 pub use view::{Delta, Shape, View, ViewSpec};
 

@@ -21,7 +21,7 @@ use prometheus_client::metrics::counter::Counter;
 use super::access_log::{Delivered, StreamRecord};
 use super::message::{Message, messages_of};
 use crate::hub::encode::ADDED_FRAMING;
-use crate::hub::{Item, ResourceMeta, Step, Subscription};
+use crate::hub::{Advance, Item, ResourceMeta, Step, Subscription};
 use crate::metrics::{Metrics, Transport};
 
 /// What a framing needs to know of its stream.
@@ -196,9 +196,14 @@ pub trait BatchSource: Send {
     /// to every stream that [`BatchSource::took`] the step.
     fn frame_step(&mut self, step: &Step) -> (Option<Bytes>, u64);
 
-    /// This stream is sent `step` (`delivered` messages in `bytes`), as
-    /// framed by [`BatchSource::frame_step`] of a stream of its view.
-    fn took(&mut self, step: &Step, delivered: u64, bytes: usize);
+    /// This stream was sent steps up to `advance` (`delivered` messages
+    /// in `bytes`), as framed by [`BatchSource::frame_step`] of a stream
+    /// of its view. Counted in its access-log record, not in the counter
+    /// (its writer counts for all its streams at once).
+    fn took(&mut self, advance: &Advance, delivered: u64, bytes: u64);
+
+    /// The counter of events sent on this stream's resource and transport.
+    fn events_counter(&self) -> Counter;
 }
 
 impl<F: Framing + Send> BatchSource for Framed<F> {
@@ -235,11 +240,14 @@ impl<F: Framing + Send> BatchSource for Framed<F> {
         (F::batched(chunk), step.deliveries.len() as u64)
     }
 
-    fn took(&mut self, step: &Step, delivered: u64, bytes: usize) {
-        self.sub.took(step);
-        self.sent.inc_by(delivered);
+    fn took(&mut self, advance: &Advance, delivered: u64, bytes: u64) {
+        self.sub.took(advance);
         self.delivered.events += delivered;
-        self.delivered.bytes += bytes as u64;
+        self.delivered.bytes += bytes;
+    }
+
+    fn events_counter(&self) -> Counter {
+        self.sent.clone()
     }
 }
 

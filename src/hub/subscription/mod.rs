@@ -310,11 +310,11 @@ impl Subscription {
                     continue;
                 }
                 Ok(step) => {
-                    self.took(&step);
+                    self.took(&step.advance);
                     if !step.deliveries.is_empty() {
                         return ready(Item::Events(step.deliveries));
                     }
-                    if step.caught_up.is_none() {
+                    if step.advance.caught_up.is_none() {
                         continue;
                     }
                 }
@@ -360,8 +360,7 @@ impl Subscription {
 
     /// Moves this subscription past `step` (read from its cursor): its
     /// deliveries were, or are being, sent.
-    pub fn took(&mut self, step: &Step) {
-        debug_assert_eq!(step.from, self.cursor);
+    pub fn took(&mut self, step: &Advance) {
         self.cursor = step.cursor;
         if let Some(rv) = step.read_rv {
             self.pos_rv = self.pos_rv.max(rv);
@@ -445,8 +444,15 @@ impl Subscription {
 /// The log's events after one cursor as a view shows them: what every
 /// subscription of that view at that cursor is sent next.
 pub struct Step {
-    /// The cursor read from, and the cursor after.
-    pub from: u64,
+    pub advance: Advance,
+    pub deliveries: Vec<Delivery>,
+}
+
+/// Where a [`Step`] (or several, one after the other) moves a
+/// subscription: [`Subscription::took`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Advance {
+    /// The cursor after.
     pub cursor: u64,
     /// The last resourceVersion read that a client can resume from.
     read_rv: Option<u64>,
@@ -454,7 +460,16 @@ pub struct Step {
     sent_rv: Option<u64>,
     /// The hub's resourceVersion, when the step reached its head.
     pub caught_up: Option<u64>,
-    pub deliveries: Vec<Delivery>,
+}
+
+impl Advance {
+    /// This advance, then `next` (which starts where this one ends).
+    pub fn then(&mut self, next: &Advance) {
+        self.cursor = next.cursor;
+        self.read_rv = self.read_rv.max(next.read_rv);
+        self.sent_rv = next.sent_rv.or(self.sent_rv);
+        self.caught_up = self.caught_up.max(next.caught_up);
+    }
 }
 
 impl Step {
@@ -472,11 +487,12 @@ impl Step {
             .find(|d| d.has_id())
             .map(Delivery::rv);
         Ok(Step {
-            from,
-            cursor,
-            read_rv,
-            sent_rv,
-            caught_up,
+            advance: Advance {
+                cursor,
+                read_rv,
+                sent_rv,
+                caught_up,
+            },
             deliveries,
         })
     }
@@ -491,5 +507,39 @@ impl Drop for Subscription {
         }
         self.metrics
             .subscriber_left(self.hub.name(), self.transport);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Advance;
+
+    #[test]
+    fn advances_compose_as_the_steps_they_stand_for() {
+        let first = Advance {
+            cursor: 5,
+            read_rv: Some(10),
+            sent_rv: Some(10),
+            caught_up: None,
+        };
+        // Filtered out: read, nothing sent, reached the head.
+        let second = Advance {
+            cursor: 7,
+            read_rv: Some(12),
+            sent_rv: None,
+            caught_up: Some(12),
+        };
+        let mut both = first;
+        both.then(&second);
+        assert_eq!(
+            both,
+            Advance {
+                cursor: 7,
+                read_rv: Some(12),
+                sent_rv: Some(10),
+                caught_up: Some(12),
+            },
+            "the cursor and positions of the second, the last id sent of the first"
+        );
     }
 }

@@ -124,22 +124,19 @@ impl<S: ChunkSource> Parkable for Pump<S> {
         }
     }
 
-    fn try_write(&mut self, bytes: &Bytes) -> io::Result<(usize, usize)> {
+    fn send_now(&self, bytes: &Bytes) -> io::Result<(usize, usize)> {
         let Some(socket) = &self.socket else {
             return Err(io::ErrorKind::NotConnected.into());
         };
         let out = Out::chunk(bytes.clone());
         let [line, body, tail] = out.parts();
-        let went = socket.try_write_vectored(&[
-            IoSlice::new(line),
-            IoSlice::new(body),
-            IoSlice::new(tail),
-        ])?;
+        let went =
+            socket.send_now(&[IoSlice::new(line), IoSlice::new(body), IoSlice::new(tail)])?;
         Ok((went, out.len()))
     }
 
-    fn count(&mut self, bytes: usize) {
-        self.bytes_sent.inc_by(bytes as u64);
+    fn bytes_counter(&self) -> Counter {
+        self.bytes_sent.clone()
     }
 
     fn unparked(&mut self, rest: Option<(Bytes, usize)>) {

@@ -111,6 +111,17 @@ impl Socket {
         Ok(taken)
     }
 
+    /// One `sendmsg` of `bufs` on a plain socket, without looking at
+    /// tokio's record of its readiness first (a batch writer's loop over
+    /// thousands of sockets; that record is one more cold cache line per
+    /// socket). `WouldBlock` leaves the record as it was: the stream's task
+    /// then finds the socket full on its own first try, and waits for it as
+    /// usual. Never over TLS, which must go through the session.
+    pub fn send_now(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        debug_assert!(self.is_plain(), "TLS records go through the session");
+        socket2::SockRef::from(&self.tcp).send_vectored(bufs)
+    }
+
     /// Sends what the TLS session holds; `WouldBlock` while the socket is
     /// full. Nothing to do on a plain socket.
     pub fn try_flush(&self) -> io::Result<()> {

@@ -177,10 +177,11 @@ impl WsWriter {
         self.head.is_none() && self.write.is_plain()
     }
 
-    /// One try at writing `frames` (whole frames, framed already): how
-    /// many bytes went; `WouldBlock` if none did.
-    pub fn try_write_frames(&self, frames: &[u8]) -> io::Result<usize> {
-        self.write.try_write_vectored(&[io::IoSlice::new(frames)])
+    /// One try at writing `frames` (whole frames, framed already) on a
+    /// plain socket (`Socket::send_now`): how many bytes went;
+    /// `WouldBlock` if none did.
+    pub fn send_frames_now(&self, frames: &[u8]) -> io::Result<usize> {
+        self.write.send_now(&[io::IoSlice::new(frames)])
     }
 
     /// Writes the rest of `frames` (whole frames, `*written` bytes of them

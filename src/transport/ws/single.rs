@@ -184,15 +184,15 @@ impl Parkable for Serve {
         }
     }
 
-    fn try_write(&mut self, frames: &Bytes) -> std::io::Result<(usize, usize)> {
+    fn send_now(&self, frames: &Bytes) -> std::io::Result<(usize, usize)> {
         let Some(conn) = &self.conn else {
             return Err(std::io::ErrorKind::NotConnected.into());
         };
-        Ok((conn.writer.try_write_frames(frames)?, frames.len()))
+        Ok((conn.writer.send_frames_now(frames)?, frames.len()))
     }
 
-    fn count(&mut self, bytes: usize) {
-        self.bytes_sent.inc_by(bytes as u64);
+    fn bytes_counter(&self) -> Counter {
+        self.bytes_sent.clone()
     }
 
     fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
