@@ -717,7 +717,7 @@ async fn a_client_that_reads_nothing_is_closed_after_the_write_timeout() {
 
 /// Changes the pod `batch/tracked`, which every view of the batching
 /// tests shows; returns its resourceVersion.
-pub(crate) fn touch_tracked(sim: &Sim, round: &str) -> u64 {
+fn touch_tracked(sim: &Sim, round: &str) -> u64 {
     let o = sim
         .merge_patch(
             "pods",
@@ -729,17 +729,8 @@ pub(crate) fn touch_tracked(sim: &Sim, round: &str) -> u64 {
     crate::support::rv_of(&o)
 }
 
-/// The number of streams batched now, from `/metrics`.
-pub(crate) fn batched(metrics: &str) -> usize {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("kubefan_streams_batched "))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// `n` creations, changes and deletions across two namespaces.
-pub(crate) async fn churn_across_namespaces(sim: &Sim, n: u32) {
+async fn churn_across_namespaces(sim: &Sim, n: u32) {
     for i in 0..n {
         let name = format!("c-{}", i % 40);
         let ns = if i % 3 == 0 { "batch" } else { "web" };
@@ -762,19 +753,8 @@ pub(crate) async fn churn_across_namespaces(sim: &Sim, n: u32) {
     }
 }
 
-/// The pods, all and those of namespace `batch`, and the resourceVersion.
-pub(crate) fn pods_and_batch_pods(sim: &Sim) -> (Vec<Value>, Vec<Value>) {
-    let (objects, _) = pods_of(sim);
-    let in_batch = objects
-        .iter()
-        .filter(|o| o["metadata"]["namespace"] == "batch")
-        .cloned()
-        .collect();
-    (objects, in_batch)
-}
-
-/// The views the batching tests open: every pod (four streams), and one
-/// namespace's (two).
+/// The streams the batching tests open: every pod (four), and one
+/// namespace's (two): two views.
 pub(crate) const BATCH_PATHS: [&str; 6] = [
     "/stream/pods",
     "/stream/pods",
@@ -784,42 +764,59 @@ pub(crate) const BATCH_PATHS: [&str; 6] = [
     "/stream/pods?namespace=batch",
 ];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn caught_up_streams_are_written_together_and_get_every_change_once() {
-    // Keep-alive ticks every 100 ms send every batched stream back to a
-    // task of its own and then back to its view's writer, in the middle of
-    // the churn below.
-    let mut cfg = test_config(&["pods"]);
+/// A gateway for the batching tests: keep-alive ticks every 100 ms, each
+/// of which sends every batched stream back to a task of its own and then
+/// back to its view's writer, in the middle of the churn; and the pod
+/// `batch/tracked`.
+pub(crate) async fn batching_env(mut cfg: kubefan::config::Config) -> crate::support::TestEnv {
     cfg.stream.keepalive = Duration::from_millis(100);
     let env = spawn(seeded(30), cfg).await;
     env.synced("pods").await;
     env.sim
         .create("pods", pod("tracked").ns("batch").build())
         .unwrap();
-    let mut subs = Vec::new();
-    for path in BATCH_PATHS {
-        subs.push((path, subscribed(&env, path).await));
-    }
-    // A stream is batched once it has written what it had and is caught
-    // up: a change at a time until every one is.
+    env
+}
+
+/// The streams `subs` (opened on [`BATCH_PATHS`]) come to be written by
+/// their views' writers (a change at a time, until every one is: a stream
+/// is batched once it has written what it had and is caught up), then
+/// follow churn to the upstream's state, each change once, with no reset.
+pub(crate) async fn batched_through_churn<C>(
+    env: &crate::support::TestEnv,
+    subs: &mut [(&str, (C, ClientView))],
+    mut follow: impl AsyncFnMut(&mut C, &mut ClientView, u64),
+) {
     let mut all_batched = false;
     for round in 0..200 {
         let rv = touch_tracked(&env.sim, &round.to_string());
-        join_all(subs.iter_mut().map(|(_, (sse, view))| view.follow(sse, rv))).await;
-        if batched(&env.metrics().await) == BATCH_PATHS.len() {
+        for (_, (client, view)) in subs.iter_mut() {
+            follow(client, view, rv).await;
+        }
+        let metrics = env.metrics().await;
+        let batched = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("kubefan_streams_batched "))
+            .and_then(|v| v.parse::<usize>().ok());
+        if batched == Some(subs.len()) {
             all_batched = true;
             break;
         }
     }
     assert!(
         all_batched,
-        "caught-up streams are written by their view's writer"
+        "caught-up streams are written by their views' writers"
     );
     churn_across_namespaces(&env.sim, 400).await;
     let rv = touch_tracked(&env.sim, "last");
-    let (objects, in_batch) = pods_and_batch_pods(&env.sim);
-    for (path, (sse, view)) in &mut subs {
-        tokio::time::timeout(WAIT, view.follow(sse, rv))
+    let (objects, _) = pods_of(&env.sim);
+    let in_batch: Vec<Value> = objects
+        .iter()
+        .filter(|o| o["metadata"]["namespace"] == "batch")
+        .cloned()
+        .collect();
+    for (path, (client, view)) in subs.iter_mut() {
+        tokio::time::timeout(WAIT, follow(client, view, rv))
             .await
             .unwrap_or_else(|_| panic!("{path} reached {rv}"));
         assert!(
@@ -833,5 +830,18 @@ async fn caught_up_streams_are_written_together_and_get_every_change_once() {
             view.assert_matches(&objects);
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caught_up_streams_are_written_together_and_get_every_change_once() {
+    let env = batching_env(test_config(&["pods"])).await;
+    let mut subs = Vec::new();
+    for path in BATCH_PATHS {
+        subs.push((path, subscribed(&env, path).await));
+    }
+    batched_through_churn(&env, &mut subs, async |sse, view, rv| {
+        view.follow(sse, rv).await
+    })
+    .await;
     env.stop().await;
 }

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use futures::future::join_all;
 use futures::{SinkExt, StreamExt};
 use kubefan_sim::pod;
 use serde_json::{Value, json};
@@ -749,55 +748,19 @@ async fn a_socket_with_nothing_to_send_is_answered_at_once_and_its_bytes_counted
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caught_up_single_stream_sockets_are_written_together_and_get_every_change_once() {
-    use crate::sse::{
-        BATCH_PATHS, batched, churn_across_namespaces, pods_and_batch_pods, touch_tracked,
-    };
-    // Ticks every 100 ms: each one sends every batched socket back to its
-    // own task to ping, then back to its view's writer. The clients read
-    // nothing (so answer no ping) while the churn is made: an idle timeout
-    // longer than that.
+    use crate::sse::{BATCH_PATHS, batched_through_churn, batching_env};
+    // The clients read nothing (so answer no ping) while the churn is
+    // made: an idle timeout longer than that.
     let mut cfg = ws_config();
-    cfg.stream.keepalive = Duration::from_millis(100);
     cfg.stream.ws_idle_timeout = Duration::from_secs(60);
-    let env = spawn(seeded(30), cfg).await;
-    env.synced("pods").await;
-    env.sim
-        .create("pods", pod("tracked").ns("batch").build())
-        .unwrap();
+    let env = batching_env(cfg).await;
     let mut subs = Vec::new();
     for path in BATCH_PATHS {
         subs.push((path, subscribed(&env, path).await));
     }
-    let mut all_batched = false;
-    for round in 0..200 {
-        let rv = touch_tracked(&env.sim, &round.to_string());
-        join_all(subs.iter_mut().map(|(_, (ws, view))| follow(ws, view, rv))).await;
-        if batched(&env.metrics().await) == BATCH_PATHS.len() {
-            all_batched = true;
-            break;
-        }
-    }
-    assert!(
-        all_batched,
-        "caught-up sockets are written by their view's writer"
-    );
-    churn_across_namespaces(&env.sim, 400).await;
-    let rv = touch_tracked(&env.sim, "last");
-    let (objects, in_batch) = pods_and_batch_pods(&env.sim);
-    for (path, (ws, view)) in &mut subs {
-        tokio::time::timeout(WAIT, follow(ws, view, rv))
-            .await
-            .unwrap_or_else(|_| panic!("{path} reached {rv}"));
-        assert!(
-            view.resets.is_empty(),
-            "{path}: no reset: {:?}",
-            view.resets
-        );
-        if path.contains("namespace") {
-            view.assert_matches(&in_batch);
-        } else {
-            view.assert_matches(&objects);
-        }
-    }
+    batched_through_churn(&env, &mut subs, async |ws, view, rv| {
+        follow(ws, view, rv).await
+    })
+    .await;
     env.stop().await;
 }

@@ -70,15 +70,17 @@ pub fn respond<S: ChunkSource>(
     HttpResponse::Ok().finish()
 }
 
-/// A stream's task: writes the response head, then every chunk of its
-/// source, until the source ends, the client hangs up or a write fails.
+/// A stream: writes the response head, then every chunk of its source,
+/// until the source ends, the client hangs up or a write fails. Polled by
+/// its own task ([`Task`]) or, while caught up on a plain socket, written
+/// by its view's batch writer (`batch`).
 ///
 /// Written by hand rather than as an `async fn`, for memory: an `async fn`
 /// keeps each of its arguments twice (as passed, and as moved into its
 /// body) and the states of the futures it awaits beside its own, which
 /// cost an SSE stream ~1.2 KB in two allocations (`-Zprint-type-sizes`,
-/// heaptrack: `loadtest/RESULTS.md`). This is the task's whole state, in
-/// the task's own allocation: the source is polled, never awaited.
+/// heaptrack: `loadtest/RESULTS.md`). This is the stream's whole state, in
+/// one allocation: the source is polled, never awaited.
 struct Pump<S> {
     /// Where the stream goes while it is caught up (plain sockets only).
     batches: Batches,

@@ -5,9 +5,11 @@
 //! or when its stream ends (with the Close code of that ending). No
 //! outbox, no second task.
 //!
-//! The task is written by hand, as an SSE stream's is
-//! (`takeover::http::Pump`): its state is this one struct in the task's
-//! own allocation, with no `async` state beside it.
+//! The stream is written by hand, as an SSE stream's is
+//! (`takeover::http::Pump`): its state is this one struct in one
+//! allocation, with no `async` state beside it, polled by its own task or,
+//! while caught up on a plain socket, written by its view's batch writer
+//! (`takeover::batch`).
 
 use std::future::Future;
 use std::mem;
