@@ -121,8 +121,11 @@ pub struct SseFraming;
 impl Framing for SseFraming {
     type Out = Chunk;
 
-    fn batched(mut out: Chunk) -> Option<Bytes> {
-        out.take()
+    fn batched(mut out: Chunk) -> Option<(Bytes, u64)> {
+        out.take().map(|bytes| {
+            let len = bytes.len() as u64;
+            (bytes, len)
+        })
     }
 
     fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Chunk) -> bool {

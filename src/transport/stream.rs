@@ -54,9 +54,11 @@ pub trait Framing {
     fn reserve(&mut self, _out: &mut Self::Out, _bytes: usize) {}
 
     /// What was framed into `out`, as one buffer of whole messages as they
-    /// go on the wire, `None` if nothing was: the bytes a batch writer
+    /// go on the wire, and how many of those bytes are the messages' own
+    /// (what a stream counts as sent: without a WebSocket's frame
+    /// headers); `None` if nothing was framed. The bytes a batch writer
     /// sends to every stream at one cursor (`takeover::batch`).
-    fn batched(out: Self::Out) -> Option<Bytes>;
+    fn batched(out: Self::Out) -> Option<(Bytes, u64)>;
 }
 
 /// A subscription and its transport's framing. When it is dropped, the
@@ -177,6 +179,15 @@ impl<F: Framing> Framed<F> {
     }
 }
 
+/// A step's events framed once for every stream of a view at one cursor.
+pub struct Batched {
+    /// Whole messages as they go on the wire.
+    pub bytes: Bytes,
+    pub messages: u64,
+    /// What a stream counts as sent for them.
+    pub message_bytes: u64,
+}
+
 /// A stream written in a batch (`transport::takeover::batch`): with only
 /// its subscription's events left to send, it takes the bytes framed once
 /// for every stream of its view at its cursor.
@@ -189,12 +200,12 @@ pub trait BatchSource: Send {
 
     fn subscription_mut(&mut self) -> &mut Subscription;
 
-    /// The bytes of `step`'s deliveries in this framing, `None` if there
-    /// are none; and how many messages they are. Only for a framing whose
-    /// bytes for events depend on the events alone (no tag: a batchable
-    /// subscription has no access of its own), so that they can be written
-    /// to every stream that [`BatchSource::took`] the step.
-    fn frame_step(&mut self, step: &Step) -> (Option<Bytes>, u64);
+    /// `step`'s deliveries in this framing, `None` if there are none.
+    /// Only for a framing whose bytes for events depend on the events
+    /// alone (no tag: a batchable subscription has no access of its own),
+    /// so that they can be written to every stream that
+    /// [`BatchSource::took`] the step.
+    fn frame_step(&mut self, step: &Step) -> Option<Batched>;
 
     /// This stream was sent steps up to `advance` (`delivered` messages
     /// in `bytes`), as framed by [`BatchSource::frame_step`] of a stream
@@ -222,7 +233,7 @@ impl<F: Framing + Send> BatchSource for Framed<F> {
         &mut self.sub
     }
 
-    fn frame_step(&mut self, step: &Step) -> (Option<Bytes>, u64) {
+    fn frame_step(&mut self, step: &Step) -> Option<Batched> {
         let mut chunk = F::Out::default();
         let stream = Stream {
             meta: self.sub.hub().meta(),
@@ -237,7 +248,12 @@ impl<F: Framing + Send> BatchSource for Framed<F> {
             self.framing
                 .frame(Message::Event(delivery), &stream, &mut chunk);
         }
-        (F::batched(chunk), step.deliveries.len() as u64)
+        let (bytes, message_bytes) = F::batched(chunk)?;
+        Some(Batched {
+            bytes,
+            messages: step.deliveries.len() as u64,
+            message_bytes,
+        })
     }
 
     fn took(&mut self, advance: &Advance, delivered: u64, bytes: u64) {

@@ -24,6 +24,8 @@ pub(crate) struct WsClient {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     def: &'static str,
     pub pings: usize,
+    /// Bytes of the text messages received (what kubefan counts as sent).
+    pub received: u64,
 }
 
 /// How a socket ended: the Close frame's code, or `None` without one.
@@ -42,7 +44,12 @@ impl WsClient {
         } else {
             "wsMessage"
         };
-        WsClient { ws, def, pings: 0 }
+        WsClient {
+            ws,
+            def,
+            pings: 0,
+            received: 0,
+        }
     }
 
     /// The next JSON message (pings are counted and answered); panics if
@@ -59,6 +66,7 @@ impl WsClient {
             loop {
                 match self.ws.next().await {
                     Some(Ok(Message::Text(text))) => {
+                        self.received += text.len() as u64;
                         let v: Value = serde_json::from_str(&text).expect("messages are JSON");
                         validate_def(self.def, &v);
                         return Ok(v);
@@ -762,5 +770,18 @@ async fn caught_up_single_stream_sockets_are_written_together_and_get_every_chan
         follow(ws, view, rv).await
     })
     .await;
+    // Every byte counted as sent arrived, whichever path wrote it: the
+    // writer counts message bytes, not its frames' headers, as a socket's
+    // own task does. (Nothing is sent after the last change: ticks only
+    // ping.)
+    let received: u64 = subs.iter().map(|(_, (ws, _))| ws.received).sum();
+    let metrics = env.metrics().await;
+    let counted = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"kubefan_bytes_sent_total{resource="pods",transport="WebSocket"} "#)
+        })
+        .and_then(|v| v.parse::<u64>().ok());
+    assert_eq!(counted, Some(received), "{metrics}");
     env.stop().await;
 }

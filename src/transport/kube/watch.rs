@@ -169,8 +169,11 @@ struct WatchFraming {
 impl Framing for WatchFraming {
     type Out = Chunk;
 
-    fn batched(mut out: Chunk) -> Option<Bytes> {
-        out.take()
+    fn batched(mut out: Chunk) -> Option<(Bytes, u64)> {
+        out.take().map(|bytes| {
+            let len = bytes.len() as u64;
+            (bytes, len)
+        })
     }
 
     fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Chunk) -> bool {

@@ -52,7 +52,7 @@ use tokio_util::task::TaskTracker;
 use crate::epoch::Registration;
 use crate::hub::{Advance, Hub, Lapped, Step, View};
 use crate::lifecycle::Lifecycle;
-use crate::transport::stream::BatchSource;
+use crate::transport::stream::{BatchSource, Batched};
 
 /// A stream that can leave its task for its view's writer: an SSE
 /// response (`http::Pump`) or a single-stream WebSocket
@@ -318,7 +318,7 @@ struct Writer<M: Parkable> {
 /// many streams took them.
 struct Framed {
     from: u64,
-    step: Result<(Step, Option<Bytes>, u64), Lapped>,
+    step: Result<(Step, Option<Batched>), Lapped>,
     took: u64,
 }
 
@@ -390,8 +390,8 @@ impl<M: Parkable> Writer<M> {
                             continue;
                         };
                         let step = Step::read(&self.hub, &self.view, parked.cursor).map(|step| {
-                            let (bytes, messages) = source.frame_step(&step);
-                            (step, bytes, messages)
+                            let batched = source.frame_step(&step);
+                            (step, batched)
                         });
                         steps.push(Framed {
                             from: parked.cursor,
@@ -402,7 +402,7 @@ impl<M: Parkable> Writer<M> {
                     }
                 };
                 let framed = &mut steps[at];
-                let (step, bytes, messages) = match &framed.step {
+                let (step, batched) = match &framed.step {
                     Ok(step) => step,
                     // Its task finds it lapped and starts it over.
                     Err(Lapped) => {
@@ -420,13 +420,14 @@ impl<M: Parkable> Writer<M> {
                     Some(taken) => taken.then(&step.advance),
                     None => parked.taken = Some(step.advance),
                 }
-                let Some(bytes) = bytes else {
+                let Some(batched) = batched else {
                     // Nothing this view shows: only the position moves.
                     continue;
                 };
-                parked.events += messages;
-                parked.bytes += bytes.len() as u64;
+                parked.events += batched.messages;
+                parked.bytes += batched.message_bytes;
                 framed.took += 1;
+                let bytes = &batched.bytes;
                 match parked.stream.send_now(bytes) {
                     Ok((went, all)) if went == all => {}
                     Ok((went, _)) => unpark.push((key, Some((bytes.clone(), went)))),
@@ -438,9 +439,9 @@ impl<M: Parkable> Writer<M> {
             }
             if let Some((events, sent)) = &self.counters {
                 for framed in &steps {
-                    if let Ok((_, Some(bytes), messages)) = &framed.step {
-                        events.inc_by(framed.took * messages);
-                        sent.inc_by(framed.took * bytes.len() as u64);
+                    if let Ok((_, Some(batched))) = &framed.step {
+                        events.inc_by(framed.took * batched.messages);
+                        sent.inc_by(framed.took * batched.message_bytes);
                     }
                 }
             }

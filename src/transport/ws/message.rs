@@ -79,12 +79,14 @@ pub struct WsFraming {
 impl Framing for WsFraming {
     type Out = Vec<Outgoing>;
 
-    /// Each message as a whole text frame, back to back.
-    fn batched(out: Vec<Outgoing>) -> Option<Bytes> {
+    /// Each message as a whole text frame, back to back; its payloads are
+    /// what a socket counts as sent.
+    fn batched(out: Vec<Outgoing>) -> Option<(Bytes, u64)> {
         if out.is_empty() {
             return None;
         }
         let mut bytes = BytesMut::new();
+        let mut payloads = 0;
         for msg in &out {
             let mut tail = [0u8; TAIL];
             let parts = parts(None, msg, &mut tail);
@@ -93,8 +95,9 @@ impl Framing for WsFraming {
             bytes.reserve(10 + len);
             bytes.put_slice(frame_header(&mut header, Opcode::Text, len));
             parts.iter().for_each(|p| bytes.put_slice(p));
+            payloads += len as u64;
         }
-        Some(bytes.freeze())
+        Some((bytes.freeze(), payloads))
     }
 
     fn frame(&mut self, msg: Message<'_>, stream: &Stream<'_>, out: &mut Vec<Outgoing>) -> bool {
