@@ -352,7 +352,7 @@ impl Subscription {
     }
 
     /// Its cursor fell off the log: a fresh snapshot, announced as a reset.
-    pub fn lapped(&mut self) {
+    fn lapped(&mut self) {
         self.metrics.lapped(self.hub.name());
         self.join(None);
         self.reset = Some(ResetReason::Lapped);

@@ -168,9 +168,9 @@ impl Batches {
         let mut writers = lock(&self.0.writers);
         if let Some(mailbox) = writers
             .get(&key)
-            .and_then(|m| m.clone().downcast::<Mailbox<M>>().ok())
+            .and_then(|m| m.clone().downcast::<Mutex<Mailbox<M>>>().ok())
         {
-            let mut inbox = lock(&mailbox.inbox);
+            let mut inbox = lock(&mailbox);
             if !inbox.closed {
                 inbox.incoming.push(stream);
                 let waker = inbox.waker.take();
@@ -183,14 +183,12 @@ impl Batches {
             }
         }
         let lifecycle = stream.lifecycle().clone();
-        let mailbox = Arc::new(Mailbox {
-            inbox: Mutex::new(Inbox {
-                incoming: vec![stream],
-                readable: Vec::new(),
-                waker: None,
-                closed: false,
-            }),
-        });
+        let mailbox = Arc::new(Mutex::new(Mailbox {
+            incoming: vec![stream],
+            readable: Vec::new(),
+            waker: None,
+            closed: false,
+        }));
         writers.insert(key, mailbox.clone());
         drop(writers);
         let writer = Writer {
@@ -228,12 +226,8 @@ impl Batches {
     }
 }
 
-/// What reaches a writer from outside its task.
+/// What reaches a writer from outside its task (behind a mutex).
 struct Mailbox<M> {
-    inbox: Mutex<Inbox<M>>,
-}
-
-struct Inbox<M> {
     /// Streams handed over since the writer last looked.
     incoming: Vec<Box<M>>,
     /// Parked streams whose socket has input (key and generation).
@@ -246,7 +240,7 @@ struct Inbox<M> {
 
 /// A parked stream's waker for its socket's input: tells its writer.
 struct Input<M> {
-    mailbox: Weak<Mailbox<M>>,
+    mailbox: Weak<Mutex<Mailbox<M>>>,
     key: usize,
     generation: u64,
 }
@@ -260,7 +254,7 @@ impl<M: Send + 'static> Wake for Input<M> {
         let Some(mailbox) = self.mailbox.upgrade() else {
             return;
         };
-        let mut inbox = lock(&mailbox.inbox);
+        let mut inbox = lock(&mailbox);
         inbox.readable.push((self.key, self.generation));
         let waker = inbox.waker.take();
         drop(inbox);
@@ -299,7 +293,7 @@ impl<M: Parkable> Parked<M> {
 struct Writer<M: Parkable> {
     key: (usize, TypeId),
     batches: Batches,
-    mailbox: Arc<Mailbox<M>>,
+    mailbox: Arc<Mutex<Mailbox<M>>>,
     hub: Arc<Hub>,
     view: Arc<View>,
     lifecycle: Arc<Lifecycle>,
@@ -314,9 +308,9 @@ struct Writer<M: Parkable> {
     life_wait: Registration,
 }
 
-/// A step read once for every stream at one cursor, its bytes, and how
-/// many streams took them.
-struct Framed {
+/// A step read and framed once for every stream at one cursor, and how
+/// many streams took it.
+struct Prepared {
     from: u64,
     step: Result<(Step, Option<Batched>), Lapped>,
     took: u64,
@@ -361,10 +355,16 @@ impl<M: Parkable> Writer<M> {
         self.batches.0.parked.inc();
     }
 
+    /// Takes the stream in `key` out, its subscription moved to where the
+    /// writer brought it.
+    fn leave(&mut self, key: usize) -> Box<M> {
+        self.batches.0.parked.dec();
+        self.streams.remove(key).settle()
+    }
+
     /// Gives the stream in `key` its task back, with `rest` to write first.
     fn unpark(&mut self, key: usize, rest: Option<(Bytes, usize)>) {
-        let stream = self.streams.remove(key).settle();
-        self.batches.0.parked.dec();
+        let stream = self.leave(key);
         self.batches.unpark(stream, rest);
     }
 
@@ -377,7 +377,7 @@ impl<M: Parkable> Writer<M> {
     fn deliver(&mut self) {
         loop {
             // Usually one cursor: every stream took the last step.
-            let mut steps: Vec<Framed> = Vec::new();
+            let mut steps: Vec<Prepared> = Vec::new();
             let mut unpark: Vec<(usize, Option<(Bytes, usize)>)> = Vec::new();
             let mut ended: Vec<usize> = Vec::new();
             let mut again = false;
@@ -393,7 +393,7 @@ impl<M: Parkable> Writer<M> {
                             let batched = source.frame_step(&step);
                             (step, batched)
                         });
-                        steps.push(Framed {
+                        steps.push(Prepared {
                             from: parked.cursor,
                             step,
                             took: 0,
@@ -401,8 +401,8 @@ impl<M: Parkable> Writer<M> {
                         steps.len() - 1
                     }
                 };
-                let framed = &mut steps[at];
-                let (step, batched) = match &framed.step {
+                let prepared = &mut steps[at];
+                let (step, batched) = match &prepared.step {
                     Ok(step) => step,
                     // Its task finds it lapped and starts it over.
                     Err(Lapped) => {
@@ -426,7 +426,7 @@ impl<M: Parkable> Writer<M> {
                 };
                 parked.events += batched.messages;
                 parked.bytes += batched.message_bytes;
-                framed.took += 1;
+                prepared.took += 1;
                 let bytes = &batched.bytes;
                 match parked.stream.send_now(bytes) {
                     Ok((went, all)) if went == all => {}
@@ -438,10 +438,10 @@ impl<M: Parkable> Writer<M> {
                 }
             }
             if let Some((events, sent)) = &self.counters {
-                for framed in &steps {
-                    if let Ok((_, Some(batched))) = &framed.step {
-                        events.inc_by(framed.took * batched.messages);
-                        sent.inc_by(framed.took * batched.message_bytes);
+                for prepared in &steps {
+                    if let Ok((_, Some(batched))) = &prepared.step {
+                        events.inc_by(prepared.took * batched.messages);
+                        sent.inc_by(prepared.took * batched.message_bytes);
                     }
                 }
             }
@@ -451,8 +451,7 @@ impl<M: Parkable> Writer<M> {
             for key in ended {
                 // The connection failed: the stream ends (its access-log
                 // line says so), as a task's failed write ends it.
-                drop(self.streams.remove(key).settle());
-                self.batches.0.parked.dec();
+                drop(self.leave(key));
             }
             if !again {
                 return;
@@ -468,7 +467,7 @@ impl<M: Parkable> Future for Writer<M> {
         let w = self.get_mut();
         loop {
             let (incoming, readable) = {
-                let mut inbox = lock(&w.mailbox.inbox);
+                let mut inbox = lock(&w.mailbox);
                 if !inbox
                     .waker
                     .as_ref()
@@ -504,7 +503,7 @@ impl<M: Parkable> Future for Writer<M> {
             w.hub_seen = w.hub.changes().current();
             w.deliver();
             if w.streams.is_empty() {
-                let mut inbox = lock(&w.mailbox.inbox);
+                let mut inbox = lock(&w.mailbox);
                 if inbox.incoming.is_empty() {
                     inbox.closed = true;
                     drop(inbox);
@@ -532,9 +531,9 @@ impl<M: Parkable> Drop for Writer<M> {
         self.lifecycle.epoch().deregister(&mut self.life_wait);
         // Streams are left only at a runtime's end (a writer returns once
         // it has none): they end with it.
-        for parked in self.streams.drain() {
-            self.batches.0.parked.dec();
-            drop(parked.settle());
+        let keys: Vec<usize> = self.streams.iter().map(|(key, _)| key).collect();
+        for key in keys {
+            drop(self.leave(key));
         }
     }
 }

@@ -130,11 +130,15 @@ impl<S: ChunkSource> Parkable for Pump<S> {
         let Some(socket) = &self.socket else {
             return Err(io::ErrorKind::NotConnected.into());
         };
-        let out = Out::chunk(bytes.clone());
-        let [line, body, tail] = out.parts();
-        let went =
-            socket.send_now(&[IoSlice::new(line), IoSlice::new(body), IoSlice::new(tail)])?;
-        Ok((went, out.len()))
+        // The chunk around the shared bytes, without a handle on them.
+        let mut line = [0u8; 18];
+        let line = chunk_size_line(&mut line, bytes.len());
+        let went = socket.send_now(&[
+            IoSlice::new(line),
+            IoSlice::new(bytes),
+            IoSlice::new(b"\r\n"),
+        ])?;
+        Ok((went, line.len() + bytes.len() + 2))
     }
 
     fn bytes_counter(&self) -> Counter {
@@ -253,19 +257,6 @@ impl Out {
 
     fn is_empty(&self) -> bool {
         self.body.is_empty() && self.line_len == 0 && self.tail.is_empty()
-    }
-
-    /// All of it, in order.
-    fn parts(&self) -> [&[u8]; 3] {
-        [
-            &self.line[..usize::from(self.line_len)],
-            &self.body[..],
-            self.tail,
-        ]
-    }
-
-    fn len(&self) -> usize {
-        usize::from(self.line_len) + self.body.len() + self.tail.len()
     }
 
     /// Writes what is left; empty once all of it went.

@@ -172,9 +172,9 @@ impl WsWriter {
     }
 
     /// Whether the connection is plain TCP (its frames can be written by
-    /// a batch writer, `batch`).
+    /// a batch writer, `batch`, once the handshake response went).
     pub fn is_plain(&self) -> bool {
-        self.head.is_none() && self.write.is_plain()
+        self.write.is_plain()
     }
 
     /// One try at writing `frames` (whole frames, framed already) on a
