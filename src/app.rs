@@ -124,6 +124,7 @@ impl App {
                     .unwrap_or(u32::MAX)
                     .max(16 << 10),
                 cfg.stream.keepalive,
+                cfg.limits.idle_frames_per_minute,
             ),
             metrics: metrics.clone(),
         };

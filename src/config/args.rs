@@ -72,6 +72,9 @@ pub struct GatewayArgs {
     /// Largest WebSocket message accepted from a client, in bytes.
     #[arg(long, env = "KUBEFAN_WS_MAX_MESSAGE_BYTES", default_value_t = 64 << 10, value_parser = clap::value_parser!(u64).range(128..=(16 << 20)))]
     pub ws_max_message_bytes: u64,
+    /// Most frames one WebSocket message may be split into (1009 beyond).
+    #[arg(long, env = "KUBEFAN_WS_MAX_FRAGMENTS", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub ws_max_fragments: u64,
     /// Subscriptions one multiplexed WebSocket (`/ws`) may hold at once.
     #[arg(long, env = "KUBEFAN_WS_MAX_SUBSCRIPTIONS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub ws_max_subscriptions: u64,
@@ -180,6 +183,12 @@ pub struct GatewayArgs {
         default_value_t = 0
     )]
     pub connections_per_second_per_address: u32,
+    /// Frames that do nothing one connection may send at once, and again
+    /// every minute: WebSocket pings, pongs and empty fragments, HTTP/2
+    /// frames beyond what its traffic earns. Past them the connection is
+    /// closed (WebSocket 1008, HTTP/2 GOAWAY ENHANCE_YOUR_CALM).
+    #[arg(long, env = "KUBEFAN_IDLE_FRAMES_PER_MINUTE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub idle_frames_per_minute: u32,
     /// Proxies in front of kubefan, as addresses or CIDR ranges
     /// (comma-separated): from these, the client address the per-address
     /// limits count is read from `X-Forwarded-For`.
@@ -237,6 +246,7 @@ impl GatewayArgs {
                 retry: Duration::from_millis(self.retry_ms),
                 ws_idle_timeout: Duration::from_secs(self.ws_idle_timeout_secs),
                 ws_max_message: self.ws_max_message_bytes as usize,
+                ws_max_fragments: self.ws_max_fragments as usize,
                 max_subscriptions_per_socket: self.ws_max_subscriptions as usize,
                 write_timeout: Duration::from_secs(self.write_timeout_secs),
             },
@@ -263,6 +273,7 @@ impl GatewayArgs {
                 max_per_principal: self.max_connections_per_principal,
                 max_per_address: self.max_connections_per_address,
                 per_second_per_address: self.connections_per_second_per_address,
+                idle_frames_per_minute: self.idle_frames_per_minute,
                 trusted_proxies: self.trusted_proxies,
                 ..LimitsConfig::default()
             },

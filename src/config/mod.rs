@@ -31,6 +31,8 @@ pub struct StreamConfig {
     /// Largest WebSocket message accepted from a client, in bytes (a frame,
     /// or a message in continuation frames); a larger one closes with 1009.
     pub ws_max_message: usize,
+    /// Most frames one WebSocket message may come in; more close with 1009.
+    pub ws_max_fragments: usize,
     /// Subscriptions one `/ws` socket may hold at once.
     pub max_subscriptions_per_socket: usize,
     /// A stream whose client takes no byte for this long is closed (as
@@ -55,6 +57,7 @@ impl Default for StreamConfig {
             retry: Duration::from_secs(2),
             ws_idle_timeout: Duration::from_secs(45),
             ws_max_message: 64 << 10,
+            ws_max_fragments: 64,
             max_subscriptions_per_socket: 100,
             write_timeout: Duration::from_secs(60),
         }
@@ -171,6 +174,11 @@ pub struct LimitsConfig {
     pub max_per_address: usize,
     /// New requests per second per client address (429 beyond).
     pub per_second_per_address: u32,
+    /// Frames that do nothing (WebSocket pings, pongs, empty fragments;
+    /// HTTP/2 frames beyond what the connection's traffic earns) one
+    /// connection may send in a burst, and again every minute; past them
+    /// it is closed (`transport::takeover::ration`).
+    pub idle_frames_per_minute: u32,
     /// Longest request target (path and query), in bytes (414 beyond).
     pub max_uri_bytes: usize,
     /// Largest sum of request header names and values, in bytes (431 beyond).
@@ -188,6 +196,7 @@ impl Default for LimitsConfig {
             max_per_principal: 0,
             max_per_address: 0,
             per_second_per_address: 0,
+            idle_frames_per_minute: 100,
             max_uri_bytes: 8 << 10,
             max_header_bytes: 16 << 10,
             trusted_proxies: Vec::new(),

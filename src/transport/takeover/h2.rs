@@ -24,8 +24,10 @@
 //!
 //! The connection: at most `max_streams` streams at once; a ping every
 //! keep-alive interval, and a peer whose pong has not come back within the
-//! write timeout (it reads nothing at all) is dropped; at shutdown a
-//! GOAWAY, then the connection ends once its streams have.
+//! write timeout (it reads nothing at all) is dropped; frames that do
+//! nothing past the connection's ration end it with GOAWAY
+//! `ENHANCE_YOUR_CALM` (`h2_guard`); at shutdown a GOAWAY, then the
+//! connection ends once its streams have.
 
 use std::cell::RefCell;
 use std::future::poll_fn;
@@ -48,8 +50,10 @@ use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 
 use super::Streams;
+use super::h2_guard::Guarded;
 use super::h2_stream::{Stream, send_chunk};
 use super::io::WriteDeadline;
+use super::ration::IDLE_FRAMES;
 use crate::lifecycle::Lifecycle;
 
 /// Data a stream may have queued in h2 and not yet written to the
@@ -58,6 +62,10 @@ const SEND_BUFFER: usize = 64 << 10;
 
 /// How long a client has to complete the HTTP/2 preface and settings.
 const PREFACE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection cut for its frames (`h2_guard`) has to take its
+/// GOAWAY before it is dropped.
+const GOAWAY_WAIT: Duration = Duration::from_secs(1);
 
 /// How HTTP/2 connections are served.
 pub struct Settings {
@@ -68,6 +76,9 @@ pub struct Settings {
     pub max_header_bytes: u32,
     /// Interval of the connection's pings.
     pub keepalive: Duration,
+    /// Frames that do nothing a connection may send at once and every
+    /// minute (`h2_guard`).
+    pub idle_frames_per_minute: u32,
     deadline: WriteDeadline,
 }
 
@@ -79,11 +90,13 @@ impl Settings {
         max_streams: u32,
         max_header_bytes: u32,
         keepalive: Duration,
+        idle_frames_per_minute: u32,
     ) -> Settings {
         Settings {
             max_streams,
             max_header_bytes,
             keepalive,
+            idle_frames_per_minute,
             deadline: streams.deadline.clone(),
         }
     }
@@ -103,6 +116,8 @@ pub(super) async fn serve<S>(
     S: Service<Request, Response = Response<BoxBody>> + 'static,
     S::Error: Into<Response<BoxBody>>,
 {
+    let io = Guarded::new(io, settings.idle_frames_per_minute);
+    let cut = io.cut();
     let handshake = h2::server::Builder::new()
         .max_concurrent_streams(settings.max_streams)
         .max_header_list_size(settings.max_header_bytes)
@@ -138,6 +153,14 @@ pub(super) async fn serve<S>(
                 }
                 None => return,
             },
+            // Set while h2 reads (`h2_guard`), which then wakes this task.
+            () = poll_fn(|_| if cut.is_cut() { Poll::Ready(()) } else { Poll::Pending }) => {
+                tracing::debug!(?peer, "closing an HTTP/2 connection that sent too many frames that do nothing");
+                settings.deadline.metrics.limit_hit(IDLE_FRAMES);
+                conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                let _ = tokio::time::timeout(GOAWAY_WAIT, poll_fn(|cx| conn.poll_closed(cx))).await;
+                return;
+            }
             _ = lifecycle.shutting_down(), if !draining => {
                 draining = true;
                 conn.graceful_shutdown();

@@ -8,10 +8,12 @@
 //! One file per concept: [`server`] (the HTTP server whose connections can
 //! be taken: plain, or TLS with ALPN), `socket` (a taken-over connection,
 //! plain or TLS), `http` (a chunked response written by kubefan),
-//! `ws_read` and `ws_write` (a WebSocket's two halves), `io` (bounded
-//! writes and watching for client input), [`h2`] (HTTP/2 connections,
-//! which actix never sees) and `h2_stream` (a stream's response on its
-//! HTTP/2 stream, with the same write deadline).
+//! `ws_read` and `ws_write` (a WebSocket's two halves), `ration` (what a
+//! connection may send that does nothing), `io` (bounded writes and
+//! watching for client input), [`h2`] (HTTP/2 connections,
+//! which actix never sees), `h2_guard` (its frames that do nothing,
+//! rationed) and `h2_stream` (a stream's response on its HTTP/2 stream,
+//! with the same write deadline).
 //!
 //! No stream waits for its client forever: one that cannot write a single
 //! byte for the write timeout gives up and closes the connection, and at
@@ -20,9 +22,11 @@
 
 mod batch;
 pub mod h2;
+mod h2_guard;
 mod h2_stream;
 mod http;
 mod io;
+mod ration;
 pub mod server;
 mod socket;
 mod ws_read;
@@ -38,7 +42,7 @@ use tokio_util::task::TaskTracker;
 pub(crate) use batch::{Batches, Flow, Parkable, Task};
 pub use http::respond;
 use io::WriteDeadline;
-pub use ws_read::Inbox;
+pub use ws_read::{Frames, Inbox, InboxError, InboxLimits, Messages, Refusal};
 pub use ws_write::{Opcode, Taken, Upgraded, WsWriter, frame_header, upgrade};
 
 use crate::lifecycle::Lifecycle;

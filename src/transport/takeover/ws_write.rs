@@ -13,7 +13,7 @@ use bytes::{Buf, Bytes};
 
 use super::io::{Blocked, MAX_PARTS, WriteDeadline, poll_write_parts};
 use super::socket::{Detached, Socket};
-use super::ws_read::Inbox;
+use super::ws_read::{Inbox, InboxLimits, Messages};
 use super::{Streams, socket_of};
 use crate::limits::Permit;
 
@@ -30,19 +30,19 @@ pub struct Upgraded {
 pub struct Taken {
     socket: Detached,
     head: Bytes,
-    max_message: usize,
+    limits: InboxLimits,
     deadline: WriteDeadline,
     permit: Option<Permit>,
 }
 
 /// Takes `req`'s connection over for a WebSocket, if it can. `head` is the
 /// `101 Switching Protocols` response, written before the first frame;
-/// client messages larger than `max_message` bytes are refused.
+/// what the client sends is held to `limits`.
 pub fn upgrade(
     req: &HttpRequest,
     streams: &Streams,
     head: Bytes,
-    max_message: usize,
+    limits: InboxLimits,
 ) -> Option<io::Result<Taken>> {
     let socket = match socket_of(req)? {
         Ok(socket) => socket,
@@ -52,18 +52,25 @@ pub fn upgrade(
     Some(Ok(Taken {
         socket,
         head,
-        max_message,
+        limits,
         deadline: streams.deadline.clone(),
         permit,
     }))
 }
 
 impl Taken {
-    /// Registers the socket with the current runtime's reactor.
-    pub fn open(self) -> io::Result<Upgraded> {
+    /// Registers the socket with the current runtime's reactor. Whether
+    /// the socket takes client `messages` decides which of them do
+    /// nothing (`ws_read`).
+    pub fn open(self, messages: Messages) -> io::Result<Upgraded> {
         let socket = Arc::new(self.socket.attach()?);
         Ok(Upgraded {
-            inbox: Inbox::new(socket.clone(), self.max_message),
+            inbox: Inbox::new(
+                socket.clone(),
+                self.limits,
+                messages,
+                self.deadline.metrics.clone(),
+            ),
             writer: WsWriter {
                 write: socket,
                 head: Some(self.head),

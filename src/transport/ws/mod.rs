@@ -10,8 +10,9 @@
 //!
 //! # Never waiting on a client, never buffering without bound
 //! Both kinds of socket are taken over from actix after the handshake
-//! (`transport::takeover`, which also parses what the client sends, with
-//! actix-http's frame codec).
+//! (`transport::takeover`, which also reads what the client sends: each
+//! frame bounded from its header before its payload is buffered, and
+//! frames that do nothing rationed, `takeover::ws_read`).
 //!
 //! A single-stream socket is one task on the streams' runtime, as an SSE
 //! stream is: it pulls its subscription and writes each message straight
@@ -23,8 +24,10 @@
 //! pushes text frames into the socket's outbox, a bounded channel drained by
 //! one writer task; a socket that is not read fills the outbox and its
 //! subscriptions wait. The control loop (client messages, pings, idle
-//! timeout) only ever *tries* to queue a ping or pong, and waits at most the
-//! idle timeout to queue anything else, so a stuck socket cannot pin it.
+//! timeout) only ever *tries* to queue its own ping, and waits at most the
+//! idle timeout to queue anything else (a pong, a reply), so a stuck socket
+//! cannot pin it, and a client that does not read what it asks for is not
+//! read either.
 //!
 //! Either way the hub never waits for a subscriber and, if one stays
 //! behind, laps it: RESET and a fresh snapshot, as on SSE.
@@ -35,11 +38,11 @@ mod ops;
 mod single;
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use actix_ws::{AggregatedMessage, CloseCode, CloseReason, ProtocolError};
+use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
 use bytes::Bytes;
 use bytestring::ByteString;
 
-use super::takeover::{self, Taken, Task, Upgraded};
+use super::takeover::{self, InboxError, InboxLimits, Messages, Taken, Task, Upgraded};
 use super::{access_log, parse_stream_query, subscribe};
 use crate::auth::{self, Principal, Verb};
 use crate::hub::Subscription;
@@ -81,7 +84,9 @@ pub async fn mux(
     state: web::Data<AppState>,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
-    let Upgraded { writer, inbox } = handshake(&req, &state)?.open().map_err(lost)?;
+    let Upgraded { writer, inbox } = handshake(&req, &state)?
+        .open(Messages::Taken)
+        .map_err(lost)?;
     mux::spawn(state, writer, inbox, principal);
     // actix writes this into the emptied connection, where it vanishes.
     Ok(HttpResponse::Ok().finish())
@@ -94,8 +99,12 @@ fn handshake(req: &HttpRequest, state: &AppState) -> Result<Taken, ApiError> {
     let accept = actix_http::ws::handshake(req.head())
         .map_err(|e| ApiError::BadRequest(format!("not a WebSocket handshake: {e}")))?
         .finish();
-    let max = state.stream.ws_max_message;
-    takeover::upgrade(req, &state.streams, switching(&accept), max)
+    let limits = InboxLimits {
+        max_message: state.stream.ws_max_message,
+        max_fragments: state.stream.ws_max_fragments,
+        idle_frames_per_minute: state.limits.config().idle_frames_per_minute,
+    };
+    takeover::upgrade(req, &state.streams, switching(&accept), limits)
         .ok_or_else(takeover::not_taken_over)?
         .map_err(lost)
 }
@@ -164,10 +173,12 @@ enum ClientFrame {
 }
 
 impl ClientFrame {
-    fn of(msg: Option<Result<AggregatedMessage, ProtocolError>>) -> ClientFrame {
+    fn of(msg: Option<Result<AggregatedMessage, InboxError>>) -> ClientFrame {
         match msg {
-            None => ClientFrame::End(None),
-            Some(Err(err)) => ClientFrame::End(protocol_close(&err)),
+            None | Some(Err(InboxError::Io(_))) => ClientFrame::End(None),
+            Some(Err(InboxError::Refused(refusal))) => {
+                ClientFrame::End(Some(close_reason(refusal.code(), &refusal.to_string())))
+            }
             Some(Ok(AggregatedMessage::Ping(payload))) => ClientFrame::Ping(payload),
             Some(Ok(AggregatedMessage::Pong(_))) => ClientFrame::Pong,
             Some(Ok(AggregatedMessage::Text(text))) => ClientFrame::Text(text),
@@ -181,21 +192,5 @@ impl ClientFrame {
                 "kubefan accepts JSON text messages only",
             ))),
         }
-    }
-}
-
-/// The Close frame for a frame the server cannot take.
-fn protocol_close(err: &ProtocolError) -> Ending {
-    let close = |code, text| Some(close_reason(code, text));
-    match err {
-        ProtocolError::Overflow => close(CloseCode::Size, "message too big"),
-        ProtocolError::Io(io) if io.to_string().contains("continuation size") => {
-            close(CloseCode::Size, "message too big")
-        }
-        ProtocolError::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
-            close(CloseCode::Invalid, "text is not UTF-8")
-        }
-        ProtocolError::Io(_) => None,
-        other => close(CloseCode::Protocol, &other.to_string()),
     }
 }

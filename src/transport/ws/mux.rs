@@ -1,6 +1,7 @@
 //! A `/ws` socket: many subscriptions on one connection, opened and closed
-//! by client messages ([`super::ops`]). One control loop reads the client,
-//! pings and keeps the idle timeout; each subscription is a task that
+//! by client messages ([`super::ops`]). One control loop reads the client
+//! (answering each of its pings before reading on), pings and keeps the
+//! idle timeout; each subscription is a task that
 //! queues its messages in the socket's outbox; one writer task drains it.
 
 use std::collections::HashMap;
@@ -199,9 +200,13 @@ impl Socket {
                     match ClientFrame::of(msg) {
                         ClientFrame::End(ending) => break ending,
                         ClientFrame::Ping(payload) => {
-                            // Dropped if the socket is backed up: a peer that
-                            // reads nothing needs no pong.
-                            let _ = self.out_tx.try_send(Message::Pong(payload));
+                            // Each ping is answered before the next frame is
+                            // read: a client that pings faster than it reads
+                            // pongs is not read either (and its pings spend
+                            // the socket's ration, `takeover::ws_read`).
+                            if !self.queue(Message::Pong(payload)).await {
+                                break Some(close_reason(CloseCode::Policy, "not reading"));
+                            }
                         }
                         ClientFrame::Pong => {}
                         ClientFrame::Text(text) => {
@@ -271,7 +276,13 @@ impl Socket {
     /// Queues a reply from the control loop; false if the socket accepted
     /// nothing for the idle timeout.
     async fn reply(&self, msg: ByteString) -> bool {
-        tokio::time::timeout(self.idle_timeout, self.out_tx.send(Message::Text(msg)))
+        self.queue(Message::Text(msg)).await
+    }
+
+    /// Queues a frame from the control loop, waiting while the socket is
+    /// backed up; false if it accepted nothing for the idle timeout.
+    async fn queue(&self, msg: Message) -> bool {
+        tokio::time::timeout(self.idle_timeout, self.out_tx.send(msg))
             .await
             .is_ok_and(|sent| sent.is_ok())
     }

@@ -30,7 +30,9 @@ use super::{ClientFrame, lost};
 use crate::lifecycle::Lifecycle;
 use crate::transport::state::AppState;
 use crate::transport::stream::{BatchSource, Framed};
-use crate::transport::takeover::{Batches, Flow, Opcode, Parkable, Taken, Upgraded, WsWriter};
+use crate::transport::takeover::{
+    Batches, Flow, Messages, Opcode, Parkable, Taken, Upgraded, WsWriter,
+};
 
 /// A single-stream socket's task.
 pub(super) struct Serve {
@@ -149,7 +151,7 @@ impl Parkable for Serve {
             let Some(taken) = self.taken.take() else {
                 return Poll::Ready(Flow::Ended);
             };
-            match (*taken).open() {
+            match (*taken).open(Messages::Ignored) {
                 Ok(upgraded) => self.conn = Some(upgraded),
                 Err(err) => {
                     // Logged; the 101 is not sent, and the connection closes.
@@ -282,7 +284,8 @@ impl Serve {
                     ClientFrame::End(Some(reason)) => self.close(&reason),
                     ClientFrame::Ping(payload) => self.send(Sending::Pong(payload)),
                     // A single stream takes no messages: text only proves
-                    // the peer alive.
+                    // the peer alive (and spends the socket's ration of
+                    // frames that do nothing, `takeover::ws_read`).
                     ClientFrame::Pong | ClientFrame::Text(_) => {}
                 }
                 continue;
