@@ -151,7 +151,7 @@ impl<S: ChunkSource> Parkable for Pump<S> {
             self.out.written = written;
         }
         // Its task watches the socket with its own waker.
-        self.hang_up = InputWatch::default();
+        self.hang_up.rearm();
     }
 }
 

@@ -31,7 +31,16 @@ pub struct WriteDeadline {
 pub struct InputWatch {
     /// Registered for the socket's next readiness.
     armed: bool,
+    /// Bytes a stream that takes no input has read and dropped.
+    dropped: usize,
 }
+
+/// Input a stream that takes none reads and drops before it treats its
+/// client as gone: an HTTP/1.1 client has nothing to send once its
+/// request is in (kubefan answers no pipelined request on a stream's
+/// connection), so this is a request body's tail at most, not a
+/// conversation.
+pub const MAX_DROPPED_INPUT: usize = 64 << 10;
 
 impl InputWatch {
     /// Calls `read` (which reads from `socket`) if the socket has something
@@ -76,15 +85,31 @@ impl InputWatch {
         }
     }
 
+    /// The next read registers the task's waker again (after another
+    /// task, a batch writer, watched the socket).
+    pub fn rearm(&mut self) {
+        self.armed = false;
+    }
+
     /// Whether the client of a stream that takes no input is gone (end of
-    /// file or an error); what it sends is read and dropped.
+    /// file or an error), or sent more than [`MAX_DROPPED_INPUT`], which
+    /// ends its stream too; what it sends is read and dropped.
     pub fn hung_up(&mut self, socket: &Socket, cx: &mut Context<'_>) -> bool {
-        let discard = |socket: &Socket| socket.try_read(&mut [0u8; 512]);
+        let discard = |socket: &Socket| socket.try_read(&mut [0u8; 2048]);
         loop {
             match self.poll_read(socket, cx, discard) {
                 Poll::Pending => return false,
                 Poll::Ready(Ok(0) | Err(_)) => return true,
-                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Ok(n)) => {
+                    self.dropped += n;
+                    if self.dropped > MAX_DROPPED_INPUT {
+                        tracing::debug!(
+                            bytes = self.dropped,
+                            "ending a stream whose client keeps sending"
+                        );
+                        return true;
+                    }
+                }
             }
         }
     }
@@ -260,6 +285,43 @@ mod tests {
             got.len(),
             expected.len()
         );
+    }
+
+    #[tokio::test]
+    async fn a_client_that_keeps_sending_to_a_stream_that_takes_nothing_is_let_go() {
+        use tokio::io::AsyncWriteExt;
+        let (socket, mut client) = pair().await;
+        let mut watch = InputWatch::default();
+        let hung_up = |watch: &mut InputWatch| {
+            let waker = futures::task::noop_waker();
+            watch.hung_up(&socket, &mut Context::from_waker(&waker))
+        };
+        // A request body's tail is read and dropped; the stream goes on.
+        client.write_all(&[b'x'; 1000]).await.unwrap();
+        socket.tcp().readable().await.unwrap();
+        assert!(!hung_up(&mut watch));
+        // More than a tail: the client is let go, however slowly it came.
+        let mut sent = 1000;
+        while sent <= MAX_DROPPED_INPUT {
+            client.write_all(&[b'x'; 4096]).await.unwrap();
+            sent += 4096;
+        }
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                socket.tcp().readable().await.unwrap();
+                if hung_up(&mut watch) {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "{sent} bytes sent and the stream goes on");
+        // A client that only hangs up is gone too.
+        let (socket, client) = pair().await;
+        drop(client);
+        socket.tcp().readable().await.unwrap();
+        let waker = futures::task::noop_waker();
+        assert!(InputWatch::default().hung_up(&socket, &mut Context::from_waker(&waker)));
     }
 
     // Paused time: once the socket is full the runtime is idle, and the

@@ -424,7 +424,7 @@ impl Inbox {
     /// The next read registers the task's own waker again (after
     /// [`Inbox::poll_input`] registered another).
     pub fn rearm(&mut self) {
-        self.input = InputWatch::default();
+        self.input.rearm();
     }
 
     /// Ends the input with `refusal`, counted if it is a limit.
