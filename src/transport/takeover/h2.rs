@@ -52,7 +52,7 @@ use tokio_rustls::server::TlsStream;
 use super::Streams;
 use super::h2_guard::Guarded;
 use super::h2_stream::{Stream, send_chunk};
-use super::io::WriteDeadline;
+use super::io::{WriteDeadline, linger};
 use super::ration::IDLE_FRAMES;
 use crate::lifecycle::Lifecycle;
 
@@ -117,7 +117,7 @@ pub(super) async fn serve<S>(
     S::Error: Into<Response<BoxBody>>,
 {
     let io = Guarded::new(io, settings.idle_frames_per_minute);
-    let cut = io.cut();
+    let (cut, io_handle) = (io.cut(), io.handle());
     let handshake = h2::server::Builder::new()
         .max_concurrent_streams(settings.max_streams)
         .max_header_list_size(settings.max_header_bytes)
@@ -159,6 +159,12 @@ pub(super) async fn serve<S>(
                 settings.deadline.metrics.limit_hit(IDLE_FRAMES);
                 conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
                 let _ = tokio::time::timeout(GOAWAY_WAIT, poll_fn(|cx| conn.poll_closed(cx))).await;
+                // The GOAWAY went (and the FIN): the client has a moment
+                // to read it before the close resets the connection.
+                if let Some(io) = io_handle.take() {
+                    drop(conn);
+                    linger(io).await;
+                }
                 return;
             }
             _ = lifecycle.shutting_down(), if !draining => {

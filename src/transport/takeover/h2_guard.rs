@@ -24,7 +24,7 @@
 //! unless it ends its stream: a client sending a body spends a frame of
 //! its ration per frame but the last.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::rc::Rc;
@@ -194,7 +194,9 @@ fn earn(count: &mut u64, allowance: u64) -> bool {
 /// A connection's I/O with its frames counted (see the module
 /// documentation).
 pub struct Guarded<T> {
-    io: T,
+    /// Shared with the connection's task, which takes it back from h2 to
+    /// linger on it once h2 is done (`io::LINGER`).
+    io: Rc<RefCell<Option<T>>>,
     inbound: Scanner,
     outbound: Scanner,
     tally: Tally,
@@ -213,12 +215,12 @@ impl Cut {
     }
 }
 
-impl<T> Guarded<T> {
+impl<T: Unpin> Guarded<T> {
     /// `io`, with `per_minute` frames that do nothing allowed at once and
     /// every minute.
     pub fn new(io: T, per_minute: u32) -> Guarded<T> {
         Guarded {
-            io,
+            io: Rc::new(RefCell::new(Some(io))),
             inbound: Scanner::after_preface(),
             outbound: Scanner::default(),
             tally: Tally::default(),
@@ -230,6 +232,32 @@ impl<T> Guarded<T> {
     /// Set once the client has spent its ration.
     pub fn cut(&self) -> Cut {
         self.cut.clone()
+    }
+
+    /// A handle to take the I/O back with once h2 is done with it.
+    pub fn handle(&self) -> IoHandle<T> {
+        IoHandle(self.io.clone())
+    }
+
+    /// Calls `op` on the I/O, unless it was taken back.
+    fn with_io<R>(
+        &self,
+        op: impl FnOnce(Pin<&mut T>) -> Poll<io::Result<R>>,
+    ) -> Poll<io::Result<R>> {
+        match self.io.borrow_mut().as_mut() {
+            Some(io) => op(Pin::new(io)),
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        }
+    }
+}
+
+/// The I/O under a [`Guarded`], to take back from h2.
+pub struct IoHandle<T>(Rc<RefCell<Option<T>>>);
+
+impl<T> IoHandle<T> {
+    /// The I/O; h2 gets `NotConnected` from then on.
+    pub fn take(&self) -> Option<T> {
+        self.0.borrow_mut().take()
     }
 }
 
@@ -247,7 +275,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
             return Poll::Pending;
         }
         let before = buf.filled().len();
-        ready!(Pin::new(&mut this.io).poll_read(cx, buf))?;
+        ready!(this.with_io(|io| io.poll_read(cx, buf)))?;
         let (tally, ration) = (&mut this.tally, &mut this.ration);
         let mut now = None;
         let mut spent = false;
@@ -270,7 +298,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let n = ready!(Pin::new(&mut this.io).poll_write(cx, buf))?;
+        let n = ready!(this.with_io(|io| io.poll_write(cx, buf)))?;
         let tally = &mut this.tally;
         this.outbound.feed(&buf[..n], |head| tally.sent(head));
         Poll::Ready(Ok(n))
@@ -282,7 +310,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let n = ready!(Pin::new(&mut this.io).poll_write_vectored(cx, bufs))?;
+        let n = ready!(this.with_io(|io| io.poll_write_vectored(cx, bufs)))?;
         let (tally, mut left) = (&mut this.tally, n);
         for buf in bufs {
             let take = left.min(buf.len());
@@ -296,15 +324,18 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
+        self.io
+            .borrow()
+            .as_ref()
+            .is_some_and(AsyncWrite::is_write_vectored)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        self.with_io(|io| io.poll_flush(cx))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        self.with_io(|io| io.poll_shutdown(cx))
     }
 }
 

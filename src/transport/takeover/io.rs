@@ -115,6 +115,61 @@ impl InputWatch {
     }
 }
 
+/// How long a connection kubefan closes stays open after its last frame
+/// and its FIN, reading and dropping what the client still sends
+/// (nginx's lingering close, for the same reason): a socket closed with
+/// unread input is reset, and a reset can throw away the last frame (a
+/// WebSocket Close saying why, an HTTP/2 GOAWAY) before the client has
+/// read it. A client that goes on sending is exactly the one that needs
+/// to be told.
+pub const LINGER: Duration = Duration::from_secs(1);
+/// Input a lingering connection reads and drops before it only waits.
+const LINGER_BYTES: usize = 256 << 10;
+
+/// A closing connection's last reads ([`LINGER`]); its owner bounds the
+/// time.
+#[derive(Default)]
+pub struct Linger {
+    watch: InputWatch,
+    dropped: usize,
+}
+
+impl Linger {
+    /// Ready once the client has closed its side too (or the connection
+    /// failed); what it sends meanwhile is read and dropped, up to
+    /// [`LINGER_BYTES`], then left unread.
+    pub fn poll(&mut self, socket: &Socket, cx: &mut Context<'_>) -> Poll<()> {
+        let discard = |socket: &Socket| socket.try_read(&mut [0u8; 2048]);
+        while self.dropped < LINGER_BYTES {
+            match self.watch.poll_read(socket, cx, discard) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(()),
+                Poll::Ready(Ok(n)) => self.dropped += n,
+            }
+        }
+        Poll::Pending
+    }
+}
+
+/// [`Linger`] on a connection kubefan no longer drives (an HTTP/2
+/// connection h2 is done with): at most [`LINGER`], reading and dropping
+/// at most [`LINGER_BYTES`].
+pub async fn linger(mut io: impl tokio::io::AsyncRead + Unpin) {
+    use tokio::io::AsyncReadExt;
+    let mut dropped = 0;
+    let mut scratch = [0u8; 2048];
+    let _ = tokio::time::timeout(LINGER, async {
+        while dropped < LINGER_BYTES {
+            match io.read(&mut scratch).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => dropped += n,
+            }
+        }
+        std::future::pending::<()>().await;
+    })
+    .await;
+}
+
 /// A write that waits for a client to take more: how it gives up, made
 /// only once it has to wait, and kept while the socket takes nothing.
 #[derive(Default)]

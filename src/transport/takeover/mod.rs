@@ -42,6 +42,7 @@ use tokio_util::task::TaskTracker;
 pub(crate) use batch::{Batches, Flow, Parkable, Task};
 pub use http::respond;
 use io::WriteDeadline;
+pub use io::{LINGER, Linger};
 pub use ws_read::{Frames, Inbox, InboxError, InboxLimits, Messages, Refusal};
 pub use ws_write::{Opcode, Taken, Upgraded, WsWriter, frame_header, upgrade};
 

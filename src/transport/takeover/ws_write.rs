@@ -11,7 +11,7 @@ use std::task::{Context, Poll, ready};
 use actix_web::{HttpMessage, HttpRequest};
 use bytes::{Buf, Bytes};
 
-use super::io::{Blocked, MAX_PARTS, WriteDeadline, poll_write_parts};
+use super::io::{Blocked, LINGER, Linger, MAX_PARTS, WriteDeadline, poll_write_parts};
 use super::socket::{Detached, Socket};
 use super::ws_read::{Inbox, InboxLimits, Messages};
 use super::{Streams, socket_of};
@@ -216,7 +216,8 @@ impl WsWriter {
     }
 
     /// A Close frame with `code` and `reason`, then the end of the
-    /// connection's sending side.
+    /// connection's sending side, then at most [`LINGER`] for the client
+    /// to close its side. For a socket nothing else reads any more.
     pub async fn close(&mut self, code: u16, reason: &str) {
         if self
             .send(Opcode::Close, &Self::close_payload(code, reason))
@@ -224,7 +225,15 @@ impl WsWriter {
             .is_ok()
         {
             self.shutdown();
+            let (mut linger, socket) = (Linger::default(), &self.write);
+            let _ = tokio::time::timeout(LINGER, poll_fn(|cx| linger.poll(socket, cx))).await;
         }
+    }
+
+    /// After [`WsWriter::shutdown`]: ready once the client closed its
+    /// side too ([`Linger`]; the caller bounds the time).
+    pub fn poll_linger(&self, linger: &mut Linger, cx: &mut Context<'_>) -> Poll<()> {
+        linger.poll(&self.write, cx)
     }
 
     /// Ends the connection's sending side (after a Close frame).

@@ -31,7 +31,7 @@ use crate::lifecycle::Lifecycle;
 use crate::transport::state::AppState;
 use crate::transport::stream::{BatchSource, Framed};
 use crate::transport::takeover::{
-    Batches, Flow, Messages, Opcode, Parkable, Taken, Upgraded, WsWriter,
+    Batches, Flow, LINGER, Linger, Messages, Opcode, Parkable, Taken, Upgraded, WsWriter,
 };
 
 /// A single-stream socket's task.
@@ -76,6 +76,9 @@ enum Sending {
     Frames(Bytes),
     /// Then the end of the connection.
     Close(Vec<u8>),
+    /// The Close went: the client has `takeover::LINGER` to close its
+    /// side (the idle timer holds the time).
+    Lingering(Linger),
 }
 
 impl Serve {
@@ -124,6 +127,7 @@ impl Serve {
             Sending::Close(payload) => {
                 writer.poll_send_parts(cx, Opcode::Close, &[payload], written)
             }
+            Sending::Lingering(_) => Poll::Ready(Ok(())),
         }
     }
 
@@ -227,6 +231,15 @@ impl Serve {
             return Poll::Ready(Flow::Ended);
         }
         loop {
+            if let Sending::Lingering(linger) = &mut self.sending {
+                let timer = self.idle.as_mut().map(|idle| idle.as_mut().poll(cx));
+                if conn.writer.poll_linger(linger, cx).is_ready()
+                    || !matches!(timer, Some(Poll::Pending))
+                {
+                    return Poll::Ready(Flow::Ended);
+                }
+                return Poll::Pending;
+            }
             // The frame in progress first: frames go out whole and in order.
             if !matches!(self.sending, Sending::Nothing) {
                 if ready!(self.poll_sending(&mut conn.writer, cx)).is_err() {
@@ -235,7 +248,9 @@ impl Serve {
                 match mem::take(&mut self.sending) {
                     Sending::Close(_) => {
                         conn.writer.shutdown();
-                        return Poll::Ready(Flow::Ended);
+                        self.idle = Some(Box::pin(tokio::time::sleep(LINGER)));
+                        self.sending = Sending::Lingering(Linger::default());
+                        continue;
                     }
                     Sending::Message => {
                         let mut tail = [0u8; TAIL];
