@@ -421,6 +421,13 @@ impl Inbox {
         self.read.tcp().poll_read_ready(cx).map(|_| ())
     }
 
+    /// Whether part of a frame has been read: the socket's own task
+    /// waits for the rest (a batch writer would hand it straight back,
+    /// [`Inbox::poll_input`]).
+    pub fn holds_input(&self) -> bool {
+        self.frames.buffered() > 0
+    }
+
     /// The next read registers the task's own waker again (after
     /// [`Inbox::poll_input`] registered another).
     pub fn rearm(&mut self) {

@@ -216,12 +216,14 @@ impl Parkable for Serve {
 
 impl Serve {
     /// Whether the socket can be written by its view's batch writer now:
-    /// plain TCP, nothing of its own being written or owed.
+    /// plain TCP, nothing of its own being written or owed, no frame half
+    /// read.
     fn batchable(&self, conn: &Upgraded) -> bool {
         matches!(self.sending, Sending::Nothing)
             && self.out.is_empty()
             && !self.item
             && conn.writer.is_plain()
+            && !conn.inbox.holds_input()
             && self.framed.batchable().is_some()
     }
 
@@ -248,7 +250,11 @@ impl Serve {
                 match mem::take(&mut self.sending) {
                     Sending::Close(_) => {
                         conn.writer.shutdown();
-                        self.idle = Some(Box::pin(tokio::time::sleep(LINGER)));
+                        let until = Instant::now() + LINGER;
+                        match &mut self.idle {
+                            Some(idle) => idle.as_mut().reset(until),
+                            None => self.idle = Some(Box::pin(tokio::time::sleep_until(until))),
+                        }
                         self.sending = Sending::Lingering(Linger::default());
                         continue;
                     }
