@@ -169,10 +169,14 @@ impl Verifier {
             .and_then(Value::as_str)
             .unwrap_or("unnamed")
             .to_string();
+        // `exp` is any number an issuer signed: an instant the clock cannot
+        // represent (past the year 292 billion) is no expiry at all rather
+        // than an overflow.
         let expires = claims
             .get("exp")
             .and_then(Value::as_u64)
-            .map(|exp| UNIX_EPOCH + Duration::from_secs(exp) + self.cfg.leeway);
+            .and_then(|exp| UNIX_EPOCH.checked_add(Duration::from_secs(exp)))
+            .and_then(|at| at.checked_add(self.cfg.leeway));
         Principal::new(
             name,
             expires,
@@ -308,6 +312,23 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(v.verify(&expired), Err(Error::Expired)));
+    }
+
+    #[test]
+    fn an_expiry_beyond_what_the_clock_holds_is_no_expiry_not_a_panic() {
+        let (v, _dir) = verifier("s3cret");
+        for exp in [u64::MAX, i64::MAX as u64] {
+            let claims = json!({"sub": "alice", "iss": "iss", "aud": "kubefan", "exp": exp});
+            let token = encode(
+                &Header::new(Algorithm::HS256),
+                &claims,
+                &EncodingKey::from_secret(b"s3cret"),
+            )
+            .unwrap();
+            let p = v.verify(&token).unwrap();
+            // Either no expiry, or one whose deadline is computed safely.
+            let _ = p.deadline();
+        }
     }
 
     /// Minimal temporary directory, removed on drop.

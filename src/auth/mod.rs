@@ -202,13 +202,15 @@ impl Principal {
         self.0.expires
     }
 
-    /// [`Principal::expires`] on tokio's clock, for `sleep_until`.
+    /// [`Principal::expires`] on tokio's clock, for `sleep_until`; `None`
+    /// also for an expiry too far away for that clock (a token's `exp`
+    /// can be any number).
     pub fn deadline(&self) -> Option<tokio::time::Instant> {
         let expires = self.0.expires?;
         let left = expires
             .duration_since(SystemTime::now())
             .unwrap_or_default();
-        Some(tokio::time::Instant::now() + left)
+        tokio::time::Instant::now().checked_add(left)
     }
 
     pub fn access(&self) -> &Access {

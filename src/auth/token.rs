@@ -80,7 +80,11 @@ fn percent_decode(s: &str) -> Option<String> {
     while i < bytes.len() {
         match bytes[i] {
             b'%' => {
+                // Two hex digits: from_str_radix alone would take `%+f`.
                 let hex = bytes.get(i + 1..i + 3)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
                 let hex = std::str::from_utf8(hex).ok()?;
                 out.push(u8::from_str_radix(hex, 16).ok()?);
                 i += 3;
@@ -125,6 +129,8 @@ mod tests {
         );
         assert_eq!(token_from(&HeaderMap::new(), "access_token=", "c"), None);
         assert_eq!(token_from(&HeaderMap::new(), "access_token=%zz", "c"), None);
+        assert_eq!(token_from(&HeaderMap::new(), "access_token=%+f", "c"), None);
+        assert_eq!(token_from(&HeaderMap::new(), "access_token=a%", "c"), None);
         assert_eq!(bearer_token("Basic abc"), None);
     }
 

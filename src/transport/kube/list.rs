@@ -88,7 +88,12 @@ impl Token {
             ))
         };
         let (id, offset) = token.split_once('.').ok_or_else(malformed)?;
-        if id.len() != 32 || !offset.bytes().all(|b| b.is_ascii_digit()) {
+        // ASCII hex digits only, checked before slicing `id` by bytes: a
+        // multi-byte character would not split at a char boundary.
+        if id.len() != 32
+            || !id.bytes().all(|b| b.is_ascii_hexdigit())
+            || !offset.bytes().all(|b| b.is_ascii_digit())
+        {
             return Err(malformed());
         }
         let mut bytes = [0u8; 16];
@@ -413,9 +418,27 @@ mod tests {
             "abc",
             &format!("{}.x", "ab".repeat(16)),
             &format!("{}.1", "zz".repeat(16)),
+            // Hex digits that from_str_radix would take with a sign.
+            &format!("+f{}.1", "ab".repeat(15)),
         ] {
             assert!(
                 matches!(Token::parse(bad), Err(ApiError::BadRequest(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_token_with_multibyte_characters_is_refused_not_a_panic() {
+        // 32 bytes, but "€" is three: slicing the id two bytes at a time
+        // once cut it inside a character.
+        for bad in [
+            format!("€{}.0", "a".repeat(29)),
+            format!("a€{}.0", "a".repeat(28)),
+            format!("{}.٣", "ab".repeat(16)),
+        ] {
+            assert!(
+                matches!(Token::parse(&bad), Err(ApiError::BadRequest(_))),
                 "{bad:?}"
             );
         }
