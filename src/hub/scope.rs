@@ -134,6 +134,15 @@ pub struct Position {
     pub tag: Option<String>,
 }
 
+/// A resourceVersion as clients write it: decimal digits within `u64` (no
+/// sign or space, as Go's `strconv.ParseUint` reads one); `None` otherwise.
+pub fn parse_rv(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
 impl Position {
     /// `RV` or `RV~TAG`, as ids are written; `None` for what is neither.
     pub fn parse(id: &str) -> Option<Position> {
@@ -147,7 +156,7 @@ impl Position {
             None => (id, None),
         };
         Some(Position {
-            rv: rv.parse().ok()?,
+            rv: parse_rv(rv)?,
             tag,
         })
     }
@@ -200,5 +209,14 @@ mod tests {
         for bad in ["", "x", "42~", "42~abc", "42~0123456z", "~00000000", "-1"] {
             assert_eq!(Position::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_position_is_decimal_digits_without_a_sign() {
+        for bad in ["+42", "+42~00ab12cd", " 42", "18446744073709551616"] {
+            assert_eq!(Position::parse(bad), None, "{bad}");
+        }
+        assert_eq!(parse_rv("18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_rv("007"), Some(7));
     }
 }

@@ -187,16 +187,18 @@ pub fn parse_stream_params(
 }
 
 /// A resume position as a client sends it (`resourceVersion`, an SSE
-/// `Last-Event-ID`, a `/ws` field): `RV` or `RV~TAG`; empty and `0` ask
-/// for a snapshot.
+/// `Last-Event-ID`, a `/ws` field): `RV` or `RV~TAG`; empty and 0 (in any
+/// spelling: `00` too) without a tag ask for a snapshot.
 pub fn parse_position(what: &str, value: &str) -> Result<Option<Position>, ApiError> {
-    match value {
-        "" | "0" => Ok(None),
-        v => Position::parse(v).map(Some).ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "{what} {v:?} is not a resourceVersion (a decimal number, with a ~TAG on narrowed streams)"
-            ))
-        }),
+    if value.is_empty() {
+        return Ok(None);
+    }
+    match Position::parse(value) {
+        Some(Position { rv: 0, tag: None }) => Ok(None),
+        Some(position) => Ok(Some(position)),
+        None => Err(ApiError::BadRequest(format!(
+            "{what} {value:?} is not a resourceVersion (a decimal number, with a ~TAG on narrowed streams)"
+        ))),
     }
 }
 
@@ -265,6 +267,16 @@ mod tests {
             })
         );
         assert_eq!(parse_stream_query("").unwrap(), StreamParams::default());
+    }
+
+    #[test]
+    fn zero_in_any_spelling_asks_for_a_snapshot_and_a_sign_is_refused() {
+        for snapshot in ["", "0", "00", "000"] {
+            assert_eq!(parse_position("resourceVersion", snapshot).unwrap(), None);
+        }
+        for bad in ["+5", "-0", "5 ", "18446744073709551616"] {
+            assert!(parse_position("resourceVersion", bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

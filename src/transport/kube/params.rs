@@ -4,6 +4,7 @@
 
 use actix_web::web;
 
+use crate::hub::scope::parse_rv;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 
@@ -114,15 +115,19 @@ impl KubeQuery {
         FieldSelector::parse(&self.field_selector, &fields).map_err(|e| ApiError::BadRequest(e.0))
     }
 
-    /// `resourceVersion` as a number; `None` for unset, "" and "0".
+    /// `resourceVersion` as a number; `None` for unset, "" and 0 (`00`
+    /// included, as kube-apiserver reads it as the number 0). Decimal
+    /// digits only, as Go's `strconv.ParseUint` reads them.
     pub fn resource_version_number(&self) -> Result<Option<u64>, ApiError> {
         match self.resource_version.as_deref() {
-            None | Some("0") => Ok(None),
-            Some(v) => v.parse().map(Some).map_err(|_| {
-                ApiError::BadRequest(format!(
-                    "resourceVersion {v:?} is not a valid resourceVersion"
-                ))
-            }),
+            None => Ok(None),
+            Some(v) => parse_rv(v)
+                .map(|rv| Some(rv).filter(|rv| *rv != 0))
+                .ok_or_else(|| {
+                    ApiError::BadRequest(format!(
+                        "resourceVersion {v:?} is not a valid resourceVersion"
+                    ))
+                }),
         }
     }
 }
@@ -166,6 +171,30 @@ mod tests {
                 matches!(err, ApiError::BadRequest(_) | ApiError::Status(422, ..)),
                 "{bad}: {err}"
             );
+        }
+    }
+
+    #[test]
+    fn resource_versions_are_decimal_digits_and_zero_in_any_spelling_is_unset() {
+        let rv = |v: &str| {
+            KubeQuery::parse(&format!("resourceVersion={v}"))
+                .unwrap()
+                .resource_version_number()
+        };
+        assert_eq!(rv("42").unwrap(), Some(42));
+        assert_eq!(rv("0").unwrap(), None);
+        assert_eq!(rv("000").unwrap(), None);
+        assert_eq!(rv("18446744073709551615").unwrap(), Some(u64::MAX));
+        // `+5`, ` 5` and an Arabic-Indic three, percent-encoded.
+        for bad in [
+            "%2B5",
+            "-1",
+            "%205",
+            "18446744073709551616",
+            "1e3",
+            "%D9%A3",
+        ] {
+            assert!(matches!(rv(bad), Err(ApiError::BadRequest(_))), "{bad:?}");
         }
     }
 }
