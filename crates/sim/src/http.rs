@@ -456,6 +456,26 @@ fn list_at(q: &Query, paged: bool) -> Result<ListAt, SimError> {
     })
 }
 
+/// How long a watch lasts, from `timeoutSeconds`, an int64 that
+/// kube-apiserver multiplies by a second
+/// (`staging/src/k8s.io/apiserver/pkg/endpoints/handlers/get.go`,
+/// `ListResource`): unset or 0 is the default, a negative value a deadline
+/// already passed (the watch ends at once, with an empty body), and
+/// anything that is not an int64 is 400. The stream caps what is left.
+fn watch_timeout(q: &Query, default: Duration) -> Result<Duration, SimError> {
+    let Some(value) = q.get("timeoutSeconds").filter(|v| !v.is_empty()) else {
+        return Ok(default);
+    };
+    let seconds = value.parse::<i64>().map_err(|_| {
+        SimError::BadRequest(format!("invalid value for timeoutSeconds: {value:?}"))
+    })?;
+    Ok(match seconds {
+        0 => default,
+        s if s < 0 => Duration::ZERO,
+        s => Duration::from_secs(s.unsigned_abs()),
+    })
+}
+
 fn watch_endpoint(
     sim: &Sim,
     def: &ResourceDef,
@@ -497,9 +517,7 @@ fn watch_endpoint(
                 .map_err(|_| SimError::BadRequest(format!("invalid resource version {rv:?}")))?,
         ),
     };
-    let timeout = number(q, "timeoutSeconds")?
-        .map(Duration::from_secs)
-        .unwrap_or(sim.config().watch_timeout);
+    let timeout = watch_timeout(q, sim.config().watch_timeout)?;
     let start = sim.store().watch(&key, filter, from);
     match start {
         Ok(start) => {

@@ -83,6 +83,11 @@ impl WatchStream {
 
     async fn next_line(&mut self) -> Option<Bytes> {
         while !self.done {
+            // Before the initial events too: a watch whose timeout has
+            // passed (a negative `timeoutSeconds`) sends nothing.
+            if Instant::now() >= self.deadline {
+                return None;
+            }
             if *self.stall.borrow_and_update() {
                 tokio::select! {
                     _ = self.end.cancelled() => return None,

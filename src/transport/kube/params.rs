@@ -2,6 +2,8 @@
 //! validates them. Unknown parameters are refused, so a client relying on
 //! something kubefan does not implement learns it at once.
 
+use std::time::Duration;
+
 use actix_web::web;
 
 use crate::hub::scope::parse_rv;
@@ -10,6 +12,17 @@ use crate::status::ApiError;
 
 /// Parameters accepted and ignored: they do not change what is returned.
 const IGNORED: &[&str] = &["pretty", "timeout"];
+
+/// A watch without `timeoutSeconds`, or with 0, ends after this long, as
+/// kube-apiserver's `--min-request-timeout` (1800 s) bounds it.
+pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// The longest a watch stays open, whatever its `timeoutSeconds`: a year.
+/// Past it a client has long since reconnected for other reasons
+/// (kube-apiserver's own clients ask for 5 to 10 minutes), and it keeps
+/// every deadline computed from a client's number far inside what
+/// `Instant` can represent.
+pub const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 #[derive(Debug, Default)]
 pub struct KubeQuery {
@@ -22,7 +35,9 @@ pub struct KubeQuery {
     field_selector: String,
     pub allow_bookmarks: bool,
     pub send_initial_events: Option<bool>,
-    pub timeout_seconds: Option<u64>,
+    /// kube-apiserver's `ListOptions.TimeoutSeconds`, an int64; see
+    /// [`KubeQuery::watch_timeout`].
+    pub timeout_seconds: Option<i64>,
     /// What a table row's `object` holds (read only for `as=Table`).
     pub include_object: Option<String>,
 }
@@ -37,10 +52,10 @@ fn boolean(key: &str, value: &str) -> Result<bool, ApiError> {
     }
 }
 
-fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ApiError> {
+fn number<T: std::str::FromStr>(key: &str, value: &str, what: &str) -> Result<T, ApiError> {
     value
         .parse()
-        .map_err(|_| ApiError::BadRequest(format!("{key}={value:?} is not a non-negative integer")))
+        .map_err(|_| ApiError::BadRequest(format!("{key}={value:?} is not {what}")))
 }
 
 impl KubeQuery {
@@ -66,13 +81,18 @@ impl KubeQuery {
                         ));
                     }
                 },
-                "limit" => q.limit = Some(number::<usize>(&key, &value)?).filter(|l| *l > 0),
+                "limit" => {
+                    q.limit = Some(number::<usize>(&key, &value, "a non-negative integer")?)
+                        .filter(|l| *l > 0)
+                }
                 "continue" => q.continue_token = Some(value).filter(|v| !v.is_empty()),
                 "labelSelector" => q.label_selector = value,
                 "fieldSelector" => q.field_selector = value,
                 "allowWatchBookmarks" => q.allow_bookmarks = boolean(&key, &value)?,
                 "sendInitialEvents" => q.send_initial_events = Some(boolean(&key, &value)?),
-                "timeoutSeconds" => q.timeout_seconds = Some(number(&key, &value)?),
+                "timeoutSeconds" => {
+                    q.timeout_seconds = Some(number(&key, &value, "a 64-bit integer")?)
+                }
                 "includeObject" => q.include_object = Some(value),
                 k if IGNORED.contains(&k) => {}
                 other => {
@@ -83,6 +103,24 @@ impl KubeQuery {
             }
         }
         Ok(q)
+    }
+
+    /// How long a watch lasts, from `timeoutSeconds` as kube-apiserver
+    /// reads it (`staging/src/k8s.io/apiserver/pkg/endpoints/handlers/get.go`,
+    /// `ListResource`: `time.Duration(*opts.TimeoutSeconds) * time.Second`,
+    /// 0 replaced by the default, then `context.WithTimeout`):
+    /// - unset or 0: [`DEFAULT_WATCH_TIMEOUT`];
+    /// - negative: zero, a deadline already passed: the watch ends at once,
+    ///   a 200 with an empty body;
+    /// - positive: that many seconds, capped at [`MAX_WATCH_TIMEOUT`].
+    ///   (Go's multiplication wraps above 9,223,372,036 s, so upstream's
+    ///   answer to such values is arbitrary; kubefan's is the cap.)
+    pub fn watch_timeout(&self) -> Duration {
+        match self.timeout_seconds {
+            None | Some(0) => DEFAULT_WATCH_TIMEOUT,
+            Some(s) if s < 0 => Duration::ZERO,
+            Some(s) => Duration::from_secs(s.unsigned_abs()).min(MAX_WATCH_TIMEOUT),
+        }
     }
 
     /// Adds `metadata.name=NAME` to the field selector (a watch of one
@@ -196,5 +234,30 @@ mod tests {
         ] {
             assert!(matches!(rv(bad), Err(ApiError::BadRequest(_))), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn timeout_seconds_is_an_int64_and_a_watch_lasts_at_most_a_year() {
+        let timeout = |query: &str| KubeQuery::parse(query).map(|q| q.watch_timeout());
+        // The panic this once was: 2^63 seconds added to an Instant.
+        assert!(matches!(
+            timeout("timeoutSeconds=9223372036854775808"),
+            Err(ApiError::BadRequest(_))
+        ));
+        assert!(matches!(
+            timeout("timeoutSeconds=1.5"),
+            Err(ApiError::BadRequest(_))
+        ));
+        let longest = timeout("timeoutSeconds=9223372036854775807").unwrap();
+        assert_eq!(longest, MAX_WATCH_TIMEOUT);
+        assert!(tokio::time::Instant::now().checked_add(longest).is_some());
+        assert_eq!(
+            timeout("timeoutSeconds=-9223372036854775808").unwrap(),
+            Duration::ZERO,
+            "a negative timeout has already passed"
+        );
+        assert_eq!(timeout("timeoutSeconds=-1").unwrap(), Duration::ZERO);
+        assert_eq!(timeout("timeoutSeconds=0").unwrap(), DEFAULT_WATCH_TIMEOUT);
+        assert_eq!(timeout("").unwrap(), DEFAULT_WATCH_TIMEOUT);
     }
 }

@@ -10,13 +10,15 @@
 //!   `k8s.io/initial-events-end`;
 //! - with `allowWatchBookmarks`, a BOOKMARK with the current position on
 //!   every keep-alive interval;
-//! - the stream ends cleanly after `timeoutSeconds`, on shutdown, or when
-//!   the resource's hub closes (after an ERROR).
+//! - the stream ends cleanly after `timeoutSeconds` (at once, with an
+//!   empty body, when it is negative; after a year at most:
+//!   `KubeQuery::watch_timeout`), on shutdown, or when the resource's hub
+//!   closes (after an ERROR).
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse};
@@ -37,10 +39,6 @@ use crate::transport::message::{Ending, Message, bookmark_object, event_json};
 use crate::transport::state::AppState;
 use crate::transport::stream::{Chunk, Framed, Framing, Stream};
 use crate::transport::{ChunkSource, takeover};
-
-/// A watch without `timeoutSeconds` ends after this long, as
-/// kube-apiserver's `--min-request-timeout` (1800 s) bounds it.
-const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 
 pub async fn watch(
     req: &HttpRequest,
@@ -93,10 +91,6 @@ pub async fn watch(
         access: None,
     };
     let sub = Subscription::start(hub.clone(), request, &state.subscriptions).await?;
-    let timeout = q
-        .timeout_seconds
-        .filter(|t| *t > 0)
-        .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
     let bytes_sent = state.metrics.bytes_sent(hub.name(), Transport::KubeWatch);
     let framing = WatchFraming {
         hub,
@@ -114,7 +108,9 @@ pub async fn watch(
             Transport::KubeWatch,
             principal.name(),
         ),
-        deadline: Instant::now() + timeout,
+        // At most a year away (`MAX_WATCH_TIMEOUT`), so this never fails;
+        // if it did, the watch would have no deadline rather than a panic.
+        deadline: Instant::now().checked_add(q.watch_timeout()),
         timer: None,
     };
     Ok(takeover::respond(
@@ -132,20 +128,21 @@ pub async fn watch(
 struct WatchBody {
     framed: Framed<WatchFraming>,
     /// `timeoutSeconds`: the watch ends cleanly then.
-    deadline: Instant,
+    deadline: Option<Instant>,
     /// Its timer, made on the runtime that polls the stream.
     timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl ChunkSource for WatchBody {
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
-        let deadline = self.deadline;
-        let timer = self
-            .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        if timer.as_mut().poll(cx).is_ready() {
-            self.framed.ending("timeoutSeconds reached");
-            return Poll::Ready(None);
+        if let Some(deadline) = self.deadline {
+            let timer = self
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if timer.as_mut().poll(cx).is_ready() {
+                self.framed.ending("timeoutSeconds reached");
+                return Poll::Ready(None);
+            }
         }
         self.framed.poll_next_chunk(cx)
     }

@@ -764,6 +764,13 @@ async fn bad_input_gets_a_4xx_status() {
         ),
         (http.get(url(&format!("{pods}?limit=x"))), 400, "BadRequest"),
         (
+            http.get(url(&format!(
+                "{pods}?watch=1&timeoutSeconds=9223372036854775808"
+            ))),
+            400,
+            "BadRequest",
+        ),
+        (
             http.get(url(&format!("{pods}?watch=1&resourceVersion=abc"))),
             400,
             "BadRequest",
@@ -787,6 +794,32 @@ async fn bad_input_gets_a_4xx_status() {
             "{body}"
         );
         assert_eq!(body["kind"], "Status");
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_negative_timeout_ends_the_watch_at_once_and_zero_is_the_default() {
+    let (sim, server, _client) = start(SimConfig::default()).await;
+    sim.create("pods", pod("a").build()).unwrap();
+    let url = |t: &str| format!("{}/api/v1/pods?watch=1&timeoutSeconds={t}", server.url());
+    let resp = reqwest::get(url("-1")).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = tokio::time::timeout(Duration::from_secs(10), resp.text())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(body, "", "not even the initial events");
+    for t in ["0", "9223372036854775807"] {
+        let mut resp = reqwest::get(url(t)).await.unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            first.is_some_and(|c| c.starts_with(br#"{"type":"ADDED""#)),
+            "{t}"
+        );
     }
     server.stop().await;
 }
