@@ -475,6 +475,111 @@ async fn discovery_writes_and_bad_requests() {
     env.stop().await;
 }
 
+/// `ValidateListOptions` and `timeoutSeconds` as kube-apiserver reads
+/// them, answered alike by kubefan and by the simulated API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_watch_options_are_checked_as_kube_apiserver_checks_them() {
+    let env = spawn(seeded(3), test_config(&["pods"])).await;
+    env.synced("pods").await;
+    let rv = env.sim.resource_version();
+    let forbidden_for_list =
+        "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list";
+    for (query, code, message) in [
+        ("sendInitialEvents=true", 422, forbidden_for_list),
+        ("sendInitialEvents=false", 422, forbidden_for_list),
+        (
+            "resourceVersionMatch=NotOlderThan",
+            422,
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ),
+        (
+            "resourceVersionMatch=Exact&resourceVersion=0",
+            422,
+            "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+        ),
+        (
+            "resourceVersionMatch=Newest&resourceVersion=1",
+            422,
+            "resourceVersionMatch: Unsupported value: \"Newest\"",
+        ),
+        (
+            "watch=1&timeoutSeconds=9223372036854775808",
+            400,
+            "timeoutSeconds",
+        ),
+        ("watch=1&timeoutSeconds=1.5", 400, "timeoutSeconds"),
+    ] {
+        let path = format!("/api/v1/pods?{query}");
+        let (status, body) = env.get_json(&path).await;
+        assert_eq!(status, code, "{path}: {body}");
+        validate_status(&body);
+        let text = body["message"].as_str().unwrap();
+        assert!(text.starts_with(message), "{path}: {text}");
+        let upstream = reqwest::get(format!("{}{path}", env.server.url()))
+            .await
+            .unwrap();
+        assert_eq!(upstream.status(), code, "the simulator on {path}");
+    }
+    // With a continue token, a match is forbidden: the token's own list
+    // decides.
+    let (_, page) = env.get_json("/api/v1/pods?limit=1").await;
+    let token = page["metadata"]["continue"].as_str().unwrap();
+    let (status, body) = env
+        .get_json(&format!(
+            "/api/v1/pods?limit=1&continue={token}&resourceVersion={rv}&resourceVersionMatch=NotOlderThan"
+        ))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("resourceVersionMatch is forbidden when continue is provided"),
+        "{body}"
+    );
+    // A token that is not kubefan's, multi-byte characters and all: 400.
+    let (status, body) = env
+        .get_json(&format!(
+            "/api/v1/pods?continue=%E2%82%AC{}.0",
+            "a".repeat(29)
+        ))
+        .await;
+    assert_eq!(status, 400, "{body}");
+
+    let upstream = env.server.url();
+    for base in [env.base.as_str(), upstream.as_str()] {
+        let url = |query: &str| format!("{base}/api/v1/pods?watch=1&{query}");
+        // A timeout already passed: 200, and the stream ends at once, empty.
+        let resp = env.http.get(url("timeoutSeconds=-1")).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{base}");
+        let body = tokio::time::timeout(WAIT, resp.text())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(body, "", "{base}");
+        // The largest int64: a watch like any other (once a panic, adding
+        // it to an Instant), here ended by the client.
+        for timeout in ["9223372036854775807", "0"] {
+            let mut resp = env
+                .http
+                .get(url(&format!("timeoutSeconds={timeout}")))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200, "{base} {timeout}");
+            let first = tokio::time::timeout(WAIT, resp.chunk())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            let line: Value =
+                serde_json::from_slice(first.split(|b| *b == b'\n').next().unwrap()).unwrap();
+            assert_eq!(line["type"], "ADDED", "{base} {timeout}");
+        }
+    }
+    env.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubefan_behind_kubefan_serves_consistent_streams_with_one_upstream_watch() {
     let tier1 = spawn(seeded(40), test_config(&["pods"])).await;

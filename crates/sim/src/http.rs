@@ -403,7 +403,9 @@ async fn list_endpoint(
 
 /// Which state a LIST reads, from `resourceVersion` and
 /// `resourceVersionMatch`, checked as kube-apiserver's
-/// `ValidateListOptions` and etcd3 store do
+/// `ValidateListOptions` (apimachinery
+/// `pkg/apis/meta/internalversion/validation/validation.go`: every
+/// violation, aggregated) and etcd3 store do
 /// (<https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list>).
 fn list_at(q: &Query, paged: bool) -> Result<ListAt, SimError> {
     let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
@@ -411,32 +413,44 @@ fn list_at(q: &Query, paged: bool) -> Result<ListAt, SimError> {
         .get("resourceVersionMatch")
         .map(String::as_str)
         .unwrap_or("");
-    let invalid = |why: &str| {
-        SimError::Invalid(format!(
-            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: {why}"
-        ))
-    };
+    let mut errs = Vec::new();
     if !rv_match.is_empty() {
         if rv.is_empty() {
-            return Err(invalid(
-                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-            ));
+            errs.push(
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided".to_owned(),
+            );
         }
         if paged {
-            return Err(invalid(
-                "Forbidden: resourceVersionMatch is forbidden when continue is provided",
-            ));
+            errs.push(
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided".to_owned(),
+            );
         }
         if rv_match != "Exact" && rv_match != "NotOlderThan" {
-            return Err(invalid(&format!(
-                "Unsupported value: {rv_match:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
-            )));
-        }
-        if rv_match == "Exact" && rv == "0" {
-            return Err(invalid(
-                "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            errs.push(format!(
+                "resourceVersionMatch: Unsupported value: {rv_match:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
             ));
         }
+        if rv_match == "Exact" && rv == "0" {
+            errs.push(
+                "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".to_owned(),
+            );
+        }
+    }
+    // Any value, true or false: a pointer that is set.
+    if q.contains_key("sendInitialEvents") {
+        errs.push(
+            "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list".to_owned(),
+        );
+    }
+    let aggregated = match errs.as_slice() {
+        [] => None,
+        [one] => Some(one.clone()),
+        many => Some(format!("[{}]", many.join(", "))),
+    };
+    if let Some(errs) = aggregated {
+        return Err(SimError::Invalid(format!(
+            "ListOptions.meta.k8s.io \"\" is invalid: {errs}"
+        )));
     }
     if rv.is_empty() || rv == "0" {
         return Ok(ListAt::Latest);

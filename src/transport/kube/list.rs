@@ -28,8 +28,8 @@ use actix_web::HttpResponse;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::Value;
 
-use super::KubeQuery;
 use super::consistent::Probes;
+use super::params::Plan;
 use crate::auth::Principal;
 use crate::hub::{Filter, Hub, Joined, Obj, Shape};
 use crate::status::ApiError;
@@ -75,13 +75,14 @@ pub struct Pages {
 
 /// A parsed `continue` token.
 #[derive(Debug, PartialEq, Eq)]
-struct Token {
+pub struct Token {
     id: [u8; 16],
     offset: usize,
 }
 
 impl Token {
-    fn parse(token: &str) -> Result<Token, ApiError> {
+    /// `<32 hex digits>.<decimal offset>`; anything else is 400.
+    pub fn parse(token: &str) -> Result<Token, ApiError> {
         let malformed = || {
             ApiError::BadRequest(format!(
                 "invalid continue token {token:?}: not a token kubefan issued; start a new list without the continue parameter"
@@ -106,7 +107,7 @@ impl Token {
         })
     }
 
-    fn encode(&self) -> String {
+    pub fn encode(&self) -> String {
         let mut s = String::with_capacity(40);
         for b in self.id {
             s.push_str(&format!("{b:02x}"));
@@ -205,8 +206,9 @@ pub async fn list(
     read: Read<'_>,
     pages: &Pages,
     owner: PageOwner,
-    q: &KubeQuery,
+    plan: &Plan,
 ) -> Result<HttpResponse, ApiError> {
+    let q = &plan.query;
     let Read {
         state,
         hub,
@@ -215,8 +217,7 @@ pub async fn list(
         probes,
     } = read;
     synced(state, hub).await?;
-    let continued = q.continue_token.as_deref().map(Token::parse).transpose()?;
-    let (id, rv, items, offset) = match &continued {
+    let (id, rv, items, offset) = match &plan.continued {
         Some(token) => {
             let (rv, items) = pages.find(&token.id, &owner).ok_or_else(expired_token)?;
             if token.offset > items.len() {
@@ -225,10 +226,8 @@ pub async fn list(
             (Some(token.id), rv, items, token.offset)
         }
         None => {
-            match (
-                q.resource_version_number()?,
-                q.resource_version_match.as_deref(),
-            ) {
+            // The match is Exact or NotOlderThan, or unset (`KubeQuery::plan`).
+            match (plan.resource_version, q.resource_version_match.as_deref()) {
                 (Some(r), Some("Exact")) if r != hub.resource_version() => {
                     return Err(ApiError::Status(
                         410,
@@ -240,6 +239,7 @@ pub async fn list(
                     ));
                 }
                 (Some(r), _) => super::reached(state, hub, r).await?,
+                // `00`: the number 0, which `Exact` cannot be served at.
                 (None, Some("Exact")) => {
                     return Err(ApiError::Status(
                         422,

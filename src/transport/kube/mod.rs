@@ -156,7 +156,7 @@ async fn serve(
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let target = parse_tail(&tail)?;
-    let mut query = KubeQuery::parse(&auth::strip_token(req.query_string()))?;
+    let query = KubeQuery::parse(&auth::strip_token(req.query_string()))?;
     // What the response carries, decided first as kube-apiserver does: an
     // Accept it cannot serve is 406 before anything else.
     let accept = req
@@ -212,27 +212,26 @@ async fn serve(
                 .await?
         }
     };
-    // `.../pods/NAME?watch=1` watches the collection narrowed to that name,
-    // as kube-apiserver turns it into `fieldSelector=metadata.name=NAME`
-    // (apiserver `handlers/get.go`, `ListResource` with a name).
-    if let (Some(name), true) = (&target.name, query.watch) {
-        query.select_name(name)?;
-    }
     if target.namespace.is_some() && !info.namespaced {
         return Err(not_found(&group, &version, &target.plural));
     }
     super::access_log::note(&req, verb, &info.canonical_name(), &namespaces);
+    // `.../pods/NAME?watch=1` watches the collection narrowed to that name,
+    // as kube-apiserver turns it into `fieldSelector=metadata.name=NAME`
+    // (apiserver `handlers/get.go`, `ListResource` with a name).
     let fields = crate::selector::selectable_fields(&info.api.group, &info.api.plural);
+    let plan = query.plan(target.name.as_deref(), fields)?;
+    let query = &plan.query;
     let filter = Filter {
         namespaces,
-        labels: query.label_selector()?,
-        fields: query.field_selector(fields)?,
+        labels: plan.labels.clone(),
+        fields: plan.fields.clone(),
     };
     let shape = shape(
         &state,
         &printers,
         &info,
-        &query,
+        query,
         negotiated.output,
         target.name.is_none() && !query.watch,
     )
@@ -259,14 +258,14 @@ async fn serve(
         return list::get(read, target.namespace.as_deref(), name, consistent).await;
     }
     if query.watch {
-        watch::watch(&req, &state, hub, filter, shape, &query, &principal).await
+        watch::watch(&req, &state, hub, filter, shape, &plan, &principal).await
     } else {
         let owner = PageOwner {
             principal,
             resource: info.canonical_name(),
             filter,
         };
-        list::list(read, &pages, owner, &query).await
+        list::list(read, &pages, owner, &plan).await
     }
 }
 

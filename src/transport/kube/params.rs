@@ -1,11 +1,20 @@
 //! Query parameters of the Kubernetes face, validated like kube-apiserver
 //! validates them. Unknown parameters are refused, so a client relying on
 //! something kubefan does not implement learns it at once.
+//!
+//! Every number a client sends is read here and bounded before anything
+//! uses it: `limit` and `timeoutSeconds` as kube-apiserver decodes them
+//! (a value that is not an integer of their type is 400), `resourceVersion`
+//! as decimal digits, and a watch's timeout capped at
+//! [`MAX_WATCH_TIMEOUT`], so no deadline computed from it can overflow.
+//! [`KubeQuery::plan`] is everything a LIST or WATCH decides from its query
+//! before it touches a hub.
 
 use std::time::Duration;
 
 use actix_web::web;
 
+use super::list::Token;
 use crate::hub::scope::parse_rv;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
@@ -24,10 +33,11 @@ pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 /// `Instant` can represent.
 pub const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct KubeQuery {
     pub watch: bool,
     pub resource_version: Option<String>,
+    /// As sent (non-empty); [`KubeQuery::plan`] checks its value.
     pub resource_version_match: Option<String>,
     pub limit: Option<usize>,
     pub continue_token: Option<String>,
@@ -40,6 +50,24 @@ pub struct KubeQuery {
     pub timeout_seconds: Option<i64>,
     /// What a table row's `object` holds (read only for `as=Table`).
     pub include_object: Option<String>,
+}
+
+/// What a LIST or WATCH asks for, decided from its query alone: the
+/// selectors, the position, the `continue` token and, for a watch, how
+/// long it lasts. Nothing here has touched a hub yet.
+#[derive(Debug)]
+pub struct Plan {
+    /// The query, checked.
+    pub query: KubeQuery,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    /// `resourceVersion` as a number; `None` for unset, empty, and 0.
+    pub resource_version: Option<u64>,
+    /// A LIST's `continue` token (a watch ignores it, as kube-apiserver's
+    /// does).
+    pub continued: Option<Token>,
+    /// How long a WATCH lasts (never more than [`MAX_WATCH_TIMEOUT`]).
+    pub timeout: Duration,
 }
 
 fn boolean(key: &str, value: &str) -> Result<bool, ApiError> {
@@ -58,6 +86,33 @@ fn number<T: std::str::FromStr>(key: &str, value: &str, what: &str) -> Result<T,
         .map_err(|_| ApiError::BadRequest(format!("{key}={value:?} is not {what}")))
 }
 
+/// One `field.Error` of apimachinery, as its `Error()` prints it.
+fn forbidden(field: &str, detail: &str) -> String {
+    format!("{field}: Forbidden: {detail}")
+}
+
+fn not_supported(field: &str, value: &str, supported: &[&str]) -> String {
+    let supported: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
+    format!(
+        "{field}: Unsupported value: {value:?}: supported values: {}",
+        supported.join(", ")
+    )
+}
+
+/// 422 `Invalid` with every violation, as `field.ErrorList.ToAggregate()`
+/// prints them: the one message, or `[first, second]`.
+fn invalid(errs: Vec<String>) -> Result<(), ApiError> {
+    match errs.len() {
+        0 => Ok(()),
+        1 => Err(ApiError::Status(422, "Invalid", errs.concat())),
+        _ => Err(ApiError::Status(
+            422,
+            "Invalid",
+            format!("[{}]", errs.join(", ")),
+        )),
+    }
+}
+
 impl KubeQuery {
     pub fn parse(query: &str) -> Result<KubeQuery, ApiError> {
         let pairs = web::Query::<Vec<(String, String)>>::from_query(query)
@@ -68,19 +123,9 @@ impl KubeQuery {
             match key.as_str() {
                 "watch" => q.watch = boolean(&key, &value)?,
                 "resourceVersion" => q.resource_version = Some(value).filter(|v| !v.is_empty()),
-                "resourceVersionMatch" => match value.as_str() {
-                    "" => {}
-                    "NotOlderThan" | "Exact" => q.resource_version_match = Some(value),
-                    other => {
-                        return Err(ApiError::Status(
-                            422,
-                            "Invalid",
-                            format!(
-                                "resourceVersionMatch: Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
-                            ),
-                        ));
-                    }
-                },
+                "resourceVersionMatch" => {
+                    q.resource_version_match = Some(value).filter(|v| !v.is_empty())
+                }
                 "limit" => {
                     q.limit = Some(number::<usize>(&key, &value, "a non-negative integer")?)
                         .filter(|l| *l > 0)
@@ -103,6 +148,113 @@ impl KubeQuery {
             }
         }
         Ok(q)
+    }
+
+    /// What a request for `name` (a single object, when set) asks for:
+    /// the selectors (400 when they do not parse; a watch of one object
+    /// by its path is narrowed to its name), then, for a LIST or WATCH,
+    /// the options checked as kube-apiserver checks them (422), the
+    /// position and the `continue` token (400).
+    pub fn plan(mut self, name: Option<&str>, selectable: &[&str]) -> Result<Plan, ApiError> {
+        if let (Some(name), true) = (name, self.watch) {
+            self.select_name(name)?;
+        }
+        let labels = self.label_selector()?;
+        let fields = self.field_selector(selectable)?;
+        // A GET of one object reads GetOptions, which have none of these.
+        let collection = name.is_none() || self.watch;
+        if collection {
+            self.validate()?;
+        }
+        let continued = match &self.continue_token {
+            Some(token) if collection && !self.watch => Some(Token::parse(token)?),
+            _ => None,
+        };
+        Ok(Plan {
+            labels,
+            fields,
+            resource_version: self.resource_version_number()?,
+            continued,
+            timeout: self.watch_timeout(),
+            query: self,
+        })
+    }
+
+    /// kube-apiserver's `ValidateListOptions`
+    /// (`staging/src/k8s.io/apimachinery/pkg/apis/meta/internalversion/validation/validation.go`):
+    /// 422 `Invalid` with every violation. For a watch, `sendInitialEvents`
+    /// counts as given only when true (kubefan serves `false` as an
+    /// ordinary watch), and `allowWatchBookmarks` is required with it, as
+    /// kube-apiserver's watch cache requires it once the options are
+    /// valid.
+    fn validate(&self) -> Result<(), ApiError> {
+        const MATCH: &str = "resourceVersionMatch";
+        let mut errs = Vec::new();
+        let matching = self.resource_version_match.as_deref();
+        if self.watch {
+            let initial = self.send_initial_events == Some(true);
+            if initial && matching != Some("NotOlderThan") {
+                errs.push(forbidden(
+                    MATCH,
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            if let Some(m) = matching {
+                if !initial {
+                    errs.push(forbidden(
+                        MATCH,
+                        "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                    ));
+                }
+                if m != "NotOlderThan" {
+                    errs.push(not_supported(MATCH, m, &["NotOlderThan"]));
+                }
+                if self.continue_token.is_some() {
+                    errs.push(forbidden(
+                        MATCH,
+                        "resourceVersionMatch is forbidden when continue is provided",
+                    ));
+                }
+            }
+            invalid(errs)?;
+            if initial && !self.allow_bookmarks {
+                return invalid(vec![forbidden(
+                    "allowWatchBookmarks",
+                    "sendInitialEvents requires setting allowWatchBookmarks to true",
+                )]);
+            }
+            return Ok(());
+        }
+        if let Some(m) = matching {
+            if self.resource_version.is_none() {
+                errs.push(forbidden(
+                    MATCH,
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if self.continue_token.is_some() {
+                errs.push(forbidden(
+                    MATCH,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if m != "Exact" && m != "NotOlderThan" {
+                errs.push(not_supported(MATCH, m, &["Exact", "NotOlderThan", ""]));
+            }
+            if m == "Exact" && self.resource_version.as_deref() == Some("0") {
+                errs.push(forbidden(
+                    MATCH,
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if self.send_initial_events.is_some() {
+            errs.push(forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
+        invalid(errs)
     }
 
     /// How long a watch lasts, from `timeoutSeconds` as kube-apiserver
@@ -174,6 +326,13 @@ impl KubeQuery {
 mod tests {
     use super::*;
 
+    fn invalid_message(query: &str) -> String {
+        match KubeQuery::parse(query).and_then(|q| q.plan(None, &[])) {
+            Err(ApiError::Status(422, "Invalid", message)) => message,
+            other => panic!("{query}: {other:?}"),
+        }
+    }
+
     #[test]
     fn parses_what_kube_clients_send() {
         let q = KubeQuery::parse(
@@ -183,6 +342,7 @@ mod tests {
         assert!(q.watch && q.allow_bookmarks);
         assert_eq!(q.resource_version_number().unwrap(), Some(42));
         assert_eq!(q.timeout_seconds, Some(290));
+        assert_eq!(q.watch_timeout(), Duration::from_secs(290));
         assert!(q.label_selector().is_ok());
         assert!(q.field_selector(&["spec.nodeName"]).is_ok());
         assert!(
@@ -199,40 +359,17 @@ mod tests {
         for bad in [
             "watch=maybe",
             "limit=-1",
-            "resourceVersionMatch=Newest",
+            "resourceVersionMatch=Newest&resourceVersion=1",
             "dryRun=All",
             "labelSelector=a%20b",
         ] {
-            let q = KubeQuery::parse(bad);
-            let err = q.and_then(|q| q.label_selector().map(|_| ())).unwrap_err();
+            let err = KubeQuery::parse(bad)
+                .and_then(|q| q.plan(None, &[]))
+                .unwrap_err();
             assert!(
                 matches!(err, ApiError::BadRequest(_) | ApiError::Status(422, ..)),
                 "{bad}: {err}"
             );
-        }
-    }
-
-    #[test]
-    fn resource_versions_are_decimal_digits_and_zero_in_any_spelling_is_unset() {
-        let rv = |v: &str| {
-            KubeQuery::parse(&format!("resourceVersion={v}"))
-                .unwrap()
-                .resource_version_number()
-        };
-        assert_eq!(rv("42").unwrap(), Some(42));
-        assert_eq!(rv("0").unwrap(), None);
-        assert_eq!(rv("000").unwrap(), None);
-        assert_eq!(rv("18446744073709551615").unwrap(), Some(u64::MAX));
-        // `+5`, ` 5` and an Arabic-Indic three, percent-encoded.
-        for bad in [
-            "%2B5",
-            "-1",
-            "%205",
-            "18446744073709551616",
-            "1e3",
-            "%D9%A3",
-        ] {
-            assert!(matches!(rv(bad), Err(ApiError::BadRequest(_))), "{bad:?}");
         }
     }
 
@@ -259,5 +396,88 @@ mod tests {
         assert_eq!(timeout("timeoutSeconds=-1").unwrap(), Duration::ZERO);
         assert_eq!(timeout("timeoutSeconds=0").unwrap(), DEFAULT_WATCH_TIMEOUT);
         assert_eq!(timeout("").unwrap(), DEFAULT_WATCH_TIMEOUT);
+    }
+
+    #[test]
+    fn list_options_are_validated_like_kube_apiserver() {
+        for send in ["true", "false"] {
+            assert_eq!(
+                invalid_message(&format!("sendInitialEvents={send}")),
+                "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"
+            );
+        }
+        assert_eq!(
+            invalid_message("resourceVersionMatch=NotOlderThan"),
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+        );
+        assert_eq!(
+            invalid_message("resourceVersionMatch=Exact&resourceVersion=0"),
+            "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""
+        );
+        assert_eq!(
+            invalid_message("resourceVersionMatch=Newest&resourceVersion=3"),
+            "resourceVersionMatch: Unsupported value: \"Newest\": supported values: \"Exact\", \"NotOlderThan\", \"\""
+        );
+        // Every violation, as apimachinery aggregates them.
+        assert_eq!(
+            invalid_message("resourceVersionMatch=Exact&continue=x&sendInitialEvents=1"),
+            "[resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided, \
+             resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided, \
+             sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list]"
+        );
+        // A GET of one object does not read list options.
+        let get = KubeQuery::parse("sendInitialEvents=true").unwrap();
+        assert!(get.plan(Some("a"), &[]).is_ok());
+    }
+
+    #[test]
+    fn watch_options_are_validated_like_kube_apiserver() {
+        assert_eq!(
+            invalid_message("watch=1&sendInitialEvents=true&allowWatchBookmarks=1"),
+            "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+        );
+        assert_eq!(
+            invalid_message("watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"),
+            "allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"
+        );
+        assert_eq!(
+            invalid_message("watch=1&resourceVersionMatch=Exact"),
+            "[resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided, \
+             resourceVersionMatch: Unsupported value: \"Exact\": supported values: \"NotOlderThan\"]"
+        );
+        let q = KubeQuery::parse(
+            "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=1&continue=x",
+        )
+        .unwrap();
+        assert!(matches!(q.plan(None, &[]), Err(ApiError::Status(422, ..))));
+        let q = KubeQuery::parse(
+            "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=1",
+        )
+        .unwrap();
+        assert!(q.plan(None, &[]).is_ok());
+    }
+
+    #[test]
+    fn resource_versions_are_decimal_digits_and_zero_in_any_spelling_is_unset() {
+        let rv = |v: &str| {
+            KubeQuery::parse(&format!("resourceVersion={v}"))
+                .unwrap()
+                .resource_version_number()
+        };
+        assert_eq!(rv("42").unwrap(), Some(42));
+        assert_eq!(rv("0").unwrap(), None);
+        assert_eq!(rv("000").unwrap(), None);
+        assert_eq!(rv("18446744073709551615").unwrap(), Some(u64::MAX));
+        // `+5`, ` 5` and an Arabic-Indic three, percent-encoded.
+        for bad in [
+            "%2B5",
+            "-1",
+            "%205",
+            "18446744073709551616",
+            "1e3",
+            "%D9%A3",
+        ] {
+            assert!(matches!(rv(bad), Err(ApiError::BadRequest(_))), "{bad:?}");
+        }
     }
 }

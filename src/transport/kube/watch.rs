@@ -25,7 +25,7 @@ use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
 use tokio::time::{Instant, Sleep};
 
-use super::KubeQuery;
+use super::params::Plan;
 use crate::auth::Principal;
 use crate::hub::encode::added_line;
 use crate::hub::scope::Position;
@@ -40,39 +40,19 @@ use crate::transport::state::AppState;
 use crate::transport::stream::{Chunk, Framed, Framing, Stream};
 use crate::transport::{ChunkSource, takeover};
 
+/// Serves a WATCH whose query `plan` checked (`KubeQuery::plan`).
 pub async fn watch(
     req: &HttpRequest,
     state: &AppState,
     hub: Arc<Hub>,
     filter: Filter,
     shape: Shape,
-    q: &KubeQuery,
+    plan: &Plan,
     principal: &Principal,
 ) -> Result<HttpResponse, ApiError> {
+    let q = &plan.query;
     let send_initial = q.send_initial_events == Some(true);
-    if send_initial {
-        if q.resource_version_match.as_deref() != Some("NotOlderThan") {
-            return Err(ApiError::Status(
-                422,
-                "Invalid",
-                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan".into(),
-            ));
-        }
-        if !q.allow_bookmarks {
-            return Err(ApiError::Status(
-                422,
-                "Invalid",
-                "allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true".into(),
-            ));
-        }
-    } else if q.resource_version_match.is_some() {
-        return Err(ApiError::Status(
-            422,
-            "Invalid",
-            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".into(),
-        ));
-    }
-    let rv = q.resource_version_number()?;
+    let rv = plan.resource_version;
     if let Some(r) = rv
         && hub.wait_synced(state.stream.sync_timeout).await
     {
@@ -110,7 +90,7 @@ pub async fn watch(
         ),
         // At most a year away (`MAX_WATCH_TIMEOUT`), so this never fails;
         // if it did, the watch would have no deadline rather than a panic.
-        deadline: Instant::now().checked_add(q.watch_timeout()),
+        deadline: Instant::now().checked_add(plan.timeout),
         timer: None,
     };
     Ok(takeover::respond(

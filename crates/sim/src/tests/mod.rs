@@ -764,6 +764,11 @@ async fn bad_input_gets_a_4xx_status() {
         ),
         (http.get(url(&format!("{pods}?limit=x"))), 400, "BadRequest"),
         (
+            http.get(url(&format!("{pods}?sendInitialEvents=false"))),
+            422,
+            "Invalid",
+        ),
+        (
             http.get(url(&format!(
                 "{pods}?watch=1&timeoutSeconds=9223372036854775808"
             ))),
