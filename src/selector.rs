@@ -240,6 +240,31 @@ impl LabelSelector {
     }
 }
 
+/// The selector in its shortest spelling (`=` for equality, no space but
+/// the one before `in`/`notin`, sets in their order), which parses back
+/// to an equal selector and is never longer than what was parsed (so it
+/// stays within [`MAX_SELECTOR_LEN`]).
+impl std::fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, Requirement { key, op }) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            match op {
+                Op::Eq(v) => write!(f, "{key}={v}"),
+                Op::NotEq(v) => write!(f, "{key}!={v}"),
+                Op::In(set) => write!(f, "{key} in({})", set.join(",")),
+                Op::NotIn(set) => write!(f, "{key} notin({})", set.join(",")),
+                Op::Exists => f.write_str(key),
+                Op::NotExists => write!(f, "!{key}"),
+                Op::Gt(n) => write!(f, "{key}>{n}"),
+                Op::Lt(n) => write!(f, "{key}<{n}"),
+            }?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 struct FieldRequirement {
     /// The dotted field path, as written.
@@ -422,6 +447,28 @@ impl FieldSelector {
     }
 }
 
+/// The selector in its shortest spelling (`=` for equality, values
+/// escaped as `fields.EscapeValue` escapes them), which parses back to an
+/// equal selector and is never longer than what was parsed.
+impl std::fmt::Display for FieldSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, r) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(&r.field)?;
+            f.write_str(if r.equal { "=" } else { "!=" })?;
+            for c in r.value.chars() {
+                if matches!(c, '\\' | ',' | '=') {
+                    f.write_str("\\")?;
+                }
+                write!(f, "{c}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A field's value as a field selector compares it: strings as they are,
 /// other scalars in their JSON form, absent or null as "".
 pub fn field_text(v: Option<&Value>) -> String {
@@ -486,6 +533,36 @@ pub fn selectable_fields(group: &str, plural: &str) -> &'static [&'static str] {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn selectors_print_in_a_spelling_that_parses_back_to_them() {
+        let fields = vec!["spec.nodeName".to_string()];
+        for text in [
+            "",
+            "a=b, c == d,e!=f",
+            "x in (a, b,c),y notin (z),k,!m,n>-3,o<+4",
+            "example.com/app=web,in,notin in (,x)",
+        ] {
+            let sel = LabelSelector::parse(text).unwrap();
+            assert_eq!(
+                LabelSelector::parse(&sel.to_string()).unwrap(),
+                sel,
+                "{text}"
+            );
+        }
+        for text in [
+            r"metadata.name=a\,b\=c\\d, spec.nodeName != x",
+            "metadata.name==a!b,metadata.namespace=",
+            r"metadata.name=\=x",
+        ] {
+            let sel = FieldSelector::parse(text, &fields).unwrap();
+            assert_eq!(
+                FieldSelector::parse(&sel.to_string(), &fields).unwrap(),
+                sel,
+                "{text}: {sel}"
+            );
+        }
+    }
+
     #[test]
     fn field_selector_values_unescape_as_apimachinery_does() {
         let fields = vec!["spec.nodeName".to_string()];

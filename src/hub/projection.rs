@@ -68,6 +68,24 @@ impl Projection {
     }
 }
 
+/// The paths named beyond [`ALWAYS_KEPT`], comma-separated (one kept path
+/// when there are none): a spelling that parses back to this projection.
+impl std::fmt::Display for Projection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let named: Vec<String> = self
+            .paths
+            .iter()
+            .map(|p| p.join("."))
+            .filter(|p| !ALWAYS_KEPT.contains(&p.as_str()))
+            .collect();
+        if named.is_empty() {
+            f.write_str(ALWAYS_KEPT[0])
+        } else {
+            f.write_str(&named.join(","))
+        }
+    }
+}
+
 /// Copies `path` of `src` into `dst`; returns whether anything was copied
 /// (so no empty parent is left behind for a path that does not exist).
 fn project(src: &Value, path: &[String], dst: &mut Value) -> bool {
@@ -204,6 +222,23 @@ mod tests {
                 .get("status")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_projection_prints_as_paths_that_parse_back_to_it() {
+        for spec in [
+            "kind",
+            "spec.nodeName, status.phase,spec.nodeName",
+            "a,metadata.uid",
+        ] {
+            let p = Projection::parse(spec).unwrap();
+            assert_eq!(Projection::parse(&p.to_string()).unwrap(), p, "{spec}");
+        }
+        // The most paths a client may name, one of them always kept: the
+        // spelling names no more than were named.
+        let many: Vec<String> = (1..MAX_PATHS).map(|i| format!("p{i}")).collect();
+        let p = Projection::parse(&format!("kind,{}", many.join(","))).unwrap();
+        assert_eq!(Projection::parse(&p.to_string()).unwrap(), p);
     }
 
     #[test]

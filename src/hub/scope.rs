@@ -134,6 +134,16 @@ pub struct Position {
     pub tag: Option<String>,
 }
 
+/// `RV` or `RV~TAG`: an event's id, as [`Position::parse`] reads it.
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.tag {
+            Some(tag) => write!(f, "{}~{tag}", self.rv),
+            None => write!(f, "{}", self.rv),
+        }
+    }
+}
+
 /// A resourceVersion as clients write it: decimal digits within `u64` (no
 /// sign or space, as Go's `strconv.ParseUint` reads one); `None` otherwise.
 pub fn parse_rv(text: &str) -> Option<u64> {

@@ -106,6 +106,31 @@ impl StreamParams {
         }
     }
 
+    /// These options as the key/value pairs [`parse_stream_params`]
+    /// reads, spelled so that they parse back to these options.
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::new();
+        if !self.namespaces.is_empty() {
+            pairs.push(("namespace", self.namespaces.join(",")));
+        }
+        if let Some(position) = &self.resume {
+            pairs.push(("resourceVersion", position.to_string()));
+        }
+        if !self.labels.is_empty() {
+            pairs.push(("labelSelector", self.labels.to_string()));
+        }
+        if !self.fields.is_empty() {
+            pairs.push(("fieldSelector", self.fields.to_string()));
+        }
+        if let Some(projection) = &self.projection {
+            pairs.push(("fields", projection.to_string()));
+        }
+        if self.delta == Delta::MergePatch {
+            pairs.push(("delta", "merge-patch".to_string()));
+        }
+        pairs
+    }
+
     /// The view these options ask for.
     pub fn view_spec(&self) -> ViewSpec {
         ViewSpec {
