@@ -31,6 +31,7 @@
 //! - [`metrics`], [`lifecycle`], [`epoch`], [`selector`], [`heap`]: what the
 //!   rest records to, stops with, waits on, filters with, and gives memory
 //!   back through.
+//! - `fuzzing` (hidden): entry points for the fuzz targets in `fuzz/`.
 //!
 //! The simulated API server the demo, the tests and the load tests use is
 //! its own crate (`crates/sim`, `kubefan_sim`), apart from this library.
@@ -41,6 +42,8 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod epoch;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod heap;
 pub mod hub;
 pub mod kubeconfig;

@@ -73,7 +73,7 @@ pub async fn stream(
     ))
 }
 
-fn parse_last_event_id(value: &HeaderValue) -> Result<Option<Position>, ApiError> {
+pub(crate) fn parse_last_event_id(value: &HeaderValue) -> Result<Option<Position>, ApiError> {
     let text = value
         .to_str()
         .map_err(|_| ApiError::BadRequest("Last-Event-ID is not valid text".into()))?

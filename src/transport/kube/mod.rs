@@ -14,7 +14,7 @@ pub use consistent::Probes;
 mod discovery;
 mod list;
 pub use list::{PageOwner, Pages};
-mod params;
+pub(crate) mod params;
 mod printers;
 pub use printers::KubePrinters;
 mod watch;

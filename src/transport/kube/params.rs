@@ -8,7 +8,7 @@
 //! as decimal digits, and a watch's timeout capped at
 //! [`MAX_WATCH_TIMEOUT`], so no deadline computed from it can overflow.
 //! [`KubeQuery::plan`] is everything a LIST or WATCH decides from its query
-//! before it touches a hub.
+//! before it touches a hub; `kubefan::fuzzing` runs it on arbitrary input.
 
 use std::time::Duration;
 
@@ -320,11 +320,52 @@ impl KubeQuery {
                 }),
         }
     }
+
+    /// This query as the key/value pairs it was parsed from, spelled so
+    /// that they parse back to it (parameters that change nothing left
+    /// out).
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs: Vec<(&'static str, String)> = Vec::new();
+        if self.watch {
+            pairs.push(("watch", "true".into()));
+        }
+        let optional = [
+            ("resourceVersion", &self.resource_version),
+            ("resourceVersionMatch", &self.resource_version_match),
+            ("continue", &self.continue_token),
+            ("includeObject", &self.include_object),
+        ];
+        for (key, value) in optional {
+            if let Some(v) = value {
+                pairs.push((key, v.clone()));
+            }
+        }
+        if let Some(limit) = self.limit {
+            pairs.push(("limit", limit.to_string()));
+        }
+        if !self.label_selector.is_empty() {
+            pairs.push(("labelSelector", self.label_selector.clone()));
+        }
+        if !self.field_selector.is_empty() {
+            pairs.push(("fieldSelector", self.field_selector.clone()));
+        }
+        if self.allow_bookmarks {
+            pairs.push(("allowWatchBookmarks", "true".into()));
+        }
+        if let Some(send) = self.send_initial_events {
+            pairs.push(("sendInitialEvents", send.to_string()));
+        }
+        if let Some(t) = self.timeout_seconds {
+            pairs.push(("timeoutSeconds", t.to_string()));
+        }
+        pairs
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fuzzing::query_string;
 
     fn invalid_message(query: &str) -> String {
         match KubeQuery::parse(query).and_then(|q| q.plan(None, &[])) {
@@ -479,5 +520,14 @@ mod tests {
         ] {
             assert!(matches!(rv(bad), Err(ApiError::BadRequest(_))), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_query_s_pairs_parse_back_to_it() {
+        let q = KubeQuery::parse(
+            "watch=1&resourceVersion=7&resourceVersionMatch=NotOlderThan&limit=3&continue=a%2Bb&labelSelector=a%20in%20(x)&fieldSelector=metadata.name%3Dn&allowWatchBookmarks=1&sendInitialEvents=false&timeoutSeconds=-4&includeObject=None",
+        )
+        .unwrap();
+        assert_eq!(KubeQuery::parse(&query_string(&q.pairs())).unwrap(), q);
     }
 }

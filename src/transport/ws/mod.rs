@@ -34,7 +34,7 @@
 
 pub mod message;
 mod mux;
-mod ops;
+pub(crate) mod ops;
 mod single;
 
 use actix_web::{HttpRequest, HttpResponse, web};
