@@ -12,11 +12,13 @@ use std::time::Duration;
 
 use actix_web::ResponseError;
 use actix_web::http::header::HeaderValue;
+use actix_ws::AggregatedMessage;
 use serde_json::{Map, Value};
 
 use crate::hub::scope::Position;
 use crate::status::ApiError;
 use crate::transport::kube::params::{self, KubeQuery};
+use crate::transport::takeover::{Frames, InboxLimits, Messages};
 use crate::transport::ws::ops::{Op, OpError, parse_op};
 use crate::transport::{StreamParams, parse_stream_query, sse};
 
@@ -161,6 +163,62 @@ pub fn ws_op(text: &str) -> Result<WsOp, WsRefused> {
             refused: err.into(),
         },
     })
+}
+
+/// The limits [`ws_frames`] reads with.
+pub const WS_LIMITS: InboxLimits = InboxLimits {
+    max_message: 4096,
+    max_fragments: 16,
+    idle_frames_per_minute: 50,
+};
+
+/// What a WebSocket's frame reader made of a client's bytes.
+#[derive(Debug, Default)]
+pub struct WsRead {
+    /// Each message: whether it is a control frame (ping, pong, close),
+    /// and its payload's length.
+    pub messages: Vec<(bool, usize)>,
+    /// The most the reader held after any read.
+    pub most_held: usize,
+    /// The Close code it refused the input with, if it did (reading stops
+    /// there, as the socket closes).
+    pub refused: Option<u16>,
+}
+
+/// `bytes` as a client's frames, arriving `read` bytes at a time, on a
+/// `/ws` socket (`takes_messages`) or a single-stream one, read with
+/// [`WS_LIMITS`] as `transport::takeover::ws_read` reads a socket.
+pub fn ws_frames(bytes: &[u8], read: usize, takes_messages: bool) -> WsRead {
+    let messages = if takes_messages {
+        Messages::Taken
+    } else {
+        Messages::Ignored
+    };
+    let mut frames = Frames::new(WS_LIMITS, messages);
+    let now = tokio::time::Instant::now();
+    let mut out = WsRead::default();
+    for chunk in bytes.chunks(read.max(1)) {
+        frames.extend(chunk);
+        loop {
+            match frames.next(now) {
+                Ok(Some(message)) => out.messages.push(match message {
+                    AggregatedMessage::Text(text) => (false, text.len()),
+                    AggregatedMessage::Binary(bytes) => (false, bytes.len()),
+                    AggregatedMessage::Ping(bytes) | AggregatedMessage::Pong(bytes) => {
+                        (true, bytes.len())
+                    }
+                    AggregatedMessage::Close(_) => (true, 0),
+                }),
+                Ok(None) => break,
+                Err(refusal) => {
+                    out.refused = Some(u16::from(refusal.code()));
+                    return out;
+                }
+            }
+        }
+        out.most_held = out.most_held.max(frames.held());
+    }
+    out
 }
 
 /// `key=value` pairs joined with `&`, every byte of a value but ASCII
