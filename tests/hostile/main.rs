@@ -13,4 +13,5 @@
 
 mod harness;
 mod http2;
+mod requests;
 mod websocket;
