@@ -116,9 +116,20 @@ struct WatchBody {
 impl ChunkSource for WatchBody {
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         if let Some(deadline) = self.deadline {
-            let timer = self
-                .timer
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            let timer = match &mut self.timer {
+                Some(timer) => timer,
+                // A deadline already past (a negative `timeoutSeconds`)
+                // ends the watch before anything is sent: a timer made now
+                // would fire only at the timer wheel's next millisecond,
+                // after the snapshot had gone.
+                None if deadline <= Instant::now() => {
+                    self.framed.ending("timeoutSeconds reached");
+                    return Poll::Ready(None);
+                }
+                None => self
+                    .timer
+                    .insert(Box::pin(tokio::time::sleep_until(deadline))),
+            };
             if timer.as_mut().poll(cx).is_ready() {
                 self.framed.ending("timeoutSeconds reached");
                 return Poll::Ready(None);
