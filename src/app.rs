@@ -10,7 +10,7 @@ use actix_web::{HttpResponse, guard, web};
 use tokio::task::JoinHandle;
 
 use crate::auth::Auth;
-use crate::config::{AuthMode, Config};
+use crate::config::Config;
 use crate::hub::SubscriptionContext;
 use crate::lifecycle::Lifecycle;
 use crate::limits::Limits;
@@ -299,15 +299,11 @@ async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
 /// Says at start-up what is exposed: the auth mode and what happens to
 /// Secrets.
 fn log_exposure(cfg: &Config) {
-    let mode = match cfg.auth.mode {
-        AuthMode::None => "none",
-        AuthMode::Jwt => "jwt",
-        AuthMode::Kubernetes => "kubernetes",
-    };
-    if cfg.auth.mode == AuthMode::None && !cfg.listen.ip().is_loopback() {
+    let mode = cfg.auth.describe();
+    if cfg.auth.anonymous() && !cfg.listen.ip().is_loopback() {
         tracing::warn!(listen = %cfg.listen, "serving without authentication on a non-loopback address (--allow-unauthenticated)");
     } else {
-        tracing::info!(auth = mode, "authentication");
+        tracing::info!(auth = %mode, "authentication");
     }
     let upstream = &cfg.upstream;
     if !upstream.allow_secrets {

@@ -184,12 +184,12 @@ fn write_kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
         anyhow::bail!("--server {server} is http:// but kubefan serves TLS: use https://");
     }
     let token = args.token_file.as_deref().map(read_token).transpose()?;
-    if token.is_none() && cfg.auth.mode != kubefan::config::AuthMode::None {
+    if token.is_none() && !cfg.auth.anonymous() {
         eprintln!(
             "kubefan kubeconfig: --auth is on but no --token-file was given; clients will need a token"
         );
     }
-    let anonymous = cfg.auth.mode == kubefan::config::AuthMode::None;
+    let anonymous = cfg.auth.anonymous();
     let yaml = Kubeconfig {
         name: args.name,
         server,

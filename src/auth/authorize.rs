@@ -15,10 +15,10 @@
 
 use std::sync::Arc;
 
+use super::rbac::Rbac;
 use super::rbac::access::{AccessSet, Namespaces};
 use super::scope::{CredentialScope, RbacScope, qualified};
-use super::{Access, Auth, Grant, Principal, Verb, kubernetes};
-use crate::config::AuthorizationMode;
+use super::{Access, Auth, Grant, Principal, User, UserAuthorizer, Verb, kubernetes};
 use crate::hub::scope::{FixedScope, Scope, Scoping};
 use crate::status::ApiError;
 use crate::upstream::{self, Informers, ResourceInfo};
@@ -86,16 +86,14 @@ impl Auth {
                 ..
             } => Arc::new(FixedScope::new(Scope::Only(names.clone()))),
             Access::Claims { .. } => return None,
-            Access::Kubernetes(user) => match (&self.rbac, principal.credential()) {
-                (Some(rbac), credential) if self.authorization == AuthorizationMode::Rbac => {
-                    Arc::new(RbacScope {
-                        access: rbac.hold(user),
-                        credential: credential.cloned(),
-                        verb: Verb::Watch,
-                        group: info.api.group.clone(),
-                        resource: info.api.plural.clone(),
-                    })
-                }
+            Access::User(user) => match (&self.users, principal.credential()) {
+                (Some(UserAuthorizer::Rbac(rbac)), credential) => Arc::new(RbacScope {
+                    access: rbac.hold(user),
+                    credential: credential.cloned(),
+                    verb: Verb::Watch,
+                    group: info.api.group.clone(),
+                    resource: info.api.plural.clone(),
+                }),
                 (_, Some(credential)) => Arc::new(CredentialScope {
                     credential: credential.clone(),
                 }),
@@ -145,49 +143,17 @@ impl Auth {
                 }
                 narrow_claims(principal, verb, info, &resource, namespaces, requested)
             }
-            Access::Kubernetes(user) if self.authorization == AuthorizationMode::Rbac => {
-                let access = self.rbac_access(user).await?;
-                rbac_namespaces(principal, &access, verb, info, requested, across)
-            }
-            Access::Kubernetes(user) => self.review(principal, user, verb, info, requested).await,
+            Access::User(user) => match &self.users {
+                Some(UserAuthorizer::Rbac(rbac)) => {
+                    let access = self.rbac_access(rbac, user).await?;
+                    rbac_namespaces(principal, &access, verb, info, requested, across)
+                }
+                Some(UserAuthorizer::Review(kube)) => {
+                    review(kube, principal, user, verb, info, requested).await
+                }
+                None => Err(forbidden(principal, verb, &resource, None)),
+            },
         }
-    }
-
-    /// `--authorization review`: a SubjectAccessReview per namespace asked
-    /// for, or one cluster-wide.
-    async fn review(
-        &self,
-        principal: &Principal,
-        user: &kubernetes::UserInfo,
-        verb: Verb,
-        info: &ResourceInfo,
-        requested: &[String],
-    ) -> Result<Vec<String>, ApiError> {
-        let resource = info.canonical_name();
-        let Some(kube) = &self.kube else {
-            return Err(forbidden(principal, verb, &resource, None));
-        };
-        let attrs = |namespace: &str| kubernetes::Attributes {
-            verb,
-            group: info.api.group.clone(),
-            resource: info.api.plural.clone(),
-            namespace: namespace.to_string(),
-        };
-        if requested.is_empty() || !info.namespaced {
-            if kube.allowed(user, attrs("")).await? {
-                return Ok(requested.to_vec());
-            }
-            let hint = info
-                .namespaced
-                .then_some("; name the namespaces you may see with ?namespace=");
-            return Err(forbidden(principal, verb, &resource, hint));
-        }
-        for ns in requested {
-            if !kube.allowed(user, attrs(ns)).await? {
-                return Err(forbidden_in(principal, verb, &resource, ns));
-            }
-        }
-        Ok(requested.to_vec())
     }
 
     /// Whether `principal` may `get` the object `name` (in `namespace`):
@@ -200,10 +166,10 @@ impl Auth {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<(), ApiError> {
-        if let Access::Kubernetes(user) = principal.access()
-            && self.authorization == AuthorizationMode::Rbac
+        if let (Access::User(user), Some(UserAuthorizer::Rbac(rbac))) =
+            (principal.access(), &self.users)
         {
-            let access = self.rbac_access(user).await?;
+            let access = self.rbac_access(rbac, user).await?;
             let ns = namespace.unwrap_or("");
             if access.may_get(&info.api.group, &info.api.plural, ns, name) {
                 return Ok(());
@@ -241,14 +207,12 @@ impl Auth {
         let may_know = match principal.access() {
             Access::Everything => true,
             Access::Claims { resources, .. } => *resources == Grant::All,
-            Access::Kubernetes(user) if self.authorization == AuthorizationMode::Rbac => {
-                match self.rbac_access(user).await {
+            Access::User(user) => match &self.users {
+                Some(UserAuthorizer::Rbac(rbac)) => match self.rbac_access(rbac, user).await {
                     Ok(access) => access.namespaces(verb, group, plural) != Namespaces::Nothing,
                     Err(_) => false,
-                }
-            }
-            Access::Kubernetes(user) => match &self.kube {
-                Some(kube) => {
+                },
+                Some(UserAuthorizer::Review(kube)) => {
                     let ns = requested.first().cloned().unwrap_or_default();
                     let attrs = kubernetes::Attributes {
                         verb,
@@ -270,12 +234,7 @@ impl Auth {
 
     /// The user's access set, once the RBAC objects are loaded (at most the
     /// sync timeout; 503 after).
-    async fn rbac_access(&self, user: &kubernetes::UserInfo) -> Result<Arc<AccessSet>, ApiError> {
-        let Some(rbac) = &self.rbac else {
-            return Err(ApiError::Unavailable(
-                "RBAC evaluation is not set up".into(),
-            ));
-        };
+    async fn rbac_access(&self, rbac: &Rbac, user: &User) -> Result<Arc<AccessSet>, ApiError> {
         if !rbac.synced() {
             let synced = self.rbac_changes.until(|| rbac.synced());
             if tokio::time::timeout(self.sync_timeout, synced)
@@ -289,6 +248,40 @@ impl Auth {
         }
         Ok(rbac.access(user))
     }
+}
+
+/// `--authorization review`: a SubjectAccessReview per namespace asked
+/// for, or one cluster-wide.
+async fn review(
+    kube: &kubernetes::Reviewer,
+    principal: &Principal,
+    user: &User,
+    verb: Verb,
+    info: &ResourceInfo,
+    requested: &[String],
+) -> Result<Vec<String>, ApiError> {
+    let resource = info.canonical_name();
+    let attrs = |namespace: &str| kubernetes::Attributes {
+        verb,
+        group: info.api.group.clone(),
+        resource: info.api.plural.clone(),
+        namespace: namespace.to_string(),
+    };
+    if requested.is_empty() || !info.namespaced {
+        if kube.allowed(user, attrs("")).await? {
+            return Ok(requested.to_vec());
+        }
+        let hint = info
+            .namespaced
+            .then_some("; name the namespaces you may see with ?namespace=");
+        return Err(forbidden(principal, verb, &resource, hint));
+    }
+    for ns in requested {
+        if !kube.allowed(user, attrs(ns)).await? {
+            return Err(forbidden_in(principal, verb, &resource, ns));
+        }
+    }
+    Ok(requested.to_vec())
 }
 
 /// The namespaces an RBAC access set lets `requested` see.

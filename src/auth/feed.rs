@@ -31,7 +31,7 @@ pub fn spawn(auth: Arc<Auth>, informers: Arc<Informers>, cx: SubscriptionContext
 
 async fn feed(kind: Kind, auth: &Auth, informers: &Informers, cx: &SubscriptionContext) {
     let name = format!("{}.{GROUP}", kind.plural());
-    let Some(rbac) = &auth.rbac else { return };
+    let Some(rbac) = auth.rbac() else { return };
     let mut delay = Duration::from_millis(200);
     loop {
         if cx.lifecycle.is_shutting_down() {

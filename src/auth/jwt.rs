@@ -16,6 +16,7 @@ use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use serde_json::{Map, Value};
 
+use super::authenticate::Verdict;
 use super::{Access, Error, Grant, Principal};
 use crate::config::JwtConfig;
 
@@ -23,11 +24,21 @@ use crate::config::JwtConfig;
 const JWKS_CHECK: Duration = Duration::from_secs(1);
 
 /// A key and the `kid` it answers to, if any.
-struct Key {
-    kid: Option<String>,
+pub(super) struct Key {
+    pub kid: Option<String>,
     /// The JWK's own `alg`, when it names one.
-    alg: Option<Algorithm>,
-    key: DecodingKey,
+    pub alg: Option<Algorithm>,
+    pub key: DecodingKey,
+}
+
+impl Key {
+    /// Whether this key may verify a token signed with `alg`: the same
+    /// family (an HMAC secret never verifies an RSA token, nor the
+    /// reverse: no algorithm confusion), and the JWK's own `alg` if it
+    /// names one.
+    pub fn fits(&self, alg: Algorithm) -> bool {
+        self.key.family() == alg.family() && self.alg.is_none_or(|a| a == alg)
+    }
 }
 
 pub struct Verifier {
@@ -104,10 +115,29 @@ impl Verifier {
         })
     }
 
+    /// [`Verifier::verify`], for tokens that are this verifier's: JWTs,
+    /// and with `--jwt-issuer` set, those whose (unverified) `iss` is one
+    /// of them (kube-apiserver's `hasCorrectIssuer`). Others go on to the
+    /// next authenticator.
+    pub(super) fn authenticate(&self, token: &str) -> Verdict {
+        let Some(claims) = unverified_claims(token) else {
+            return Verdict::Pass(Error::Malformed);
+        };
+        let iss = claims.get("iss").and_then(Value::as_str);
+        if !self.cfg.issuers.is_empty()
+            && !iss.is_some_and(|i| self.cfg.issuers.iter().any(|c| c == i))
+        {
+            return Verdict::Pass(Error::Issuer);
+        }
+        match self.verify(token) {
+            Ok(principal) => Verdict::Accepted(principal),
+            Err(err) => Verdict::Refused(err),
+        }
+    }
+
     /// Verifies `token` and turns its claims into a principal.
     pub fn verify(&self, token: &str) -> Result<Principal, Error> {
         let header = decode_header(token).map_err(|_| Error::Malformed)?;
-        let family = header.alg.family();
         let jwks = self.jwks.as_ref().map(Jwks::current).unwrap_or_default();
         let mut candidates: Vec<&Key> = Vec::new();
         match &header.kid {
@@ -136,31 +166,8 @@ impl Verifier {
             validation.set_audience(&self.cfg.audiences);
             validation.required_spec_claims.insert("aud".into());
         }
-        let mut last = Error::BadSignature;
-        for key in candidates {
-            if key.key.family() != family || key.alg.is_some_and(|a| a != header.alg) {
-                continue;
-            }
-            match decode::<Map<String, Value>>(token, &key.key, &validation) {
-                Ok(data) => return Ok(self.principal(&data.claims)),
-                Err(err) => match err.kind() {
-                    ErrorKind::InvalidSignature => last = Error::BadSignature,
-                    ErrorKind::ExpiredSignature => return Err(Error::Expired),
-                    ErrorKind::ImmatureSignature => return Err(Error::NotYetValid),
-                    ErrorKind::InvalidIssuer => return Err(Error::Issuer),
-                    ErrorKind::InvalidAudience => return Err(Error::Audience),
-                    ErrorKind::MissingRequiredClaim(c) => {
-                        return Err(Error::Invalid(format!("missing claim {c:?}")));
-                    }
-                    ErrorKind::InvalidToken
-                    | ErrorKind::Base64(_)
-                    | ErrorKind::Json(_)
-                    | ErrorKind::Utf8(_) => return Err(Error::Malformed),
-                    _ => last = Error::BadSignature,
-                },
-            }
-        }
-        Err(last)
+        let candidates = candidates.into_iter().filter(|k| k.fits(header.alg));
+        decode_with(token, candidates, &validation).map(|claims| self.principal(&claims))
     }
 
     fn principal(&self, claims: &Map<String, Value>) -> Principal {
@@ -216,6 +223,21 @@ impl Jwks {
     }
 }
 
+/// The claims of a JWT, not verified: only to tell whose token it is.
+/// `None` for anything that is not three base64url parts with a JSON
+/// object in the middle.
+pub(super) fn unverified_claims(token: &str) -> Option<Map<String, Value>> {
+    use base64::Engine;
+    let mut parts = token.split('.');
+    let (_, payload, _, None) = (parts.next()?, parts.next()?, parts.next()?, parts.next()) else {
+        return None;
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
 fn read(path: &Path) -> Result<Vec<u8>, Error> {
     std::fs::read(path).map_err(|e| Error::Key(path.display().to_string(), e.to_string()))
 }
@@ -225,6 +247,12 @@ fn load_jwks(path: &Path) -> Result<(Vec<Key>, Option<SystemTime>), Error> {
     let text = read(path)?;
     let set: JwkSet = serde_json::from_slice(&text)
         .map_err(|e| Error::Key(path.display().to_string(), format!("not a JWKS: {e}")))?;
+    Ok((keys_of(&set, &path.display().to_string()), modified))
+}
+
+/// The keys of a JWKS that can verify signatures; others (encryption
+/// keys, unknown types) are skipped with a warning naming `source`.
+pub(super) fn keys_of(set: &JwkSet, source: &str) -> Vec<Key> {
     let mut keys = Vec::new();
     for jwk in &set.keys {
         let kid = jwk.common.key_id.clone();
@@ -238,11 +266,42 @@ fn load_jwks(path: &Path) -> Result<(Vec<Key>, Option<SystemTime>), Error> {
                 key,
             }),
             Err(err) => {
-                tracing::warn!(path = %path.display(), kid = ?kid, error = %err, "JWKS key skipped")
+                tracing::warn!(source, kid = ?kid, error = %err, "JWKS key skipped")
             }
         }
     }
-    Ok((keys, modified))
+    keys
+}
+
+/// Verifies `token` with the first of `keys` whose signature matches, then
+/// its claims by `validation`: the claims, or why the token is refused.
+pub(super) fn decode_with<'k>(
+    token: &str,
+    keys: impl IntoIterator<Item = &'k Key>,
+    validation: &Validation,
+) -> Result<Map<String, Value>, Error> {
+    let mut last = Error::BadSignature;
+    for key in keys {
+        match decode::<Map<String, Value>>(token, &key.key, validation) {
+            Ok(data) => return Ok(data.claims),
+            Err(err) => match err.kind() {
+                ErrorKind::InvalidSignature => last = Error::BadSignature,
+                ErrorKind::ExpiredSignature => return Err(Error::Expired),
+                ErrorKind::ImmatureSignature => return Err(Error::NotYetValid),
+                ErrorKind::InvalidIssuer => return Err(Error::Issuer),
+                ErrorKind::InvalidAudience => return Err(Error::Audience),
+                ErrorKind::MissingRequiredClaim(c) => {
+                    return Err(Error::Invalid(format!("missing claim {c:?}")));
+                }
+                ErrorKind::InvalidToken
+                | ErrorKind::Base64(_)
+                | ErrorKind::Json(_)
+                | ErrorKind::Utf8(_) => return Err(Error::Malformed),
+                _ => last = Error::BadSignature,
+            },
+        }
+    }
+    Err(last)
 }
 
 #[cfg(test)]

@@ -33,20 +33,12 @@ use kube::api::{Api, PostParams};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
-use super::{Access, Error, Principal, Verb};
+use super::{Access, Error, Principal, User, Verb};
 use crate::epoch::Epoch;
 use crate::lifecycle::Lifecycle;
 
 /// Entries one cache holds at most.
 const CACHE_ENTRIES: usize = 10_000;
-
-/// A user as the API server authenticated it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct UserInfo {
-    pub username: String,
-    pub uid: Option<String>,
-    pub groups: Vec<String>,
-}
 
 /// What a SubjectAccessReview asks about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -62,7 +54,7 @@ pub struct Attributes {
 /// live, so it can be reviewed again (see the module doc).
 pub struct Credential {
     token: SecretString,
-    user: UserInfo,
+    user: User,
     reviewed: Mutex<Instant>,
     revoked: AtomicBool,
     /// Moves when the credential is revoked.
@@ -79,7 +71,7 @@ impl std::fmt::Debug for Credential {
 }
 
 impl Credential {
-    pub fn user(&self) -> &UserInfo {
+    pub fn user(&self) -> &User {
         &self.user
     }
 
@@ -100,7 +92,7 @@ impl Credential {
 
 /// Told when a credential is revoked (what `auth::rbac` streams wait on
 /// moves too).
-pub type OnRevoked = Box<dyn Fn(&UserInfo) + Send + Sync>;
+pub type OnRevoked = Box<dyn Fn(&User) + Send + Sync>;
 
 pub struct Reviewer {
     client: Client,
@@ -114,7 +106,7 @@ pub struct Reviewer {
     recent: Cache<[u8; 32], Arc<Credential>>,
     /// Credentials held by requests and streams, by token digest.
     live: Mutex<HashMap<[u8; 32], Weak<Credential>>>,
-    decisions: Cache<(UserInfo, Attributes), bool>,
+    decisions: Cache<(User, Attributes), bool>,
     on_revoked: Mutex<Option<OnRevoked>>,
     /// TokenReviews sent (for tests and `kubefan_auth_reviews_total`).
     reviews: std::sync::atomic::AtomicU64,
@@ -270,7 +262,7 @@ impl Reviewer {
         }
     }
 
-    async fn review_token(&self, token: &str) -> Result<Result<UserInfo, String>, Error> {
+    async fn review_token(&self, token: &str) -> Result<Result<User, String>, Error> {
         self.reviews.fetch_add(1, Ordering::Relaxed);
         let review = TokenReview {
             spec: TokenReviewSpec {
@@ -302,7 +294,7 @@ impl Reviewer {
         }
         let user = status.user.unwrap_or_default();
         Ok(match (status.authenticated, user.username) {
-            (Some(true), Some(username)) => Ok(UserInfo {
+            (Some(true), Some(username)) => Ok(User {
                 username,
                 uid: user.uid,
                 groups: user.groups.unwrap_or_default(),
@@ -312,7 +304,7 @@ impl Reviewer {
     }
 
     /// Whether `user` may do `attrs` (SubjectAccessReview, cached).
-    pub async fn allowed(&self, user: &UserInfo, attrs: Attributes) -> Result<bool, Error> {
+    pub async fn allowed(&self, user: &User, attrs: Attributes) -> Result<bool, Error> {
         let key = (user.clone(), attrs);
         if let Some(allowed) = self.decisions.get(&key) {
             return Ok(allowed);
@@ -350,7 +342,7 @@ fn principal(credential: Arc<Credential>) -> Principal {
     Principal::new(
         credential.user.username.clone(),
         None,
-        Access::Kubernetes(credential.user.clone()),
+        Access::User(credential.user.clone()),
     )
     .with_credential(credential)
 }

@@ -19,33 +19,45 @@
 //! - Tokens are never logged, and never kept except hashed (SHA-256) as
 //!   cache keys.
 //!
-//! # Modes
-//! - `none`: one anonymous principal that may see everything.
-//! - `jwt` ([`jwt`]): signed tokens; claims grant namespaces and resources;
-//!   streams end at `exp`.
-//! - `kubernetes` ([`kubernetes`]): TokenReview for the token,
-//!   SubjectAccessReview per subscription, both cached briefly.
+//! # Shape (kube-apiserver's)
+//! Authenticators ([`authenticate`]) each turn a request's token into a
+//! [`Principal`], refuse it, or leave it to the next; `--auth` names one or
+//! more, tried in a fixed order:
+//! - `jwt` ([`jwt`]): signed tokens whose claims grant namespaces and
+//!   resources ([`Access::Claims`]); streams end at `exp`.
+//! - `oidc` ([`oidc`]): id-tokens of an OpenID Connect issuer, checked as
+//!   kube-apiserver checks them; they name a [`User`]; streams end at
+//!   `exp`.
+//! - `kubernetes` ([`kubernetes`]): TokenReview names a [`User`]; the token
+//!   is reviewed again while its streams are open. Last, as it takes any
+//!   token.
+//! - `none`: alone; one anonymous principal that may see everything.
+//!
+//! Authorizers ([`authorize`]) are separate and take the principal's
+//! access: claims grant by themselves; a [`User`] is authorized by the
+//! cluster's RBAC, evaluated locally (`--authorization rbac`) or asked
+//! with SubjectAccessReview (`review`), whichever authenticator named it.
 
+mod authenticate;
 mod authorize;
 pub mod feed;
 pub mod jwt;
 pub mod kubernetes;
+pub mod oidc;
+mod principal;
 pub mod rbac;
 mod scope;
 mod token;
+mod user;
 
 pub use authorize::AcrossNamespaces;
+pub use principal::{Access, Grant, Principal};
 pub use token::{TOKEN_PARAM, bearer_token, query_token, strip_token, token_from};
+pub use user::{ALL_AUTHENTICATED, User};
 
-use std::future::{Ready, ready};
 use std::sync::Arc;
-use std::time::SystemTime;
 
-use actix_web::dev::Payload;
-use actix_web::http::header::HeaderMap;
-use actix_web::{FromRequest, HttpMessage, HttpRequest};
-
-use crate::config::{AuthConfig, AuthMode, AuthorizationMode};
+use crate::config::{AuthConfig, AuthMethod, AuthorizationMode};
 use crate::epoch::Epoch;
 use crate::hub::SubscriptionContext;
 use crate::status::ApiError;
@@ -75,6 +87,10 @@ pub enum Error {
     Invalid(String),
     #[error("token review failed: {0}")]
     Review(String),
+    #[error("{0}")]
+    IssuerUnreachable(String),
+    #[error("token not accepted: it is not one that --auth {0} takes")]
+    NotAccepted(String),
     #[error("cannot load key {0}: {1}")]
     Key(String, String),
 }
@@ -93,6 +109,8 @@ impl Error {
             Error::Audience => "audience",
             Error::Invalid(_) => "invalid",
             Error::Review(_) => "review",
+            Error::IssuerUnreachable(_) => "issuer_unreachable",
+            Error::NotAccepted(_) => "not_accepted",
             Error::Key(..) => "key",
         }
     }
@@ -105,140 +123,6 @@ impl From<Error> for ApiError {
             Error::Key(..) => ApiError::Unavailable("authentication is misconfigured".into()),
             _ => ApiError::Unauthorized(err.to_string()),
         }
-    }
-}
-
-/// Names granted by a token claim: everything (`"*"`) or these.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Grant {
-    All,
-    Only(Vec<String>),
-}
-
-impl Grant {
-    /// A claim value: `"*"`, a name, or a list of names (one `"*"` in it
-    /// grants all). Anything else, or no claim, grants nothing.
-    pub fn from_claim(value: Option<&serde_json::Value>) -> Grant {
-        let names: Vec<String> = match value {
-            Some(serde_json::Value::String(s)) => vec![s.clone()],
-            Some(serde_json::Value::Array(items)) => items
-                .iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect(),
-            _ => Vec::new(),
-        };
-        if names.iter().any(|n| n == "*") {
-            Grant::All
-        } else {
-            Grant::Only(names)
-        }
-    }
-}
-
-/// What a principal may see.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Access {
-    /// `--auth none`.
-    Everything,
-    /// JWT claims.
-    Claims { namespaces: Grant, resources: Grant },
-    /// A Kubernetes user, checked with SubjectAccessReview.
-    Kubernetes(kubernetes::UserInfo),
-}
-
-/// Who a request comes from. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct Principal(Arc<PrincipalInner>);
-
-#[derive(Debug)]
-struct PrincipalInner {
-    name: String,
-    expires: Option<SystemTime>,
-    access: Access,
-    /// A Kubernetes token, held to be reviewed again while streams live.
-    credential: Option<Arc<kubernetes::Credential>>,
-}
-
-impl Principal {
-    pub fn new(name: String, expires: Option<SystemTime>, access: Access) -> Principal {
-        Principal(Arc::new(PrincipalInner {
-            name,
-            expires,
-            access,
-            credential: None,
-        }))
-    }
-
-    /// This principal, holding `credential` (reviewed again while held).
-    pub fn with_credential(self, credential: Arc<kubernetes::Credential>) -> Principal {
-        let inner = Arc::try_unwrap(self.0).unwrap_or_else(|shared| PrincipalInner {
-            name: shared.name.clone(),
-            expires: shared.expires,
-            access: shared.access.clone(),
-            credential: None,
-        });
-        Principal(Arc::new(PrincipalInner {
-            credential: Some(credential),
-            ..inner
-        }))
-    }
-
-    /// The Kubernetes credential behind this principal, if any.
-    pub fn credential(&self) -> Option<&Arc<kubernetes::Credential>> {
-        self.0.credential.as_ref()
-    }
-
-    pub fn anonymous() -> Principal {
-        Principal::new("anonymous".into(), None, Access::Everything)
-    }
-
-    /// The subject or user name: for logs and per-principal limits.
-    pub fn name(&self) -> &str {
-        &self.0.name
-    }
-
-    /// When the credentials expire; streams end then.
-    pub fn expires(&self) -> Option<SystemTime> {
-        self.0.expires
-    }
-
-    /// [`Principal::expires`] on tokio's clock, for `sleep_until`; `None`
-    /// also for an expiry too far away for that clock (a token's `exp`
-    /// can be any number).
-    pub fn deadline(&self) -> Option<tokio::time::Instant> {
-        let expires = self.0.expires?;
-        let left = expires
-            .duration_since(SystemTime::now())
-            .unwrap_or_default();
-        tokio::time::Instant::now().checked_add(left)
-    }
-
-    pub fn access(&self) -> &Access {
-        &self.0.access
-    }
-
-    /// Whether `other` is the same caller with the same rights: the same
-    /// name and access (a refreshed token of the same user qualifies; its
-    /// expiry does not matter). What one caller holds for later (a
-    /// `continue` token) is served only to the same caller.
-    pub fn same_caller(&self, other: &Principal) -> bool {
-        self.0.name == other.0.name && self.0.access == other.0.access
-    }
-}
-
-/// Handlers take the principal the middleware stored; a request that
-/// reached a handler without one (a route it does not cover) is refused.
-impl FromRequest for Principal {
-    type Error = ApiError;
-    type Future = Ready<Result<Principal, ApiError>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(
-            req.extensions()
-                .get::<Principal>()
-                .cloned()
-                .ok_or_else(|| ApiError::Unauthorized("not authenticated".into())),
-        )
     }
 }
 
@@ -260,15 +144,26 @@ impl Verb {
     }
 }
 
-/// The authenticator of one gateway.
+/// How users' rights are decided: the cluster's RBAC, locally or by the
+/// API server.
+enum UserAuthorizer {
+    /// `--authorization rbac`.
+    Rbac(Arc<rbac::Rbac>),
+    /// `--authorization review`.
+    Review(Arc<kubernetes::Reviewer>),
+}
+
+/// The authenticators and authorizers of one gateway.
 pub struct Auth {
-    mode: AuthMode,
+    methods: String,
     cookie: String,
-    jwt: Option<jwt::Verifier>,
+    authenticators: Vec<authenticate::Authenticator>,
+    /// TokenReview and SubjectAccessReview (`--auth kubernetes`, or
+    /// `--authorization review`).
     kube: Option<Arc<kubernetes::Reviewer>>,
-    authorization: AuthorizationMode,
-    /// `--authorization rbac`: the cluster's RBAC, evaluated locally.
-    rbac: Option<Arc<rbac::Rbac>>,
+    oidc: Option<Arc<oidc::Issuer>>,
+    /// Present when some authenticator names users.
+    users: Option<UserAuthorizer>,
     /// Moves whenever the RBAC index changed (what requests waiting for
     /// the first load wait on).
     rbac_changes: Epoch,
@@ -277,60 +172,100 @@ pub struct Auth {
 }
 
 impl Auth {
-    /// Loads keys (JWT) or sets up the review client (Kubernetes);
-    /// requests wait at most `sync_timeout` for what authorization needs
-    /// loaded first.
+    /// Loads keys (JWT), sets up the review client (Kubernetes) and the
+    /// issuer's client (OIDC); requests wait at most `sync_timeout` for
+    /// what authorization needs loaded first.
     pub fn new(
         cfg: &AuthConfig,
         client: kube::Client,
         sync_timeout: std::time::Duration,
     ) -> Result<Auth, Error> {
-        let jwt = match cfg.mode {
-            AuthMode::Jwt => Some(jwt::Verifier::new(&cfg.jwt)?),
-            _ => None,
+        let names_users = cfg.uses(AuthMethod::Kubernetes) || cfg.uses(AuthMethod::Oidc);
+        let kube = (cfg.uses(AuthMethod::Kubernetes)
+            || (names_users && cfg.authorization == AuthorizationMode::Review))
+            .then(|| {
+                Arc::new(kubernetes::Reviewer::new(
+                    client,
+                    cfg.cache_ttl,
+                    cfg.token_audiences.clone(),
+                ))
+            });
+        let oidc = match cfg.uses(AuthMethod::Oidc) {
+            true => Some(Arc::new(oidc::Issuer::new(&cfg.oidc)?)),
+            false => None,
         };
-        let kube = match cfg.mode {
-            AuthMode::Kubernetes => Some(Arc::new(kubernetes::Reviewer::new(
-                client,
-                cfg.cache_ttl,
-                cfg.token_audiences.clone(),
-            ))),
-            _ => None,
+        let mut authenticators = Vec::new();
+        if cfg.uses(AuthMethod::Jwt) {
+            let verifier = jwt::Verifier::new(&cfg.jwt)?;
+            authenticators.push(authenticate::Authenticator::Jwt(Box::new(verifier)));
+        }
+        if let Some(oidc) = &oidc {
+            authenticators.push(authenticate::Authenticator::Oidc(oidc.clone()));
+        }
+        if let (true, Some(kube)) = (cfg.uses(AuthMethod::Kubernetes), &kube) {
+            authenticators.push(authenticate::Authenticator::Kubernetes(kube.clone()));
+        }
+        let users = match (names_users, cfg.authorization, &kube) {
+            (false, ..) => None,
+            (true, AuthorizationMode::Rbac, _) => {
+                Some(UserAuthorizer::Rbac(Arc::new(rbac::Rbac::new())))
+            }
+            (true, AuthorizationMode::Review, Some(kube)) => {
+                Some(UserAuthorizer::Review(kube.clone()))
+            }
+            (true, AuthorizationMode::Review, None) => {
+                unreachable!("a reviewer is made for review")
+            }
         };
-        let rbac = (cfg.mode == AuthMode::Kubernetes
-            && cfg.authorization == AuthorizationMode::Rbac)
-            .then(|| Arc::new(rbac::Rbac::new()));
-        if let (Some(kube), Some(rbac)) = (&kube, &rbac) {
+        if let (Some(kube), Some(UserAuthorizer::Rbac(rbac))) = (&kube, &users) {
             // A revoked credential's streams wait on their user's access.
             let rbac = rbac.clone();
             kube.on_revoked(Box::new(move |user| rbac.hold(user).changes().advance()));
         }
         Ok(Auth {
-            mode: cfg.mode,
+            methods: cfg.describe(),
             cookie: cfg.cookie.clone(),
-            jwt,
+            authenticators,
             kube,
-            authorization: cfg.authorization,
-            rbac,
+            oidc,
+            users,
             rbac_changes: Epoch::default(),
             sync_timeout,
         })
     }
 
-    /// Starts what authorization runs in the background: the RBAC feed
-    /// (`--authorization rbac`) and the review of held tokens.
+    /// Starts what authentication and authorization run in the
+    /// background: the RBAC feed (`--authorization rbac`), the review of
+    /// held tokens, the issuer's discovery and keys.
     pub fn start(self: &Arc<Self>, informers: Arc<Informers>, cx: SubscriptionContext) {
-        if let Some(kube) = &self.kube {
+        if let (Some(kube), true) = (&self.kube, self.authenticates_kubernetes()) {
             kube.spawn_rereview(cx.lifecycle.clone());
         }
-        if self.rbac.is_some() {
+        if let Some(oidc) = &self.oidc {
+            oidc.spawn_keys(cx.lifecycle.clone());
+        }
+        if self.rbac().is_some() {
             feed::spawn(self.clone(), informers, cx);
         }
     }
 
+    fn authenticates_kubernetes(&self) -> bool {
+        self.authenticators
+            .iter()
+            .any(|a| matches!(a, authenticate::Authenticator::Kubernetes(_)))
+    }
+
     /// The local RBAC evaluator, under `--authorization rbac`.
     pub fn rbac(&self) -> Option<&Arc<rbac::Rbac>> {
-        self.rbac.as_ref()
+        match &self.users {
+            Some(UserAuthorizer::Rbac(rbac)) => Some(rbac),
+            _ => None,
+        }
+    }
+
+    /// The OpenID Connect issuer, under `--auth oidc`.
+    pub fn oidc(&self) -> Option<&Arc<oidc::Issuer>> {
+        self.oidc.as_ref()
     }
 
     /// Resolves once the RBAC index has changed after this call (for tests
@@ -346,50 +281,13 @@ impl Auth {
         self.kube.as_ref().map_or(0, |k| k.reviews())
     }
 
-    pub fn mode(&self) -> AuthMode {
-        self.mode
+    /// Whether everyone is anonymous (`--auth none`).
+    pub fn anonymous(&self) -> bool {
+        self.authenticators.is_empty()
     }
 
     /// The cookie a token may be read from (`--auth-cookie`).
     pub fn cookie_name(&self) -> &str {
         &self.cookie
-    }
-
-    /// Who sent `headers` and `query`: 401-class errors for a missing or
-    /// invalid token.
-    pub async fn authenticate(&self, headers: &HeaderMap, query: &str) -> Result<Principal, Error> {
-        if self.mode == AuthMode::None {
-            return Ok(Principal::anonymous());
-        }
-        let token = token_from(headers, query, &self.cookie)
-            .ok_or_else(|| Error::NoToken(self.cookie.clone()))?;
-        if let Some(jwt) = &self.jwt {
-            return jwt.verify(&token);
-        }
-        match &self.kube {
-            Some(kube) => kube.authenticate(&token).await,
-            None => Err(Error::Invalid("no authenticator configured".into())),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn claims_grant_all_some_or_nothing() {
-        use serde_json::json;
-        assert_eq!(Grant::from_claim(Some(&json!("*"))), Grant::All);
-        assert_eq!(Grant::from_claim(Some(&json!(["a", "*"]))), Grant::All);
-        assert_eq!(
-            Grant::from_claim(Some(&json!(["a", 1, "b"]))),
-            Grant::Only(vec!["a".into(), "b".into()])
-        );
-        assert_eq!(Grant::from_claim(None), Grant::Only(vec![]));
-        assert_eq!(
-            Grant::from_claim(Some(&json!({"a": 1}))),
-            Grant::Only(vec![])
-        );
     }
 }

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    AuthConfig, AuthMode, AuthorizationMode, Config, JwtConfig, LimitsConfig, StreamConfig, TlsArgs,
+    AuthConfig, AuthMethod, AuthorizationMode, Config, JwtConfig, LimitsConfig, OidcConfig,
+    StreamConfig, TlsArgs,
 };
 use crate::hub::LogLimits;
 use crate::upstream::{InformerConfig, IngestOptions, PositionsConfig, UpstreamConfig};
@@ -104,11 +105,19 @@ pub struct GatewayArgs {
     /// Upstream WATCH timeoutSeconds (at most 290).
     #[arg(long, env = "KUBEFAN_WATCH_TIMEOUT_SECS", default_value_t = 290, value_parser = clap::value_parser!(u64).range(1..=290))]
     pub watch_timeout_secs: u64,
-    /// Authentication: none (loopback only, unless
-    /// --allow-unauthenticated), jwt, or kubernetes (TokenReview and
-    /// SubjectAccessReview).
-    #[arg(long, env = "KUBEFAN_AUTH", value_enum, default_value_t = AuthMode::None)]
-    pub auth: AuthMode,
+    /// Authentication, one or more comma-separated (`oidc,kubernetes`:
+    /// people sign in, services bring ServiceAccount tokens): none
+    /// (loopback only, unless --allow-unauthenticated), jwt (claims grant
+    /// namespaces), oidc (id-tokens from --oidc-issuer-url), kubernetes
+    /// (TokenReview).
+    #[arg(
+        long,
+        env = "KUBEFAN_AUTH",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "none"
+    )]
+    pub auth: Vec<AuthMethod>,
     /// Serve without authentication on a non-loopback address.
     #[arg(long, env = "KUBEFAN_ALLOW_UNAUTHENTICATED")]
     pub allow_unauthenticated: bool,
@@ -144,6 +153,43 @@ pub struct GatewayArgs {
         default_value = "kubefan/resources"
     )]
     pub jwt_resources_claim: String,
+    /// `--auth oidc`: the issuer (https); its discovery document is at
+    /// `/.well-known/openid-configuration` under it.
+    #[arg(long, env = "KUBEFAN_OIDC_ISSUER_URL", default_value = "")]
+    pub oidc_issuer_url: String,
+    /// `--auth oidc`: the client id, which tokens must name as audience.
+    #[arg(long, env = "KUBEFAN_OIDC_CLIENT_ID", default_value = "")]
+    pub oidc_client_id: String,
+    /// `--auth oidc`: PEM CA certificates for the issuer's certificate
+    /// (default: the system's roots).
+    #[arg(long, env = "KUBEFAN_OIDC_CA_FILE")]
+    pub oidc_ca_file: Option<PathBuf>,
+    /// `--auth oidc`: the claim naming the user.
+    #[arg(long, env = "KUBEFAN_OIDC_USERNAME_CLAIM", default_value = "sub")]
+    pub oidc_username_claim: String,
+    /// `--auth oidc`: put before user names; unset: the issuer URL and
+    /// `#`, unless the claim is `email`; `-`: nothing.
+    #[arg(long, env = "KUBEFAN_OIDC_USERNAME_PREFIX")]
+    pub oidc_username_prefix: Option<String>,
+    /// `--auth oidc`: the claim listing the user's groups.
+    #[arg(long, env = "KUBEFAN_OIDC_GROUPS_CLAIM")]
+    pub oidc_groups_claim: Option<String>,
+    /// `--auth oidc`: put before group names.
+    #[arg(long, env = "KUBEFAN_OIDC_GROUPS_PREFIX", default_value = "")]
+    pub oidc_groups_prefix: String,
+    /// `--auth oidc`: a claim tokens must carry with this value
+    /// (`key=value`; repeatable, or comma-separated).
+    #[arg(long, env = "KUBEFAN_OIDC_REQUIRED_CLAIM", value_delimiter = ',', value_parser = super::parse_required_claim)]
+    pub oidc_required_claim: Vec<(String, String)>,
+    /// `--auth oidc`: accepted signing algorithms (comma-separated; RS*,
+    /// ES*, PS*).
+    #[arg(
+        long,
+        env = "KUBEFAN_OIDC_SIGNING_ALGS",
+        value_delimiter = ',',
+        default_value = "RS256"
+    )]
+    pub oidc_signing_algs: Vec<String>,
     /// Cookie a token may be read from.
     #[arg(long, env = "KUBEFAN_AUTH_COOKIE", default_value = "kubefan_token")]
     pub auth_cookie: String,
@@ -155,8 +201,9 @@ pub struct GatewayArgs {
     /// so users can hand kubefan tokens minted for it alone.
     #[arg(long, env = "KUBEFAN_TOKEN_AUDIENCES", value_delimiter = ',')]
     pub token_audiences: Vec<String>,
-    /// `--auth kubernetes`: decide rights locally from RBAC objects
-    /// (`rbac`), or ask the API server with SubjectAccessReviews (`review`).
+    /// `--auth oidc` and `kubernetes`: decide users' rights locally from
+    /// RBAC objects (`rbac`), or ask the API server with
+    /// SubjectAccessReviews (`review`).
     #[arg(long, env = "KUBEFAN_AUTHORIZATION", value_enum, default_value_t = AuthorizationMode::Rbac)]
     pub authorization: AuthorizationMode,
     /// Origins (`https://dash.example.com`) allowed cross-origin: WebSocket
@@ -251,7 +298,7 @@ impl GatewayArgs {
                 write_timeout: Duration::from_secs(self.write_timeout_secs),
             },
             auth: AuthConfig {
-                mode: self.auth,
+                methods: self.auth,
                 jwt: JwtConfig {
                     secret_file: self.jwt_secret_file,
                     public_key_files: self.jwt_public_key_file,
@@ -261,6 +308,17 @@ impl GatewayArgs {
                     leeway: Duration::from_secs(self.jwt_leeway_secs),
                     namespaces_claim: self.jwt_namespaces_claim,
                     resources_claim: self.jwt_resources_claim,
+                },
+                oidc: OidcConfig {
+                    issuer_url: self.oidc_issuer_url.trim().to_string(),
+                    client_id: self.oidc_client_id.trim().to_string(),
+                    ca_file: self.oidc_ca_file,
+                    username_claim: self.oidc_username_claim,
+                    username_prefix: self.oidc_username_prefix,
+                    groups_claim: self.oidc_groups_claim.filter(|c| !c.is_empty()),
+                    groups_prefix: self.oidc_groups_prefix,
+                    required_claims: self.oidc_required_claim,
+                    signing_algs: names(self.oidc_signing_algs),
                 },
                 cookie: self.auth_cookie,
                 cache_ttl: Duration::from_secs(self.auth_cache_secs),

@@ -9,9 +9,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod args;
+mod auth;
 pub use args::GatewayArgs;
 #[cfg(test)]
 use args::parse_net;
+pub use auth::{
+    AuthConfig, AuthMethod, AuthorizationMode, JwtConfig, OidcConfig, parse_required_claim,
+};
 
 use crate::upstream::UpstreamConfig;
 
@@ -60,104 +64,6 @@ impl Default for StreamConfig {
             ws_max_fragments: 64,
             max_subscriptions_per_socket: 100,
             write_timeout: Duration::from_secs(60),
-        }
-    }
-}
-
-/// How clients prove who they are (see `crate::auth`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum AuthMode {
-    /// Everyone may see everything the gateway serves: loopback only,
-    /// unless `allow_unauthenticated`.
-    #[default]
-    None,
-    /// Signed JWTs whose claims grant namespaces and resources.
-    Jwt,
-    /// Kubernetes bearer tokens: TokenReview, then SubjectAccessReview.
-    Kubernetes,
-}
-
-/// How a `kubernetes` principal's rights are decided (see `crate::auth`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum AuthorizationMode {
-    /// Locally, from the cluster's Roles, RoleBindings, ClusterRoles and
-    /// ClusterRoleBindings (one shared informer each): all-namespace
-    /// streams are narrowed to what the user may see, and follow RBAC
-    /// changes while open. Sees only RBAC.
-    #[default]
-    Rbac,
-    /// A SubjectAccessReview per decision (cached): what the API server's
-    /// whole authorizer chain answers (webhooks, Node, ABAC too).
-    Review,
-}
-
-/// JWT verification settings.
-#[derive(Debug, Clone)]
-pub struct JwtConfig {
-    /// A file holding the HS256/384/512 shared secret (surrounding
-    /// whitespace is trimmed).
-    pub secret_file: Option<PathBuf>,
-    /// PEM public keys (RSA, EC or Ed25519), tried in turn.
-    pub public_key_files: Vec<PathBuf>,
-    /// A JWKS file; keys are chosen by `kid`, and the file is re-read when
-    /// its modification time changes.
-    pub jwks_file: Option<PathBuf>,
-    /// Accepted issuers (`iss`); empty: not checked.
-    pub issuers: Vec<String>,
-    /// Accepted audiences (`aud`); empty: not checked.
-    pub audiences: Vec<String>,
-    /// Clock skew allowed on `exp` and `nbf`.
-    pub leeway: Duration,
-    /// The claim listing granted namespaces (`"*"`: all).
-    pub namespaces_claim: String,
-    /// The claim listing granted resources (`"*"`: all).
-    pub resources_claim: String,
-}
-
-impl Default for JwtConfig {
-    fn default() -> Self {
-        JwtConfig {
-            secret_file: None,
-            public_key_files: Vec::new(),
-            jwks_file: None,
-            issuers: Vec::new(),
-            audiences: Vec::new(),
-            leeway: Duration::from_secs(30),
-            namespaces_claim: "kubefan/namespaces".into(),
-            resources_claim: "kubefan/resources".into(),
-        }
-    }
-}
-
-/// Authentication and authorization.
-#[derive(Debug, Clone)]
-pub struct AuthConfig {
-    pub mode: AuthMode,
-    pub jwt: JwtConfig,
-    /// The cookie a token may be read from.
-    pub cookie: String,
-    /// How long TokenReview / SubjectAccessReview answers are reused; a
-    /// token with open streams is reviewed again after this long.
-    pub cache_ttl: Duration,
-    /// Allow `AuthMode::None` on a non-loopback address.
-    pub allow_unauthenticated: bool,
-    /// Audiences sent in TokenReviews (`spec.audiences`): tokens must be
-    /// minted for one of them. Empty: the API server's own audience.
-    pub token_audiences: Vec<String>,
-    /// How `kubernetes` principals are authorized.
-    pub authorization: AuthorizationMode,
-}
-
-impl Default for AuthConfig {
-    fn default() -> Self {
-        AuthConfig {
-            mode: AuthMode::None,
-            jwt: JwtConfig::default(),
-            cookie: "kubefan_token".into(),
-            cache_ttl: Duration::from_secs(10),
-            allow_unauthenticated: false,
-            token_audiences: Vec::new(),
-            authorization: AuthorizationMode::Rbac,
         }
     }
 }
@@ -271,11 +177,15 @@ impl TlsArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "refusing to serve {0} without authentication: anyone who can reach that address would see everything the service account can list. Use --auth jwt or --auth kubernetes, listen on loopback, or pass --allow-unauthenticated if something in front of kubefan authenticates"
+        "refusing to serve {0} without authentication: anyone who can reach that address would see everything the service account can list. Use --auth oidc, kubernetes or jwt, listen on loopback, or pass --allow-unauthenticated if something in front of kubefan authenticates"
     )]
     Unauthenticated(SocketAddr),
     #[error("--auth jwt needs a key: --jwt-secret-file, --jwt-public-key-file or --jwks-file")]
     NoJwtKeys,
+    #[error("--auth none cannot be combined with other methods")]
+    NoneWithOthers,
+    #[error("{0}")]
+    Oidc(String),
     #[error("TLS needs both --tls-cert-file and --tls-key-file")]
     TlsPair,
 }
@@ -326,21 +236,13 @@ impl Config {
         if self.tls.enabled() && (self.tls.cert_file.is_none() || self.tls.key_file.is_none()) {
             return Err(Error::TlsPair);
         }
-        match self.auth.mode {
-            AuthMode::None
-                if !self.listen.ip().is_loopback() && !self.auth.allow_unauthenticated =>
-            {
-                Err(Error::Unauthenticated(self.listen))
-            }
-            AuthMode::Jwt
-                if self.auth.jwt.secret_file.is_none()
-                    && self.auth.jwt.public_key_files.is_empty()
-                    && self.auth.jwt.jwks_file.is_none() =>
-            {
-                Err(Error::NoJwtKeys)
-            }
-            _ => Ok(()),
+        if self.auth.anonymous()
+            && !self.listen.ip().is_loopback()
+            && !self.auth.allow_unauthenticated
+        {
+            return Err(Error::Unauthenticated(self.listen));
         }
+        self.auth.validate()
     }
 }
 
@@ -372,9 +274,9 @@ mod tests {
         cfg.listen = "[::1]:8080".parse().unwrap();
         cfg.validate().unwrap();
         cfg.listen = "10.0.0.1:8080".parse().unwrap();
-        cfg.auth.mode = AuthMode::Kubernetes;
+        cfg.auth.set(AuthMethod::Kubernetes);
         cfg.validate().unwrap();
-        cfg.auth.mode = AuthMode::Jwt;
+        cfg.auth.set(AuthMethod::Jwt);
         assert!(matches!(cfg.validate(), Err(Error::NoJwtKeys)));
         cfg.auth.jwt.secret_file = Some("/s".into());
         cfg.validate().unwrap();

@@ -21,7 +21,7 @@ use crate::support::{
     ClientView, SseClient, SseEvent, TestEnv, WAIT, spawn, test_config, validate_def,
     validate_status,
 };
-use kubefan::config::{AuthMode, AuthorizationMode, Config};
+use kubefan::config::{AuthMethod, AuthorizationMode, Config};
 use kubefan_sim::{SimRule, SimUser, Subject, pod};
 
 const SECRET: &str = "kubefan-test-secret";
@@ -55,7 +55,7 @@ fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
 /// JWT mode with an HMAC secret, issuer and audience, no leeway.
 fn jwt_config() -> Config {
     let mut cfg = test_config(&["pods"]);
-    cfg.auth.mode = AuthMode::Jwt;
+    cfg.auth.set(AuthMethod::Jwt);
     cfg.auth.jwt.secret_file = Some(temp_file("secret", format!("{SECRET}\n").as_bytes()));
     cfg.auth.jwt.issuers = vec![ISSUER.into()];
     cfg.auth.jwt.audiences = vec![AUDIENCE.into()];
@@ -620,7 +620,7 @@ fn kube_mode_sim() -> kubefan_sim::Sim {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubernetes_mode_reviews_tokens_and_access_and_caches_the_answers() {
     let mut cfg = test_config(&["pods"]);
-    cfg.auth.mode = AuthMode::Kubernetes;
+    cfg.auth.set(AuthMethod::Kubernetes);
     cfg.auth.authorization = AuthorizationMode::Review;
     cfg.auth.cache_ttl = Duration::from_secs(300);
     let env = spawn(kube_mode_sim(), cfg).await;

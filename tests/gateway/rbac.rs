@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::sse::seeded;
 use crate::support::{ClientView, SseClient, TestEnv, WAIT, spawn, test_config};
 use crate::ws::{WsClient, event};
-use kubefan::config::AuthMode;
+use kubefan::config::AuthMethod;
 use kubefan_sim::{Sim, SimUser};
 
 const ROLES: &str = "roles.rbac.authorization.k8s.io";
@@ -75,7 +75,7 @@ fn team_sim() -> Sim {
 
 async fn rbac_env(sim: Sim, tune: impl FnOnce(&mut kubefan::config::Config)) -> TestEnv {
     let mut cfg = test_config(&["pods"]);
-    cfg.auth.mode = AuthMode::Kubernetes;
+    cfg.auth.set(AuthMethod::Kubernetes);
     cfg.auth.cache_ttl = Duration::from_secs(300);
     tune(&mut cfg);
     let env = spawn(sim, cfg).await;
@@ -479,7 +479,7 @@ async fn kubefans_own_rights_are_checked_and_it_says_what_to_grant() {
     .unwrap();
     // (cluster-admin is the simulator's bootstrap policy in RBAC mode.)
     let mut cfg = test_config(&["pods", "deployments.apps"]);
-    cfg.auth.mode = AuthMode::Kubernetes;
+    cfg.auth.set(AuthMethod::Kubernetes);
     let env = crate::support::spawn_as(sim, cfg, Some("kubefan-sa-token")).await;
     env.synced("pods").await;
 
@@ -613,7 +613,7 @@ async fn a_leaf_reviews_tokens_with_the_api_server_and_reads_rbac_through_its_ro
     let root = rbac_env(sim, |_| {}).await;
 
     let mut cfg = test_config(&["pods"]);
-    cfg.auth.mode = AuthMode::Kubernetes;
+    cfg.auth.set(AuthMethod::Kubernetes);
     cfg.auth.cache_ttl = Duration::from_secs(300);
     let upstream = root.kube_client(Some("leaf-token")).await;
     let reviews =

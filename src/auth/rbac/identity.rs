@@ -2,7 +2,7 @@
 //! TokenReview returned them. Access sets are cached per identity; the
 //! uid and extra fields do not take part (no RBAC subject names them).
 
-use crate::auth::kubernetes::UserInfo;
+use crate::auth::User;
 
 /// A user name and its groups, sorted and without duplicates, so that the
 /// same user with the same groups in another order is one cache key.
@@ -41,8 +41,8 @@ impl Identity {
     }
 }
 
-impl From<&UserInfo> for Identity {
-    fn from(user: &UserInfo) -> Identity {
+impl From<&User> for Identity {
+    fn from(user: &User) -> Identity {
         Identity::new(user.username.clone(), user.groups.iter().cloned())
     }
 }

@@ -84,7 +84,7 @@ pub use self::cache::{Refresh, UserAccess};
 use self::identity::Identity;
 use self::index::Index;
 use self::object::ObjectKey;
-use super::kubernetes::UserInfo;
+use super::User;
 
 /// The API group of the four kinds.
 pub const GROUP: &str = "rbac.authorization.k8s.io";
@@ -261,7 +261,7 @@ impl Rbac {
     /// What `user` may read now. Computed once per (user, groups) until a
     /// change affects it; for one answer. A stream that must follow
     /// changes holds a [`UserAccess`] instead ([`Rbac::hold`]).
-    pub fn access(&self, user: &UserInfo) -> Arc<AccessSet> {
+    pub fn access(&self, user: &User) -> Arc<AccessSet> {
         let identity = Identity::from(user);
         let mut state = self.lock();
         let State { index, cache, .. } = &mut *state;
@@ -272,7 +272,7 @@ impl Rbac {
     /// handle: one handle per (user, groups), shared by all its holders,
     /// recomputed once per change that affects it; its epoch moves when
     /// the set changes.
-    pub fn hold(&self, user: &UserInfo) -> Arc<UserAccess> {
+    pub fn hold(&self, user: &User) -> Arc<UserAccess> {
         let identity = Identity::from(user);
         let mut state = self.lock();
         let State { index, cache, .. } = &mut *state;

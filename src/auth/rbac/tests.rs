@@ -11,8 +11,8 @@ use super::access::{Namespaces, Request};
 use super::identity::Identity;
 use super::reference::{Authorizer, World};
 use super::{Kind, Rbac, Refresh};
+use crate::auth::User;
 use crate::auth::Verb;
-use crate::auth::kubernetes::UserInfo;
 
 // ---- fixtures -------------------------------------------------------------
 
@@ -79,8 +79,8 @@ fn service_account(ns: Option<&str>, name: &str) -> Value {
     }
 }
 
-fn who(name: &str, groups: &[&str]) -> UserInfo {
-    UserInfo {
+fn who(name: &str, groups: &[&str]) -> User {
+    User {
         username: name.into(),
         uid: None,
         groups: groups.iter().map(|g| g.to_string()).collect(),
@@ -110,18 +110,11 @@ fn only(namespaces: &[&str]) -> Namespaces {
 }
 
 /// Where `user` may watch pods.
-fn pods(rbac: &Rbac, user: &UserInfo) -> Namespaces {
+fn pods(rbac: &Rbac, user: &User) -> Namespaces {
     rbac.access(user).namespaces(Verb::Watch, "", "pods")
 }
 
-fn get(
-    rbac: &Rbac,
-    user: &UserInfo,
-    resource: &str,
-    subresource: &str,
-    ns: &str,
-    name: &str,
-) -> bool {
+fn get(rbac: &Rbac, user: &User, resource: &str, subresource: &str, ns: &str, name: &str) -> bool {
     let (resource, group) = resource
         .split_once('.')
         .map_or((resource, ""), |(r, g)| (r, g));
@@ -609,7 +602,7 @@ fn an_rbac_change_recomputes_each_affected_access_set_once_not_once_per_holder()
         role_binding("a", "team", ("Role", "reader"), &[group("team")]),
     ]);
     // A thousand subscribers from a hundred users, all in the team.
-    let users: Vec<UserInfo> = (0..100)
+    let users: Vec<User> = (0..100)
         .map(|i| who(&format!("user-{i}"), &["team", "system:authenticated"]))
         .collect();
     let held: Vec<_> = (0..1000).map(|i| rbac.hold(&users[i % 100])).collect();
@@ -865,7 +858,7 @@ fn world(objects: &std::collections::BTreeMap<(Kind, String, String), Value>) ->
 
 #[test]
 fn random_rbac_histories_agree_with_the_reference_authorizer() {
-    let identities: Vec<UserInfo> = vec![
+    let identities: Vec<User> = vec![
         who("ann", &[]),
         who("ann", &["dev"]),
         who("bob", &["dev", "ops"]),

@@ -1,0 +1,270 @@
+//! The issuer's signing keys: its discovery document, then the JWKS at
+//! its `jwks_uri`, kept current without a restart.
+//!
+//! # When keys are fetched
+//! - At start, in the background: an issuer unreachable then does not stop
+//!   kubefan; tokens are refused (401, saying so) until it answers, and
+//!   discovery is retried with backoff (1 s doubling to a minute).
+//! - Every [`REFRESH`], so keys an issuer retired stop verifying.
+//! - When a token names a `kid` not among the keys (the issuer rotated),
+//!   at most once per [`MIN_REFETCH`] however many such tokens arrive:
+//!   requests in that window share the one fetch or get "unknown key",
+//!   so a flood of made-up `kid`s costs the issuer one request per
+//!   window. (go-oidc, kube-apiserver's verifier, fetches on every
+//!   unknown `kid`, de-duplicating only fetches in flight.)
+//!
+//! A failed refresh keeps the keys it had. Documents are read up to
+//! [`MAX_DOCUMENT`] bytes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use jsonwebtoken::jwk::JwkSet;
+use serde::Deserialize;
+use tokio::time::Instant;
+
+use super::super::Error;
+use super::super::jwt::{Key, keys_of};
+use crate::lifecycle::Lifecycle;
+
+/// Keys are re-fetched this often.
+pub const REFRESH: Duration = Duration::from_secs(600);
+/// An unknown `kid` re-fetches the keys at most this often.
+pub const MIN_REFETCH: Duration = Duration::from_secs(5);
+/// The longest discovery document or JWKS read.
+const MAX_DOCUMENT: usize = 1 << 20;
+/// How long one fetch may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The parts of the discovery document (OpenID Connect Discovery 1.0,
+/// section 3) kubefan uses.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Provider {
+    pub issuer: String,
+    pub jwks_uri: String,
+    #[serde(default)]
+    pub authorization_endpoint: Option<String>,
+    #[serde(default)]
+    pub token_endpoint: Option<String>,
+    #[serde(default)]
+    pub end_session_endpoint: Option<String>,
+}
+
+pub struct Keys {
+    issuer: String,
+    http: reqwest::Client,
+    state: Mutex<State>,
+    /// Held while fetching: one fetch at a time.
+    fetching: tokio::sync::Mutex<()>,
+    /// JWKS fetches sent (`kubefan_oidc_key_fetches_total`, tests).
+    fetches: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    provider: Option<Arc<Provider>>,
+    keys: Arc<Vec<Key>>,
+    /// When the keys were last fetched (or tried).
+    fetched: Option<Instant>,
+    /// Why the issuer could not be read, last time it could not.
+    error: Option<String>,
+}
+
+impl Keys {
+    pub fn new(issuer: String, http: reqwest::Client) -> Keys {
+        Keys {
+            issuer,
+            http,
+            state: Mutex::new(State::default()),
+            fetching: tokio::sync::Mutex::new(()),
+            fetches: AtomicU64::new(0),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// JWKS fetches sent so far.
+    pub fn fetches(&self) -> u64 {
+        self.fetches.load(Ordering::Relaxed)
+    }
+
+    /// The discovery document, once read.
+    pub fn provider(&self) -> Option<Arc<Provider>> {
+        self.state().provider.clone()
+    }
+
+    /// The keys, or a 401 saying the issuer has not been reached yet.
+    pub(in crate::auth) fn current(&self) -> Result<Arc<Vec<Key>>, Error> {
+        let state = self.state();
+        if state.provider.is_none() || state.fetched.is_none() {
+            return Err(self.unreachable(&state));
+        }
+        Ok(state.keys.clone())
+    }
+
+    fn unreachable(&self, state: &State) -> Error {
+        Error::IssuerUnreachable(format!(
+            "the OIDC issuer {} is not reachable yet{}; kubefan keeps trying",
+            self.issuer,
+            state
+                .error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        ))
+    }
+
+    /// The keys after fetching them again, if they were not fetched within
+    /// [`MIN_REFETCH`] (for a `kid` not among them).
+    pub(in crate::auth) async fn refetch(&self) -> Result<Arc<Vec<Key>>, Error> {
+        let _one = self.fetching.lock().await;
+        let recent = self
+            .state()
+            .fetched
+            .is_some_and(|at| at.elapsed() < MIN_REFETCH);
+        if !recent {
+            // A failure is logged and recorded; the keys it had stay.
+            let _ = self.fetch_keys().await;
+        }
+        self.current()
+    }
+
+    /// Discovers the issuer and follows its keys until shutdown.
+    pub async fn run(self: Arc<Self>, lifecycle: Arc<Lifecycle>) {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let done = {
+                let _one = self.fetching.lock().await;
+                match self.provider() {
+                    None => match self.discover().await {
+                        Ok(()) => self.fetch_keys().await,
+                        Err(err) => Err(err),
+                    },
+                    Some(_) => self.fetch_keys().await,
+                }
+            };
+            let wait = match done {
+                Ok(()) => {
+                    backoff = Duration::from_secs(1);
+                    REFRESH
+                }
+                Err(_) => {
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(60));
+                    wait
+                }
+            };
+            tokio::select! {
+                _ = lifecycle.shutting_down() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    async fn discover(&self) -> Result<(), String> {
+        let url = format!(
+            "{}/.well-known/openid-configuration",
+            self.issuer.trim_end_matches('/')
+        );
+        let result = self.get(&url).await.and_then(|body| {
+            let provider: Provider = serde_json::from_slice(&body)
+                .map_err(|e| format!("{url} is not a discovery document: {e}"))?;
+            // OpenID Connect Discovery 1.0, section 4.3.
+            if provider.issuer != self.issuer {
+                return Err(format!(
+                    "{url} names the issuer {:?}, not {:?}",
+                    provider.issuer, self.issuer
+                ));
+            }
+            Ok(provider)
+        });
+        let mut state = self.state();
+        match result {
+            Ok(provider) => {
+                tracing::info!(issuer = %self.issuer, jwks_uri = %provider.jwks_uri, "OIDC issuer discovered");
+                state.provider = Some(Arc::new(provider));
+                Ok(())
+            }
+            Err(err) => {
+                tracing::warn!(issuer = %self.issuer, error = %err, "OIDC issuer not reachable; retrying");
+                state.error = Some(err.clone());
+                Err(err)
+            }
+        }
+    }
+
+    /// Fetches the JWKS; the caller holds `fetching`.
+    async fn fetch_keys(&self) -> Result<(), String> {
+        let Some(provider) = self.provider() else {
+            return Err("not discovered yet".into());
+        };
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        let url = &provider.jwks_uri;
+        let result = self.get(url).await.and_then(|body| {
+            serde_json::from_slice::<JwkSet>(&body).map_err(|e| format!("{url} is not a JWKS: {e}"))
+        });
+        let mut state = self.state();
+        state.fetched = Some(Instant::now());
+        match result {
+            Ok(set) => {
+                let keys = keys_of(&set, url);
+                tracing::debug!(issuer = %self.issuer, keys = keys.len(), "OIDC keys fetched");
+                state.keys = Arc::new(keys);
+                state.error = None;
+                Ok(())
+            }
+            Err(err) => {
+                tracing::warn!(issuer = %self.issuer, error = %err, "OIDC keys not fetched; keeping the previous ones");
+                state.error = Some(err.clone());
+                Err(err)
+            }
+        }
+    }
+
+    /// GET `url`, its body read up to [`MAX_DOCUMENT`].
+    async fn get(&self, url: &str) -> Result<Vec<u8>, String> {
+        let fetch = async {
+            let mut resp = self
+                .http
+                .get(url)
+                .header("accept", "application/json")
+                .send()
+                .await
+                .map_err(|e| format!("GET {url}: {}", error_chain(&e)))?;
+            if !resp.status().is_success() {
+                return Err(format!("GET {url}: {}", resp.status()));
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = resp
+                .chunk()
+                .await
+                .map_err(|e| format!("GET {url}: {}", error_chain(&e)))?
+            {
+                if body.len() + chunk.len() > MAX_DOCUMENT {
+                    return Err(format!("GET {url}: more than {MAX_DOCUMENT} bytes"));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(body)
+        };
+        tokio::time::timeout(FETCH_TIMEOUT, fetch)
+            .await
+            .unwrap_or_else(|_| Err(format!("GET {url}: no answer in {FETCH_TIMEOUT:?}")))
+    }
+}
+
+/// An error and its causes, which say what actually failed (a refused
+/// connection, an unknown certificate authority).
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

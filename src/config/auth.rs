@@ -1,0 +1,327 @@
+//! The authentication and authorization section of the configuration
+//! (`crate::auth` reads it).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::Error;
+
+/// One way clients prove who they are (see `crate::auth`). `--auth` takes
+/// one or more, comma-separated; `none` only alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
+pub enum AuthMethod {
+    /// Everyone may see everything the gateway serves: loopback only,
+    /// unless `allow_unauthenticated`.
+    None,
+    /// Signed JWTs whose claims grant namespaces and resources.
+    Jwt,
+    /// OpenID Connect id-tokens from `--oidc-issuer-url`, checked as
+    /// kube-apiserver checks them; the user and groups they name are
+    /// authorized by the cluster's RBAC.
+    Oidc,
+    /// Kubernetes bearer tokens, reviewed by the API server (TokenReview).
+    Kubernetes,
+}
+
+impl AuthMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthMethod::None => "none",
+            AuthMethod::Jwt => "jwt",
+            AuthMethod::Oidc => "oidc",
+            AuthMethod::Kubernetes => "kubernetes",
+        }
+    }
+}
+
+/// How a user's rights are decided (users come from `oidc` and
+/// `kubernetes`; `jwt` tokens carry their grants in claims).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthorizationMode {
+    /// Locally, from the cluster's Roles, RoleBindings, ClusterRoles and
+    /// ClusterRoleBindings (one shared informer each): all-namespace
+    /// streams are narrowed to what the user may see, and follow RBAC
+    /// changes while open. Sees only RBAC.
+    #[default]
+    Rbac,
+    /// A SubjectAccessReview per decision (cached): what the API server's
+    /// whole authorizer chain answers (webhooks, Node, ABAC too).
+    Review,
+}
+
+/// JWT verification settings.
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    /// A file holding the HS256/384/512 shared secret (surrounding
+    /// whitespace is trimmed).
+    pub secret_file: Option<PathBuf>,
+    /// PEM public keys (RSA, EC or Ed25519), tried in turn.
+    pub public_key_files: Vec<PathBuf>,
+    /// A JWKS file; keys are chosen by `kid`, and the file is re-read when
+    /// its modification time changes.
+    pub jwks_file: Option<PathBuf>,
+    /// Accepted issuers (`iss`); empty: not checked.
+    pub issuers: Vec<String>,
+    /// Accepted audiences (`aud`); empty: not checked.
+    pub audiences: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`.
+    pub leeway: Duration,
+    /// The claim listing granted namespaces (`"*"`: all).
+    pub namespaces_claim: String,
+    /// The claim listing granted resources (`"*"`: all).
+    pub resources_claim: String,
+}
+
+impl Default for JwtConfig {
+    fn default() -> Self {
+        JwtConfig {
+            secret_file: None,
+            public_key_files: Vec::new(),
+            jwks_file: None,
+            issuers: Vec::new(),
+            audiences: Vec::new(),
+            leeway: Duration::from_secs(30),
+            namespaces_claim: "kubefan/namespaces".into(),
+            resources_claim: "kubefan/resources".into(),
+        }
+    }
+}
+
+/// The JOSE algorithms `--oidc-signing-algs` may name: kube-apiserver's
+/// list (asymmetric only; an HMAC key would be a secret shared with
+/// every relying party).
+pub const OIDC_SIGNING_ALGS: &[&str] = &[
+    "RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512",
+];
+
+/// `--auth oidc`: kube-apiserver's `--oidc-*` flags, with their names
+/// and meanings (`k8s.io/apiserver/plugin/pkg/authenticator/token/oidc`).
+#[derive(Debug, Clone)]
+pub struct OidcConfig {
+    /// The issuer (`iss`), https; its discovery document is at
+    /// `/.well-known/openid-configuration` under it.
+    pub issuer_url: String,
+    /// The audience tokens must name (`aud`).
+    pub client_id: String,
+    /// PEM CA certificates the issuer's certificate is checked against;
+    /// none: the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// The claim naming the user.
+    pub username_claim: String,
+    /// Put before every user name; `None`: kube-apiserver's default rule
+    /// (the issuer URL and `#`, unless the claim is `email`); `-`: none.
+    pub username_prefix: Option<String>,
+    /// The claim listing the user's groups (a string or a list of them).
+    pub groups_claim: Option<String>,
+    /// Put before every group name.
+    pub groups_prefix: String,
+    /// Claims a token must carry with exactly these (string) values.
+    pub required_claims: Vec<(String, String)>,
+    /// Accepted `alg`s (from [`OIDC_SIGNING_ALGS`]).
+    pub signing_algs: Vec<String>,
+}
+
+impl Default for OidcConfig {
+    fn default() -> Self {
+        OidcConfig {
+            issuer_url: String::new(),
+            client_id: String::new(),
+            ca_file: None,
+            username_claim: "sub".into(),
+            username_prefix: None,
+            groups_claim: None,
+            groups_prefix: String::new(),
+            required_claims: Vec::new(),
+            signing_algs: vec!["RS256".into()],
+        }
+    }
+}
+
+impl OidcConfig {
+    /// The prefix put before user names, by kube-apiserver's rule
+    /// (`pkg/kubeapiserver/options/authentication.go`): unset, the issuer
+    /// URL and `#` unless the claim is `email` (kubernetes/kubernetes#31380);
+    /// `-`, none.
+    pub fn username_prefix(&self) -> String {
+        match self.username_prefix.as_deref() {
+            Some("-") => String::new(),
+            Some(prefix) if !prefix.is_empty() => prefix.to_string(),
+            _ if self.username_claim == "email" => String::new(),
+            _ => format!("{}#", self.issuer_url),
+        }
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let bad = |why: String| Err(Error::Oidc(why));
+        if self.issuer_url.is_empty() {
+            return bad("--auth oidc needs --oidc-issuer-url".into());
+        }
+        let Some(rest) = self.issuer_url.strip_prefix("https://") else {
+            return bad(format!(
+                "--oidc-issuer-url {:?} must be https:// (tokens are verified with keys fetched from it)",
+                self.issuer_url
+            ));
+        };
+        if rest.is_empty() || self.issuer_url.contains(['?', '#']) {
+            return bad(format!(
+                "--oidc-issuer-url {:?} must be a URL without query or fragment",
+                self.issuer_url
+            ));
+        }
+        if self.client_id.is_empty() {
+            return bad("--auth oidc needs --oidc-client-id (the audience its tokens name)".into());
+        }
+        if self.username_claim.is_empty() {
+            return bad("--oidc-username-claim must not be empty".into());
+        }
+        if self.signing_algs.is_empty() {
+            return bad("--oidc-signing-algs must name at least one algorithm".into());
+        }
+        if let Some(alg) = self
+            .signing_algs
+            .iter()
+            .find(|a| !OIDC_SIGNING_ALGS.contains(&a.as_str()))
+        {
+            return bad(format!(
+                "--oidc-signing-algs: {alg:?} is not one of {}",
+                OIDC_SIGNING_ALGS.join(", ")
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Parses one `--oidc-required-claim` value, `key=value`.
+pub fn parse_required_claim(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_string(), value.to_string()))
+        }
+        _ => Err(format!("{text:?} is not key=value")),
+    }
+}
+
+/// Authentication and authorization.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// The authenticators, tried in a fixed order (see `crate::auth`).
+    pub methods: Vec<AuthMethod>,
+    pub jwt: JwtConfig,
+    pub oidc: OidcConfig,
+    /// The cookie a token may be read from.
+    pub cookie: String,
+    /// How long TokenReview / SubjectAccessReview answers are reused; a
+    /// token with open streams is reviewed again after this long.
+    pub cache_ttl: Duration,
+    /// Allow no authentication on a non-loopback address.
+    pub allow_unauthenticated: bool,
+    /// Audiences sent in TokenReviews (`spec.audiences`): tokens must be
+    /// minted for one of them. Empty: the API server's own audience.
+    pub token_audiences: Vec<String>,
+    /// How users (from `oidc` and `kubernetes`) are authorized.
+    pub authorization: AuthorizationMode,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            methods: vec![AuthMethod::None],
+            jwt: JwtConfig::default(),
+            oidc: OidcConfig::default(),
+            cookie: "kubefan_token".into(),
+            cache_ttl: Duration::from_secs(10),
+            allow_unauthenticated: false,
+            token_audiences: Vec::new(),
+            authorization: AuthorizationMode::Rbac,
+        }
+    }
+}
+
+impl AuthConfig {
+    /// `--auth none` (or nothing): everyone is anonymous.
+    pub fn anonymous(&self) -> bool {
+        self.methods.iter().all(|m| *m == AuthMethod::None)
+    }
+
+    pub fn uses(&self, method: AuthMethod) -> bool {
+        self.methods.contains(&method)
+    }
+
+    /// Only `method`: what tests and the simplest set-ups configure.
+    pub fn set(&mut self, method: AuthMethod) {
+        self.methods = vec![method];
+    }
+
+    /// The methods as `--auth` spells them, for logs.
+    pub fn describe(&self) -> String {
+        let names: Vec<&str> = self.methods.iter().map(|m| m.as_str()).collect();
+        names.join(",")
+    }
+
+    pub(super) fn validate(&self) -> Result<(), Error> {
+        if self.methods.len() > 1 && self.uses(AuthMethod::None) {
+            return Err(Error::NoneWithOthers);
+        }
+        if self.uses(AuthMethod::Jwt)
+            && self.jwt.secret_file.is_none()
+            && self.jwt.public_key_files.is_empty()
+            && self.jwt.jwks_file.is_none()
+        {
+            return Err(Error::NoJwtKeys);
+        }
+        if self.uses(AuthMethod::Oidc) {
+            self.oidc.validate()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_username_prefix_follows_kube_apiservers_rule() {
+        let mut cfg = OidcConfig {
+            issuer_url: "https://idp.example".into(),
+            ..OidcConfig::default()
+        };
+        assert_eq!(cfg.username_prefix(), "https://idp.example#");
+        cfg.username_claim = "email".into();
+        assert_eq!(cfg.username_prefix(), "");
+        cfg.username_prefix = Some("oidc:".into());
+        assert_eq!(cfg.username_prefix(), "oidc:");
+        cfg.username_claim = "sub".into();
+        cfg.username_prefix = Some("-".into());
+        assert_eq!(cfg.username_prefix(), "");
+    }
+
+    #[test]
+    fn oidc_settings_are_checked_at_start_with_the_reason() {
+        let mut cfg = AuthConfig::default();
+        cfg.set(AuthMethod::Oidc);
+        let err = |cfg: &AuthConfig| cfg.validate().unwrap_err().to_string();
+        assert!(err(&cfg).contains("--oidc-issuer-url"), "{}", err(&cfg));
+        cfg.oidc.issuer_url = "http://idp.example".into();
+        assert!(err(&cfg).contains("https://"), "{}", err(&cfg));
+        cfg.oidc.issuer_url = "https://idp.example".into();
+        assert!(err(&cfg).contains("--oidc-client-id"), "{}", err(&cfg));
+        cfg.oidc.client_id = "kubefan".into();
+        cfg.oidc.signing_algs = vec!["HS256".into()];
+        assert!(
+            err(&cfg).contains("\"HS256\" is not one of"),
+            "{}",
+            err(&cfg)
+        );
+        cfg.oidc.signing_algs = vec!["RS256".into(), "ES256".into()];
+        cfg.validate().unwrap();
+        cfg.methods = vec![AuthMethod::None, AuthMethod::Oidc];
+        assert!(matches!(cfg.validate(), Err(Error::NoneWithOthers)));
+        assert_eq!(
+            parse_required_claim("hd=example.com").unwrap().1,
+            "example.com"
+        );
+        assert!(parse_required_claim("=x").is_err());
+        assert!(parse_required_claim("novalue").is_err());
+    }
+}
