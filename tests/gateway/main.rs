@@ -4,8 +4,10 @@
 
 mod auth;
 mod deploy;
+mod issuer;
 mod kube;
 mod lifecycle;
+mod oidc;
 mod rbac;
 mod real_clients;
 mod replicas;

@@ -8,10 +8,11 @@
 //! - Every [`REFRESH`], so keys an issuer retired stop verifying.
 //! - When a token names a `kid` not among the keys (the issuer rotated),
 //!   at most once per [`MIN_REFETCH`] however many such tokens arrive:
-//!   requests in that window share the one fetch or get "unknown key",
-//!   so a flood of made-up `kid`s costs the issuer one request per
-//!   window. (go-oidc, kube-apiserver's verifier, fetches on every
-//!   unknown `kid`, de-duplicating only fetches in flight.)
+//!   requests wait for the window's end and share its one fetch, so a
+//!   flood of made-up `kid`s costs the issuer one request per window, and
+//!   a token of a key published a moment ago waits at most the window.
+//!   (go-oidc, kube-apiserver's verifier, fetches on every unknown `kid`,
+//!   de-duplicating only fetches in flight.)
 //!
 //! A failed refresh keeps the keys it had. Documents are read up to
 //! [`MAX_DOCUMENT`] bytes.
@@ -26,6 +27,7 @@ use tokio::time::Instant;
 
 use super::super::Error;
 use super::super::jwt::{Key, keys_of};
+use crate::epoch::Epoch;
 use crate::lifecycle::Lifecycle;
 
 /// Keys are re-fetched this often.
@@ -57,8 +59,10 @@ pub struct Keys {
     state: Mutex<State>,
     /// Held while fetching: one fetch at a time.
     fetching: tokio::sync::Mutex<()>,
-    /// JWKS fetches sent (`kubefan_oidc_key_fetches_total`, tests).
+    /// JWKS fetches sent (tests; the issuer's log).
     fetches: AtomicU64,
+    /// Moves after every discovery or fetch, done or failed.
+    changes: Epoch,
 }
 
 #[derive(Default)]
@@ -67,6 +71,8 @@ struct State {
     keys: Arc<Vec<Key>>,
     /// When the keys were last fetched (or tried).
     fetched: Option<Instant>,
+    /// Whether a fetch has brought keys.
+    loaded: bool,
     /// Why the issuer could not be read, last time it could not.
     error: Option<String>,
 }
@@ -79,6 +85,7 @@ impl Keys {
             state: Mutex::new(State::default()),
             fetching: tokio::sync::Mutex::new(()),
             fetches: AtomicU64::new(0),
+            changes: Epoch::default(),
         }
     }
 
@@ -91,6 +98,22 @@ impl Keys {
         self.fetches.load(Ordering::Relaxed)
     }
 
+    /// Moves after every discovery or fetch, done or failed.
+    pub fn changes(&self) -> &Epoch {
+        &self.changes
+    }
+
+    /// Whether the issuer was discovered and its keys fetched.
+    pub fn loaded(&self) -> bool {
+        let state = self.state();
+        state.loaded
+    }
+
+    /// Why the issuer could not be read, the last time it could not.
+    pub fn last_error(&self) -> Option<String> {
+        self.state().error.clone()
+    }
+
     /// The discovery document, once read.
     pub fn provider(&self) -> Option<Arc<Provider>> {
         self.state().provider.clone()
@@ -99,7 +122,7 @@ impl Keys {
     /// The keys, or a 401 saying the issuer has not been reached yet.
     pub(in crate::auth) fn current(&self) -> Result<Arc<Vec<Key>>, Error> {
         let state = self.state();
-        if state.provider.is_none() || state.fetched.is_none() {
+        if !state.loaded {
             return Err(self.unreachable(&state));
         }
         Ok(state.keys.clone())
@@ -117,15 +140,20 @@ impl Keys {
         ))
     }
 
-    /// The keys after fetching them again, if they were not fetched within
-    /// [`MIN_REFETCH`] (for a `kid` not among them).
+    /// The keys after fetching them again (for a `kid` not among them):
+    /// at once if the last fetch is [`MIN_REFETCH`] old, else once that
+    /// window has passed, by one fetch that every request waiting for the
+    /// window shares. A token signed with a key published moments ago waits
+    /// at most the window; made-up `kid`s cost one fetch per window.
     pub(in crate::auth) async fn refetch(&self) -> Result<Arc<Vec<Key>>, Error> {
+        let asked = Instant::now();
+        let last = self.state().fetched;
+        if let Some(last) = last {
+            tokio::time::sleep_until(last + MIN_REFETCH).await;
+        }
         let _one = self.fetching.lock().await;
-        let recent = self
-            .state()
-            .fetched
-            .is_some_and(|at| at.elapsed() < MIN_REFETCH);
-        if !recent {
+        let fetched_since = self.state().fetched.is_some_and(|at| at >= asked);
+        if !fetched_since {
             // A failure is logged and recorded; the keys it had stay.
             let _ = self.fetch_keys().await;
         }
@@ -182,7 +210,7 @@ impl Keys {
             Ok(provider)
         });
         let mut state = self.state();
-        match result {
+        let done = match result {
             Ok(provider) => {
                 tracing::info!(issuer = %self.issuer, jwks_uri = %provider.jwks_uri, "OIDC issuer discovered");
                 state.provider = Some(Arc::new(provider));
@@ -193,7 +221,10 @@ impl Keys {
                 state.error = Some(err.clone());
                 Err(err)
             }
-        }
+        };
+        drop(state);
+        self.changes.advance();
+        done
     }
 
     /// Fetches the JWKS; the caller holds `fetching`.
@@ -208,11 +239,12 @@ impl Keys {
         });
         let mut state = self.state();
         state.fetched = Some(Instant::now());
-        match result {
+        let done = match result {
             Ok(set) => {
                 let keys = keys_of(&set, url);
                 tracing::debug!(issuer = %self.issuer, keys = keys.len(), "OIDC keys fetched");
                 state.keys = Arc::new(keys);
+                state.loaded = true;
                 state.error = None;
                 Ok(())
             }
@@ -221,7 +253,10 @@ impl Keys {
                 state.error = Some(err.clone());
                 Err(err)
             }
-        }
+        };
+        drop(state);
+        self.changes.advance();
+        done
     }
 
     /// GET `url`, its body read up to [`MAX_DOCUMENT`].
