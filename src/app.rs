@@ -88,6 +88,7 @@ impl App {
             )),
             auth: auth.clone(),
             limits: Limits::new(cfg.limits.clone()),
+            tls: certificate.is_some(),
             allowed_origins: cfg
                 .allowed_origins
                 .iter()
@@ -152,8 +153,17 @@ impl App {
                 )
                 .configure(crate::web::configure)
                 .route("/ws", web::get().to(ws::mux))
-                .route("/session", web::post().to(crate::session::create))
-                .route("/session", web::delete().to(crate::session::delete))
+                .route("/session", web::post().to(crate::token_cookie::create))
+                .route("/session", web::delete().to(crate::token_cookie::delete))
+                .route("/session", web::get().to(crate::signin::whoami))
+                .route("/session/refresh", web::post().to(crate::signin::refresh))
+                .route("/login", web::get().to(crate::signin::login))
+                .route(
+                    crate::signin::CALLBACK,
+                    web::get().to(crate::signin::callback),
+                )
+                .route("/logout", web::get().to(crate::signin::logout))
+                .route("/logout", web::post().to(crate::signin::logout))
                 .route("/healthz", web::get().to(ops::healthz))
                 .route("/readyz", web::get().to(ops::readyz))
                 .route("/metrics", web::get().to(ops::metrics))

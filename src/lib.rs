@@ -12,7 +12,11 @@
 //! - [`middleware`]: what every request passes first: size bounds, origins,
 //!   CORS, authentication, connection limits ([`limits`]).
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
-//! - [`session`]: `/session`, where a browser trades its token for a cookie.
+//! - [`token_cookie`]: `POST /session`, where a browser trades a bearer
+//!   token for an HttpOnly cookie holding it (not a session: nothing is
+//!   kept server-side, and clearing it revokes nothing).
+//! - [`signin`]: `/login`, `/oauth2/callback`, `/logout`: signing in with
+//!   the OpenID Connect issuer, into a session (`auth::session`).
 //! - [`web`]: the dashboard page at `/`, compiled into the binary.
 //! - [`transport`]: SSE, WebSocket, the Kubernetes face; the one path from
 //!   a subscription's items to bytes; the socket takeover.
@@ -53,10 +57,11 @@ pub mod metrics;
 pub mod middleware;
 pub mod ops;
 pub mod selector;
-pub mod session;
+pub mod signin;
 pub mod status;
 pub mod table;
 pub mod tls;
+pub mod token_cookie;
 pub mod transport;
 pub mod upstream;
 pub mod web;

@@ -45,8 +45,11 @@ pub async fn check_request(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    // Ending a session needs no credentials: they may have expired.
-    let logout = req.path() == "/session" && req.method() == Method::DELETE;
+    // Ending a token cookie needs no credentials (they may have expired);
+    // nor does asking who is signed in. Signing in is not authenticated
+    // either, but is bounded like any request (`checks`).
+    let logout =
+        req.path() == "/session" && (req.method() == Method::DELETE || req.method() == Method::GET);
     if OPEN.contains(&req.path()) || crate::web::is_public(req.path()) || logout {
         return Ok(next.call(req).await?.map_into_boxed_body());
     }
@@ -178,27 +181,36 @@ async fn checks(
         state.metrics.limit_hit("requests_per_second");
         return refuse(req, err);
     }
-    let principal: Principal = match state
-        .auth
-        .authenticate(req.headers(), req.query_string())
-        .await
-    {
-        Ok(p) => p,
-        Err(err) => {
-            tracing::debug!(path = %req.path(), reason = %err, "request not authenticated");
-            state.metrics.auth_failure(err.kind());
-            return refuse(req, err.into());
+    // Signing in is how a request gets credentials: bounded, not
+    // authenticated, and no principal reaches its handlers.
+    let principal: Option<Principal> = if crate::signin::is_open(req.path()) {
+        None
+    } else {
+        match state
+            .auth
+            .authenticate(req.headers(), req.query_string())
+            .await
+        {
+            Ok(p) => Some(p),
+            Err(err) => {
+                tracing::debug!(path = %req.path(), reason = %err, "request not authenticated");
+                state.metrics.auth_failure(err.kind());
+                return refuse(req, err.into());
+            }
         }
     };
-    let permit = match state.limits.admit(principal.name(), peer) {
+    let name = principal.as_ref().map_or("-", Principal::name);
+    let permit = match state.limits.admit(name, peer) {
         Ok(permit) => permit,
         Err(err) => {
-            tracing::debug!(principal = %principal.name(), reason = %err, "request refused by a limit");
+            tracing::debug!(principal = %name, reason = %err, "request refused by a limit");
             state.metrics.limit_hit("connections");
             return refuse(req, err);
         }
     };
-    req.extensions_mut().insert(principal);
+    if let Some(principal) = principal {
+        req.extensions_mut().insert(principal);
+    }
     // The permit and the CORS headers ride in the request: a stream that
     // takes its connection over (`transport::takeover`) takes both along.
     req.extensions_mut().insert(permit);

@@ -52,8 +52,15 @@ impl Auth {
         if self.anonymous() {
             return Ok(Principal::anonymous());
         }
-        let token = token_from(headers, query, &self.cookie)
-            .ok_or_else(|| Error::NoToken(self.cookie.clone()))?;
+        // A token sent with the request wins over a session cookie.
+        let Some(token) = token_from(headers, query, &self.cookie) else {
+            return match &self.sessions {
+                Some(sessions) => sessions
+                    .authenticate(headers)
+                    .unwrap_or_else(|| Err(Error::NotSignedIn(self.cookie.clone()))),
+                None => Err(Error::NoToken(self.cookie.clone())),
+            };
+        };
         let mut passed = None;
         for authenticator in &self.authenticators {
             match authenticator.authenticate(&token).await {

@@ -43,10 +43,12 @@ mod authorize;
 pub mod feed;
 pub mod jwt;
 pub mod kubernetes;
+pub mod lease;
 pub mod oidc;
 mod principal;
 pub mod rbac;
 mod scope;
+pub mod session;
 mod token;
 mod user;
 
@@ -91,6 +93,10 @@ pub enum Error {
     IssuerUnreachable(String),
     #[error("token not accepted: it is not one that --auth {0} takes")]
     NotAccepted(String),
+    #[error(
+        "not signed in: sign in at /login, or send a token as Authorization: Bearer, the access_token query parameter or the {0} cookie"
+    )]
+    NotSignedIn(String),
     #[error("cannot load key {0}: {1}")]
     Key(String, String),
 }
@@ -111,6 +117,7 @@ impl Error {
             Error::Review(_) => "review",
             Error::IssuerUnreachable(_) => "issuer_unreachable",
             Error::NotAccepted(_) => "not_accepted",
+            Error::NotSignedIn(_) => "no_token",
             Error::Key(..) => "key",
         }
     }
@@ -162,6 +169,8 @@ pub struct Auth {
     /// `--authorization review`).
     kube: Option<Arc<kubernetes::Reviewer>>,
     oidc: Option<Arc<oidc::Issuer>>,
+    /// Signed-in sessions (`--auth oidc`).
+    sessions: Option<Arc<session::Sessions>>,
     /// Present when some authenticator names users.
     users: Option<UserAuthorizer>,
     /// Moves whenever the RBAC index changed (what requests waiting for
@@ -191,7 +200,11 @@ impl Auth {
                 ))
             });
         let oidc = match cfg.uses(AuthMethod::Oidc) {
-            true => Some(Arc::new(oidc::Issuer::new(&cfg.oidc)?)),
+            true => Some(Arc::new(oidc::Issuer::new(&cfg.oidc, &cfg.sign_in)?)),
+            false => None,
+        };
+        let sessions = match cfg.uses(AuthMethod::Oidc) {
+            true => Some(Arc::new(session::Sessions::new(&cfg.sign_in)?)),
             false => None,
         };
         let mut authenticators = Vec::new();
@@ -228,6 +241,7 @@ impl Auth {
             authenticators,
             kube,
             oidc,
+            sessions,
             users,
             rbac_changes: Epoch::default(),
             sync_timeout,
@@ -266,6 +280,11 @@ impl Auth {
     /// The OpenID Connect issuer, under `--auth oidc`.
     pub fn oidc(&self) -> Option<&Arc<oidc::Issuer>> {
         self.oidc.as_ref()
+    }
+
+    /// Signed-in sessions, under `--auth oidc`.
+    pub fn sessions(&self) -> Option<&Arc<session::Sessions>> {
+        self.sessions.as_ref()
     }
 
     /// Resolves once the RBAC index has changed after this call (for tests

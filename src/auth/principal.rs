@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
 
+use super::lease::{Lease, deadline_of};
 use super::{User, kubernetes};
 use crate::status::ApiError;
 
@@ -62,6 +63,8 @@ struct PrincipalInner {
     access: Access,
     /// A Kubernetes token, held to be reviewed again while streams live.
     credential: Option<Arc<kubernetes::Credential>>,
+    /// A signed-in session's expiry, which its refreshes move.
+    lease: Option<Arc<Lease>>,
 }
 
 impl Principal {
@@ -71,7 +74,25 @@ impl Principal {
             expires,
             access,
             credential: None,
+            lease: None,
         }))
+    }
+
+    /// A signed-in session's principal: it expires with `lease`, which
+    /// the session's refreshes move.
+    pub fn with_lease(name: String, access: Access, lease: Arc<Lease>) -> Principal {
+        Principal(Arc::new(PrincipalInner {
+            name,
+            expires: Some(lease.until()),
+            access,
+            credential: None,
+            lease: Some(lease),
+        }))
+    }
+
+    /// The lease a session's principal expires with.
+    pub fn lease(&self) -> Option<&Arc<Lease>> {
+        self.0.lease.as_ref()
     }
 
     /// This principal, holding `credential` (reviewed again while held).
@@ -81,6 +102,7 @@ impl Principal {
             expires: shared.expires,
             access: shared.access.clone(),
             credential: None,
+            lease: shared.lease.clone(),
         });
         Principal(Arc::new(PrincipalInner {
             credential: Some(credential),
@@ -102,20 +124,20 @@ impl Principal {
         &self.0.name
     }
 
-    /// When the credentials expire; streams end then.
+    /// When the credentials expire; streams end then (a session's lease
+    /// may move it later).
     pub fn expires(&self) -> Option<SystemTime> {
-        self.0.expires
+        match &self.0.lease {
+            Some(lease) => Some(lease.until()),
+            None => self.0.expires,
+        }
     }
 
     /// [`Principal::expires`] on tokio's clock, for `sleep_until`; `None`
     /// also for an expiry too far away for that clock (a token's `exp`
     /// can be any number).
     pub fn deadline(&self) -> Option<tokio::time::Instant> {
-        let expires = self.0.expires?;
-        let left = expires
-            .duration_since(SystemTime::now())
-            .unwrap_or_default();
-        tokio::time::Instant::now().checked_add(left)
+        deadline_of(self.expires()?)
     }
 
     pub fn access(&self) -> &Access {

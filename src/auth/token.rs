@@ -63,7 +63,7 @@ pub fn strip_token(query: &str) -> Cow<'_, str> {
     )
 }
 
-fn cookie_value(header: &str, name: &str) -> Option<String> {
+pub(super) fn cookie_value(header: &str, name: &str) -> Option<String> {
     header.split(';').find_map(|pair| {
         let (key, value) = pair.trim().split_once('=')?;
         let value = value.trim().trim_matches('"');

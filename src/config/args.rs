@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{
     AuthConfig, AuthMethod, AuthorizationMode, Config, JwtConfig, LimitsConfig, OidcConfig,
-    StreamConfig, TlsArgs,
+    SignInConfig, StreamConfig, TlsArgs,
 };
 use crate::hub::LogLimits;
 use crate::upstream::{InformerConfig, IngestOptions, PositionsConfig, UpstreamConfig};
@@ -190,6 +190,30 @@ pub struct GatewayArgs {
         default_value = "RS256"
     )]
     pub oidc_signing_algs: Vec<String>,
+    /// `--auth oidc` sign-in: scopes asked for (comma-separated).
+    #[arg(
+        long,
+        env = "KUBEFAN_OIDC_SCOPES",
+        value_delimiter = ',',
+        default_value = "openid,email,profile"
+    )]
+    pub oidc_scopes: Vec<String>,
+    /// `--auth oidc` sign-in: where the issuer sends the browser back
+    /// (default: /oauth2/callback on the host the sign-in started on;
+    /// behind an ingress, its public https URL).
+    #[arg(long, env = "KUBEFAN_OIDC_REDIRECT_URL")]
+    pub oidc_redirect_url: Option<String>,
+    /// `--auth oidc` sign-in: a file holding the client secret (none: a
+    /// public client, PKCE alone).
+    #[arg(long, env = "KUBEFAN_OIDC_CLIENT_SECRET_FILE")]
+    pub oidc_client_secret_file: Option<PathBuf>,
+    /// A file holding the key (32 bytes or more) sessions are sealed with,
+    /// the same on every replica (none: a random key of this process).
+    #[arg(long, env = "KUBEFAN_SESSION_SECRET_FILE")]
+    pub session_secret_file: Option<PathBuf>,
+    /// The longest a signed-in session lasts, refreshes included, in hours.
+    #[arg(long, env = "KUBEFAN_SESSION_MAX_AGE_HOURS", default_value_t = 12, value_parser = clap::value_parser!(u64).range(1..=720))]
+    pub session_max_age_hours: u64,
     /// Cookie a token may be read from.
     #[arg(long, env = "KUBEFAN_AUTH_COOKIE", default_value = "kubefan_token")]
     pub auth_cookie: String,
@@ -319,6 +343,13 @@ impl GatewayArgs {
                     groups_prefix: self.oidc_groups_prefix,
                     required_claims: self.oidc_required_claim,
                     signing_algs: names(self.oidc_signing_algs),
+                },
+                sign_in: SignInConfig {
+                    scopes: names(self.oidc_scopes),
+                    redirect_url: self.oidc_redirect_url.filter(|u| !u.is_empty()),
+                    client_secret_file: self.oidc_client_secret_file,
+                    session_secret_file: self.session_secret_file,
+                    session_max_age: Duration::from_secs(self.session_max_age_hours * 3600),
                 },
                 cookie: self.auth_cookie,
                 cache_ttl: Duration::from_secs(self.auth_cache_secs),

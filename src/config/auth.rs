@@ -191,6 +191,38 @@ impl OidcConfig {
     }
 }
 
+/// Sign-in in the browser (`--auth oidc`): the authorization-code flow
+/// with PKCE, and sessions kept in an encrypted cookie.
+#[derive(Debug, Clone)]
+pub struct SignInConfig {
+    /// Scopes asked for (`openid` is always asked).
+    pub scopes: Vec<String>,
+    /// Where the issuer sends the browser back; `None`: `/oauth2/callback`
+    /// on the host the sign-in started on.
+    pub redirect_url: Option<String>,
+    /// The client secret (a confidential client); none: a public client,
+    /// PKCE alone.
+    pub client_secret_file: Option<PathBuf>,
+    /// The key sessions are sealed with, shared by every replica (at least
+    /// 32 bytes); none: a random key of this process (sessions end with it
+    /// and do not reach other replicas).
+    pub session_secret_file: Option<PathBuf>,
+    /// The longest a session lasts, refreshes included.
+    pub session_max_age: Duration,
+}
+
+impl Default for SignInConfig {
+    fn default() -> Self {
+        SignInConfig {
+            scopes: vec!["openid".into(), "email".into(), "profile".into()],
+            redirect_url: None,
+            client_secret_file: None,
+            session_secret_file: None,
+            session_max_age: Duration::from_secs(12 * 3600),
+        }
+    }
+}
+
 /// Parses one `--oidc-required-claim` value, `key=value`.
 pub fn parse_required_claim(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
@@ -208,6 +240,7 @@ pub struct AuthConfig {
     pub methods: Vec<AuthMethod>,
     pub jwt: JwtConfig,
     pub oidc: OidcConfig,
+    pub sign_in: SignInConfig,
     /// The cookie a token may be read from.
     pub cookie: String,
     /// How long TokenReview / SubjectAccessReview answers are reused; a
@@ -228,6 +261,7 @@ impl Default for AuthConfig {
             methods: vec![AuthMethod::None],
             jwt: JwtConfig::default(),
             oidc: OidcConfig::default(),
+            sign_in: SignInConfig::default(),
             cookie: "kubefan_token".into(),
             cache_ttl: Duration::from_secs(10),
             allow_unauthenticated: false,
@@ -271,6 +305,15 @@ impl AuthConfig {
         }
         if self.uses(AuthMethod::Oidc) {
             self.oidc.validate()?;
+            if let Some(url) = &self.sign_in.redirect_url
+                && !(url.starts_with("https://")
+                    || url.starts_with("http://")
+                    || url.starts_with('/'))
+            {
+                return Err(Error::Oidc(format!(
+                    "--oidc-redirect-url {url:?} must be an absolute URL or a path"
+                )));
+            }
         }
         Ok(())
     }

@@ -14,7 +14,8 @@ pub use args::GatewayArgs;
 #[cfg(test)]
 use args::parse_net;
 pub use auth::{
-    AuthConfig, AuthMethod, AuthorizationMode, JwtConfig, OidcConfig, parse_required_claim,
+    AuthConfig, AuthMethod, AuthorizationMode, JwtConfig, OidcConfig, SignInConfig,
+    parse_required_claim,
 };
 
 use crate::upstream::UpstreamConfig;

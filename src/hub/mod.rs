@@ -704,6 +704,7 @@ mod tests {
             resume: resume.map(|rv| scope::Position { rv, tag: None }),
             transport: Transport::Sse,
             expires: None,
+            lease: None,
             access: None,
         }
     }

@@ -73,6 +73,7 @@ pub(crate) async fn subscribe(
         resume: params.resume,
         transport,
         expires: principal.deadline(),
+        lease: principal.lease().cloned(),
     };
     let request = &request;
     state

@@ -27,6 +27,8 @@ pub struct AppState {
     pub streams: Arc<Streams>,
     pub auth: Arc<Auth>,
     pub limits: Arc<Limits>,
+    /// Whether the listener serves TLS (cookies are `Secure` then).
+    pub tls: bool,
     /// Origins allowed cross-origin (lowercase, no trailing slash).
     pub allowed_origins: Vec<String>,
 }

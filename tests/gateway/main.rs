@@ -11,6 +11,7 @@ mod oidc;
 mod rbac;
 mod real_clients;
 mod replicas;
+mod signin;
 mod soak;
 mod sse;
 mod support;

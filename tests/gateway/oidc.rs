@@ -39,7 +39,7 @@ fn claims(issuer: &Issuer, email: &str, groups: &[&str], ttl: u64) -> Value {
 }
 
 /// Users named by their email, groups prefixed `oidc:`, `hd` required.
-fn oidc_config(issuer: &Issuer) -> Config {
+pub(crate) fn oidc_config(issuer: &Issuer) -> Config {
     let mut cfg = test_config(&["pods"]);
     cfg.auth.set(AuthMethod::Oidc);
     cfg.auth.oidc = OidcConfig {
@@ -71,7 +71,7 @@ fn group_binding(name: &str, ns: &str, group: &str) -> Value {
 }
 
 /// Pods in default, web and batch; `oidc:team-web` may read web's.
-fn team_sim() -> Sim {
+pub(crate) fn team_sim() -> Sim {
     let sim = seeded(18);
     for ns in ["default", "web", "batch"] {
         sim.create(ROLES, pod_reader(ns)).unwrap();
@@ -85,7 +85,7 @@ fn team_sim() -> Sim {
 }
 
 /// The gateway, once it has read the issuer's keys.
-async fn oidc_env(sim: Sim, cfg: Config) -> TestEnv {
+pub(crate) async fn oidc_env(sim: Sim, cfg: Config) -> TestEnv {
     let env = spawn(sim, cfg).await;
     env.synced("pods").await;
     let keys = env.app.auth().oidc().expect("--auth oidc").keys();
@@ -122,7 +122,7 @@ fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-fn namespaces(view: &ClientView) -> BTreeSet<String> {
+pub(crate) fn namespaces(view: &ClientView) -> BTreeSet<String> {
     view.objects
         .values()
         .map(|o| o["metadata"]["namespace"].as_str().unwrap().to_string())

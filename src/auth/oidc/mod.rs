@@ -35,8 +35,9 @@ use serde_json::{Map, Value};
 use super::authenticate::Verdict;
 use super::jwt::{decode_with, unverified_claims};
 use super::{Access, Error, Principal};
-use crate::config::OidcConfig;
+use crate::config::{OidcConfig, SignInConfig};
 use crate::lifecycle::Lifecycle;
+use secrecy::SecretString;
 
 /// How far ahead of the clock a token's `nbf` may be (go-oidc's leeway).
 const NBF_LEEWAY: Duration = Duration::from_secs(300);
@@ -46,13 +47,29 @@ pub struct Issuer {
     username_prefix: String,
     algs: Vec<Algorithm>,
     keys: Arc<keys::Keys>,
+    http: reqwest::Client,
+    /// kubefan as the issuer's client, for sign-in (`crate::signin`).
+    sign_in: SignInConfig,
+    client_secret: Option<SecretString>,
 }
 
 impl Issuer {
     /// Sets up the client that reads the issuer (its CA from
     /// `--oidc-ca-file`, else the system's roots); nothing is fetched
     /// until [`Issuer::spawn_keys`].
-    pub fn new(cfg: &OidcConfig) -> Result<Issuer, Error> {
+    pub fn new(cfg: &OidcConfig, sign_in: &SignInConfig) -> Result<Issuer, Error> {
+        let client_secret = match &sign_in.client_secret_file {
+            Some(path) => {
+                let secret = std::fs::read_to_string(path)
+                    .map_err(|e| Error::Key(path.display().to_string(), e.to_string()))?;
+                let secret = secret.trim();
+                if secret.is_empty() {
+                    return Err(Error::Key(path.display().to_string(), "empty".into()));
+                }
+                Some(SecretString::from(secret))
+            }
+            None => None,
+        };
         let algs = cfg
             .signing_algs
             .iter()
@@ -63,7 +80,9 @@ impl Issuer {
             .collect::<Result<Vec<_>, _>>()?;
         let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
-            .redirect(reqwest::redirect::Policy::limited(3))
+            // No redirects: the code exchange must not be sent anywhere
+            // but the token endpoint (oauth2's advice against SSRF).
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("kubefan/", env!("CARGO_PKG_VERSION")));
         if let Some(path) = &cfg.ca_file {
             let pem = std::fs::read(path)
@@ -86,9 +105,12 @@ impl Issuer {
             .map_err(|e| Error::Key("--oidc-issuer-url".into(), e.to_string()))?;
         Ok(Issuer {
             username_prefix: cfg.username_prefix(),
-            keys: Arc::new(keys::Keys::new(cfg.issuer_url.clone(), http)),
+            keys: Arc::new(keys::Keys::new(cfg.issuer_url.clone(), http.clone())),
             cfg: cfg.clone(),
             algs,
+            http,
+            sign_in: sign_in.clone(),
+            client_secret,
         })
     }
 
@@ -120,6 +142,16 @@ impl Issuer {
 
     /// Verifies `token` (see the module doc) and names its user.
     pub async fn verify(&self, token: &str) -> Result<Principal, Error> {
+        let verified = self.verify_claims(token).await?;
+        Ok(Principal::new(
+            verified.user.username.clone(),
+            verified.expires,
+            Access::User(verified.user),
+        ))
+    }
+
+    /// [`Issuer::verify`], with the token's claims.
+    pub async fn verify_claims(&self, token: &str) -> Result<Verified, Error> {
         let header = unverified_header(token).ok_or(Error::Malformed)?;
         let alg_name = header
             .get("alg")
@@ -161,11 +193,50 @@ impl Issuer {
             .get("exp")
             .and_then(Value::as_u64)
             .and_then(|exp| UNIX_EPOCH.checked_add(Duration::from_secs(exp)));
-        Ok(Principal::new(
-            user.username.clone(),
+        Ok(Verified {
+            user,
             expires,
-            Access::User(user),
-        ))
+            claims,
+        })
+    }
+
+    /// The settings of `--auth oidc`.
+    pub fn config(&self) -> &OidcConfig {
+        &self.cfg
+    }
+
+    /// The settings of sign-in.
+    pub fn sign_in(&self) -> &SignInConfig {
+        &self.sign_in
+    }
+
+    /// The client that reads the issuer (its CA, no redirects).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// `--oidc-client-secret-file`'s secret: a confidential client.
+    pub fn client_secret(&self) -> Option<&SecretString> {
+        self.client_secret.as_ref()
+    }
+}
+
+/// A verified id-token: its user, expiry and claims.
+pub struct Verified {
+    pub user: super::User,
+    pub expires: Option<SystemTime>,
+    pub claims: Map<String, Value>,
+}
+
+impl Verified {
+    /// A claim that is a string.
+    pub fn claim(&self, name: &str) -> Option<&str> {
+        self.claims.get(name).and_then(Value::as_str)
+    }
+
+    /// A claim that is a number of seconds.
+    pub fn seconds(&self, name: &str) -> Option<u64> {
+        self.claims.get(name).and_then(Value::as_u64)
     }
 }
 

@@ -32,6 +32,7 @@ use scoped::Scoped;
 
 use super::scope::{scope_tag, shown};
 use super::{Hub, Joined, Lapped, Obj, SubscriberGuard, View};
+use crate::auth::lease::Lease;
 use crate::epoch::Registration;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::{Metrics, Transport};
@@ -67,6 +68,9 @@ pub struct Subscription {
     /// The timer for when the subscriber's credentials expire (boxed:
     /// most subscriptions have none).
     expires: Option<Pin<Box<Sleep>>>,
+    /// A signed-in session's lease: when `expires` fires, the end it holds
+    /// now.
+    lease: Option<Arc<Lease>>,
     /// Where its namespaces come from, when they can change.
     scoped: Option<Box<Scoped>>,
     /// A progress mark is owed (the id's tag changed).
@@ -104,6 +108,7 @@ impl Subscription {
             resume,
             transport,
             expires,
+            lease,
             access,
         } = request;
         let SubscriptionContext {
@@ -155,6 +160,7 @@ impl Subscription {
             pos_rv: 0,
             finished: false,
             expires: expires.map(|at| Box::pin(tokio::time::sleep_until(at))),
+            lease,
             scoped,
             announce: false,
             metrics,
@@ -241,13 +247,17 @@ impl Subscription {
         let ready = |item| Poll::Ready(Some(item));
         loop {
             // Before anything else: nothing is sent past the expiry.
-            if self
-                .expires
-                .as_ref()
-                .is_some_and(|timer| Instant::now() >= timer.deadline())
+            if let Some(timer) = &mut self.expires
+                && Instant::now() >= timer.deadline()
             {
-                self.finished = true;
-                return ready(Item::Denied(Denial::expired()));
+                // A refreshed session moved its end: wait for that instead.
+                match self.lease.as_ref().and_then(|lease| lease.later()) {
+                    Some(later) => timer.as_mut().reset(later),
+                    _ => {
+                        self.finished = true;
+                        return ready(Item::Denied(Denial::expired()));
+                    }
+                }
             }
             if let Some(denial) = self.follow_scope() {
                 self.finished = true;

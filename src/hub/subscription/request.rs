@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Denial;
+use crate::auth::lease::Lease;
 use crate::hub::ViewSpec;
 use crate::hub::scope::{Position, Scoping};
 use crate::lifecycle::Lifecycle;
@@ -22,8 +23,10 @@ pub struct Subscribe {
     pub resume: Option<Position>,
     pub transport: Transport,
     /// When the subscriber's credentials expire: the subscription ends
-    /// then with [`super::Item::Denied`].
+    /// then with [`super::Item::Denied`], unless `lease` has moved by then.
     pub expires: Option<Instant>,
+    /// A signed-in session's lease, which its refreshes move.
+    pub lease: Option<Arc<Lease>>,
     /// Where the namespaces it may see come from, when they can change or
     /// narrow what it asked for.
     pub access: Option<Scoping>,
@@ -38,6 +41,7 @@ impl Subscribe {
             resume: None,
             transport: Transport::Internal,
             expires: None,
+            lease: None,
             access: None,
         }
     }

@@ -68,6 +68,7 @@ pub async fn watch(
         resume: resume.map(|rv| Position { rv, tag: None }),
         transport: Transport::KubeWatch,
         expires: principal.deadline(),
+        lease: principal.lease().cloned(),
         access: None,
     };
     let sub = Subscription::start(hub.clone(), request, &state.subscriptions).await?;

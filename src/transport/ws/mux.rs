@@ -193,7 +193,11 @@ impl Socket {
                 // The socket's own credentials: its subscriptions end
                 // themselves at the same moment, each with its ERROR (401).
                 _ = &mut expiry, if deadline.is_some() => {
-                    break Box::pin(self.expire()).await;
+                    // A refreshed session moved its end: wait for that.
+                    match self.principal.lease().and_then(|lease| lease.later()) {
+                        Some(later) => expiry.as_mut().reset(later),
+                        _ => break Box::pin(self.expire()).await,
+                    }
                 }
                 msg = msgs.next() => {
                     idle.as_mut().reset(Instant::now() + self.idle_timeout);

@@ -1,5 +1,5 @@
-//! Browser sessions: a page trades its token once for a cookie, so the
-//! token stops travelling in URLs (which end up in browser history, proxy
+//! The token cookie: a page trades its bearer token once for a cookie
+//! holding it, so the token stops travelling in URLs (which end up in browser history, proxy
 //! and ingress access logs, and `Referer` headers).
 //!
 //! `POST /session` with the token as `Authorization: Bearer` (the
@@ -10,7 +10,12 @@
 //! the token's own lifetime (a JWT's `exp`; a Kubernetes token, whose
 //! lifetime TokenReview does not tell, gets [`UNKNOWN_LIFETIME`], and is
 //! reviewed again anyway while streams are open). `DELETE /session` clears
-//! it. Streams and requests then authenticate with the cookie as before.
+//! it (the token itself stays valid: nothing is revoked). Streams and
+//! requests then authenticate with the cookie as before.
+//!
+//! This is not a session: the cookie is the token. Signing in with the
+//! OpenID Connect issuer makes a real one (`crate::signin`,
+//! `auth::session`).
 
 use std::time::{Duration, SystemTime};
 

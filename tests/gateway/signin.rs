@@ -1,0 +1,400 @@
+//! Signing in in the browser (`--auth oidc`), driven as a browser drives
+//! it (redirects followed by hand, cookies kept per site) against the
+//! test issuer: the authorization-code flow with PKCE into a session
+//! cookie, streams that outlive the id-token through refreshes and end
+//! when the issuer stops refreshing, a session made on one replica used
+//! on another, and every refusal.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::issuer::{Issuer, SigningKey};
+use crate::oidc::{namespaces, oidc_config, oidc_env, team_sim};
+use crate::support::{ClientView, SseClient, TestEnv, WAIT, validate_status};
+use kubefan::config::Config;
+use kubefan_sim::pod;
+
+/// A browser: no automatic redirects, kubefan's cookies kept.
+struct Browser {
+    http: reqwest::Client,
+    cookies: BTreeMap<String, String>,
+    /// The last Set-Cookie lines kubefan sent, as sent.
+    set_cookies: Vec<String>,
+}
+
+impl Browser {
+    fn new(issuer: &Issuer) -> Browser {
+        let ca = std::fs::read(&issuer.ca_file).unwrap();
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+            .build()
+            .unwrap();
+        Browser {
+            http,
+            cookies: BTreeMap::new(),
+            set_cookies: Vec::new(),
+        }
+    }
+
+    fn cookie_header(&self) -> String {
+        self.cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// A request to kubefan (`env`), with its cookies; keeps what it sets.
+    async fn send(&mut self, req: reqwest::RequestBuilder) -> reqwest::Response {
+        let req = if self.cookies.is_empty() {
+            req
+        } else {
+            req.header("cookie", self.cookie_header())
+        };
+        let resp = tokio::time::timeout(WAIT, req.send())
+            .await
+            .expect("answer in time")
+            .expect("request");
+        self.set_cookies = resp
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect();
+        for line in &self.set_cookies {
+            let pair = line.split(';').next().unwrap();
+            let (name, value) = pair.split_once('=').unwrap();
+            if value.is_empty() || line.contains("Max-Age=0") {
+                self.cookies.remove(name);
+            } else {
+                self.cookies.insert(name.to_string(), value.to_string());
+            }
+        }
+        resp
+    }
+
+    async fn get(&mut self, env: &TestEnv, path: &str) -> reqwest::Response {
+        let req = self.http.get(format!("{}{path}", env.base));
+        self.send(req).await
+    }
+
+    async fn post(&mut self, env: &TestEnv, path: &str) -> reqwest::Response {
+        let req = self.http.post(format!("{}{path}", env.base));
+        self.send(req).await
+    }
+
+    /// The issuer's page (no kubefan cookies go there).
+    async fn visit_issuer(&self, url: &str) -> reqwest::Response {
+        tokio::time::timeout(WAIT, self.http.get(url).send())
+            .await
+            .expect("issuer answers")
+            .expect("request")
+    }
+}
+
+fn location(resp: &reqwest::Response) -> String {
+    assert_eq!(resp.status(), 302, "a redirect");
+    resp.headers()["location"].to_str().unwrap().to_string()
+}
+
+/// Starts a sign-in at kubefan: the issuer's authorization URL.
+async fn start(browser: &mut Browser, env: &TestEnv, then: &str) -> String {
+    let resp = browser.get(env, &format!("/login?then={then}")).await;
+    location(&resp)
+}
+
+/// The issuer signs the user in: the callback URL it sends the browser to.
+async fn at_issuer(browser: &Browser, authorize: &str) -> String {
+    let resp = browser.visit_issuer(authorize).await;
+    location(&resp)
+}
+
+/// The callback at kubefan, as a path.
+async fn finish(browser: &mut Browser, env: &TestEnv, callback: &str) -> reqwest::Response {
+    let path = callback.strip_prefix(&env.base).expect("back at kubefan");
+    browser.get(env, path).await
+}
+
+/// A whole sign-in; where kubefan sends the browser after it.
+async fn sign_in(browser: &mut Browser, env: &TestEnv, then: &str) -> String {
+    let authorize = start(browser, env, then).await;
+    let callback = at_issuer(browser, &authorize).await;
+    location(&finish(browser, env, &callback).await)
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Waits for the clock to reach `at` (Unix seconds): id-tokens age by the
+/// wall clock, which is what is tested here.
+async fn until(at: f64) {
+    let left = at - unix_now();
+    if left > 0.0 {
+        tokio::time::sleep(Duration::from_secs_f64(left)).await;
+    }
+}
+
+fn secret_file() -> PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kubefan-signin-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("session-secret");
+    let mut secret = [0u8; 48];
+    rand::fill(&mut secret);
+    std::fs::write(&path, secret).unwrap();
+    path
+}
+
+fn signin_config(issuer: &Issuer, secret: Option<PathBuf>) -> Config {
+    let mut cfg = oidc_config(issuer);
+    cfg.auth.sign_in.session_secret_file = secret;
+    cfg
+}
+
+async fn issuer_for_alice() -> (Issuer, SigningKey) {
+    let key = SigningKey::rsa("rsa-private.pem", "k1");
+    let issuer = Issuer::start(&[&key]).await;
+    issuer.sign_in_as("alice@example.com", &["team-web"]);
+    (issuer, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_in_browser_streams_past_the_id_tokens_life_until_the_issuer_stops_refreshing() {
+    let (issuer, _key) = issuer_for_alice().await;
+    issuer.set_id_token_ttl(6);
+    let env = oidc_env(team_sim(), signin_config(&issuer, None)).await;
+    let mut browser = Browser::new(&issuer);
+
+    let signed_in_at = unix_now();
+    let then = sign_in(&mut browser, &env, "/?namespace=web").await;
+    assert_eq!(then, "/?namespace=web");
+    let set = browser.set_cookies.join("\n");
+    assert!(set.contains("kubefan_session="), "{set}");
+    for attribute in ["HttpOnly", "SameSite=Lax", "Path=/"] {
+        assert!(set.contains(attribute), "{attribute} in {set}");
+    }
+    assert!(!set.contains("Secure"), "no Secure over plain http: {set}");
+    assert!(
+        set.contains("kubefan_signin=; Max-Age=0"),
+        "the sign-in cookie is cleared: {set}"
+    );
+    let me: Value = browser.get(&env, "/session").await.json().await.unwrap();
+    assert_eq!(me["signedIn"], true);
+    assert_eq!(me["user"], "alice@example.com");
+    assert_eq!(me["refreshable"], true);
+
+    // The session authenticates as alice, whose group RBAC binds in web.
+    let resp = browser.get(&env, "/api/v1/namespaces/batch/pods").await;
+    assert_eq!(resp.status(), 403);
+    let mut sse = SseClient::new(browser.get(&env, "/stream/pods").await);
+    let mut view = ClientView::new();
+    while view.snapshots == 0 {
+        view.apply(&sse.next().await.expect("snapshot"));
+    }
+    assert_eq!(namespaces(&view).into_iter().collect::<Vec<_>>(), ["web"]);
+
+    // Too early to refresh: the issuer is not asked.
+    let resp = browser.post(&env, "/session/refresh").await;
+    assert_eq!(resp.status(), 200);
+    let refreshes = || {
+        issuer
+            .counts()
+            .refreshes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(refreshes(), 0);
+    // In the second half of its life: refreshed, and the stream's end moves.
+    until(signed_in_at + 3.5).await;
+    let resp = browser.post(&env, "/session/refresh").await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(refreshes(), 1);
+    let first_expiry = signed_in_at + 6.0;
+    until(first_expiry + 1.0).await;
+    env.sim
+        .create("pods", pod("after-the-first-token").ns("web").build())
+        .unwrap();
+    loop {
+        let ev = tokio::time::timeout(WAIT, sse.next())
+            .await
+            .expect("the stream goes on")
+            .expect("not ended");
+        assert_ne!(
+            ev.event, "ERROR",
+            "the refreshed session's stream goes on: {:?}",
+            ev.data
+        );
+        view.apply(&ev);
+        if view
+            .objects
+            .keys()
+            .any(|k| k.contains("after-the-first-token"))
+        {
+            break;
+        }
+    }
+
+    // The issuer stops refreshing (the user was disabled): the refresh is
+    // refused, the cookie cleared, and the stream ends with the token.
+    issuer.revoke_refresh_tokens();
+    until(first_expiry + 4.0).await;
+    let resp = browser.post(&env, "/session/refresh").await;
+    assert_eq!(resp.status(), 401);
+    let body: Value = resp.json().await.unwrap();
+    validate_status(&body);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("no longer refreshes"),
+        "{body}"
+    );
+    assert!(
+        !browser.cookies.contains_key("kubefan_session"),
+        "the cookie is cleared"
+    );
+    let error = tokio::time::timeout(WAIT, async {
+        loop {
+            let ev = sse.next().await.expect("an ERROR before the end");
+            if ev.event == "ERROR" {
+                break ev;
+            }
+        }
+    })
+    .await
+    .expect("the stream ends within the id-token's life");
+    assert_eq!(error.data["object"]["code"], 401);
+    assert!(
+        unix_now() < first_expiry + 3.5 + 6.0 + 1.0,
+        "within one id-token lifetime"
+    );
+    let resp = browser.get(&env, "/stream/pods").await;
+    assert_eq!(resp.status(), 401);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_made_on_one_replica_works_on_another_with_the_shared_secret() {
+    let (issuer, _key) = issuer_for_alice().await;
+    let secret = secret_file();
+    let sim = team_sim();
+    let a = oidc_env(sim.clone(), signin_config(&issuer, Some(secret.clone()))).await;
+    let b = oidc_env(sim.clone(), signin_config(&issuer, Some(secret))).await;
+    let other = oidc_env(sim, signin_config(&issuer, Some(secret_file()))).await;
+    let mut browser = Browser::new(&issuer);
+    sign_in(&mut browser, &a, "/").await;
+
+    let resp = browser.get(&b, "/api/v1/namespaces/web/pods").await;
+    assert_eq!(resp.status(), 200, "the session made on a works on b");
+    let me: Value = browser.get(&b, "/session").await.json().await.unwrap();
+    assert_eq!(me["user"], "alice@example.com");
+    let resp = browser.post(&b, "/session/refresh").await;
+    assert_eq!(resp.status(), 200);
+
+    let resp = browser.get(&other, "/api/v1/namespaces/web/pods").await;
+    assert_eq!(
+        resp.status(),
+        401,
+        "a replica with another secret opens nothing"
+    );
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("not one this gateway made"),
+        "{body}"
+    );
+    for env in [a, b, other] {
+        env.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_ins_that_do_not_add_up_are_refused_never_followed() {
+    let (issuer, _key) = issuer_for_alice().await;
+    let env = oidc_env(team_sim(), signin_config(&issuer, None)).await;
+    let refused = |resp: reqwest::Response, why: &'static str| async move {
+        assert_eq!(resp.status(), 400, "{why}");
+        let body: Value = resp.json().await.unwrap();
+        validate_status(&body);
+        let message = body["message"].as_str().unwrap().to_string();
+        assert!(message.contains(why), "want {why:?} in {message:?}");
+    };
+
+    // Somewhere else after signing in.
+    let mut browser = Browser::new(&issuer);
+    for then in [
+        "//evil.example/",
+        "https://evil.example/",
+        "/%5Cevil.example",
+    ] {
+        let resp = browser.get(&env, &format!("/login?then={then}")).await;
+        refused(resp, "not a path of this gateway").await;
+    }
+    // A callback this browser never started.
+    let resp = browser.get(&env, "/oauth2/callback?code=x&state=y").await;
+    refused(resp, "no sign-in in progress").await;
+
+    // A state that is not the one started.
+    let authorize = start(&mut browser, &env, "/").await;
+    let callback = at_issuer(&browser, &authorize).await;
+    let forged = callback.replace("state=", "state=forged");
+    refused(
+        finish(&mut browser, &env, &forged).await,
+        "state does not match",
+    )
+    .await;
+
+    // The code replayed, with the sign-in cookie of its first use.
+    let authorize = start(&mut browser, &env, "/").await;
+    let started = browser.cookies.clone();
+    let callback = at_issuer(&browser, &authorize).await;
+    assert_eq!(finish(&mut browser, &env, &callback).await.status(), 302);
+    browser.cookies = started;
+    let resp = finish(&mut browser, &env, &callback).await;
+    refused(resp, "did not take the sign-in's code: invalid_grant").await;
+
+    // The issuer refused the sign-in.
+    let authorize = start(&mut browser, &env, "/").await;
+    let state = authorize
+        .split(['?', '&'])
+        .find_map(|p| p.strip_prefix("state="))
+        .unwrap()
+        .to_string();
+    let denied = format!("/oauth2/callback?error=access_denied&state={state}");
+    refused(
+        browser.get(&env, &denied).await,
+        "did not sign you in: access_denied",
+    )
+    .await;
+
+    // Signing out: the session cleared, the issuer told.
+    sign_in(&mut browser, &env, "/").await;
+    assert!(browser.cookies.contains_key("kubefan_session"));
+    let resp = browser.get(&env, "/logout").await;
+    let to = location(&resp);
+    assert!(
+        to.starts_with(&format!("{}/session/end?client_id=kubefan", issuer.url)),
+        "{to}"
+    );
+    assert!(!browser.cookies.contains_key("kubefan_session"));
+    let resp = browser.get(&env, "/stream/pods").await;
+    assert_eq!(resp.status(), 401);
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("sign in at /login"),
+        "{body}"
+    );
+    env.stop().await;
+}
