@@ -47,6 +47,7 @@ pub mod informer;
 pub mod ingest;
 mod policy;
 pub mod positions;
+pub mod reflector;
 mod registry;
 
 use std::future::Future;
