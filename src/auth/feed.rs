@@ -1,17 +1,17 @@
-//! The cluster's RBAC objects, fed into `auth::rbac` from kubefan's own
-//! informers (one upstream watch per kind, shared with any client that
-//! streams them): each kind is read as an internal subscription, so the
-//! hub's relists, resets and lapping keep the index exactly in step.
+//! The cluster's RBAC objects, fed into `auth::rbac`: one internal
+//! reflector per kind (`upstream::reflector`), so the hub's relists,
+//! resets and lapping keep the index exactly in step, and one upstream
+//! watch per kind serves kubefan and any client that streams it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 
 use super::Auth;
-use super::rbac::{GROUP, Kind};
-use crate::hub::{EventType, Item, Subscribe, Subscription, SubscriptionContext};
+use super::rbac::{GROUP, Kind, Rbac};
+use crate::hub::SubscriptionContext;
 use crate::upstream::Informers;
+use crate::upstream::reflector::{Change, Consumer, Reflector};
 
 /// The canonical names of the four RBAC resources.
 pub fn resources() -> Vec<String> {
@@ -21,79 +21,61 @@ pub fn resources() -> Vec<String> {
         .collect()
 }
 
-/// Feeds every kind until shutdown.
+/// Feeds every kind until shutdown (under `--authorization rbac`).
 pub fn spawn(auth: Arc<Auth>, informers: Arc<Informers>, cx: SubscriptionContext) {
+    let Some(rbac) = auth.rbac().cloned() else {
+        return;
+    };
     for kind in Kind::ALL {
-        let (auth, informers, cx) = (auth.clone(), informers.clone(), cx.clone());
-        tokio::spawn(async move { feed(kind, &auth, &informers, &cx).await });
+        let feed = Feed {
+            kind,
+            rbac: rbac.clone(),
+            auth: auth.clone(),
+            informers: informers.clone(),
+        };
+        Reflector::new(format!("{}.{GROUP}", kind.plural()), feed).spawn(&informers, cx.clone());
     }
 }
 
-async fn feed(kind: Kind, auth: &Auth, informers: &Informers, cx: &SubscriptionContext) {
-    let name = format!("{}.{GROUP}", kind.plural());
-    let Some(rbac) = auth.rbac() else { return };
-    let mut delay = Duration::from_millis(200);
-    loop {
-        if cx.lifecycle.is_shutting_down() {
-            return;
-        }
-        let started = match informers.internal_hub(&name).await {
-            Ok(hub) => Subscription::start(hub, Subscribe::internal(), cx)
-                .await
-                .map_err(|e| e.to_string()),
-            Err(err) => Err(err.to_string()),
-        };
-        match started {
-            Ok(mut sub) => {
-                delay = Duration::from_millis(200);
-                let mut snapshot: Vec<Value> = Vec::new();
-                while let Some(item) = sub.next().await {
-                    match item {
-                        Item::Snapshot(frames) => snapshot.extend(
-                            frames
-                                .iter()
-                                .filter_map(|object| serde_json::from_slice(object).ok()),
-                        ),
-                        Item::SnapshotEnd { .. } => {
-                            rbac.replace(kind, snapshot.iter());
-                            snapshot.clear();
-                            auth.rbac_changes.advance();
-                            informers.rbac_changed();
-                        }
-                        Item::Events(events) => {
-                            for event in &events {
-                                let Ok(object) =
-                                    serde_json::from_slice::<Value>(&event.frame().object())
-                                else {
-                                    continue;
-                                };
-                                if event.kind() == EventType::Deleted {
-                                    let meta = &object["metadata"];
-                                    let ns = meta["namespace"].as_str().unwrap_or("");
-                                    let obj_name = meta["name"].as_str().unwrap_or("");
-                                    rbac.delete(kind, ns, obj_name);
-                                } else {
-                                    rbac.apply(kind, &object);
-                                }
-                            }
-                            auth.rbac_changes.advance();
-                            informers.rbac_changed();
-                        }
-                        // A fresh snapshot follows and replaces the index.
-                        Item::Reset(_) => snapshot.clear(),
-                        Item::Progress { .. } | Item::KeepAlive => {}
-                        Item::Closed(_) | Item::Shutdown | Item::Denied(_) => break,
-                    }
+/// One kind's objects into the index.
+struct Feed {
+    kind: Kind,
+    rbac: Arc<Rbac>,
+    auth: Arc<Auth>,
+    informers: Arc<Informers>,
+}
+
+impl Feed {
+    /// The index changed: waiters are woken, and what kubefan may read
+    /// itself is asked again.
+    fn changed(&self) {
+        self.auth.rbac_changes.advance();
+        self.informers.rbac_changed();
+    }
+}
+
+impl Consumer for Feed {
+    const UNREADABLE: &'static str = "cannot read RBAC objects for --authorization rbac; retrying (grant kubefan get, list, watch on them, or use --authorization review)";
+
+    fn replace(&mut self, objects: Vec<Value>) {
+        self.rbac.replace(self.kind, objects.iter());
+        self.changed();
+    }
+
+    fn apply(&mut self, changes: Vec<Change>) {
+        for change in &changes {
+            match change {
+                Change::Applied(object) => {
+                    self.rbac.apply(self.kind, object);
+                }
+                Change::Deleted(object) => {
+                    let meta = &object["metadata"];
+                    let namespace = meta["namespace"].as_str().unwrap_or("");
+                    let name = meta["name"].as_str().unwrap_or("");
+                    self.rbac.delete(self.kind, namespace, name);
                 }
             }
-            Err(err) => {
-                tracing::warn!(resource = %name, error = %err, "cannot read RBAC objects for --authorization rbac; retrying (grant kubefan get, list, watch on them, or use --authorization review)");
-            }
         }
-        tokio::select! {
-            _ = cx.lifecycle.shutting_down() => return,
-            _ = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(Duration::from_secs(60));
+        self.changed();
     }
 }
