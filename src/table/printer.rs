@@ -395,6 +395,23 @@ struct CrdPrinters {
     versions: HashMap<String, Printer>,
 }
 
+impl CrdPrinters {
+    /// `crd`'s printers: `held` (what was compiled before) if its
+    /// resourceVersion is the same, compiled afresh otherwise.
+    fn compile(crd: &Value, held: Option<CrdPrinters>) -> CrdPrinters {
+        let rv = str_at(crd, &["metadata", "resourceVersion"]);
+        if let Some(held) = held.filter(|c| !rv.is_empty() && c.resource_version == rv) {
+            return held;
+        }
+        CrdPrinters {
+            resource_version: rv.to_string(),
+            versions: crd::served_versions(crd)
+                .filter_map(|v| Printer::for_crd(crd, v).map(|p| (v.to_string(), p)))
+                .collect(),
+        }
+    }
+}
+
 /// The printer of every resource: built-in, from CRDs, or the default.
 ///
 /// Feed it the `customresourcedefinitions` informer's objects
@@ -418,24 +435,24 @@ impl Printers {
         let Some(key) = crd::names(crd) else {
             return;
         };
-        let rv = str_at(crd, &["metadata", "resourceVersion"]);
         let mut crds = self.crds.lock().unwrap_or_else(PoisonError::into_inner);
-        if crds
-            .get(&key)
-            .is_some_and(|c| !rv.is_empty() && c.resource_version == rv)
-        {
-            return;
+        let kept = crds.remove(&key);
+        crds.insert(key, CrdPrinters::compile(crd, kept));
+    }
+
+    /// Replaces every CRD with `crds`, a fresh list: a CRD not in it was
+    /// deleted, and its resource prints with the default columns again.
+    /// CRDs whose resourceVersion did not change keep their printers.
+    pub fn replace_crds<'a>(&self, crds: impl IntoIterator<Item = &'a Value>) {
+        let mut held = self.crds.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut old = std::mem::take(&mut *held);
+        for crd in crds {
+            let Some(key) = crd::names(crd) else {
+                continue;
+            };
+            let kept = old.remove(&key);
+            held.insert(key, CrdPrinters::compile(crd, kept));
         }
-        let versions = crd::served_versions(crd)
-            .filter_map(|v| Printer::for_crd(crd, v).map(|p| (v.to_string(), p)))
-            .collect();
-        crds.insert(
-            key,
-            CrdPrinters {
-                resource_version: rv.to_string(),
-                versions,
-            },
-        );
     }
 
     /// Forgets a deleted CRD.
@@ -522,6 +539,33 @@ mod tests {
         assert_eq!(
             names(&printers.printer("example.com", "v1", "widgets")),
             ["Name", "Created At"]
+        );
+    }
+
+    #[test]
+    fn a_replaced_set_forgets_crds_it_lacks_and_keeps_the_rest() {
+        let printers = Printers::new();
+        let crd = |plural: &str, rv: &str, column: &str| {
+            json!({
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": format!("{plural}.example.com"), "resourceVersion": rv},
+                "spec": {"group": "example.com", "names": {"plural": plural},
+                    "versions": [{"name": "v1", "served": true, "additionalPrinterColumns": [
+                        {"name": column, "type": "integer", "jsonPath": ".spec.size"}]}]}
+            })
+        };
+        let first = |p: &Printer| p.columns()[1].name.to_string();
+        printers.apply_crd(&crd("widgets", "1", "Size"));
+        printers.apply_crd(&crd("gadgets", "2", "Gears"));
+        printers.replace_crds([&crd("widgets", "3", "Width")]);
+        assert_eq!(
+            first(&printers.printer("example.com", "v1", "widgets")),
+            "Width"
+        );
+        assert_eq!(
+            first(&printers.printer("example.com", "v1", "gadgets")),
+            "Created At",
+            "a CRD missing from the new set prints with the default columns"
         );
     }
 }
