@@ -27,7 +27,8 @@
 //!   ordinary Kubernetes clients at kubefan.
 //! - [`status`]: request errors as Kubernetes `Status` responses.
 //! - [`upstream`]: discovery, the resource policy, one informer
-//!   (list-then-watch loop) per resource, ingest transforms.
+//!   (list-then-watch loop) per resource, ingest transforms; the internal
+//!   reflector through which kubefan follows RBAC objects and CRDs.
 //! - [`hub`]: per resource, the cache and a bounded event log; subscribers
 //!   are cursors into it. The one place that owns consistency.
 //! - [`table`]: server-side tables (the columns `kubectl get` shows) for

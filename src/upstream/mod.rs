@@ -37,6 +37,11 @@
 //!   appears later is found by the rate-limited discovery refresh on an
 //!   unknown name.
 //!
+//! # kubefan's own reads
+//! What kubefan follows for itself (RBAC kinds, CRDs) it reads through
+//! `reflector`, as an internal subscription of the resource's hub; those
+//! tasks run on the same tracker as the informers.
+//!
 //! # Locks
 //! `registry` (std mutex, never held across an await) is taken before a
 //! hub's state lock, never the other way round.
@@ -517,7 +522,8 @@ impl Informers {
             .collect()
     }
 
-    /// Waits for every informer task to end (after shutdown is cancelled).
+    /// Waits for every informer and reflector task to end (after shutdown
+    /// is cancelled).
     pub async fn stopped(&self) {
         self.tasks.close();
         self.tasks.wait().await;
