@@ -18,7 +18,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 
 use kubefan::app::App;
-use kubefan::config::GatewayArgs;
+use kubefan::config::{AuthMethod, GatewayArgs};
 use kubefan_sim as sim;
 
 #[derive(Parser)]
@@ -52,7 +52,8 @@ enum Command {
     /// Run the simulated API server alone.
     Sim(sim::SimArgs),
     /// Write a kubeconfig that points kubectl, client-go and client-node at
-    /// this kubefan (its URL, its CA when TLS is on, a token when auth is on).
+    /// this kubefan (its URL, its CA when TLS is on, a token when auth is
+    /// on, or with --oidc a kubelogin sign-in).
     Kubeconfig(KubeconfigArgs),
 }
 
@@ -66,6 +67,21 @@ struct KubeconfigArgs {
     /// when --auth is jwt or kubernetes).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// The user signs in with kubelogin (`kubectl oidc-login get-token`),
+    /// at the issuer and as the client of --oidc-issuer-url and
+    /// --oidc-client-id (the flags of --auth oidc), trusting --oidc-ca-file.
+    #[arg(long, conflicts_with = "token_file")]
+    oidc: bool,
+    /// With --oidc: a scope kubelogin asks the issuer for besides `openid`
+    /// (repeatable, or comma-separated), e.g. `email`, `groups`.
+    #[arg(long, value_name = "SCOPE", value_delimiter = ',', requires = "oidc")]
+    oidc_extra_scope: Vec<String>,
+    /// With --oidc, for an issuer whose client must be confidential: a
+    /// file holding the client secret. kubelogin takes it only as a flag,
+    /// so it is written into the kubeconfig in the clear; prefer a public
+    /// client (PKCE) where the issuer allows one.
+    #[arg(long, value_name = "FILE", requires = "oidc")]
+    oidc_client_secret_file: Option<PathBuf>,
     /// Where to write the kubeconfig (default: standard output).
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
@@ -166,7 +182,7 @@ async fn run(cli: Cli, from_file: Vec<String>) -> anyhow::Result<()> {
 /// `kubefan kubeconfig` (see `kubefan::kubeconfig`).
 fn write_kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
     use kubefan::kubeconfig::{
-        Kubeconfig, check_server, read_certificates, read_token, server_url,
+        Kubeconfig, OidcLogin, User, check_server, read_certificates, read_secret, server_url,
     };
     let cfg = args.gateway.into_config();
     cfg.validate()?;
@@ -183,19 +199,61 @@ fn write_kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
     if ca_pem.is_some() && server.starts_with("http://") {
         anyhow::bail!("--server {server} is http:// but kubefan serves TLS: use https://");
     }
-    let token = args.token_file.as_deref().map(read_token).transpose()?;
-    if token.is_none() && !cfg.auth.anonymous() {
+    let user = if args.oidc {
+        let mut login = OidcLogin::from_config(&cfg.auth.oidc)?;
+        if server.starts_with("http://") {
+            // `DirectClientConfig.ClientConfig` in client-go's
+            // `tools/clientcmd/client_config.go` reads the user's
+            // credentials "only if we are secure".
+            anyhow::bail!(
+                "--oidc: the server is {server}, and kubectl sends credentials only to https:// servers; \
+                 serve TLS (--tls-cert-file, --tls-key-file) or name the https:// URL clients reach (--server)"
+            );
+        }
+        login.extra_scopes = args
+            .oidc_extra_scope
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if let Some(path) = &args.oidc_client_secret_file {
+            login.client_secret = Some(read_secret("--oidc-client-secret-file", path)?);
+            eprintln!(
+                "kubefan kubeconfig: the kubeconfig holds the OIDC client secret in the clear (kubelogin takes it only as a flag)"
+            );
+        }
+        if !cfg.auth.anonymous() && !cfg.auth.uses(AuthMethod::Oidc) {
+            eprintln!(
+                "kubefan kubeconfig: --oidc but --auth is {}: kubefan will refuse the id-tokens unless it runs with --auth oidc",
+                cfg.auth.describe()
+            );
+        }
+        User::OidcLogin(login)
+    } else if let Some(path) = &args.token_file {
+        if server.starts_with("http://") {
+            eprintln!(
+                "kubefan kubeconfig: the server is {server}: kubectl and client-go send no token to an http:// server (kube-rs does)"
+            );
+        }
+        User::Token(read_secret("--token-file", path)?)
+    } else if cfg.auth.anonymous() {
+        User::Anonymous
+    } else {
+        let hint = if cfg.auth.uses(AuthMethod::Oidc) {
+            " (--oidc: people sign in with kubelogin)"
+        } else {
+            ""
+        };
         eprintln!(
-            "kubefan kubeconfig: --auth is on but no --token-file was given; clients will need a token"
+            "kubefan kubeconfig: --auth is on but no --token-file was given; clients will need a token{hint}"
         );
-    }
-    let anonymous = cfg.auth.anonymous();
+        User::Unnamed
+    };
     let yaml = Kubeconfig {
         name: args.name,
         server,
         ca_pem,
-        token,
-        anonymous,
+        user,
     }
     .to_yaml();
     match &args.output {
@@ -515,6 +573,39 @@ mod tests {
             .map(|s| s.key.clone())
             .collect();
         (Cli::from_arg_matches(&matches).unwrap(), applied)
+    }
+
+    #[test]
+    fn kubeconfig_oidc_refuses_a_token_file_and_its_options_need_it() {
+        let parse = |argv: &[&str]| Cli::try_parse_from(argv).err().expect("refused");
+        let err = parse(&["kubefan", "kubeconfig", "--oidc", "--token-file", "/t"]);
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let text = err.to_string();
+        assert!(
+            text.contains("'--oidc' cannot be used with '--token-file <FILE>'"),
+            "{text}"
+        );
+        let err = parse(&["kubefan", "kubeconfig", "--oidc-extra-scope", "email"]);
+        assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        assert!(err.to_string().contains("--oidc"), "{err}");
+        let cli = Cli::try_parse_from([
+            "kubefan",
+            "kubeconfig",
+            "--oidc",
+            "--oidc-extra-scope",
+            "email,groups",
+            "--oidc-issuer-url",
+            "https://idp.example",
+            "--oidc-client-id",
+            "kubefan",
+        ])
+        .unwrap();
+        let Some(Command::Kubeconfig(args)) = cli.command else {
+            panic!("the kubeconfig command")
+        };
+        assert!(args.oidc);
+        assert_eq!(args.oidc_extra_scope, ["email", "groups"]);
+        assert_eq!(args.gateway.into_config().auth.oidc.client_id, "kubefan");
     }
 
     #[test]

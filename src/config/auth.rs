@@ -151,7 +151,7 @@ impl OidcConfig {
         }
     }
 
-    fn validate(&self) -> Result<(), Error> {
+    pub(crate) fn validate(&self) -> Result<(), Error> {
         let bad = |why: String| Err(Error::Oidc(why));
         if self.issuer_url.is_empty() {
             return bad("--auth oidc needs --oidc-issuer-url".into());

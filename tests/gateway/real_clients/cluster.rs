@@ -241,8 +241,7 @@ impl Cluster {
             name: "kubefan".into(),
             server: kubefan::kubeconfig::server_url(self.addr, true),
             ca_pem: Some(ca),
-            token: None,
-            anonymous: true,
+            user: kubefan::kubeconfig::User::Anonymous,
         };
         let yaml = kubeconfig.to_yaml();
         assert!(!yaml.contains("insecure"), "verification stays on: {yaml}");
