@@ -17,11 +17,11 @@ use crate::support::{ClientView, SseClient, TestEnv, WAIT, spawn, test_config, v
 use kubefan::config::{AuthMethod, Config, OidcConfig};
 use kubefan_sim::{Sim, SimUser};
 
-const CLIENT: &str = "kubefan";
+pub(crate) const CLIENT: &str = "kubefan";
 const ROLES: &str = "roles.rbac.authorization.k8s.io";
 const ROLE_BINDINGS: &str = "rolebindings.rbac.authorization.k8s.io";
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -30,7 +30,7 @@ fn now() -> u64 {
 
 /// An id-token's claims as an issuer signs them for `email`, in `groups`,
 /// valid for `ttl` seconds.
-fn claims(issuer: &Issuer, email: &str, groups: &[&str], ttl: u64) -> Value {
+pub(crate) fn claims(issuer: &Issuer, email: &str, groups: &[&str], ttl: u64) -> Value {
     json!({
         "iss": issuer.url, "aud": CLIENT, "sub": format!("id-{email}"),
         "email": email, "email_verified": true, "groups": groups,

@@ -10,7 +10,8 @@
 //! position (410 Expired, a relist), and kubefan itself restarts. At the
 //! end each client's cache must equal the simulated server's state, and
 //! the upstream must have seen one watch per resource from each kubefan
-//! process, whatever the number of clients.
+//! process, whatever the number of clients. kubectl also signs in with the
+//! kubelogin user `kubefan kubeconfig --oidc` writes (`kubelogin.rs`).
 //!
 //! The tests are `#[ignore]`d: they need the client programs, which
 //! `conformance/run` builds (Go, Node packages) and names in environment
@@ -18,6 +19,7 @@
 //! real_client`. Run without them, they fail and say what is missing.
 
 mod cluster;
+mod kubelogin;
 mod process;
 
 use std::ffi::OsStr;
