@@ -371,6 +371,7 @@ mod tests {
         cfg.ca_file = Some(dir.join("idp-ca.pem"));
         let mut login = OidcLogin::from_config(&cfg).unwrap();
         login.extra_scopes = vec!["email".into(), "groups".into()];
+        login.client_secret = Some("s3cret".into());
         let kc = Kubeconfig {
             name: "kubefan".into(),
             server: "https://kubefan.example".into(),
@@ -403,6 +404,7 @@ mod tests {
                 "get-token".into(),
                 "--oidc-issuer-url=https://idp.example/realms/k8s".into(),
                 "--oidc-client-id=kubefan".into(),
+                "--oidc-client-secret=s3cret".into(),
                 "--oidc-extra-scope=email".into(),
                 "--oidc-extra-scope=groups".into(),
                 format!("--certificate-authority-data={ca_data}"),
