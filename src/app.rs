@@ -57,6 +57,9 @@ impl App {
         );
         log_exposure(&cfg);
         let certificate = load_certificate(&cfg.tls)?;
+        if auth.request_header().is_some() && certificate.is_none() {
+            return Err(invalid_input(crate::config::Error::RequestHeaderWithoutTls));
+        }
         let lifecycle = Lifecycle::new();
         let metrics = Arc::new(Metrics::new());
         let mut upstream = cfg.upstream.clone();
@@ -107,7 +110,10 @@ impl App {
         let streams = state.streams.clone();
         let tls = match certificate {
             Some(certificate) => {
-                let tls = certificate.server_config().map_err(invalid_input)?;
+                let client_ca = auth.request_header().map(|proxy| proxy.client_ca());
+                let tls = certificate
+                    .server_config(client_ca)
+                    .map_err(invalid_input)?;
                 certificate.watch(lifecycle.clone());
                 Some(tls)
             }

@@ -7,8 +7,11 @@
 //! 3. WebSocket upgrades from a foreign, unlisted `Origin`: 403
 //!    (cross-site WebSocket hijacking);
 //! 4. new requests per second per client address (429);
-//! 5. authentication ([`crate::auth`]): 401; the [`Principal`] goes into
-//!    the request's extensions for handlers;
+//! 5. authentication ([`crate::auth`]) from the request's headers, query
+//!    and its connection's TLS client certificate
+//!    (`transport::takeover::peer_certificates`): 401; the [`Principal`]
+//!    goes into the request's extensions for handlers, and a front
+//!    proxy's identity headers are removed;
 //! 6. connection limits ([`crate::limits`]): 503 when full, 429 per
 //!    principal or address; the permit is held by the response body (or
 //!    by a stream that takes its connection over), so a stream holds its
@@ -89,7 +92,7 @@ pub async fn check_request(
 struct ClientAddress(Option<std::net::IpAddr>);
 
 async fn checks(
-    req: ServiceRequest,
+    mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
     state: web::Data<AppState>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
@@ -186,9 +189,10 @@ async fn checks(
     let principal: Option<Principal> = if crate::signin::is_open(req.path()) {
         None
     } else {
+        let client = crate::transport::takeover::peer_certificates(req.request());
         match state
             .auth
-            .authenticate(req.headers(), req.query_string())
+            .authenticate(req.headers(), req.query_string(), client.as_ref())
             .await
         {
             Ok(p) => Some(p),
@@ -208,6 +212,8 @@ async fn checks(
             return refuse(req, err);
         }
     };
+    // Believed or not, a front proxy's identity headers go no further.
+    state.auth.clear_identity_headers(req.headers_mut());
     if let Some(principal) = principal {
         req.extensions_mut().insert(principal);
     }

@@ -8,6 +8,20 @@
 //! `deny.toml` bans aws-lc. The provider is named here, not taken from a
 //! process-wide default.
 //!
+//! Client certificates (`--auth request-header`): [`ClientCa`] holds
+//! `--requestheader-client-ca-file`. The handshake *asks* for a client
+//! certificate (hinting that CA's name) but requires none, and accepts
+//! whatever chain is presented once the client has proved it holds the
+//! key (its CertificateVerify signature is checked); the chain itself is
+//! checked against the CA per request, by `auth::request_header`. That is
+//! kube-apiserver's split (`tls.RequestClientCert` in
+//! `k8s.io/apiserver/pkg/server/secure_serving.go`, then the x509
+//! verifier in `k8s.io/apiserver/pkg/authentication/request/x509`): a
+//! certificate from another CA, or an expired one, is no identity but
+//! does not break the connection, so the request falls to the other
+//! authenticators (a bearer token) instead of failing its handshake. The
+//! presented chain reaches requests as [`PeerCertificates`].
+//!
 //! Reloading: [`Certificate::watch`] reads both files once a second. When
 //! their contents changed and form a valid pair, every handshake from then
 //! on presents the new pair; connections already open keep the session
@@ -20,11 +34,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
 use crate::lifecycle::Lifecycle;
 
@@ -66,6 +83,13 @@ pub enum Error {
     Mismatch { cert: PathBuf, key: PathBuf },
     #[error("TLS set-up: {0}")]
     Rustls(#[from] rustls::Error),
+    #[error("cannot read --requestheader-client-ca-file {path}: {source}")]
+    ReadClientCa {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("--requestheader-client-ca-file {path}: {reason}")]
+    ClientCa { path: PathBuf, reason: String },
 }
 
 /// The certificate and key being served, and the files they come from.
@@ -175,14 +199,168 @@ impl Certificate {
     }
 
     /// The rustls server configuration: ring, TLS 1.2 and 1.3, ALPN `h2`
-    /// then `http/1.1`, this certificate (as it is at each handshake).
-    pub fn server_config(self: &Arc<Self>) -> Result<Arc<rustls::ServerConfig>, Error> {
-        let mut cfg = rustls::ServerConfig::builder_with_provider(self.provider.clone())
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(Resolver(self.clone())));
+    /// then `http/1.1`, this certificate (as it is at each handshake);
+    /// with `client_ca`, a client certificate asked for, not required
+    /// (see the module documentation).
+    pub fn server_config(
+        self: &Arc<Self>,
+        client_ca: Option<&ClientCa>,
+    ) -> Result<Arc<rustls::ServerConfig>, Error> {
+        let builder = rustls::ServerConfig::builder_with_provider(self.provider.clone())
+            .with_safe_default_protocol_versions()?;
+        let builder = match client_ca {
+            Some(ca) => {
+                builder.with_client_cert_verifier(Arc::new(RequestClientCert(ca.verifier.clone())))
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let mut cfg = builder.with_cert_resolver(Arc::new(Resolver(self.clone())));
         cfg.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
         Ok(Arc::new(cfg))
+    }
+}
+
+/// `--requestheader-client-ca-file`: the CAs whose client certificates
+/// may send a front proxy's identity headers, and the verifier (webpki,
+/// ring) that checks a presented chain against them for client use.
+#[derive(Clone)]
+pub struct ClientCa {
+    file: PathBuf,
+    verifier: Arc<dyn ClientCertVerifier>,
+}
+
+impl std::fmt::Debug for ClientCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCa")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientCa {
+    /// Reads the PEM certificates of `file`; an error names the file and
+    /// what is wrong with it.
+    pub fn load(file: &Path) -> Result<ClientCa, Error> {
+        let bad = |reason: String| Error::ClientCa {
+            path: file.to_path_buf(),
+            reason,
+        };
+        let pem = std::fs::read(file).map_err(|source| Error::ReadClientCa {
+            path: file.to_path_buf(),
+            source,
+        })?;
+        let certs = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| bad(format!("malformed PEM: {err}")))?;
+        if certs.is_empty() {
+            return Err(bad(
+                "holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
+            ));
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|err| bad(format!("not a usable CA certificate: {err}")))?;
+        }
+        let verifier = WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map_err(|err| bad(err.to_string()))?;
+        Ok(ClientCa {
+            file: file.to_path_buf(),
+            verifier,
+        })
+    }
+
+    /// Checks `chain` (end-entity first, as the client sent it) against
+    /// the CAs at `now`, for client authentication (an extended key usage,
+    /// when present, must allow it).
+    pub fn verify(&self, chain: &PeerCertificates, now: UnixTime) -> Result<(), rustls::Error> {
+        let (end_entity, intermediates) = chain
+            .0
+            .split_first()
+            .ok_or(rustls::Error::NoCertificatesPresented)?;
+        self.verifier
+            .verify_client_cert(end_entity, intermediates, now)
+            .map(|_| ())
+    }
+}
+
+/// The certificate chain a TLS client presented (end-entity first), its
+/// key proven in the handshake but its issuer not yet checked: what a
+/// connection carries to each of its requests ([`ClientCa::verify`]).
+#[derive(Debug, Clone)]
+pub struct PeerCertificates(pub Arc<[CertificateDer<'static>]>);
+
+impl PeerCertificates {
+    /// What the client of `session` presented, if anything.
+    pub fn of(session: &rustls::ServerConnection) -> Option<PeerCertificates> {
+        let chain = session.peer_certificates().filter(|c| !c.is_empty())?;
+        Some(PeerCertificates(
+            chain.iter().map(|c| c.clone().into_owned()).collect(),
+        ))
+    }
+
+    /// The end-entity certificate.
+    pub fn end_entity(&self) -> &CertificateDer<'static> {
+        &self.0[0]
+    }
+}
+
+/// The handshake's side of client certificates: asks for one, hinting
+/// the client CA's names, requires none, and checks only that a client
+/// presenting one holds its key; the chain is checked per request
+/// ([`ClientCa::verify`], see the module documentation).
+#[derive(Debug)]
+struct RequestClientCert(Arc<dyn ClientCertVerifier>);
+
+impl ClientCertVerifier for RequestClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        // Not an identity yet: `ClientCa::verify` decides, per request.
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
     }
 }
 

@@ -20,7 +20,8 @@
 //!   cache keys.
 //!
 //! # Shape (kube-apiserver's)
-//! Authenticators ([`authenticate`]) each turn a request's token into a
+//! Authenticators ([`authenticate`]) each turn a request (its token, or
+//! its headers and its connection's client certificate) into a
 //! [`Principal`], refuse it, or leave it to the next; `--auth` names one or
 //! more, tried in a fixed order:
 //! - `jwt` ([`jwt`]): signed tokens whose claims grant namespaces and
@@ -28,6 +29,10 @@
 //! - `oidc` ([`oidc`]): id-tokens of an OpenID Connect issuer, checked as
 //!   kube-apiserver checks them; they name a [`User`]; streams end at
 //!   `exp`.
+//! - `request-header` ([`request_header`]): a front proxy's identity
+//!   headers name a [`User`], believed only from a client certificate of
+//!   `--requestheader-client-ca-file` with an allowed common name. First,
+//!   as it reads no token: a request through the proxy carries none.
 //! - `kubernetes` ([`kubernetes`]): TokenReview names a [`User`]; the token
 //!   is reviewed again while its streams are open. Last, as it takes any
 //!   token.
@@ -47,6 +52,7 @@ pub mod lease;
 pub mod oidc;
 mod principal;
 pub mod rbac;
+pub mod request_header;
 mod scope;
 pub mod session;
 mod token;
@@ -99,6 +105,11 @@ pub enum Error {
     NotSignedIn(String),
     #[error("cannot load key {0}: {1}")]
     Key(String, String),
+    #[error("no front-proxy identity: {0}")]
+    RequestHeader(String),
+    /// Set-up only (`Auth::new`): a file or setting that cannot be used.
+    #[error("{0}")]
+    Setup(String),
 }
 
 impl Error {
@@ -119,6 +130,8 @@ impl Error {
             Error::NotAccepted(_) => "not_accepted",
             Error::NotSignedIn(_) => "no_token",
             Error::Key(..) => "key",
+            Error::RequestHeader(_) => "request_header",
+            Error::Setup(_) => "setup",
         }
     }
 }
@@ -127,7 +140,9 @@ impl From<Error> for ApiError {
     fn from(err: Error) -> ApiError {
         match err {
             Error::Review(_) => ApiError::Unavailable(err.to_string()),
-            Error::Key(..) => ApiError::Unavailable("authentication is misconfigured".into()),
+            Error::Key(..) | Error::Setup(_) => {
+                ApiError::Unavailable("authentication is misconfigured".into())
+            }
             _ => ApiError::Unauthorized(err.to_string()),
         }
     }
@@ -189,7 +204,9 @@ impl Auth {
         client: kube::Client,
         sync_timeout: std::time::Duration,
     ) -> Result<Auth, Error> {
-        let names_users = cfg.uses(AuthMethod::Kubernetes) || cfg.uses(AuthMethod::Oidc);
+        let names_users = cfg.uses(AuthMethod::Kubernetes)
+            || cfg.uses(AuthMethod::Oidc)
+            || cfg.uses(AuthMethod::RequestHeader);
         let kube = (cfg.uses(AuthMethod::Kubernetes)
             || (names_users && cfg.authorization == AuthorizationMode::Review))
             .then(|| {
@@ -208,6 +225,10 @@ impl Auth {
             false => None,
         };
         let mut authenticators = Vec::new();
+        if cfg.uses(AuthMethod::RequestHeader) {
+            let proxy = request_header::RequestHeader::new(&cfg.request_header)?;
+            authenticators.push(authenticate::Authenticator::RequestHeader(Box::new(proxy)));
+        }
         if cfg.uses(AuthMethod::Jwt) {
             let verifier = jwt::Verifier::new(&cfg.jwt)?;
             authenticators.push(authenticate::Authenticator::Jwt(Box::new(verifier)));
@@ -303,6 +324,14 @@ impl Auth {
     /// Whether everyone is anonymous (`--auth none`).
     pub fn anonymous(&self) -> bool {
         self.authenticators.is_empty()
+    }
+
+    /// The front-proxy authenticator, under `--auth request-header`.
+    pub fn request_header(&self) -> Option<&request_header::RequestHeader> {
+        self.authenticators.iter().find_map(|a| match a {
+            authenticate::Authenticator::RequestHeader(proxy) => Some(&**proxy),
+            _ => None,
+        })
     }
 
     /// The cookie a token may be read from (`--auth-cookie`).

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{
     AuthConfig, AuthMethod, AuthorizationMode, Config, JwtConfig, LimitsConfig, OidcConfig,
-    SignInConfig, StreamConfig, TlsArgs,
+    RequestHeaderConfig, SignInConfig, StreamConfig, TlsArgs,
 };
 use crate::hub::LogLimits;
 use crate::upstream::{InformerConfig, IngestOptions, PositionsConfig, UpstreamConfig};
@@ -109,7 +109,8 @@ pub struct GatewayArgs {
     /// people sign in, services bring ServiceAccount tokens): none
     /// (loopback only, unless --allow-unauthenticated), jwt (claims grant
     /// namespaces), oidc (id-tokens from --oidc-issuer-url), kubernetes
-    /// (TokenReview).
+    /// (TokenReview), request-header (a front proxy's identity headers,
+    /// trusted from a client certificate of --requestheader-client-ca-file).
     #[arg(
         long,
         env = "KUBEFAN_AUTH",
@@ -214,6 +215,57 @@ pub struct GatewayArgs {
     /// The longest a signed-in session lasts, refreshes included, in hours.
     #[arg(long, env = "KUBEFAN_SESSION_MAX_AGE_HOURS", default_value_t = 12, value_parser = clap::value_parser!(u64).range(1..=720))]
     pub session_max_age_hours: u64,
+    /// `--auth request-header`: PEM CA certificates; identity headers are
+    /// trusted only from a client certificate they sign (needs TLS).
+    #[arg(
+        long,
+        env = "KUBEFAN_REQUESTHEADER_CLIENT_CA_FILE",
+        value_name = "FILE"
+    )]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// `--auth request-header`: common names the proxy's client certificate
+    /// may have (comma-separated); empty: any the CA signs.
+    #[arg(
+        long,
+        env = "KUBEFAN_REQUESTHEADER_ALLOWED_NAMES",
+        value_delimiter = ','
+    )]
+    pub requestheader_allowed_names: Vec<String>,
+    /// `--auth request-header`: headers naming the user, in order; the
+    /// first non-empty wins.
+    #[arg(
+        long,
+        env = "KUBEFAN_REQUESTHEADER_USERNAME_HEADERS",
+        value_delimiter = ',',
+        default_value = "X-Remote-User"
+    )]
+    pub requestheader_username_headers: Vec<String>,
+    /// `--auth request-header`: headers naming groups; every value of each.
+    #[arg(
+        long,
+        env = "KUBEFAN_REQUESTHEADER_GROUP_HEADERS",
+        value_delimiter = ',',
+        default_value = "X-Remote-Group"
+    )]
+    pub requestheader_group_headers: Vec<String>,
+    /// `--auth request-header`: prefixes of headers carrying extras;
+    /// removed from requests, not used for authorization.
+    #[arg(
+        long,
+        env = "KUBEFAN_REQUESTHEADER_EXTRA_HEADERS_PREFIX",
+        value_delimiter = ',',
+        default_value = "X-Remote-Extra-"
+    )]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+    /// `--auth request-header` (kubefan's own): also split group header
+    /// values at this character (`,` for oauth2-proxy, which joins a
+    /// user's groups into one value); unset: one value, one group.
+    #[arg(long, env = "KUBEFAN_REQUESTHEADER_GROUP_SEPARATOR")]
+    pub requestheader_group_separator: Option<char>,
+    /// `--auth request-header` (kubefan's own): a request naming more
+    /// groups is refused (401).
+    #[arg(long, env = "KUBEFAN_REQUESTHEADER_MAX_GROUPS", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub requestheader_max_groups: u32,
     /// Cookie a token may be read from.
     #[arg(long, env = "KUBEFAN_AUTH_COOKIE", default_value = "kubefan_token")]
     pub auth_cookie: String,
@@ -225,7 +277,7 @@ pub struct GatewayArgs {
     /// so users can hand kubefan tokens minted for it alone.
     #[arg(long, env = "KUBEFAN_TOKEN_AUDIENCES", value_delimiter = ',')]
     pub token_audiences: Vec<String>,
-    /// `--auth oidc` and `kubernetes`: decide users' rights locally from
+    /// `--auth oidc`, `kubernetes` and `request-header`: decide users' rights locally from
     /// RBAC objects (`rbac`), or ask the API server with
     /// SubjectAccessReviews (`review`).
     #[arg(long, env = "KUBEFAN_AUTHORIZATION", value_enum, default_value_t = AuthorizationMode::Rbac)]
@@ -350,6 +402,15 @@ impl GatewayArgs {
                     client_secret_file: self.oidc_client_secret_file,
                     session_secret_file: self.session_secret_file,
                     session_max_age: Duration::from_secs(self.session_max_age_hours * 3600),
+                },
+                request_header: RequestHeaderConfig {
+                    client_ca_file: self.requestheader_client_ca_file,
+                    allowed_names: names(self.requestheader_allowed_names),
+                    username_headers: names(self.requestheader_username_headers),
+                    group_headers: names(self.requestheader_group_headers),
+                    extra_headers_prefix: names(self.requestheader_extra_headers_prefix),
+                    group_separator: self.requestheader_group_separator,
+                    max_groups: self.requestheader_max_groups as usize,
                 },
                 cookie: self.auth_cookie,
                 cache_ttl: Duration::from_secs(self.auth_cache_secs),

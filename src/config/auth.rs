@@ -21,6 +21,11 @@ pub enum AuthMethod {
     Oidc,
     /// Kubernetes bearer tokens, reviewed by the API server (TokenReview).
     Kubernetes,
+    /// A front proxy's identity headers (`X-Remote-User`, `X-Remote-Group`),
+    /// trusted only from a client certificate of
+    /// `--requestheader-client-ca-file`, as kube-apiserver trusts them; the
+    /// user and groups they name are authorized by the cluster's RBAC.
+    RequestHeader,
 }
 
 impl AuthMethod {
@@ -30,12 +35,13 @@ impl AuthMethod {
             AuthMethod::Jwt => "jwt",
             AuthMethod::Oidc => "oidc",
             AuthMethod::Kubernetes => "kubernetes",
+            AuthMethod::RequestHeader => "request-header",
         }
     }
 }
 
-/// How a user's rights are decided (users come from `oidc` and
-/// `kubernetes`; `jwt` tokens carry their grants in claims).
+/// How a user's rights are decided (users come from `oidc`, `kubernetes`
+/// and `request-header`; `jwt` tokens carry their grants in claims).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum AuthorizationMode {
     /// Locally, from the cluster's Roles, RoleBindings, ClusterRoles and
@@ -223,6 +229,78 @@ impl Default for SignInConfig {
     }
 }
 
+/// `--auth request-header`: kube-apiserver's `--requestheader-*` flags,
+/// with their names, defaults and meanings
+/// (`k8s.io/apiserver/pkg/server/options/authentication.go`,
+/// `RequestHeaderAuthenticationOptions`), and two of kubefan's own.
+#[derive(Debug, Clone)]
+pub struct RequestHeaderConfig {
+    /// PEM CA certificates: only a client certificate they sign may
+    /// send identity headers.
+    pub client_ca_file: Option<PathBuf>,
+    /// Common names such a certificate may have; empty: any it signs.
+    pub allowed_names: Vec<String>,
+    /// Headers naming the user, tried in order: the first non-empty wins.
+    pub username_headers: Vec<String>,
+    /// Headers naming groups: every value of every one of them.
+    pub group_headers: Vec<String>,
+    /// Prefixes of headers carrying extras (`X-Remote-Extra-Scopes`):
+    /// cleared from the request, not used (see `auth::request_header`).
+    pub extra_headers_prefix: Vec<String>,
+    /// kubefan's own: also split each group header value at this
+    /// character (oauth2-proxy joins groups with `,` into one value).
+    /// `None`: kube-apiserver's rule, one value is one group.
+    pub group_separator: Option<char>,
+    /// kubefan's own: a request naming more groups is refused.
+    pub max_groups: usize,
+}
+
+impl Default for RequestHeaderConfig {
+    fn default() -> Self {
+        RequestHeaderConfig {
+            client_ca_file: None,
+            allowed_names: Vec::new(),
+            username_headers: vec!["X-Remote-User".into()],
+            group_headers: vec!["X-Remote-Group".into()],
+            extra_headers_prefix: vec!["X-Remote-Extra-".into()],
+            group_separator: None,
+            max_groups: 512,
+        }
+    }
+}
+
+impl RequestHeaderConfig {
+    fn validate(&self) -> Result<(), Error> {
+        let bad = |why: String| Err(Error::RequestHeader(why));
+        if self.client_ca_file.is_none() {
+            return bad("--auth request-header needs --requestheader-client-ca-file: identity headers are trusted only from a client (the front proxy) whose TLS client certificate that CA signed; from anyone else they would let any caller name any user".into());
+        }
+        if self.username_headers.is_empty() {
+            return bad("--requestheader-username-headers must name at least one header".into());
+        }
+        for (flag, names) in [
+            ("--requestheader-username-headers", &self.username_headers),
+            ("--requestheader-group-headers", &self.group_headers),
+            (
+                "--requestheader-extra-headers-prefix",
+                &self.extra_headers_prefix,
+            ),
+        ] {
+            // kube-apiserver's `trimHeaders`: an empty name is an error.
+            if let Some(name) = names.iter().find(|n| {
+                n.trim().is_empty()
+                    || actix_web::http::header::HeaderName::from_bytes(n.trim().as_bytes()).is_err()
+            }) {
+                return bad(format!("{flag}: {name:?} is not a header name"));
+            }
+        }
+        if self.max_groups == 0 {
+            return bad("--requestheader-max-groups must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
 /// Parses one `--oidc-required-claim` value, `key=value`.
 pub fn parse_required_claim(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
@@ -241,6 +319,7 @@ pub struct AuthConfig {
     pub jwt: JwtConfig,
     pub oidc: OidcConfig,
     pub sign_in: SignInConfig,
+    pub request_header: RequestHeaderConfig,
     /// The cookie a token may be read from.
     pub cookie: String,
     /// How long TokenReview / SubjectAccessReview answers are reused; a
@@ -251,7 +330,8 @@ pub struct AuthConfig {
     /// Audiences sent in TokenReviews (`spec.audiences`): tokens must be
     /// minted for one of them. Empty: the API server's own audience.
     pub token_audiences: Vec<String>,
-    /// How users (from `oidc` and `kubernetes`) are authorized.
+    /// How users (from `oidc`, `kubernetes` and `request-header`) are
+    /// authorized.
     pub authorization: AuthorizationMode,
 }
 
@@ -262,6 +342,7 @@ impl Default for AuthConfig {
             jwt: JwtConfig::default(),
             oidc: OidcConfig::default(),
             sign_in: SignInConfig::default(),
+            request_header: RequestHeaderConfig::default(),
             cookie: "kubefan_token".into(),
             cache_ttl: Duration::from_secs(10),
             allow_unauthenticated: false,
@@ -315,6 +396,9 @@ impl AuthConfig {
                 )));
             }
         }
+        if self.uses(AuthMethod::RequestHeader) {
+            self.request_header.validate()?;
+        }
         Ok(())
     }
 }
@@ -366,5 +450,30 @@ mod tests {
         );
         assert!(parse_required_claim("=x").is_err());
         assert!(parse_required_claim("novalue").is_err());
+    }
+
+    #[test]
+    fn request_header_settings_are_checked_at_start_with_the_reason() {
+        let mut cfg = AuthConfig::default();
+        cfg.methods = vec![AuthMethod::RequestHeader, AuthMethod::Kubernetes];
+        let err = |cfg: &AuthConfig| cfg.validate().unwrap_err().to_string();
+        assert!(
+            err(&cfg).contains("needs --requestheader-client-ca-file"),
+            "{}",
+            err(&cfg)
+        );
+        cfg.request_header.client_ca_file = Some("/ca.crt".into());
+        cfg.validate().unwrap();
+        cfg.request_header.group_headers = vec!["X-Remote-Group".into(), " ".into()];
+        assert!(
+            err(&cfg).contains("--requestheader-group-headers: \" \""),
+            "{}",
+            err(&cfg)
+        );
+        cfg.request_header.group_headers = vec!["bad header".into()];
+        assert!(err(&cfg).contains("is not a header name"), "{}", err(&cfg));
+        cfg.request_header.group_headers = Vec::new();
+        cfg.request_header.username_headers = Vec::new();
+        assert!(err(&cfg).contains("at least one header"), "{}", err(&cfg));
     }
 }

@@ -14,8 +14,8 @@ pub use args::GatewayArgs;
 #[cfg(test)]
 use args::parse_net;
 pub use auth::{
-    AuthConfig, AuthMethod, AuthorizationMode, JwtConfig, OidcConfig, SignInConfig,
-    parse_required_claim,
+    AuthConfig, AuthMethod, AuthorizationMode, JwtConfig, OidcConfig, RequestHeaderConfig,
+    SignInConfig, parse_required_claim,
 };
 
 use crate::upstream::UpstreamConfig;
@@ -187,6 +187,12 @@ pub enum Error {
     NoneWithOthers,
     #[error("{0}")]
     Oidc(String),
+    #[error("{0}")]
+    RequestHeader(String),
+    #[error(
+        "--auth request-header needs TLS on kubefan's listener (--tls-cert-file, --tls-key-file): the front proxy is trusted by the client certificate it presents in the TLS handshake, and without TLS there is none"
+    )]
+    RequestHeaderWithoutTls,
     #[error("TLS needs both --tls-cert-file and --tls-key-file")]
     TlsPair,
 }
@@ -232,10 +238,14 @@ impl Default for Config {
 impl Config {
     /// Refuses configurations that would expose the cluster: no
     /// authentication on a non-loopback address (unless
-    /// `allow_unauthenticated`), JWT mode without a key.
+    /// `allow_unauthenticated`), JWT mode without a key, a front proxy's
+    /// headers without the TLS that tells the proxy apart.
     pub fn validate(&self) -> Result<(), Error> {
         if self.tls.enabled() && (self.tls.cert_file.is_none() || self.tls.key_file.is_none()) {
             return Err(Error::TlsPair);
+        }
+        if self.auth.uses(AuthMethod::RequestHeader) && !self.tls.enabled() {
+            return Err(Error::RequestHeaderWithoutTls);
         }
         if self.auth.anonymous()
             && !self.listen.ip().is_loopback()
@@ -280,6 +290,19 @@ mod tests {
         cfg.auth.set(AuthMethod::Jwt);
         assert!(matches!(cfg.validate(), Err(Error::NoJwtKeys)));
         cfg.auth.jwt.secret_file = Some("/s".into());
+        cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn request_header_needs_tls_and_says_why() {
+        let mut cfg = Config::default();
+        cfg.auth.set(AuthMethod::RequestHeader);
+        cfg.auth.request_header.client_ca_file = Some("/front-proxy-ca.crt".into());
+        let err = cfg.validate().unwrap_err();
+        assert!(matches!(err, Error::RequestHeaderWithoutTls), "{err}");
+        assert!(err.to_string().contains("client certificate"), "{err}");
+        cfg.tls.cert_file = Some("/tls.crt".into());
+        cfg.tls.key_file = Some("/tls.key".into());
         cfg.validate().unwrap();
     }
 

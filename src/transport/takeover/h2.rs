@@ -55,6 +55,7 @@ use super::h2_stream::{Stream, send_chunk};
 use super::io::{WriteDeadline, linger};
 use super::ration::IDLE_FRAMES;
 use crate::lifecycle::Lifecycle;
+use crate::tls::PeerCertificates;
 
 /// Data a stream may have queued in h2 and not yet written to the
 /// connection: h2 grants it no more window until some is written.
@@ -106,11 +107,13 @@ impl Settings {
     }
 }
 
-/// Serves one HTTP/2 connection until it ends.
+/// Serves one HTTP/2 connection until it ends; each request carries the
+/// certificate chain its TLS client presented (`client`).
 pub(super) async fn serve<S>(
     io: TlsStream<TcpStream>,
     app: Rc<S>,
     peer: Option<SocketAddr>,
+    client: Option<PeerCertificates>,
     settings: &Settings,
 ) where
     S: Service<Request, Response = Response<BoxBody>> + 'static,
@@ -145,7 +148,7 @@ pub(super) async fn serve<S>(
             next = conn.accept() => match next {
                 Some(Ok((request, respond))) => {
                     let deadline = settings.deadline.clone();
-                    tokio::task::spawn_local(serve_request(request, respond, app.clone(), peer, deadline));
+                    tokio::task::spawn_local(serve_request(request, respond, app.clone(), peer, client.clone(), deadline));
                 }
                 Some(Err(err)) => {
                     tracing::debug!(?peer, error = %err, "HTTP/2 connection ended with an error");
@@ -207,6 +210,7 @@ async fn serve_request<S>(
     respond: SendResponse<Bytes>,
     app: Rc<S>,
     peer: Option<SocketAddr>,
+    client: Option<PeerCertificates>,
     deadline: WriteDeadline,
 ) where
     S: Service<Request, Response = Response<BoxBody>> + 'static,
@@ -242,6 +246,9 @@ async fn serve_request<S>(
     }
     let slot = Rc::new(RefCell::new(Some(respond)));
     req.extensions_mut().insert(Stream(slot.clone()));
+    if let Some(client) = client {
+        req.extensions_mut().insert(client);
+    }
     let res = match app.call(req).await {
         Ok(res) => res,
         Err(err) => err.into(),

@@ -35,8 +35,8 @@ mod ws_write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::HttpRequest;
 use actix_web::http::header::HeaderMap;
+use actix_web::{HttpMessage, HttpRequest};
 use tokio_util::task::TaskTracker;
 
 pub(crate) use batch::{Batches, Flow, Parkable, Task};
@@ -49,6 +49,7 @@ pub use ws_write::{Opcode, Taken, Upgraded, WsWriter, frame_header, upgrade};
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::status::ApiError;
+use crate::tls::PeerCertificates;
 use server::Takeover;
 
 /// Where taken-over streams run, and how they are stopped.
@@ -133,6 +134,15 @@ pub fn not_taken_over() -> ApiError {
 /// origins; a taken-over response writes them itself).
 #[derive(Clone)]
 pub struct CorsHeaders(pub HeaderMap);
+
+/// The certificate chain `req`'s TLS client presented, whichever way its
+/// connection is served (`server`'s documentation says where each puts
+/// it); `None` without one, or over plain HTTP.
+pub fn peer_certificates(req: &HttpRequest) -> Option<PeerCertificates> {
+    req.conn_data::<PeerCertificates>()
+        .cloned()
+        .or_else(|| req.extensions().get::<PeerCertificates>().cloned())
+}
 
 /// `req`'s connection, taken from actix and out of its reactor (which
 /// drops actix's waker for it, and through it actix's whole connection

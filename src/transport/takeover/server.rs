@@ -17,6 +17,15 @@
 //! calls the same actix-web application for every request; anything else
 //! is HTTP/1.1 through actix-http, over a slot that holds the TLS stream
 //! and is taken over the same way.
+//!
+//! A TLS client's certificate chain (`--auth request-header`), taken from
+//! the session once the handshake is done, goes with each request as a
+//! [`PeerCertificates`]: an HTTP/1.1 connection's in its connection data
+//! (`on_connect_ext`, read with `HttpRequest::conn_data`), an HTTP/2
+//! stream's in its request's extensions (`h2`; actix-http offers no way
+//! to set connection data on a request it did not parse). Both are read
+//! in one place, [`super::peer_certificates`]. A stream that takes its
+//! connection over has been authenticated already.
 
 use std::cell::RefCell;
 use std::fmt;
@@ -45,6 +54,7 @@ use super::h2;
 use super::socket::Detached;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::{Metrics, Protocol as Wire};
+use crate::tls::PeerCertificates;
 
 /// How long a client has to complete its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -79,6 +89,16 @@ struct Conn {
 /// A connection's I/O as actix sees it: the socket until a handler takes
 /// it, then a sink (writes vanish, reads end).
 pub struct FrontIo(Slot);
+
+impl FrontIo {
+    /// The certificate chain the TLS client presented, if any.
+    fn peer_certificates(&self) -> Option<PeerCertificates> {
+        match self.0.borrow().io.as_ref()? {
+            Front::Plain(_) => None,
+            Front::Tls(tls) => PeerCertificates::of(tls.get_ref().1),
+        }
+    }
+}
 
 /// A handle to the socket of the connection a request arrived on, in the
 /// request's connection data (`HttpRequest::conn_data`).
@@ -290,6 +310,9 @@ where
                 .local_addr(addr)
                 .on_connect_ext(|io: &FrontIo, ext| {
                     ext.insert(Takeover(io.0.clone()));
+                    if let Some(chain) = io.peer_certificates() {
+                        ext.insert(chain);
+                    }
                 })
                 .finish(map_config(app(), |_| AppConfig::default()));
             let http2 = map_config(
@@ -367,7 +390,8 @@ where
                         };
                     if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
                         metrics.connection(Wire::H2);
-                        h2::serve(tls, http2, peer, &h2).await;
+                        let client = PeerCertificates::of(tls.get_ref().1);
+                        h2::serve(tls, http2, peer, client, &h2).await;
                         return Ok(());
                     }
                     metrics.connection(Wire::Https1);
