@@ -4,6 +4,7 @@
 
 mod auth;
 mod deploy;
+mod front_proxy;
 mod issuer;
 mod kube;
 mod lifecycle;
