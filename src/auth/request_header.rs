@@ -146,7 +146,7 @@ impl RequestHeader {
             return Ok(());
         }
         let name = common_name(chain).unwrap_or_default();
-        if self.allowed_names.iter().any(|allowed| *allowed == name) {
+        if self.allowed_names.contains(&name) {
             Ok(())
         } else {
             Err(format!(
@@ -177,10 +177,10 @@ impl RequestHeader {
                         "the front proxy sent a {name} header that is not visible ASCII"
                     )));
                 };
-                let parts: Box<dyn Iterator<Item = &str>> = match self.group_separator {
-                    Some(sep) => Box::new(value.split(sep).map(str::trim)),
-                    None => Box::new(std::iter::once(value)),
-                };
+                let sep = self.group_separator;
+                let parts = value
+                    .split(move |c| Some(c) == sep)
+                    .map(move |g| if sep.is_some() { g.trim() } else { g });
                 for group in parts.filter(|g| !g.is_empty()) {
                     if groups.len() == self.max_groups {
                         return Err(Error::RequestHeader(format!(
@@ -196,7 +196,7 @@ impl RequestHeader {
     }
 
     /// Removes every identity header from `headers`: the username and
-    /// group headers, and every header a extras prefix starts
+    /// group headers, and every header starting with an extras prefix
     /// (kube-apiserver's `ClearAuthenticationHeaders`).
     pub fn clear(&self, headers: &mut HeaderMap) {
         for name in self.username_headers.iter().chain(&self.group_headers) {

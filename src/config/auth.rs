@@ -454,8 +454,10 @@ mod tests {
 
     #[test]
     fn request_header_settings_are_checked_at_start_with_the_reason() {
-        let mut cfg = AuthConfig::default();
-        cfg.methods = vec![AuthMethod::RequestHeader, AuthMethod::Kubernetes];
+        let mut cfg = AuthConfig {
+            methods: vec![AuthMethod::RequestHeader, AuthMethod::Kubernetes],
+            ..AuthConfig::default()
+        };
         let err = |cfg: &AuthConfig| cfg.validate().unwrap_err().to_string();
         assert!(
             err(&cfg).contains("needs --requestheader-client-ca-file"),
