@@ -801,16 +801,28 @@ fn relative(path: &Path, from: &Path) -> PathBuf {
 /// the components' own comments say to write it, rendered by kubectl's
 /// kustomize.
 fn render_with_component(name: &str) -> String {
-    let overlay = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("kubefan-{name}-overlay-{}", uuid::Uuid::new_v4()));
+    render_with_components(&[name])
+}
+
+/// [`render_with_component`] with several components, in this order.
+fn render_with_components(names: &[&str]) -> String {
+    let overlay = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "kubefan-{}-overlay-{}",
+        names.join("-"),
+        uuid::Uuid::new_v4()
+    ));
     std::fs::create_dir_all(&overlay).unwrap();
     let deploy = relative(&root().join("deploy"), &overlay);
+    let components: Vec<String> = names
+        .iter()
+        .map(|n| deploy.join(n).display().to_string())
+        .collect();
     std::fs::write(
         overlay.join("kustomization.yaml"),
         format!(
             "resources: [{}]\ncomponents: [{}]\n",
             deploy.display(),
-            deploy.join(name).display()
+            components.join(", ")
         ),
     )
     .unwrap();
@@ -881,6 +893,157 @@ fn the_tls_component_serves_https_from_a_mounted_secret_with_https_probes() {
     assert_eq!(
         svc_port.target_port,
         Some(IntOrString::String("https".into()))
+    );
+}
+
+/// The front-proxy component with the TLS one, as its comment says to add
+/// them: kubefan believes identity headers only from ingress-nginx's
+/// client certificate, reads them only from headers ingress-nginx
+/// overwrites with oauth2-proxy's answer, and that certificate is one
+/// kubefan's client CA signs, with an allowed name and client use.
+#[test]
+fn the_front_proxy_component_trusts_only_ingress_nginx_and_headers_it_overwrites() {
+    let text = render_with_components(&["tls", "front-proxy"]);
+    let mut deployment = None;
+    let mut ingresses = Vec::new();
+    let mut service = None;
+    for doc in serde_norway::Deserializer::from_str(&text) {
+        let value = Value::deserialize(doc).unwrap();
+        match value["kind"].as_str() {
+            Some("Deployment") => deployment = Some(typed::<Deployment>("front-proxy", &value)),
+            Some("Ingress") => ingresses.push(typed::<Ingress>("front-proxy", &value)),
+            Some("Service") => service = Some(typed::<Service>("front-proxy", &value)),
+            _ => {}
+        }
+    }
+    let pod = deployment
+        .expect("a Deployment")
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    let c = one(&pod.containers, "container");
+    let flags = serve_flags();
+    let args = c.args.clone().unwrap();
+    let arg = |flag: &str| -> String {
+        assert!(flags.contains(flag), "kubefan serve has no --{flag}");
+        args.iter()
+            .rev()
+            .find_map(|a| a.strip_prefix(&format!("--{flag}=")))
+            .unwrap_or_else(|| panic!("--{flag} in {args:?}"))
+            .to_string()
+    };
+    let list = |flag: &str| -> BTreeSet<String> {
+        arg(flag)
+            .split(',')
+            .map(|h| h.trim().to_ascii_lowercase())
+            .collect()
+    };
+    for a in &args {
+        if let Some(flag) = a.strip_prefix("--") {
+            let name = flag.split('=').next().unwrap();
+            assert!(
+                flags.contains(name),
+                "--{name} is not a flag of kubefan serve"
+            );
+        }
+    }
+    assert_eq!(
+        list("auth"),
+        BTreeSet::from(["request-header".into(), "kubernetes".into()])
+    );
+    assert_eq!(arg("requestheader-group-separator"), ",");
+    // kubefan's client CA is the ca.crt of the mounted serving Secret.
+    let ca_file = arg("requestheader-client-ca-file");
+    let volume = read_only_volume(&pod, c, &ca_file);
+    assert_eq!(
+        volume
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.as_deref()),
+        Some("kubefan-tls")
+    );
+    assert!(ca_file.ends_with("/ca.crt"), "{ca_file}");
+
+    let ing = ingresses
+        .iter()
+        .find(|i| i.metadata.namespace.as_deref() == Some("kubefan"))
+        .expect("kubefan's Ingress");
+    let ann = ing.metadata.annotations.clone().unwrap();
+    let a = |k: &str| {
+        ann.get(&format!("nginx.ingress.kubernetes.io/{k}"))
+            .cloned()
+            .unwrap_or_else(|| panic!("annotation {k}"))
+    };
+    assert!(a("auth-url").ends_with("/oauth2/auth"));
+    // Every identity header kubefan reads is one ingress-nginx sets from
+    // oauth2-proxy's answer (replacing the client's).
+    let passed: BTreeSet<String> = a("auth-response-headers")
+        .split(',')
+        .map(|h| h.trim().to_ascii_lowercase())
+        .collect();
+    for flag in [
+        "requestheader-username-headers",
+        "requestheader-group-headers",
+    ] {
+        for header in list(flag) {
+            assert!(
+                passed.contains(&header),
+                "--{flag} reads {header}, which ingress-nginx does not overwrite"
+            );
+        }
+    }
+    assert_eq!(a("backend-protocol"), "HTTPS");
+    assert_eq!(a("proxy-ssl-verify"), "on");
+    assert_eq!(a("proxy-buffering"), "off");
+    let svc = service.expect("a Service");
+    let backend = ing.spec.as_ref().unwrap().rules.as_ref().unwrap()[0]
+        .http
+        .as_ref()
+        .unwrap()
+        .paths[0]
+        .backend
+        .service
+        .clone()
+        .unwrap();
+    assert_eq!(Some(&backend.name), svc.metadata.name.as_ref());
+    let svc_port = &svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
+    assert_eq!(backend.port.unwrap().name, svc_port.name);
+
+    // The proxy's client certificate: the Secret proxy-ssl-secret names,
+    // issued for an allowed name, for client use, by the Issuer that
+    // issues kubefan-tls (whose ca.crt is kubefan's client CA).
+    let certificates = |file: &str| -> Vec<Value> {
+        let text = std::fs::read_to_string(root().join("deploy").join(file)).unwrap();
+        serde_norway::Deserializer::from_str(&text)
+            .map(|doc| Value::deserialize(doc).unwrap())
+            .filter(|v| v["kind"] == "Certificate")
+            .collect()
+    };
+    let (ns, secret) = a("proxy-ssl-secret")
+        .split_once('/')
+        .map(|(n, s)| (n.to_string(), s.to_string()))
+        .expect("proxy-ssl-secret is namespace/name");
+    let client = certificates("front-proxy/certificate.yaml")
+        .into_iter()
+        .find(|c| c["spec"]["secretName"] == secret.as_str())
+        .expect("a Certificate for the proxy-ssl-secret");
+    assert_eq!(client["metadata"]["namespace"], ns.as_str());
+    assert!(
+        list("requestheader-allowed-names")
+            .contains(client["spec"]["commonName"].as_str().unwrap())
+    );
+    assert_eq!(client["spec"]["usages"], serde_json::json!(["client auth"]));
+    let serving = certificates("tls/certificate.yaml")
+        .into_iter()
+        .find(|c| c["spec"]["secretName"] == "kubefan-tls")
+        .expect("the kubefan-tls Certificate");
+    assert_eq!(client["spec"]["issuerRef"], serving["spec"]["issuerRef"]);
+    assert_eq!(
+        serving["spec"]["usages"],
+        serde_json::json!(["server auth"]),
+        "kubefan's own certificate cannot pass for the proxy"
     );
 }
 
