@@ -76,12 +76,13 @@ struct KubeconfigArgs {
     /// (repeatable, or comma-separated), e.g. `email`, `groups`.
     #[arg(long, value_name = "SCOPE", value_delimiter = ',', requires = "oidc")]
     oidc_extra_scope: Vec<String>,
-    /// With --oidc, for an issuer whose client must be confidential: a
-    /// file holding the client secret. kubelogin takes it only as a flag,
-    /// so it is written into the kubeconfig in the clear; prefer a public
-    /// client (PKCE) where the issuer allows one.
+    /// With --oidc, for an issuer whose kubectl client must be
+    /// confidential: a file holding that client's secret (not the
+    /// gateway's --oidc-client-secret-file). kubelogin takes it only as a
+    /// flag, so it is written into the kubeconfig in the clear; prefer a
+    /// public client (PKCE) where the issuer allows one.
     #[arg(long, value_name = "FILE", requires = "oidc")]
-    oidc_client_secret_file: Option<PathBuf>,
+    kubelogin_client_secret_file: Option<PathBuf>,
     /// Where to write the kubeconfig (default: standard output).
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
@@ -216,8 +217,8 @@ fn write_kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
             .collect();
-        if let Some(path) = &args.oidc_client_secret_file {
-            login.client_secret = Some(read_secret("--oidc-client-secret-file", path)?);
+        if let Some(path) = &args.kubelogin_client_secret_file {
+            login.client_secret = Some(read_secret("--kubelogin-client-secret-file", path)?);
             eprintln!(
                 "kubefan kubeconfig: the kubeconfig holds the OIDC client secret in the clear (kubelogin takes it only as a flag)"
             );

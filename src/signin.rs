@@ -134,9 +134,10 @@ fn client(issuer: &Issuer, redirect_uri: &str) -> Result<OAuth, ApiError> {
     Ok(client)
 }
 
-/// `scheme://host` the browser reached kubefan at: the `X-Forwarded-*`
+/// `scheme://host` the browser reached kubefan at (the `X-Forwarded-*`
 /// headers of a `--trusted-proxies` proxy, else kubefan's own listener and
-/// the `Host` header.
+/// the `Host` header), and whether cookies are `Secure` (https there, or
+/// an https `--oidc-redirect-url`).
 fn origin(req: &HttpRequest, state: &AppState) -> Result<(String, bool), ApiError> {
     let headers = req.headers();
     let first = |name: &str| {
@@ -174,7 +175,19 @@ fn origin(req: &HttpRequest, state: &AppState) -> Result<(String, bool), ApiErro
             "cannot tell this gateway's address from {scheme}://{host}"
         )));
     }
-    Ok((format!("{scheme}://{host}"), scheme == "https"))
+    // Behind an ingress that terminates TLS, a public https redirect URL
+    // says the browser is on https too.
+    let public_https = state.auth.oidc().is_some_and(|issuer| {
+        issuer
+            .sign_in()
+            .redirect_url
+            .as_deref()
+            .is_some_and(|url| url.starts_with("https://"))
+    });
+    Ok((
+        format!("{scheme}://{host}"),
+        scheme == "https" || public_https,
+    ))
 }
 
 /// The redirect URI: `--oidc-redirect-url` (a path is taken on the

@@ -12,7 +12,10 @@
 // - after a dropped connection, a resume from the last resourceVersion
 //   (this replica or another), so nothing is redrawn from scratch;
 // - refusals (401, 403, a 400 for a bad selector) and ERROR events (token
-//   expired, gateway restarting), shown here with the gateway's message.
+//   expired, gateway restarting), shown here with the gateway's message;
+// - signing in (`--auth oidc`): a "Sign in" button where a token is asked
+//   for, who is signed in, and the session refreshed while the page is
+//   open, so its streams outlive the id-token.
 // Everything shown is set with textContent or attributes: no data is ever
 // parsed as HTML.
 import {connect, keyOf} from './lib/kubefan.js';
@@ -25,6 +28,12 @@ const params = new URLSearchParams(location.search);
 // then authenticate with the cookie, in every tab. Only if the trade fails
 // is the token kept, in memory, for the streams to report why.
 const token = await tradeForCookie(params.get('access_token') || '');
+
+// Who is signed in (GET /session): whether this gateway offers sign-in,
+// and the session's user and expiry when there is one.
+const account = await fetch('session', {credentials: 'same-origin'})
+  .then((r) => (r.ok ? r.json() : {}))
+  .catch(() => ({}));
 
 async function tradeForCookie(t) {
   if (!t) return '';
@@ -136,6 +145,66 @@ for (const w of [podWatch, nodeWatch, namespaceWatch]) {
 }
 kubefan.on('state', showConnection);
 
+// ---- the signed-in session ------------------------------------------------
+
+// A session is refreshed at 60% of what is left of its id-token's life
+// (the gateway renews it in the second half, and tells what is left), by
+// one tab at a time (a Web Lock), so tabs of one browser never spend the
+// same refresh token twice. A stream refused with 401 while signed in
+// refreshes first, then picks up where it stopped.
+let refreshTimer = null;
+function scheduleRefresh(seconds) {
+  clearTimeout(refreshTimer);
+  if (!account.signedIn || !account.refreshable) return;
+  refreshTimer = setTimeout(refreshSession, Math.max(1000, seconds * 600));
+}
+async function refreshSession() {
+  const once = async () => {
+    try {
+      const r = await fetch('session/refresh', {method: 'POST', credentials: 'same-origin'});
+      if (r.ok) {
+        const s = await r.json();
+        account.expiresInSeconds = s.expiresInSeconds;
+        scheduleRefresh(s.expiresInSeconds);
+        return true;
+      }
+      if (r.status === 401) {
+        account.signedIn = false;
+        showAccount();
+        return false;
+      }
+    } catch {
+      // The gateway is unreachable: try again soon.
+    }
+    scheduleRefresh(5);
+    return false;
+  };
+  const locks = navigator.locks;
+  return locks ? locks.request('kubefan-session-refresh', once) : once();
+}
+let recovering = null;
+function recoverSession() {
+  if (!account.signedIn || recovering) return;
+  recovering = refreshSession().then((ok) => {
+    recovering = null;
+    if (ok) for (const w of shown) if (w.state === 'error') w.retry();
+  });
+}
+for (const w of [podWatch, nodeWatch]) {
+  w.on('state', (state) => {
+    if (state === 'error' && w.error && w.error.code === 401) recoverSession();
+  });
+}
+function showAccount() {
+  $('account').hidden = !account.signedIn;
+  $('account-name').textContent = account.user || '';
+  const here = location.pathname.replace(/[^/]*$/, '');
+  $('sign-in').href = here + 'login?then=' + encodeURIComponent(location.pathname + location.search);
+  $('sign-out').href = here + 'logout';
+}
+showAccount();
+scheduleRefresh(account.expiresInSeconds || 0);
+
 // ---- connection state and messages ---------------------------------------
 
 const ORDER = ['error', 'reset', 'reconnecting', 'connecting', 'syncing', 'live'];
@@ -160,6 +229,11 @@ function messageOf(w) {
   if (!s) return null;
   const why = s.message || s.reason || 'error';
   if (s.code === 401) {
+    if (account.signIn) {
+      return w.synced
+        ? {level: 'error', text: 'You are no longer signed in: ' + why + '.', token: true, signIn: true}
+        : {level: 'error', text: /^not signed in/.test(why) ? 'Not signed in (401). Sign in, or paste a token:' : 'Not signed in (401): ' + why + '. Sign in, or paste a token:', token: true, signIn: true};
+    }
     return w.synced
       ? {level: 'error', text: 'Your token is no longer accepted: ' + why + '.', token: true}
       : {level: 'error', text: 'Not signed in (401): ' + why + '. Paste a token (or open this page with ?access_token=TOKEN):', token: true};
@@ -179,6 +253,7 @@ function showBanner() {
   banner.dataset.level = m.level;
   $('banner-text').textContent = m.text;
   $('token-form').hidden = !m.token;
+  $('sign-in').hidden = !m.signIn;
   $('banner-retry').hidden = !m.retry;
 }
 

@@ -1284,3 +1284,55 @@ fn the_image_builds_jemalloc_when_it_is_the_default_allocator() {
         "the Dockerfile's build stage must install make for tikv-jemalloc-sys"
     );
 }
+
+/// The sign-in component: every variable it sets is a flag kubefan knows,
+/// and the session key comes from the Secret every replica mounts.
+#[test]
+fn the_sign_in_component_sets_known_flags_and_mounts_the_shared_session_key() {
+    let text = render_with_component("sign-in");
+    let mut deployment = None;
+    let mut config = None;
+    for doc in serde_norway::Deserializer::from_str(&text) {
+        let value = Value::deserialize(doc).unwrap();
+        match (value["kind"].as_str(), value["metadata"]["name"].as_str()) {
+            (Some("Deployment"), _) => deployment = Some(typed::<Deployment>("sign-in", &value)),
+            (Some("ConfigMap"), Some("kubefan-sign-in")) => config = Some(value),
+            _ => {}
+        }
+    }
+    let deployment = deployment.expect("the Deployment");
+    let config = config.expect("the kubefan-sign-in ConfigMap");
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let container = &pod.containers[0];
+    let from = container.env_from.as_ref().expect("envFrom");
+    assert!(from.iter().any(|f| {
+        f.config_map_ref
+            .as_ref()
+            .is_some_and(|r| r.name == "kubefan-sign-in")
+    }));
+    let flags = serve_flags();
+    let vars = config["data"].as_object().unwrap();
+    for (var, value) in vars {
+        let flag = var
+            .strip_prefix("KUBEFAN_")
+            .expect("a KUBEFAN_ variable")
+            .to_ascii_lowercase()
+            .replace('_', "-");
+        assert!(
+            flags.contains(&flag),
+            "{var} is no flag of kubefan serve (--{flag})"
+        );
+        assert!(value.as_str().is_some_and(|v| !v.is_empty()), "{var}");
+    }
+    assert_eq!(vars["KUBEFAN_AUTH"], "oidc,kubernetes");
+    let key = vars["KUBEFAN_SESSION_SECRET_FILE"].as_str().unwrap();
+    let volume = read_only_volume(&pod, container, key);
+    assert_eq!(
+        volume
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.as_deref()),
+        Some("kubefan-session"),
+        "the key every replica shares"
+    );
+}
