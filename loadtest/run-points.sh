@@ -11,9 +11,12 @@
 #   SERVERS=kubefan POINTS="10000:sse 10000:sse:tls 10000:sse:h2" bash loadtest/run-points.sh
 #
 # A point is N:TRANSPORT[:MODE]; MODE (kubefan only) is `plain` (default),
-# `tls` (HTTP/1.1 over TLS, one connection per subscriber) or `h2` (HTTP/2
+# `tls` (HTTP/1.1 over TLS, one connection per subscriber), `h2` (HTTP/2
 # over TLS, H2_STREAMS streams per connection, default 100), with a
-# self-signed P-256 certificate made here.
+# self-signed P-256 certificate made here, or `session`: every subscriber
+# signed in, with a session of its own (`--auth oidc`, sessions sealed by
+# `kubefan session-cookies`), its user's group bound by a
+# ClusterRoleBinding in the simulated cluster's RBAC.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 POINTS=${POINTS:-"1000:sse 5000:sse 10000:sse 10000:ws"}
@@ -57,10 +60,20 @@ for point in $POINTS; do
   IFS=: read -r n transport mode <<<"$point"
   mode=${mode:-plain}
   tls_serve=(); tls_run=(); scheme=http; suffix=""
-  if [ "$mode" != plain ]; then
+  if [ "$mode" = tls ] || [ "$mode" = h2 ]; then
     tls_serve=(--tls-cert-file "$CERT/cert.pem" --tls-key-file "$CERT/key.pem")
     tls_run=(--tls-ca "$CERT/cert.pem"); scheme=https; suffix="-$mode"
     [ "$mode" = h2 ] && tls_run+=(--h2-streams-per-connection "$H2_STREAMS")
+  elif [ "$mode" = session ]; then
+    SESSION=/tmp/kubefan-lt-session
+    mkdir -p "$SESSION"
+    head -c 48 /dev/urandom >"$SESSION/secret"
+    "$KUBEFAN" session-cookies --session-secret-file "$SESSION/secret" --count "$n" \
+      --group loadtest --ttl-secs 86400 >"$SESSION/cookies"
+    # The issuer is never asked: sessions need only the shared key.
+    tls_serve=(--auth oidc --oidc-issuer-url https://127.0.0.1:9 --oidc-client-id kubefan
+      --session-secret-file "$SESSION/secret")
+    tls_run=(--cookie-file "$SESSION/cookies"); suffix="-session"
   fi
   workers=$(( (n + 2499) / 2500 )); [ "$workers" -lt 2 ] && workers=2
   for server in $SERVERS; do
@@ -72,6 +85,13 @@ for point in $POINTS; do
           --churn-rate 0 --pods 100 >/tmp/lt-sim.log 2>&1 &
         sim=$!
         wait_http http://127.0.0.1:18001/version
+        if [ "$mode" = session ]; then
+          rbac=http://127.0.0.1:18001/apis/rbac.authorization.k8s.io/v1
+          curl -sf -o /dev/null -H 'Content-Type: application/json' -X POST "$rbac/clusterroles" -d \
+            '{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"pod-reader"},"rules":[{"apiGroups":[""],"resources":["pods"],"verbs":["get","list","watch"]}]}'
+          curl -sf -o /dev/null -H 'Content-Type: application/json' -X POST "$rbac/clusterrolebindings" -d \
+            '{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"loadtest"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"pod-reader"},"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"Group","name":"loadtest"}]}'
+        fi
         taskset -c 0 "$KUBEFAN" serve --kubeconfig /tmp/lt.kubeconfig --listen 127.0.0.1:18080 \
           --resources pods --workers 1 "${tls_serve[@]}" >/tmp/lt-gw.log 2>&1 &
         srv=$!

@@ -55,6 +55,58 @@ enum Command {
     /// this kubefan (its URL, its CA when TLS is on, a token when auth is
     /// on, or with --oidc a kubelogin sign-in).
     Kubeconfig(KubeconfigArgs),
+    /// Seal session cookies with --session-secret-file, as signing in
+    /// would, for load tests (`loadtest --cookie-file`): whoever holds the
+    /// secret can make sessions anyway.
+    #[command(hide = true)]
+    SessionCookies(SessionCookiesArgs),
+}
+
+#[derive(clap::Args)]
+struct SessionCookiesArgs {
+    /// The key the gateway seals sessions with.
+    #[arg(long, value_name = "FILE")]
+    session_secret_file: PathBuf,
+    /// How many sessions (users `loadtest-N@example.com`).
+    #[arg(long, default_value_t = 1)]
+    count: usize,
+    /// The group every session's user is in.
+    #[arg(long, default_value = "loadtest")]
+    group: String,
+    /// How long each session's id-token lasts.
+    #[arg(long, default_value_t = 3600)]
+    ttl_secs: u64,
+}
+
+/// One `Cookie` header value per line, for `loadtest --cookie-file`.
+fn session_cookies(args: SessionCookiesArgs) -> anyhow::Result<()> {
+    use kubefan::auth::session::{SESSION_COOKIE, SessionData, Sessions, random_id, unix_now};
+    use std::io::Write;
+    let sessions = Sessions::new(&kubefan::config::SignInConfig {
+        session_secret_file: Some(args.session_secret_file),
+        ..Default::default()
+    })?;
+    let now = unix_now();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for i in 0..args.count {
+        let user = format!("loadtest-{i}@example.com");
+        let session = SessionData {
+            sid: random_id(),
+            sub: user.clone(),
+            user,
+            groups: vec![args.group.clone(), kubefan::auth::ALL_AUTHENTICATED.into()],
+            iat: now,
+            exp: now + args.ttl_secs,
+            signed_in: now,
+            refresh: None,
+        };
+        writeln!(
+            out,
+            "{SESSION_COOKIE}={}",
+            sessions.seal(SESSION_COOKIE, &session)
+        )?;
+    }
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -153,8 +205,10 @@ fn main() -> anyhow::Result<()> {
         .map(|s| s.key.clone())
         .collect();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
-    if let Some(Command::Kubeconfig(args)) = cli.command {
-        return write_kubeconfig(args);
+    match cli.command {
+        Some(Command::Kubeconfig(args)) => return write_kubeconfig(args),
+        Some(Command::SessionCookies(args)) => return session_cookies(args),
+        _ => {}
     }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -177,6 +231,7 @@ async fn run(cli: Cli, from_file: Vec<String>) -> anyhow::Result<()> {
             .await
             .context("simulated API server failed"),
         Command::Kubeconfig(args) => write_kubeconfig(args),
+        Command::SessionCookies(args) => session_cookies(args),
     }
 }
 

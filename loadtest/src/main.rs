@@ -101,6 +101,10 @@ struct RunArgs {
     /// connection; 0: HTTP/1.1, one connection per subscriber.
     #[arg(long, default_value_t = 0)]
     h2_streams_per_connection: usize,
+    /// `Cookie` header values, one per line, shared out to the subscribers
+    /// (signed-in sessions: `kubefan session-cookies`).
+    #[arg(long, value_name = "FILE")]
+    cookie_file: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -231,6 +235,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.h2_streams_per_connection > 0 && ca_pem.is_none() {
         bail!("--h2-streams-per-connection needs TLS: an https:// --base and --tls-ca");
     }
+    if let Some(path) = &args.cookie_file {
+        let n = subscriber::read_cookies(path)?.len();
+        anyhow::ensure!(n > 0, "--cookie-file {} has no cookie", path.display());
+    }
     let target = Target {
         server: args.server.clone(),
         base: args.base[0].clone(),
@@ -238,6 +246,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         path: None,
         ca_pem,
         h2_streams: args.h2_streams_per_connection,
+        cookie_file: args
+            .cookie_file
+            .as_ref()
+            .map(|p| p.canonicalize())
+            .transpose()?,
+        cookie_offset: 0,
     };
     let workers = args.workers.max(1);
     let exe = std::env::current_exe()?;
@@ -245,9 +259,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let connect_started = Instant::now();
     for w in 0..workers {
         let share = args.subscribers / workers + usize::from(w < args.subscribers % workers);
+        let first = (0..w)
+            .map(|v| args.subscribers / workers + usize::from(v < args.subscribers % workers))
+            .sum();
         let cfg = WorkerConfig {
             target: Target {
                 base: args.base[w % args.base.len()].clone(),
+                cookie_offset: first,
                 ..target.clone()
             },
             subscribers: share,
@@ -437,6 +455,8 @@ async fn herd(args: HerdArgs) -> anyhow::Result<()> {
         path: Some("/stream/pods".into()),
         ca_pem: None,
         h2_streams: 0,
+        cookie_file: None,
+        cookie_offset: 0,
     };
     let started = Instant::now();
     let mut all = FuturesUnordered::new();
@@ -446,7 +466,7 @@ async fn herd(args: HerdArgs) -> anyhow::Result<()> {
         all.push(async move {
             let client = Client::Http(client_for(local, None)?);
             // `connect` returns once the snapshot's end marker has arrived.
-            connect(&target, &client, local)
+            connect(&target, &client, local, None)
                 .await
                 .map(|_| started.elapsed())
         });

@@ -101,6 +101,24 @@ pub struct Target {
     /// connection per subscriber.
     #[serde(default)]
     pub h2_streams: usize,
+    /// A file of `Cookie` header values, one per line (signed-in
+    /// sessions); a worker's subscriber `i` sends line `cookie_offset + i`
+    /// (modulo their number).
+    #[serde(default)]
+    pub cookie_file: Option<std::path::PathBuf>,
+    #[serde(default)]
+    pub cookie_offset: usize,
+}
+
+/// The lines of a `--cookie-file`.
+pub fn read_cookies(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    Ok(std::fs::read_to_string(path)
+        .with_context(|| format!("reading --cookie-file {}", path.display()))?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect())
 }
 
 impl Target {
@@ -223,11 +241,19 @@ const OP_PING: u8 = 0x9;
 
 impl WsConn {
     /// Sends the upgrade request for `path` and reads the `101` answer.
-    async fn handshake(mut tcp: TcpStream, host: &str, path: &str) -> anyhow::Result<WsConn> {
+    async fn handshake(
+        mut tcp: TcpStream,
+        host: &str,
+        path: &str,
+        cookie: Option<&str>,
+    ) -> anyhow::Result<WsConn> {
+        let cookie = cookie
+            .map(|c| format!("Cookie: {c}\r\n"))
+            .unwrap_or_default();
         let request = format!(
             "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n\
              Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-             Sec-WebSocket-Version: 13\r\n\r\n"
+             Sec-WebSocket-Version: 13\r\n{cookie}\r\n"
         );
         tcp.write_all(request.as_bytes()).await?;
         let mut buf = BytesMut::with_capacity(4096);
@@ -305,11 +331,17 @@ impl WsConn {
 
 /// Connects and reads until the snapshot is complete (kubefan) or the
 /// response has started (nchan).
-pub async fn connect(target: &Target, client: &Client, local: IpAddr) -> anyhow::Result<Conn> {
+pub async fn connect(
+    target: &Target,
+    client: &Client,
+    local: IpAddr,
+    cookie: Option<&str>,
+) -> anyhow::Result<Conn> {
     let url = target.url();
     let nchan = target.server != "kubefan";
     let client = match client {
         Client::Http(client) => client,
+        Client::H2(_) if cookie.is_some() => bail!("--cookie-file is for HTTP/1.1 subscribers"),
         Client::H2(send) => return connect_h2(target, send.clone(), &url).await,
     };
     match target.transport {
@@ -321,7 +353,7 @@ pub async fn connect(target: &Target, client: &Client, local: IpAddr) -> anyhow:
             let path = format!("/{}", parts.next().unwrap_or(""));
             let addr: std::net::SocketAddr = host.parse()?;
             let stream = socket.connect(addr).await?;
-            let mut ws = WsConn::handshake(stream, host, &path).await?;
+            let mut ws = WsConn::handshake(stream, host, &path, cookie).await?;
             if !nchan {
                 loop {
                     match ws.next().await? {
@@ -335,6 +367,9 @@ pub async fn connect(target: &Target, client: &Client, local: IpAddr) -> anyhow:
         }
         Transport::Sse | Transport::Watch => {
             let mut req = client.get(&url);
+            if let Some(cookie) = cookie {
+                req = req.header("Cookie", cookie);
+            }
             if nchan {
                 req = req.header("Accept", "text/event-stream");
             }
@@ -507,7 +542,7 @@ mod tests {
             pong
         });
         let tcp = TcpStream::connect(addr).await.unwrap();
-        let mut ws = WsConn::handshake(tcp, &addr.to_string(), "/sub/x")
+        let mut ws = WsConn::handshake(tcp, &addr.to_string(), "/sub/x", None)
             .await
             .unwrap();
         assert_eq!(ws.next().await.unwrap().unwrap(), &b"hi"[..]);

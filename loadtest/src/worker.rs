@@ -69,6 +69,10 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?
     };
+    let cookies = match &cfg.target.cookie_file {
+        Some(path) => std::sync::Arc::new(crate::subscriber::read_cookies(path)?),
+        None => std::sync::Arc::new(Vec::new()),
+    };
     let mut conns = Vec::with_capacity(cfg.subscribers);
     let mut failed = 0;
     // At most 256 handshakes in flight.
@@ -80,8 +84,15 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
         };
         let target = cfg.target.clone();
         let local = local_address(i, cfg.first_address, cfg.addresses);
+        let cookies = cookies.clone();
         pending.push(async move {
-            tokio::time::timeout(Duration::from_secs(60), connect(&target, &client, local)).await
+            let cookie = (!cookies.is_empty())
+                .then(|| cookies[(target.cookie_offset + i) % cookies.len()].as_str());
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                connect(&target, &client, local, cookie),
+            )
+            .await
         });
         if pending.len() >= 256 {
             match pending.next().await {
