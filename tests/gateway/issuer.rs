@@ -80,6 +80,9 @@ struct Flows {
     refresh: std::collections::HashMap<String, String>,
     id_token_ttl: u64,
     signer: Option<SigningKey>,
+    /// A confidential client's secret, asked of the token endpoint by
+    /// HTTP Basic (RFC 6749, 2.3.1); none: a public client.
+    client_secret: Option<String>,
 }
 
 struct State {
@@ -138,6 +141,7 @@ impl Issuer {
                 refresh: Default::default(),
                 id_token_ttl: 300,
                 signer: keys.first().map(|k| (*k).clone()),
+                client_secret: None,
             }),
         });
         let (serving, issuer) = (state.clone(), url.clone());
@@ -196,6 +200,11 @@ impl Issuer {
     /// The lifetime of id-tokens issued from now.
     pub fn set_id_token_ttl(&self, secs: u64) {
         self.state.flows.lock().unwrap().id_token_ttl = secs;
+    }
+
+    /// The token endpoint asks for this client secret from now on.
+    pub fn require_client_secret(&self, secret: &str) {
+        self.state.flows.lock().unwrap().client_secret = Some(secret.to_string());
     }
 
     /// Revokes every refresh token (the user was disabled).
@@ -316,41 +325,59 @@ async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
                 )
             };
             let grant = f.get("grant_type").map(String::as_str);
-            let granted = match grant {
-                Some("authorization_code") => {
-                    state.counts.codes_exchanged.fetch_add(1, Ordering::Relaxed);
-                    match flows
-                        .codes
-                        .remove(f.get("code").map(String::as_str).unwrap_or(""))
-                    {
-                        None => Err("the code is unknown or was used"),
-                        Some(code) => {
-                            use base64::Engine;
-                            use sha2::Digest;
-                            let verifier = f.get("code_verifier").cloned().unwrap_or_default();
-                            let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD
-                                .encode(sha2::Sha256::digest(verifier.as_bytes()));
-                            if challenge != code.challenge {
-                                Err("PKCE verification failed")
-                            } else if f.get("redirect_uri") != Some(&code.redirect_uri) {
-                                Err("redirect_uri differs")
-                            } else {
-                                Ok((code.email, Some(code.nonce)))
+            let basic = head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("authorization")
+                    .then(|| v.trim().strip_prefix("Basic ").map(str::to_string))?
+            });
+            let authenticated = match &flows.client_secret {
+                None => true,
+                Some(secret) => {
+                    use base64::Engine;
+                    let want = base64::engine::general_purpose::STANDARD
+                        .encode(format!("kubefan:{secret}"));
+                    basic.as_deref() == Some(want.as_str())
+                }
+            };
+            let granted = if !authenticated {
+                Err("client authentication failed")
+            } else {
+                match grant {
+                    Some("authorization_code") => {
+                        state.counts.codes_exchanged.fetch_add(1, Ordering::Relaxed);
+                        match flows
+                            .codes
+                            .remove(f.get("code").map(String::as_str).unwrap_or(""))
+                        {
+                            None => Err("the code is unknown or was used"),
+                            Some(code) => {
+                                use base64::Engine;
+                                use sha2::Digest;
+                                let verifier = f.get("code_verifier").cloned().unwrap_or_default();
+                                let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                                    .encode(sha2::Sha256::digest(verifier.as_bytes()));
+                                if challenge != code.challenge {
+                                    Err("PKCE verification failed")
+                                } else if f.get("redirect_uri") != Some(&code.redirect_uri) {
+                                    Err("redirect_uri differs")
+                                } else {
+                                    Ok((code.email, Some(code.nonce)))
+                                }
                             }
                         }
                     }
-                }
-                Some("refresh_token") => {
-                    state.counts.refreshes.fetch_add(1, Ordering::Relaxed);
-                    match flows
-                        .refresh
-                        .remove(f.get("refresh_token").map(String::as_str).unwrap_or(""))
-                    {
-                        Some(email) => Ok((email, None)),
-                        None => Err("the refresh token is unknown, used or revoked"),
+                    Some("refresh_token") => {
+                        state.counts.refreshes.fetch_add(1, Ordering::Relaxed);
+                        match flows
+                            .refresh
+                            .remove(f.get("refresh_token").map(String::as_str).unwrap_or(""))
+                        {
+                            Some(email) => Ok((email, None)),
+                            None => Err("the refresh token is unknown, used or revoked"),
+                        }
                     }
+                    _ => Err("unsupported grant"),
                 }
-                _ => Err("unsupported grant"),
             };
             match granted {
                 Err(why) => invalid(why),

@@ -398,3 +398,37 @@ async fn sign_ins_that_do_not_add_up_are_refused_never_followed() {
     );
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confidential_client_exchanges_the_code_with_its_secret() {
+    let (issuer, _key) = issuer_for_alice().await;
+    issuer.require_client_secret("s3cret");
+    let dir = secret_file().parent().unwrap().to_path_buf();
+    let with_secret = |secret: &str| {
+        let path = dir.join(format!("client-secret-{secret}"));
+        std::fs::write(&path, format!("{secret}\n")).unwrap();
+        let mut cfg = signin_config(&issuer, None);
+        cfg.auth.sign_in.client_secret_file = Some(path);
+        cfg
+    };
+    let sim = team_sim();
+    let right = oidc_env(sim.clone(), with_secret("s3cret")).await;
+    let wrong = oidc_env(sim, with_secret("guess")).await;
+
+    let mut browser = Browser::new(&issuer);
+    assert_eq!(sign_in(&mut browser, &right, "/").await, "/");
+    let resp = browser.get(&right, "/api/v1/namespaces/web/pods").await;
+    assert_eq!(resp.status(), 200);
+
+    let mut browser = Browser::new(&issuer);
+    let authorize = start(&mut browser, &wrong, "/").await;
+    let callback = at_issuer(&browser, &authorize).await;
+    let resp = finish(&mut browser, &wrong, &callback).await;
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("client authentication failed"), "{message}");
+    assert!(!browser.cookies.contains_key("kubefan_session"));
+    right.stop().await;
+    wrong.stop().await;
+}
