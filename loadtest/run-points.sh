@@ -15,8 +15,8 @@
 # over TLS, H2_STREAMS streams per connection, default 100), with a
 # self-signed P-256 certificate made here, or `session`: every subscriber
 # signed in, with a session of its own (`--auth oidc`, sessions sealed by
-# `kubefan session-cookies`), its user's group bound by a
-# ClusterRoleBinding in the simulated cluster's RBAC.
+# `kubefan session-cookies`; SESSIONS=K shares K sessions out instead), its
+# user's group bound by a ClusterRoleBinding in the simulated cluster's RBAC.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 POINTS=${POINTS:-"1000:sse 5000:sse 10000:sse 10000:ws"}
@@ -68,7 +68,7 @@ for point in $POINTS; do
     SESSION=/tmp/kubefan-lt-session
     mkdir -p "$SESSION"
     head -c 48 /dev/urandom >"$SESSION/secret"
-    "$KUBEFAN" session-cookies --session-secret-file "$SESSION/secret" --count "$n" \
+    "$KUBEFAN" session-cookies --session-secret-file "$SESSION/secret" --count "${SESSIONS:-$n}" \
       --group loadtest --ttl-secs 86400 >"$SESSION/cookies"
     # The issuer is never asked: sessions need only the shared key.
     tls_serve=(--auth oidc --oidc-issuer-url https://127.0.0.1:9 --oidc-client-id kubefan
