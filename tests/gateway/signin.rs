@@ -427,7 +427,10 @@ async fn a_confidential_client_exchanges_the_code_with_its_secret() {
     assert_eq!(resp.status(), 400);
     let body: Value = resp.json().await.unwrap();
     let message = body["message"].as_str().unwrap();
-    assert!(message.contains("client authentication failed"), "{message}");
+    assert!(
+        message.contains("client authentication failed"),
+        "{message}"
+    );
     assert!(!browser.cookies.contains_key("kubefan_session"));
     right.stop().await;
     wrong.stop().await;
