@@ -537,13 +537,7 @@ async fn expiry_ends_streams_and_a_fresh_token_resumes_without_reset() {
         .create("pods", pod("before-expiry").ns("web").build())
         .unwrap();
     // The SSE stream: changes, then an ERROR naming the reason, then the end.
-    let error = loop {
-        let ev = sse.next().await.expect("an ERROR before the end");
-        if ev.event == "ERROR" {
-            break ev;
-        }
-        view.apply(&ev);
-    };
+    let error = sse.until_error(&mut view).await;
     assert_eq!(error.data["object"]["code"], 401);
     assert_eq!(error.data["object"]["reason"], "Unauthorized");
     assert!(

@@ -95,22 +95,9 @@ pub(crate) async fn oidc_env(sim: Sim, cfg: Config) -> TestEnv {
     env
 }
 
-async fn get(env: &TestEnv, path: &str, token: &str) -> reqwest::Response {
-    tokio::time::timeout(
-        WAIT,
-        env.http
-            .get(format!("{}{path}", env.base))
-            .bearer_auth(token)
-            .send(),
-    )
-    .await
-    .expect("response in time")
-    .expect("request")
-}
-
 /// Asserts a 401 whose `Status` message contains `why`.
 async fn refused(env: &TestEnv, token: &str, why: &str) {
-    let resp = get(env, "/api/v1/namespaces/web/pods", token).await;
+    let resp = env.get_as("/api/v1/namespaces/web/pods", token).await;
     assert_eq!(resp.status(), 401, "{why}");
     let body: Value = resp.json().await.unwrap();
     validate_status(&body);
@@ -136,7 +123,9 @@ async fn id_tokens_are_checked_as_kube_apiserver_checks_them() {
     let issuer = Issuer::start(&[&key]).await;
     let env = oidc_env(team_sim(), oidc_config(&issuer)).await;
     let good = claims(&issuer, "alice@example.com", &["team-web"], 300);
-    let resp = get(&env, "/api/v1/namespaces/web/pods", &key.sign(&good)).await;
+    let resp = env
+        .get_as("/api/v1/namespaces/web/pods", &key.sign(&good))
+        .await;
     assert_eq!(resp.status(), 200);
 
     let with = |change: &dyn Fn(&mut Value)| {
@@ -214,7 +203,7 @@ async fn id_tokens_are_checked_as_kube_apiserver_checks_them() {
 
     // A user the cluster's RBAC does not bind: authenticated, then 403.
     let stranger = key.sign(&claims(&issuer, "mallory@example.com", &["other"], 300));
-    let resp = get(&env, "/api/v1/namespaces/web/pods", &stranger).await;
+    let resp = env.get_as("/api/v1/namespaces/web/pods", &stranger).await;
     assert_eq!(resp.status(), 403);
     let body: Value = resp.json().await.unwrap();
     assert!(
@@ -235,7 +224,7 @@ async fn a_signed_in_team_streams_what_rbac_grants_its_groups_until_the_token_ex
     let token = key.sign(&claims(&issuer, "alice@example.com", &["team-web"], 4));
 
     // Narrowed to what the group may see, then widened by a new grant.
-    let mut sse = SseClient::new(get(&env, "/stream/pods", &token).await);
+    let mut sse = SseClient::new(env.get_as("/stream/pods", &token).await);
     let mut view = ClientView::new();
     while view.snapshots == 0 {
         view.apply(&sse.next().await.expect("snapshot"));
@@ -247,17 +236,8 @@ async fn a_signed_in_team_streams_what_rbac_grants_its_groups_until_the_token_ex
             group_binding("team-batch", "batch", "oidc:team-web"),
         )
         .unwrap();
-    let error = tokio::time::timeout(WAIT, async {
-        loop {
-            let ev = sse.next().await.expect("an ERROR before the end");
-            if ev.event == "ERROR" {
-                break ev;
-            }
-            view.apply(&ev);
-        }
-    })
-    .await
-    .expect("the stream ends when the token expires");
+    // The token's 4 s run out: the stream ends with an ERROR.
+    let error = sse.until_error(&mut view).await;
     assert!(
         namespaces(&view).contains("batch"),
         "the grant reached the open stream before the token expired"
@@ -284,7 +264,7 @@ async fn rotated_keys_are_followed_and_made_up_key_ids_cost_the_issuer_one_fetch
     let env = oidc_env(team_sim(), oidc_config(&issuer)).await;
     let claims = claims(&issuer, "alice@example.com", &["team-web"], 300);
     assert_eq!(
-        get(&env, "/api/v1/namespaces/web/pods", &old.sign(&claims))
+        env.get_as("/api/v1/namespaces/web/pods", &old.sign(&claims))
             .await
             .status(),
         200
@@ -294,7 +274,7 @@ async fn rotated_keys_are_followed_and_made_up_key_ids_cost_the_issuer_one_fetch
     issuer.publish(&[&new]);
     let before = issuer.jwks_fetches();
     assert_eq!(
-        get(&env, "/api/v1/namespaces/web/pods", &new.sign(&claims))
+        env.get_as("/api/v1/namespaces/web/pods", &new.sign(&claims))
             .await
             .status(),
         200
@@ -315,7 +295,7 @@ async fn rotated_keys_are_followed_and_made_up_key_ids_cost_the_issuer_one_fetch
         let token = encode(&header, &claims, &new.key).unwrap();
         let env = &env;
         async move {
-            get(env, "/api/v1/namespaces/web/pods", &token)
+            env.get_as("/api/v1/namespaces/web/pods", &token)
                 .await
                 .status()
         }
@@ -363,7 +343,7 @@ async fn an_issuer_down_at_start_is_waited_for_with_tokens_refused_saying_so() {
     tokio::time::timeout(WAIT, keys.changes().until(|| keys.loaded()))
         .await
         .expect("discovery is retried");
-    let resp = get(&env, "/api/v1/namespaces/web/pods", &token).await;
+    let resp = env.get_as("/api/v1/namespaces/web/pods", &token).await;
     assert_eq!(resp.status(), 200);
     env.stop().await;
 }
@@ -381,7 +361,7 @@ async fn people_sign_in_with_oidc_while_services_bring_kubernetes_tokens() {
     let env = oidc_env(sim, cfg).await;
 
     let person = key.sign(&claims(&issuer, "alice@example.com", &["team-web"], 300));
-    let resp = get(&env, "/api/v1/namespaces/web/pods", &person).await;
+    let resp = env.get_as("/api/v1/namespaces/web/pods", &person).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(
         env.app.auth().token_reviews(),
@@ -394,10 +374,14 @@ async fn people_sign_in_with_oidc_while_services_bring_kubernetes_tokens() {
     refused(&env, &key.sign(&stale), "token expired").await;
     assert_eq!(env.app.auth().token_reviews(), 0);
 
-    let resp = get(&env, "/api/v1/namespaces/batch/pods", "robot-token").await;
+    let resp = env
+        .get_as("/api/v1/namespaces/batch/pods", "robot-token")
+        .await;
     assert_eq!(resp.status(), 200);
     assert_eq!(env.app.auth().token_reviews(), 1);
-    let resp = get(&env, "/api/v1/namespaces/web/pods", "robot-token").await;
+    let resp = env
+        .get_as("/api/v1/namespaces/web/pods", "robot-token")
+        .await;
     assert_eq!(resp.status(), 403);
     refused(&env, "nobody's-token", "not accepted").await;
     env.stop().await;

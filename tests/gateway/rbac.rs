@@ -83,19 +83,6 @@ async fn rbac_env(sim: Sim, tune: impl FnOnce(&mut kubefan::config::Config)) -> 
     env
 }
 
-async fn sse(env: &TestEnv, path: &str, token: &str) -> reqwest::Response {
-    tokio::time::timeout(
-        WAIT,
-        env.http
-            .get(format!("{}{path}", env.base))
-            .bearer_auth(token)
-            .send(),
-    )
-    .await
-    .expect("response in time")
-    .expect("request")
-}
-
 fn namespaces(view: &ClientView) -> BTreeSet<String> {
     view.objects
         .values()
@@ -135,7 +122,7 @@ async fn a_teammate_sees_what_rbac_grants_and_follows_it_without_reconnecting() 
     let env = rbac_env(sim, |_| {}).await;
 
     // Narrowed, not refused: only web's pods.
-    let resp = sse(&env, "/stream/pods", "dana-token").await;
+    let resp = env.get_as("/stream/pods", "dana-token").await;
     assert_eq!(resp.status(), 200);
     let mut sse_client = SseClient::new(resp);
     let mut view = ClientView::new();
@@ -185,7 +172,7 @@ async fn a_teammate_sees_what_rbac_grants_and_follows_it_without_reconnecting() 
     assert!(sse_client.next().await.is_none(), "nothing after the ERROR");
 
     // Without any grant, a new stream is refused.
-    assert_eq!(sse(&env, "/stream/pods", "dana-token").await.status(), 403);
+    assert_eq!(env.get_as("/stream/pods", "dana-token").await.status(), 403);
     env.stop().await;
 }
 
@@ -264,7 +251,7 @@ async fn an_aggregated_cluster_role_grants_what_it_aggregates() {
     .unwrap();
     let env = rbac_env(sim, |_| {}).await;
     // Nothing aggregated yet: nothing granted.
-    assert_eq!(sse(&env, "/stream/pods", "erin-token").await.status(), 403);
+    assert_eq!(env.get_as("/stream/pods", "erin-token").await.status(), 403);
     env.sim
         .create(
             CLUSTER_ROLES,
@@ -277,7 +264,7 @@ async fn an_aggregated_cluster_role_grants_what_it_aggregates() {
     let granted = tokio::time::timeout(WAIT, async {
         loop {
             let changed = env.app.auth().rbac_changed();
-            let resp = sse(&env, "/stream/pods", "erin-token").await;
+            let resp = env.get_as("/stream/pods", "erin-token").await;
             if resp.status() == 200 {
                 return resp;
             }
@@ -302,7 +289,7 @@ async fn a_token_that_no_longer_reviews_ends_its_streams_with_401() {
     sim.create(ROLE_BINDINGS, binding("dana-web", "web", "dana"))
         .unwrap();
     let env = rbac_env(sim, |cfg| cfg.auth.cache_ttl = Duration::from_secs(1)).await;
-    let resp = sse(&env, "/stream/pods", "dana-token").await;
+    let resp = env.get_as("/stream/pods", "dana-token").await;
     assert_eq!(resp.status(), 200);
     let mut sse_client = SseClient::new(resp);
     let reviews = env.sim.token_reviews_of("dana-token");
@@ -319,7 +306,7 @@ async fn a_token_that_no_longer_reviews_ends_its_streams_with_401() {
     .expect("the stream ends once the token is reviewed again");
     assert_eq!(last.data["object"]["code"], 401);
     assert!(env.sim.token_reviews_of("dana-token") > reviews);
-    assert_eq!(sse(&env, "/stream/pods", "dana-token").await.status(), 401);
+    assert_eq!(env.get_as("/stream/pods", "dana-token").await.status(), 401);
     env.stop().await;
 }
 
@@ -331,13 +318,13 @@ async fn token_audiences_let_users_hand_kubefan_tokens_minted_for_it_alone() {
     // Without --token-audiences the review asks for the API server's own
     // audience, which this token is not valid for.
     let env = rbac_env(sim, |_| {}).await;
-    assert_eq!(sse(&env, "/stream/pods", "aud-token").await.status(), 401);
+    assert_eq!(env.get_as("/stream/pods", "aud-token").await.status(), 401);
     env.stop().await;
     let sim = team_sim();
     sim.create(ROLE_BINDINGS, binding("aud-web", "web", "aud"))
         .unwrap();
     let env = rbac_env(sim, |cfg| cfg.auth.token_audiences = vec!["kubefan".into()]).await;
-    assert_eq!(sse(&env, "/stream/pods", "aud-token").await.status(), 200);
+    assert_eq!(env.get_as("/stream/pods", "aud-token").await.status(), 200);
     env.stop().await;
 }
 
@@ -366,7 +353,7 @@ async fn the_cost_of_rbac_stays_flat_however_many_streams_a_user_opens() {
     let mut streams = Vec::with_capacity(USERS * STREAMS);
     for i in 0..USERS {
         for _ in 0..STREAMS {
-            let resp = sse(&env, "/stream/pods", &format!("token-{i}")).await;
+            let resp = env.get_as("/stream/pods", &format!("token-{i}")).await;
             assert_eq!(resp.status(), 200);
             streams.push(SseClient::new(resp));
         }
@@ -484,7 +471,7 @@ async fn kubefans_own_rights_are_checked_and_it_says_what_to_grant() {
     env.synced("pods").await;
 
     // Refused at once, saying what to grant; the upstream never listed it.
-    let resp = sse(&env, "/stream/deployments.apps", "dana-token").await;
+    let resp = env.get_as("/stream/deployments.apps", "dana-token").await;
     assert_eq!(resp.status(), 403);
     let body: Value = resp.json().await.unwrap();
     let message = body["message"].as_str().unwrap();
@@ -527,7 +514,7 @@ async fn kubefans_own_rights_are_checked_and_it_says_what_to_grant() {
         .await
         .expect("deployments start once granted");
     assert_eq!(env.get_json("/readyz").await.0, 200);
-    let resp = sse(&env, "/stream/deployments.apps", "dana-token").await;
+    let resp = env.get_as("/stream/deployments.apps", "dana-token").await;
     assert_eq!(resp.status(), 200);
     let mut stream = SseClient::new(resp);
 
@@ -559,7 +546,7 @@ async fn kubefans_own_rights_are_checked_and_it_says_what_to_grant() {
         r.list_requests + r.watch_requests
     };
     let after_end = requests(&env);
-    let resp = sse(&env, "/stream/deployments.apps", "dana-token").await;
+    let resp = env.get_as("/stream/deployments.apps", "dana-token").await;
     assert_eq!(resp.status(), 403);
     let body: Value = resp.json().await.unwrap();
     assert!(

@@ -260,16 +260,7 @@ async fn a_signed_in_browser_streams_past_the_id_tokens_life_until_the_issuer_st
         !browser.cookies.contains_key("kubefan_session"),
         "the cookie is cleared"
     );
-    let error = tokio::time::timeout(WAIT, async {
-        loop {
-            let ev = sse.next().await.expect("an ERROR before the end");
-            if ev.event == "ERROR" {
-                break ev;
-            }
-        }
-    })
-    .await
-    .expect("the stream ends within the id-token's life");
+    let error = sse.until_error(&mut view).await;
     assert_eq!(error.data["object"]["code"], 401);
     assert!(
         unix_now() < first_expiry + 3.5 + 6.0 + 1.0,

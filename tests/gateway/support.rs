@@ -118,6 +118,20 @@ impl TestEnv {
         SseClient::new(resp)
     }
 
+    /// `GET path` with `token` as `Authorization: Bearer`, in time.
+    pub async fn get_as(&self, path: &str, token: &str) -> reqwest::Response {
+        tokio::time::timeout(
+            WAIT,
+            self.http
+                .get(format!("{}{path}", self.base))
+                .bearer_auth(token)
+                .send(),
+        )
+        .await
+        .expect("response in time")
+        .expect("request")
+    }
+
     pub async fn get_json(&self, path: &str) -> (u16, Value) {
         let resp =
             tokio::time::timeout(WAIT, self.http.get(format!("{}{}", self.base, path)).send())
@@ -230,6 +244,19 @@ impl SseClient {
         tokio::time::timeout(WAIT, self.next_unbounded())
             .await
             .expect("SSE event in time")
+    }
+
+    /// The `ERROR` event that ends the stream, each event before it
+    /// applied to `view`; panics if the stream ends first (each event is
+    /// waited for at most [`WAIT`]).
+    pub async fn until_error(&mut self, view: &mut ClientView) -> SseEvent {
+        loop {
+            let ev = self.next().await.expect("an ERROR before the end");
+            if ev.event == "ERROR" {
+                return ev;
+            }
+            view.apply(&ev);
+        }
     }
 
     /// Waits for the next keep-alive comment; panics if an event comes

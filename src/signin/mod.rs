@@ -29,24 +29,24 @@ use std::time::Duration;
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
-use oauth2::basic::{
-    BasicErrorResponse, BasicRevocationErrorResponse, BasicTokenIntrospectionResponse,
-    BasicTokenType,
-};
 use oauth2::{
-    AuthType, AuthUrl, AuthorizationCode, Client, ClientId, ClientSecret, CsrfToken,
-    EndpointNotSet, EndpointSet, ExtraTokenFields, PkceCodeChallenge, PkceCodeVerifier,
-    RedirectUrl, RefreshToken, RequestTokenError, Scope, StandardRevocableToken,
-    StandardTokenResponse, TokenResponse, TokenUrl,
+    AuthorizationCode, CsrfToken, PkceCodeChallenge, PkceCodeVerifier, RefreshToken,
+    RequestTokenError, Scope,
 };
-use secrecy::ExposeSecret;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::json;
+
+mod browser;
+mod issuer;
+
+use browser::{
+    constant_time_eq, cookie, local_target, origin, redirect, redirect_uri, set_session,
+};
+use issuer::{client, session_of, token_error};
 
 use crate::auth::oidc::Issuer;
 use crate::auth::session::{
-    MAX_SEALED, PendingSignIn, SESSION_COOKIE, SIGNIN_COOKIE, SessionData, Sessions, at, cookie_of,
-    random_id, unix_now,
+    PendingSignIn, SESSION_COOKIE, SIGNIN_COOKIE, Sessions, at, cookie_of, random_id, unix_now,
 };
 use crate::status::ApiError;
 use crate::transport::state::AppState;
@@ -61,27 +61,6 @@ pub fn is_open(path: &str) -> bool {
     matches!(path, "/login" | CALLBACK | "/logout" | "/session/refresh")
 }
 
-/// The token endpoint's answer: the standard fields and the id-token.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct IdTokenField {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    id_token: Option<String>,
-}
-impl ExtraTokenFields for IdTokenField {}
-type Tokens = StandardTokenResponse<IdTokenField, BasicTokenType>;
-type OAuth = Client<
-    BasicErrorResponse,
-    Tokens,
-    BasicTokenIntrospectionResponse,
-    StandardRevocableToken,
-    BasicRevocationErrorResponse,
-    EndpointSet,
-    EndpointNotSet,
-    EndpointNotSet,
-    EndpointNotSet,
-    EndpointSet,
->;
-
 /// The issuer and sessions, or 404 when sign-in is not configured.
 fn parts(state: &AppState) -> Result<(&Issuer, &Sessions), ApiError> {
     match (state.auth.oidc(), state.auth.sessions()) {
@@ -90,146 +69,6 @@ fn parts(state: &AppState) -> Result<(&Issuer, &Sessions), ApiError> {
             "sign-in needs --auth oidc (with --oidc-issuer-url and --oidc-client-id)".into(),
         )),
     }
-}
-
-/// kubefan as the issuer's client, sending the browser back to
-/// `redirect_uri`.
-fn client(issuer: &Issuer, redirect_uri: &str) -> Result<OAuth, ApiError> {
-    let provider = issuer.keys().provider().ok_or_else(|| {
-        ApiError::Unavailable(format!(
-            "the OIDC issuer {} is not reachable yet; try again shortly",
-            issuer.config().issuer_url
-        ))
-    })?;
-    let endpoint = |what: &str, url: &Option<String>| {
-        url.clone().ok_or_else(|| {
-            ApiError::Unavailable(format!(
-                "the OIDC issuer's discovery document names no {what}"
-            ))
-        })
-    };
-    let bad = |e: oauth2::url::ParseError| ApiError::Unavailable(format!("issuer endpoint: {e}"));
-    let mut client = Client::new(ClientId::new(issuer.config().client_id.clone()))
-        .set_auth_uri(
-            AuthUrl::new(endpoint(
-                "authorization_endpoint",
-                &provider.authorization_endpoint,
-            )?)
-            .map_err(bad)?,
-        )
-        .set_token_uri(
-            TokenUrl::new(endpoint("token_endpoint", &provider.token_endpoint)?).map_err(bad)?,
-        )
-        .set_redirect_uri(
-            RedirectUrl::new(redirect_uri.to_string())
-                .map_err(|e| ApiError::BadRequest(format!("redirect URL: {e}")))?,
-        );
-    client = match issuer.client_secret() {
-        Some(secret) => {
-            client.set_client_secret(ClientSecret::new(secret.expose_secret().to_string()))
-        }
-        // A public client names itself in the request body.
-        None => client.set_auth_type(AuthType::RequestBody),
-    };
-    Ok(client)
-}
-
-/// `scheme://host` the browser reached kubefan at (the `X-Forwarded-*`
-/// headers of a `--trusted-proxies` proxy, else kubefan's own listener and
-/// the `Host` header), and whether cookies are `Secure` (https there, or
-/// an https `--oidc-redirect-url`).
-fn origin(req: &HttpRequest, state: &AppState) -> Result<(String, bool), ApiError> {
-    let headers = req.headers();
-    let first = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(',').next())
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-    };
-    let trusted = req.peer_addr().is_some_and(|peer| {
-        state
-            .limits
-            .config()
-            .trusted_proxies
-            .iter()
-            .any(|net| net.contains(&peer.ip()))
-    });
-    let own = if state.tls { "https" } else { "http" };
-    let (scheme, host) = if trusted {
-        (
-            first("x-forwarded-proto").unwrap_or_else(|| own.to_string()),
-            first("x-forwarded-host").or_else(|| first("host")),
-        )
-    } else {
-        (own.to_string(), first("host"))
-    };
-    let host = host.ok_or_else(|| ApiError::BadRequest("no Host header".into()))?;
-    let sane = !host.is_empty()
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b));
-    if !sane || !(scheme == "http" || scheme == "https") {
-        return Err(ApiError::BadRequest(format!(
-            "cannot tell this gateway's address from {scheme}://{host}"
-        )));
-    }
-    // Behind an ingress that terminates TLS, a public https redirect URL
-    // says the browser is on https too.
-    let public_https = state.auth.oidc().is_some_and(|issuer| {
-        issuer
-            .sign_in()
-            .redirect_url
-            .as_deref()
-            .is_some_and(|url| url.starts_with("https://"))
-    });
-    Ok((
-        format!("{scheme}://{host}"),
-        scheme == "https" || public_https,
-    ))
-}
-
-/// The redirect URI: `--oidc-redirect-url` (a path is taken on the
-/// request's origin), else [`CALLBACK`] on the request's origin.
-fn redirect_uri(issuer: &Issuer, origin: &str) -> String {
-    match issuer.sign_in().redirect_url.as_deref() {
-        Some(url) if url.starts_with('/') => format!("{origin}{url}"),
-        Some(url) => url.to_string(),
-        None => format!("{origin}{CALLBACK}"),
-    }
-}
-
-/// A path of this gateway to go to after signing in; anything that could
-/// leave its origin (`//host`, `/\host`, a scheme) is refused.
-fn local_target(then: Option<&str>) -> Result<String, ApiError> {
-    let then = then.unwrap_or("/");
-    let local = then.starts_with('/')
-        && !then.starts_with("//")
-        && !then.starts_with("/\\")
-        && !then.chars().any(|c| c.is_control() || c == '\\');
-    if !local {
-        return Err(ApiError::BadRequest(format!(
-            "then={then:?} is not a path of this gateway; only local paths (/...) are followed"
-        )));
-    }
-    Ok(then.to_string())
-}
-
-fn cookie(name: &str, value: &str, max_age: Duration, secure: bool) -> HeaderValue {
-    let secure = if secure { "; Secure" } else { "" };
-    HeaderValue::from_str(&format!(
-        "{name}={value}; Max-Age={}; Path=/; HttpOnly; SameSite=Lax{secure}",
-        max_age.as_secs()
-    ))
-    .expect("sealed cookies are base64")
-}
-
-fn redirect(to: &str) -> HttpResponse {
-    HttpResponse::Found()
-        .insert_header((header::LOCATION, to))
-        .insert_header((header::CACHE_CONTROL, "no-store"))
-        .finish()
 }
 
 #[derive(Deserialize)]
@@ -336,110 +175,6 @@ pub async fn callback(
     );
     tracing::info!(user = %session.user, "signed in");
     Ok(resp)
-}
-
-/// A session from the token endpoint's answer: its id-token verified (and
-/// its nonce, at sign-in); on a refresh, the same subject as `before`,
-/// whose refresh token stays if the issuer sent no new one.
-async fn session_of(
-    issuer: &Issuer,
-    tokens: &Tokens,
-    before: Option<&SessionData>,
-    nonce: Option<&str>,
-) -> Result<SessionData, ApiError> {
-    let id_token = tokens.extra_fields().id_token.as_deref().ok_or_else(|| {
-        ApiError::Status(
-            502,
-            "BadGateway",
-            "the issuer's answer has no id_token (is openid among --oidc-scopes?)".into(),
-        )
-    })?;
-    let verified = issuer.verify_claims(id_token).await.map_err(|e| {
-        ApiError::Unauthorized(format!("the issuer's id-token is not accepted: {e}"))
-    })?;
-    if let Some(nonce) = nonce
-        && verified.claim("nonce") != Some(nonce)
-    {
-        return Err(ApiError::BadRequest(
-            "the id-token's nonce is not this sign-in's".into(),
-        ));
-    }
-    let sub = verified.claim("sub").unwrap_or_default().to_string();
-    if let Some(before) = before
-        && before.sub != sub
-    {
-        return Err(ApiError::Unauthorized(
-            "the refreshed id-token names another subject".into(),
-        ));
-    }
-    let exp = verified.seconds("exp").unwrap_or(0);
-    let iat = verified.seconds("iat").unwrap_or_else(unix_now).min(exp);
-    Ok(SessionData {
-        sid: before.map_or_else(random_id, |b| b.sid.clone()),
-        sub,
-        user: verified.user.username,
-        groups: verified.user.groups,
-        iat,
-        exp,
-        signed_in: before.map_or_else(unix_now, |b| b.signed_in),
-        refresh: tokens
-            .refresh_token()
-            .map(|t| t.secret().clone())
-            .or_else(|| before.and_then(|b| b.refresh.clone())),
-    })
-}
-
-/// Sets the session cookie: for the session's longest life when it can
-/// be refreshed, else until its id-token expires.
-fn set_session(
-    resp: &mut HttpResponse,
-    sessions: &Sessions,
-    session: &SessionData,
-    secure: bool,
-) -> Result<(), ApiError> {
-    let sealed = sessions.seal(SESSION_COOKIE, session);
-    if sealed.len() > MAX_SEALED {
-        return Err(ApiError::Status(
-            500,
-            "InternalError",
-            format!(
-                "the session ({} groups) is {} bytes sealed, more than a cookie holds ({MAX_SEALED}); have the issuer send fewer groups",
-                session.groups.len(),
-                sealed.len()
-            ),
-        ));
-    }
-    let now = unix_now();
-    let lifetime = match session.refresh {
-        Some(_) => (session.signed_in + sessions.max_age().as_secs()).saturating_sub(now),
-        None => session.exp.saturating_sub(now),
-    };
-    resp.headers_mut().append(
-        header::SET_COOKIE,
-        cookie(
-            SESSION_COOKIE,
-            &sealed,
-            Duration::from_secs(lifetime),
-            secure,
-        ),
-    );
-    Ok(())
-}
-
-fn token_error<RE: std::error::Error + 'static>(
-    what: &str,
-    err: RequestTokenError<RE, BasicErrorResponse>,
-) -> ApiError {
-    match err {
-        RequestTokenError::ServerResponse(resp) => ApiError::BadRequest(format!(
-            "{what}: {}{}",
-            resp.error(),
-            resp.error_description()
-                .map(|d| format!(" ({d})"))
-                .unwrap_or_default()
-        )),
-        other => ApiError::Unavailable(format!("{what}: {other}")),
-    }
 }
 
 /// `GET /session`: who is signed in.
@@ -605,39 +340,4 @@ pub async fn logout(req: HttpRequest, state: web::Data<AppState>) -> HttpRespons
         resp.headers_mut().append(header::SET_COOKIE, token);
     }
     resp
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_local_paths_are_followed_after_signing_in() {
-        assert_eq!(local_target(None).unwrap(), "/");
-        assert_eq!(
-            local_target(Some("/?namespace=web")).unwrap(),
-            "/?namespace=web"
-        );
-        for bad in [
-            "https://evil.example/",
-            "//evil.example/",
-            "/\\evil.example",
-            "evil",
-            "/a\\b",
-            "/a\nb",
-        ] {
-            assert!(local_target(Some(bad)).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn states_compare_in_constant_time_and_exactly() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
-    }
 }
