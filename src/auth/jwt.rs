@@ -227,13 +227,23 @@ impl Jwks {
 /// `None` for anything that is not three base64url parts with a JSON
 /// object in the middle.
 pub(super) fn unverified_claims(token: &str) -> Option<Map<String, Value>> {
+    unverified_part(token, 1)
+}
+
+/// The JOSE header of a JWT, not verified.
+pub(super) fn unverified_header(token: &str) -> Option<Map<String, Value>> {
+    unverified_part(token, 0)
+}
+
+/// Part `index` of a three-part JWT, decoded (base64url) as a JSON object.
+fn unverified_part(token: &str, index: usize) -> Option<Map<String, Value>> {
     use base64::Engine;
-    let mut parts = token.split('.');
-    let (_, payload, _, None) = (parts.next()?, parts.next()?, parts.next()?, parts.next()) else {
+    let parts: Vec<&str> = token.splitn(4, '.').collect();
+    if parts.len() != 3 {
         return None;
-    };
+    }
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
+        .decode(parts[index].trim_end_matches('='))
         .ok()?;
     serde_json::from_slice(&bytes).ok()
 }

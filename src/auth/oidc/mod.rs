@@ -33,7 +33,7 @@ use jsonwebtoken::{Algorithm, Validation};
 use serde_json::{Map, Value};
 
 use super::authenticate::Verdict;
-use super::jwt::{decode_with, unverified_claims};
+use super::jwt::{decode_with, unverified_claims, unverified_header};
 use super::{Access, Error, Principal};
 use crate::config::{OidcConfig, SignInConfig};
 use crate::lifecycle::Lifecycle;
@@ -254,14 +254,4 @@ fn not_before(claims: &Map<String, Value>) -> Result<(), Error> {
         return Err(Error::NotYetValid);
     }
     Ok(())
-}
-
-/// The JOSE header of a JWT, not verified.
-fn unverified_header(token: &str) -> Option<Map<String, Value>> {
-    use base64::Engine;
-    let header = token.split('.').next()?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(header)
-        .ok()?;
-    serde_json::from_slice(&bytes).ok()
 }
