@@ -239,17 +239,13 @@ impl Auth {
         if let (true, Some(kube)) = (cfg.uses(AuthMethod::Kubernetes), &kube) {
             authenticators.push(authenticate::Authenticator::Kubernetes(kube.clone()));
         }
-        let users = match (names_users, cfg.authorization, &kube) {
-            (false, ..) => None,
-            (true, AuthorizationMode::Rbac, _) => {
+        // `kube` is there whenever users are reviewed (above).
+        let users = match (names_users, cfg.authorization) {
+            (false, _) => None,
+            (true, AuthorizationMode::Rbac) => {
                 Some(UserAuthorizer::Rbac(Arc::new(rbac::Rbac::new())))
             }
-            (true, AuthorizationMode::Review, Some(kube)) => {
-                Some(UserAuthorizer::Review(kube.clone()))
-            }
-            (true, AuthorizationMode::Review, None) => {
-                unreachable!("a reviewer is made for review")
-            }
+            (true, AuthorizationMode::Review) => kube.clone().map(UserAuthorizer::Review),
         };
         if let (Some(kube), Some(UserAuthorizer::Rbac(rbac))) = (&kube, &users) {
             // A revoked credential's streams wait on their user's access.
