@@ -40,7 +40,7 @@ pub use encode::{EventType, Frame};
 pub use filter::Filter;
 pub use object::{Event, Obj, ObjKey};
 pub use subscription::{
-    Advance, Delivery, Denial, Item, ResetReason, Step, Subscribe, Subscription,
+    Advance, Batchable, Delivery, Denial, Item, ResetReason, Step, Subscribe, Subscription,
     SubscriptionContext, SubscriptionError,
 };
 pub use view::{Delta, Shape, View, ViewSpec};

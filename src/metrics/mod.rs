@@ -75,6 +75,36 @@ pub struct Metrics {
     limits_hit: Family<KindLabel, Counter>,
     connections: Family<ProtocolLabel, Counter>,
     batched: Gauge,
+    unparked: Family<ReasonLabel, Counter>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: Unparked,
+}
+
+/// Why a caught-up stream left its view's batch writer for a task of its
+/// own (`transport::takeover::batch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum Unparked {
+    /// Its socket took only part of a write, or none.
+    Write,
+    /// Input on its socket that needs an answer, or a hang-up.
+    Input,
+    /// Its credentials' deadline came.
+    Deadline,
+    /// The access it follows moved.
+    Access,
+    /// A keep-alive tick found it past its idle timeout.
+    Idle,
+    /// Its cursor fell off the log.
+    Lapped,
+    /// Shutdown.
+    Shutdown,
+    /// Its resource is no longer served.
+    Closed,
+    /// It owed something of its own by the time its writer took it.
+    Refused,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -158,6 +188,7 @@ impl Metrics {
             snapshot_bytes: Family::new_with_constructor(byte_buckets),
             last_sync: Family::default(),
             batched: Gauge::default(),
+            unparked: Family::default(),
             registry: Registry::default(),
         };
         registry.register("subscribers", "Open subscriptions", m.subscribers.clone());
@@ -165,6 +196,11 @@ impl Metrics {
             "streams_batched",
             "Caught-up streams written together with their view's others, by one task per view",
             m.batched.clone(),
+        );
+        registry.register(
+            "streams_unparked",
+            "Batched streams sent back to a task of their own, by why",
+            m.unparked.clone(),
         );
         registry.register(
             "events_received",
@@ -333,6 +369,11 @@ impl Metrics {
     /// Streams written by their view's batch writer now.
     pub fn batched(&self) -> Gauge {
         self.batched.clone()
+    }
+
+    /// A batched stream went back to a task of its own.
+    pub fn stream_unparked(&self, reason: Unparked) {
+        self.unparked.get_or_create(&ReasonLabel { reason }).inc();
     }
 
     pub fn subscriber_joined(&self, resource: &str, transport: Transport) {

@@ -148,7 +148,8 @@ impl Framing for SseFraming {
                 &bookmark_object(meta, rv, initial_end),
                 false,
             )),
-            Message::KeepAlive => out.put(b": keep-alive\n\n"),
+            // The same bytes for every stream, and no copy of them.
+            Message::KeepAlive => out.shared(&Bytes::from_static(b": keep-alive\n\n")),
             // `id:` with no value clears the client's Last-Event-ID, so a
             // reconnect during the snapshot asks for a fresh one.
             Message::Reset(reason) => out.put(&frame(

@@ -21,7 +21,7 @@ use prometheus_client::metrics::counter::Counter;
 use super::access_log::{Delivered, StreamRecord};
 use super::message::{Message, messages_of};
 use crate::hub::encode::ADDED_FRAMING;
-use crate::hub::{Advance, Item, ResourceMeta, Step, Subscription};
+use crate::hub::{Advance, Batchable, Item, ResourceMeta, Step, Subscription};
 use crate::metrics::{Metrics, Transport};
 
 /// What a framing needs to know of its stream.
@@ -190,20 +190,19 @@ pub struct Batched {
 
 /// A stream written in a batch (`transport::takeover::batch`): with only
 /// its subscription's events left to send, it takes the bytes framed once
-/// for every stream of its view at its cursor.
+/// for every stream of its view (and id tag) at its cursor.
 pub trait BatchSource: Send {
-    /// The subscription's cursor, if the stream can be batched now
-    /// ([`Subscription::batchable`]).
-    fn batchable(&self) -> Option<u64>;
+    /// Whether the stream can be batched now, and what its writer must
+    /// watch for it ([`Subscription::batchable`]).
+    fn batchable(&self) -> Option<Batchable>;
 
     fn subscription(&self) -> &Subscription;
 
     fn subscription_mut(&mut self) -> &mut Subscription;
 
     /// `step`'s deliveries in this framing, `None` if there are none.
-    /// Only for a framing whose bytes for events depend on the events
-    /// alone (no tag: a batchable subscription has no access of its own),
-    /// so that they can be written to every stream that
+    /// The bytes depend on the events and the stream's id tag alone, so
+    /// they can be written to every stream of the view with that tag that
     /// [`BatchSource::took`] the step.
     fn frame_step(&mut self, step: &Step) -> Option<Batched>;
 
@@ -213,12 +212,19 @@ pub trait BatchSource: Send {
     /// (its writer counts for all its streams at once).
     fn took(&mut self, advance: &Advance, delivered: u64, bytes: u64);
 
+    /// What an unseen keep-alive tick owes the client
+    /// ([`Subscription::tick`]), framed, and counted as a task counts
+    /// what it sends; `None` if nothing is owed or the framing writes
+    /// nothing for it (a WebSocket's keep-alive is its transport's ping).
+    /// Its bytes, and how many of them the stream counts as sent.
+    fn frame_tick(&mut self) -> Option<(Bytes, u64)>;
+
     /// The counter of events sent on this stream's resource and transport.
     fn events_counter(&self) -> Counter;
 }
 
 impl<F: Framing + Send> BatchSource for Framed<F> {
-    fn batchable(&self) -> Option<u64> {
+    fn batchable(&self) -> Option<Batchable> {
         if self.ended {
             return None;
         }
@@ -260,6 +266,22 @@ impl<F: Framing + Send> BatchSource for Framed<F> {
         self.sub.took(advance);
         self.delivered.events += delivered;
         self.delivered.bytes += bytes;
+    }
+
+    fn frame_tick(&mut self) -> Option<(Bytes, u64)> {
+        let item = self.sub.tick()?;
+        let mut out = F::Out::default();
+        let stream = Stream {
+            meta: self.sub.hub().meta(),
+            tag: self.sub.id_tag(),
+        };
+        // A progress mark or a keep-alive: neither ends a stream.
+        messages_of(&item, |msg| {
+            self.framing.frame(msg, &stream, &mut out);
+        });
+        let (bytes, message_bytes) = F::batched(out)?;
+        self.delivered.bytes += message_bytes;
+        Some((bytes, message_bytes))
     }
 
     fn events_counter(&self) -> Counter {

@@ -53,7 +53,7 @@ fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
 }
 
 /// JWT mode with an HMAC secret, issuer and audience, no leeway.
-fn jwt_config() -> Config {
+pub(crate) fn jwt_config() -> Config {
     let mut cfg = test_config(&["pods"]);
     cfg.auth.set(AuthMethod::Jwt);
     cfg.auth.jwt.secret_file = Some(temp_file("secret", format!("{SECRET}\n").as_bytes()));
@@ -64,7 +64,7 @@ fn jwt_config() -> Config {
 }
 
 /// Claims for `sub` granting `namespaces` and `resources`, valid for `ttl` seconds.
-fn claims(sub: &str, namespaces: &[&str], resources: &[&str], ttl: u64) -> Value {
+pub(crate) fn claims(sub: &str, namespaces: &[&str], resources: &[&str], ttl: u64) -> Value {
     json!({
         "sub": sub,
         "iss": ISSUER,
@@ -75,7 +75,7 @@ fn claims(sub: &str, namespaces: &[&str], resources: &[&str], ttl: u64) -> Value
     })
 }
 
-fn hs256(claims: &Value) -> String {
+pub(crate) fn hs256(claims: &Value) -> String {
     encode(
         &Header::new(Algorithm::HS256),
         claims,

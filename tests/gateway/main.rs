@@ -3,6 +3,7 @@
 //! One test binary; a module per surface.
 
 mod auth;
+mod batching;
 mod deploy;
 mod front_proxy;
 mod issuer;

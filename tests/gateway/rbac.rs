@@ -15,19 +15,19 @@ use kubefan::config::AuthMethod;
 use kubefan_sim::{Sim, SimUser};
 
 const ROLES: &str = "roles.rbac.authorization.k8s.io";
-const ROLE_BINDINGS: &str = "rolebindings.rbac.authorization.k8s.io";
+pub(crate) const ROLE_BINDINGS: &str = "rolebindings.rbac.authorization.k8s.io";
 const CLUSTER_ROLES: &str = "clusterroles.rbac.authorization.k8s.io";
 const CLUSTER_ROLE_BINDINGS: &str = "clusterrolebindings.rbac.authorization.k8s.io";
 
 /// A Role that may read pods in `ns`.
-fn pod_reader(ns: &str) -> Value {
+pub(crate) fn pod_reader(ns: &str) -> Value {
     json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "pod-reader", "namespace": ns},
         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})
 }
 
 /// A RoleBinding of `pod-reader` in `ns` to `user`.
-fn binding(name: &str, ns: &str, user: &str) -> Value {
+pub(crate) fn binding(name: &str, ns: &str, user: &str) -> Value {
     json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": name, "namespace": ns},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
@@ -60,7 +60,7 @@ fn cluster_role_binding(name: &str, role: &str, subject: Value) -> Value {
 
 /// A simulated cluster with pods in default, web and batch, pod readers in
 /// each, and the users the tests use.
-fn team_sim() -> Sim {
+pub(crate) fn team_sim() -> Sim {
     let sim = seeded(18);
     for ns in ["default", "web", "batch"] {
         sim.create(ROLES, pod_reader(ns)).unwrap();
@@ -73,7 +73,7 @@ fn team_sim() -> Sim {
     sim
 }
 
-async fn rbac_env(sim: Sim, tune: impl FnOnce(&mut kubefan::config::Config)) -> TestEnv {
+pub(crate) async fn rbac_env(sim: Sim, tune: impl FnOnce(&mut kubefan::config::Config)) -> TestEnv {
     let mut cfg = test_config(&["pods"]);
     cfg.auth.set(AuthMethod::Kubernetes);
     cfg.auth.cache_ttl = Duration::from_secs(300);
@@ -90,7 +90,7 @@ fn namespaces(view: &ClientView) -> BTreeSet<String> {
         .collect()
 }
 
-fn pods_in(sim: &Sim, namespaces: &[&str]) -> Vec<Value> {
+pub(crate) fn pods_in(sim: &Sim, namespaces: &[&str]) -> Vec<Value> {
     sim.list("pods")
         .0
         .into_iter()
@@ -99,7 +99,7 @@ fn pods_in(sim: &Sim, namespaces: &[&str]) -> Vec<Value> {
 }
 
 /// Applies events until the view holds exactly `want`'s keys.
-async fn until_holds(sse: &mut SseClient, view: &mut ClientView, want: &[Value]) {
+pub(crate) async fn until_holds(sse: &mut SseClient, view: &mut ClientView, want: &[Value]) {
     let keys = |objs: &mut dyn Iterator<Item = &Value>| -> BTreeSet<String> {
         objs.map(crate::support::key_of).collect()
     };

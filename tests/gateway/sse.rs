@@ -717,7 +717,7 @@ async fn a_client_that_reads_nothing_is_closed_after_the_write_timeout() {
 
 /// Changes the pod `batch/tracked`, which every view of the batching
 /// tests shows; returns its resourceVersion.
-fn touch_tracked(sim: &Sim, round: &str) -> u64 {
+pub(crate) fn touch_tracked(sim: &Sim, round: &str) -> u64 {
     let o = sim
         .merge_patch(
             "pods",

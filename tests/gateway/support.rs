@@ -148,8 +148,14 @@ impl TestEnv {
         self.metrics_with(None).await
     }
 
+    /// The gateway's `/metrics` text: from its metrics listener, if it has
+    /// one and no `token` is given (open there whatever the auth).
     pub async fn metrics_with(&self, token: Option<&str>) -> String {
-        let mut req = self.http.get(format!("{}/metrics", self.base));
+        let url = match self.app.metrics_addr() {
+            Some(addr) if token.is_none() => format!("http://{addr}/metrics"),
+            _ => format!("{}/metrics", self.base),
+        };
+        let mut req = self.http.get(url);
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }

@@ -85,8 +85,24 @@ impl WsClient {
         .expect("a message or a close in time")
     }
 
+    /// Reads (answering pings) until `n` more pings came; panics on a
+    /// text message or a close, or if they do not come within [`WAIT`].
+    pub(crate) async fn pings(&mut self, n: usize) {
+        let until = self.pings + n;
+        tokio::time::timeout(WAIT, async {
+            while self.pings < until {
+                match self.ws.next().await {
+                    Some(Ok(Message::Ping(_))) => self.pings += 1,
+                    other => panic!("expected a ping, got {other:?}"),
+                }
+            }
+        })
+        .await
+        .expect("pings in time");
+    }
+
     /// Reads until the server's Close frame; returns its code.
-    async fn closed(&mut self) -> u16 {
+    pub(crate) async fn closed(&mut self) -> u16 {
         loop {
             match self.next_or_close().await {
                 Ok(_) => {}
@@ -190,7 +206,7 @@ impl Mux {
     }
 }
 
-fn ws_config() -> kubefan::config::Config {
+pub(crate) fn ws_config() -> kubefan::config::Config {
     let mut cfg = test_config(&["pods", "nodes"]);
     cfg.stream.keepalive = Duration::from_millis(200);
     cfg.stream.ws_idle_timeout = Duration::from_millis(600);

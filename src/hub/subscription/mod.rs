@@ -65,10 +65,14 @@ pub struct Subscription {
     /// The position reached (events read, filtered or not).
     pos_rv: u64,
     finished: bool,
-    /// The timer for when the subscriber's credentials expire (boxed:
-    /// most subscriptions have none).
-    expires: Option<Pin<Box<Sleep>>>,
-    /// A signed-in session's lease: when `expires` fires, the end it holds
+    /// When the subscriber's credentials expire.
+    expires: Option<Instant>,
+    /// A timer for `expires`, while this subscription's own task waits
+    /// (boxed: most subscriptions have none). A batch writer follows the
+    /// deadlines of the streams it holds in one timer structure of its
+    /// own, so a parked stream has none ([`Subscription::stop_waiting`]).
+    expiry_timer: Option<Pin<Box<Sleep>>>,
+    /// A signed-in session's lease: when `expires` comes, the end it holds
     /// now.
     lease: Option<Arc<Lease>>,
     /// Where its namespaces come from, when they can change.
@@ -159,7 +163,8 @@ impl Subscription {
             sent_rv: 0,
             pos_rv: 0,
             finished: false,
-            expires: expires.map(|at| Box::pin(tokio::time::sleep_until(at))),
+            expires,
+            expiry_timer: None,
             lease,
             scoped,
             announce: false,
@@ -247,12 +252,12 @@ impl Subscription {
         let ready = |item| Poll::Ready(Some(item));
         loop {
             // Before anything else: nothing is sent past the expiry.
-            if let Some(timer) = &mut self.expires
-                && Instant::now() >= timer.deadline()
+            if let Some(at) = self.expires
+                && Instant::now() >= at
             {
                 // A refreshed session moved its end: wait for that instead.
                 match self.lease.as_ref().and_then(|lease| lease.later()) {
-                    Some(later) => timer.as_mut().reset(later),
+                    Some(later) => self.expires = Some(later),
                     _ => {
                         self.finished = true;
                         return ready(Item::Denied(Denial::expired()));
@@ -346,19 +351,33 @@ impl Subscription {
             // Caught up: wait for the hub to move, a tick, shutdown, the
             // credentials' expiry or a change of scope.
             let moved = ready!(self.poll_wait(cx));
-            if moved {
-                self.lifecycle_seen = self.lifecycle.epoch().current();
-                let ticks = self.lifecycle.ticks();
-                if ticks != self.ticks_seen && !self.lifecycle.is_shutting_down() {
-                    self.ticks_seen = ticks;
-                    if self.pos_rv > self.sent_rv {
-                        self.sent_rv = self.pos_rv;
-                        return ready(Item::Progress { rv: self.pos_rv });
-                    }
-                    return ready(Item::KeepAlive);
-                }
+            if moved && let Some(item) = self.tick() {
+                return ready(item);
             }
         }
+    }
+
+    /// What a keep-alive tick this subscription has not seen owes its
+    /// client: a progress mark if its position moved past the last one
+    /// told (events it did not show), else a keep-alive; `None` if it saw
+    /// every tick, or the gateway is shutting down (the stream's end is
+    /// owed instead). The lifecycle's moves up to now are seen after it.
+    /// Asked by the subscription's own task when the lifecycle moves, and
+    /// by a batch writer for the caught-up streams it holds
+    /// (`transport::takeover::batch`), after [`Subscription::took`] of
+    /// what it sent them.
+    pub fn tick(&mut self) -> Option<Item> {
+        self.lifecycle_seen = self.lifecycle.epoch().current();
+        let ticks = self.lifecycle.ticks();
+        if ticks == self.ticks_seen || self.lifecycle.is_shutting_down() {
+            return None;
+        }
+        self.ticks_seen = ticks;
+        if self.pos_rv > self.sent_rv {
+            self.sent_rv = self.pos_rv;
+            return Some(Item::Progress { rv: self.pos_rv });
+        }
+        Some(Item::KeepAlive)
     }
 
     /// Its cursor fell off the log: a fresh snapshot, announced as a reset.
@@ -383,32 +402,68 @@ impl Subscription {
         }
     }
 
-    /// Where this subscription is in its hub's log, if all it owes its
-    /// client is the log's next events, through its view, exactly as every
-    /// other such subscription of the view at the same cursor: no snapshot,
-    /// reset or progress mark pending, no keep-alive tick unseen, not
-    /// ending, no deadline (an expiring token) and no access of its own
-    /// (`hub::scope`). Such subscriptions can be written together
+    /// Where this subscription is in its hub's log, and what a writer
+    /// holding it must watch, if all it owes its client now is the log's
+    /// next events through its view, framed exactly as for every other
+    /// such subscription of the view at the same cursor with the same id
+    /// tag: no snapshot, reset or progress mark pending, no keep-alive
+    /// tick unseen, not ending, no change of access unread. Such
+    /// subscriptions can be written together
     /// (`transport::takeover::batch`): [`Step::read`] once, then
     /// [`Subscription::took`] for each.
-    pub fn batchable(&self) -> Option<u64> {
+    ///
+    /// This is the one place that decides whether a stream may leave its
+    /// task: a new obligation of a subscription belongs here (or in
+    /// [`Batchable`], for the writer to watch).
+    pub fn batchable(&self) -> Option<Batchable> {
         let owes_nothing = !self.finished
             && self.snapshot.is_none()
             && self.reset.is_none()
             && !self.announce
-            && self.expires.is_none()
-            && self.scoped.is_none()
+            && self.expires.is_none_or(|at| Instant::now() < at)
+            && self.scoped.as_ref().is_none_or(|s| {
+                s.pending.is_none() && s.access.source.changes().current() == s.seen
+            })
             && self.lifecycle.epoch().current() == self.lifecycle_seen
             && !self.lifecycle.is_shutting_down();
-        owes_nothing.then_some(self.cursor)
+        owes_nothing.then_some(Batchable {
+            cursor: self.cursor,
+            deadline: self.expires,
+            scoped: self.scoped.is_some(),
+        })
     }
 
-    /// Stops waiting for the hub and the lifecycle: whoever holds the
-    /// subscription now watches them for it (a batch), and polls it again
-    /// (with its own waker) once anything but the log's events is owed.
+    /// Whether the access this subscription follows moved since it last
+    /// read it (a writer holding it then gives it back to its task, which
+    /// reads it).
+    pub fn scope_moved(&self) -> bool {
+        self.scoped
+            .as_ref()
+            .is_some_and(|s| s.access.source.changes().current() != s.seen)
+    }
+
+    /// Registers `cx` for a move of the access this subscription follows
+    /// (for a writer holding it; its own task registers again when it
+    /// next waits). Ready if it moved, or there is none to follow.
+    pub fn poll_scope(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match &mut self.scoped {
+            Some(s) => s
+                .access
+                .source
+                .changes()
+                .poll_moved(s.seen, &mut s.wait, cx),
+            None => Poll::Ready(()),
+        }
+    }
+
+    /// Stops waiting for the hub, the lifecycle and the expiry: whoever
+    /// holds the subscription now watches them for it (a batch writer),
+    /// and polls it again (with its own waker) once anything but the log's
+    /// events is owed.
     pub fn stop_waiting(&mut self) {
         self.hub.changes().deregister(&mut self.hub_wait);
         self.lifecycle.epoch().deregister(&mut self.lifecycle_wait);
+        self.expiry_timer = None;
     }
 
     /// The view this subscription sees its hub through.
@@ -421,10 +476,16 @@ impl Subscription {
     /// credentials' expiry or a change of scope. Until then every source's
     /// waker is registered.
     fn poll_wait(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
-        if let Some(timer) = &mut self.expires
-            && timer.as_mut().poll(cx).is_ready()
-        {
-            return Poll::Ready(false);
+        if let Some(at) = self.expires {
+            let timer = self
+                .expiry_timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            if timer.deadline() != at {
+                timer.as_mut().reset(at);
+            }
+            if timer.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(false);
+            }
         }
         if let Some(scoped) = &mut self.scoped
             && scoped
@@ -449,6 +510,20 @@ impl Subscription {
             (_, lifecycle) => Poll::Ready(lifecycle.is_ready()),
         }
     }
+}
+
+/// A subscription a batch writer can hold ([`Subscription::batchable`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Batchable {
+    /// Where it is in its hub's log.
+    pub cursor: u64,
+    /// When its credentials expire: its writer hands it back to its task
+    /// then, which ends the stream or, for a refreshed session, follows
+    /// the session's new end.
+    pub deadline: Option<Instant>,
+    /// Whether it follows an access that can change: its writer hands it
+    /// back to its task when that moves ([`Subscription::poll_scope`]).
+    pub scoped: bool,
 }
 
 /// The log's events after one cursor as a view shows them: what every

@@ -16,14 +16,36 @@
 //! the events once, and writes them to each stream's socket in one loop: a
 //! `sendmsg` per stream and nothing else, as the floor server does.
 //!
+//! A parked stream's obligations stay with the writer, in one structure
+//! each, not a task or a timer per stream:
+//! - keep-alive ticks: the writer asks each stream what the tick owes its
+//!   client ([`Parkable::tick`]: a keep-alive, a progress mark, a
+//!   WebSocket's ping) and writes it, the same bytes for every stream
+//!   that owes the same;
+//! - input on its socket, noticed through a waker of the stream's own that
+//!   the writer is given: a WebSocket's pong, or a text frame that needs
+//!   no answer, is read and absorbed there ([`Parkable::absorb`]);
+//! - the expiry of its credentials: one heap of deadlines per writer, one
+//!   timer for the earliest;
+//! - a change of the access it follows (`hub::scope`): its own waker on the
+//!   access's epoch, so a change wakes only the streams it concerns.
+//!
 //! Whatever a parked stream must do for itself sends it back to a task of
 //! its own (*unparked*), where the ordinary path ([`super::http`]) does it:
 //! - a socket that takes only part of a write, or none (the rest is
 //!   written by the task, under the write timeout);
-//! - input on the socket (a hang-up), noticed through a waker of the
-//!   stream's own that the writer is given;
-//! - a keep-alive tick, shutdown, the hub's closing;
+//! - input it cannot absorb (a hang-up, a WebSocket ping to answer, a
+//!   Close);
+//! - its credentials' deadline (the task ends the stream, or follows a
+//!   refreshed session's new end), or its access moving (the task reads
+//!   it and changes what the stream shows);
+//! - a WebSocket's idle timeout, looked at on each tick;
+//! - shutdown, the hub's closing;
 //! - a cursor that fell off the log (the task resets it).
+//!
+//! A writer with many streams does a few thousand writes per poll
+//! ([`SENDS_PER_POLL`]), then yields to the other tasks of its thread and
+//! goes on where it stopped.
 //!
 //! The consistency rule is the subscription's own: the writer reads with
 //! [`Step::read`], the step a subscription's `poll_next` makes, keeps each
@@ -37,7 +59,8 @@
 //! the floor server's, for SSE and WebSocket alike.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -47,11 +70,13 @@ use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use slab::Slab;
+use tokio::time::{Instant, Sleep};
 use tokio_util::task::TaskTracker;
 
 use crate::epoch::Registration;
 use crate::hub::{Advance, Hub, Lapped, Step, View};
 use crate::lifecycle::Lifecycle;
+use crate::metrics::{Metrics, Unparked};
 use crate::transport::stream::{BatchSource, Batched};
 
 /// A stream that can leave its task for its view's writer: an SSE
@@ -84,7 +109,43 @@ pub(crate) trait Parkable: Send + Sized + 'static {
     /// and how many of them, as [`Parkable::send_now`] sends them, went),
     /// and watches its socket with its own waker again.
     fn unparked(&mut self, rest: Option<(Bytes, usize)>);
+
+    /// A keep-alive tick came (at `now`): what it owes the client, as
+    /// [`Parkable::send_now`] sends it. By default what the subscription
+    /// owes ([`BatchSource::frame_tick`]).
+    fn tick(&mut self, _now: Instant) -> Tick {
+        match self.source() {
+            Some(source) => match source.frame_tick() {
+                Some((bytes, counted)) => Tick::Send(bytes, counted),
+                None => Tick::Nothing,
+            },
+            None => Tick::Unpark,
+        }
+    }
+
+    /// The socket has input: reads what it can with `cx` (the waker its
+    /// writer watches it with). True if all of it needed no answer (the
+    /// stream stays parked); false if its task must act on it (it then
+    /// finds what was read). By default nothing is absorbed: input on a
+    /// stream that takes none is its client hanging up.
+    fn absorb(&mut self, _cx: &mut Context<'_>) -> bool {
+        false
+    }
 }
+
+/// What a keep-alive tick owes a parked stream's client.
+pub(crate) enum Tick {
+    /// These bytes (of which this many count as sent).
+    Send(Bytes, u64),
+    /// Nothing (it had this tick already).
+    Nothing,
+    /// Something only its task can do (a WebSocket past its idle timeout).
+    Unpark,
+}
+
+/// Writes a writer makes per poll before it lets the other tasks of its
+/// thread run: at ~2 µs a `sendmsg`, a few milliseconds.
+pub(crate) const SENDS_PER_POLL: usize = 2048;
 
 /// How a stream's task stops polling it.
 pub(crate) enum Flow {
@@ -131,25 +192,36 @@ impl<M: Parkable> Future for Task<M> {
 pub struct Batches(Arc<Registry>);
 
 struct Registry {
-    /// Per view and source type: its writer's mailbox.
-    writers: Mutex<HashMap<(usize, TypeId), Arc<dyn Any + Send + Sync>>>,
+    /// Per view, source type and id tag: its writer's mailbox.
+    writers: Mutex<HashMap<Key, Arc<dyn Any + Send + Sync>>>,
     runtime: tokio::runtime::Handle,
     tracker: TaskTracker,
     /// Streams parked now.
     parked: Gauge,
+    metrics: Arc<Metrics>,
 }
+
+/// What a writer's streams share: their view (by address), their type,
+/// and the tag their ids carry (`hub::scope`), which is in the bytes
+/// framed for them.
+type Key = (usize, TypeId, Option<Box<str>>);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Batches {
-    pub fn new(runtime: tokio::runtime::Handle, tracker: TaskTracker, parked: Gauge) -> Batches {
+    pub fn new(
+        runtime: tokio::runtime::Handle,
+        tracker: TaskTracker,
+        metrics: Arc<Metrics>,
+    ) -> Batches {
         Batches(Arc::new(Registry {
             writers: Mutex::default(),
             runtime,
             tracker,
-            parked,
+            parked: metrics.batched(),
+            metrics,
         }))
     }
 
@@ -164,7 +236,11 @@ impl Batches {
         source.subscription_mut().stop_waiting();
         let sub = source.subscription();
         let (hub, view) = (sub.hub().clone(), sub.view().clone());
-        let key = (Arc::as_ptr(&view) as usize, TypeId::of::<M>());
+        let key = (
+            Arc::as_ptr(&view) as usize,
+            TypeId::of::<M>(),
+            sub.id_tag().map(Box::from),
+        );
         let mut writers = lock(&self.0.writers);
         if let Some(mailbox) = writers
             .get(&key)
@@ -189,7 +265,7 @@ impl Batches {
             waker: None,
             closed: false,
         }));
-        writers.insert(key, mailbox.clone());
+        writers.insert(key.clone(), mailbox.clone());
         drop(writers);
         let writer = Writer {
             key,
@@ -205,6 +281,11 @@ impl Batches {
             hub_seen: 0,
             hub_wait: Registration::default(),
             life_wait: Registration::default(),
+            deadlines: BinaryHeap::new(),
+            timer: None,
+            pass: None,
+            ticking: None,
+            budget: 0,
         };
         self.0.runtime.spawn(self.0.tracker.track_future(writer));
     }
@@ -218,10 +299,10 @@ impl Batches {
     }
 
     /// A writer with no stream left is gone, unless another took its place.
-    fn forget(&self, key: (usize, TypeId), mailbox: &Arc<dyn Any + Send + Sync>) {
+    fn forget(&self, key: &Key, mailbox: &Arc<dyn Any + Send + Sync>) {
         let mut writers = lock(&self.0.writers);
-        if writers.get(&key).is_some_and(|m| Arc::ptr_eq(m, mailbox)) {
-            writers.remove(&key);
+        if writers.get(key).is_some_and(|m| Arc::ptr_eq(m, mailbox)) {
+            writers.remove(key);
         }
     }
 }
@@ -230,7 +311,8 @@ impl Batches {
 struct Mailbox<M> {
     /// Streams handed over since the writer last looked.
     incoming: Vec<Box<M>>,
-    /// Parked streams whose socket has input (key and generation).
+    /// Parked streams whose socket has input, or whose access moved (key
+    /// and generation).
     readable: Vec<(usize, u64)>,
     /// The writer's task, while it waits.
     waker: Option<Waker>,
@@ -238,7 +320,8 @@ struct Mailbox<M> {
     closed: bool,
 }
 
-/// A parked stream's waker for its socket's input: tells its writer.
+/// A parked stream's waker for its socket's input and its access's
+/// changes: tells its writer.
 struct Input<M> {
     mailbox: Weak<Mutex<Mailbox<M>>>,
     key: usize,
@@ -276,22 +359,69 @@ struct Parked<M> {
     taken: Option<Advance>,
     events: u64,
     bytes: u64,
+    /// What its socket's input and its access's changes wake.
+    input: Waker,
+    /// When its credentials expire (also in the writer's heap).
+    deadline: Option<Instant>,
+    /// It follows an access that can change.
+    scoped: bool,
 }
 
 impl<M: Parkable> Parked<M> {
     /// Moves the stream's subscription to where the writer brought it, and
     /// counts what it sent in the stream's own record.
     fn settle(mut self) -> Box<M> {
+        self.settle_here();
+        self.stream
+    }
+
+    /// Moves the stream's subscription to where the writer brought it,
+    /// keeping the stream parked (before a tick asks it what it owes).
+    fn settle_here(&mut self) {
         if let (Some(advance), Some(source)) = (self.taken.take(), self.stream.source()) {
             source.took(&advance, self.events, self.bytes);
         }
-        self.stream
+        (self.events, self.bytes) = (0, 0);
     }
+}
+
+/// A stream a pass sends back to its task: its slot, what it has to
+/// write first, and why.
+type Leaving = (usize, Option<(Bytes, usize)>, Unparked);
+
+/// How one try at writing a parked stream's bytes went.
+enum Sent {
+    All,
+    /// Part of them, or none: its task writes the rest.
+    Rest(Bytes, usize),
+    /// The connection failed.
+    Failed,
+}
+
+fn send<M: Parkable>(stream: &M, bytes: &Bytes) -> Sent {
+    match stream.send_now(bytes) {
+        Ok((went, all)) if went == all => Sent::All,
+        Ok((went, _)) => Sent::Rest(bytes.clone(), went),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Sent::Rest(bytes.clone(), 0),
+        Err(_) => Sent::Failed,
+    }
+}
+
+/// A pass over a writer's streams that brings each to the head of the
+/// log, kept across the writer's yields.
+struct Pass {
+    /// The steps read so far, one per cursor the streams were at.
+    steps: Vec<Prepared>,
+    /// The next slot to visit.
+    next: usize,
+    /// A step stopped short of the head, or a stream came in meanwhile:
+    /// another pass follows.
+    again: bool,
 }
 
 /// One view's caught-up streams, and the task that writes them.
 struct Writer<M: Parkable> {
-    key: (usize, TypeId),
+    key: Key,
     batches: Batches,
     mailbox: Arc<Mutex<Mailbox<M>>>,
     hub: Arc<Hub>,
@@ -306,6 +436,17 @@ struct Writer<M: Parkable> {
     hub_wait: Registration,
     life_seen: u64,
     life_wait: Registration,
+    /// The streams' deadlines (and slot and generation), earliest first;
+    /// entries of streams gone are dropped as they come up.
+    deadlines: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    /// Set for the earliest deadline.
+    timer: Option<Pin<Box<Sleep>>>,
+    /// The delivery under way, if it yielded.
+    pass: Option<Pass>,
+    /// The keep-alive tick under way: the next slot to visit.
+    ticking: Option<usize>,
+    /// Writes left before this poll yields.
+    budget: usize,
 }
 
 /// A step read and framed once for every stream at one cursor, and how
@@ -322,10 +463,10 @@ impl<M: Parkable> Writer<M> {
     /// its socket has input already.
     fn admit(&mut self, mut stream: Box<M>) {
         let Some(source) = stream.source() else {
-            return self.batches.unpark(stream, None);
+            return self.refuse(stream);
         };
-        let Some(cursor) = source.batchable() else {
-            return self.batches.unpark(stream, None);
+        let Some(batchable) = source.batchable() else {
+            return self.refuse(stream);
         };
         if self.counters.is_none() {
             self.counters = Some((source.events_counter(), stream.bytes_counter()));
@@ -333,26 +474,116 @@ impl<M: Parkable> Writer<M> {
         self.generation += 1;
         let generation = self.generation;
         let slot = self.streams.vacant_entry();
+        let key = slot.key();
         let input = Waker::from(Arc::new(Input {
             mailbox: Arc::downgrade(&self.mailbox),
-            key: slot.key(),
+            key,
             generation,
         }));
-        if stream
-            .poll_input(&mut Context::from_waker(&input))
-            .is_ready()
+        let mut cx = Context::from_waker(&input);
+        if stream.poll_input(&mut cx).is_ready() {
+            return self.refuse(stream);
+        }
+        if batchable.scoped
+            && stream
+                .source()
+                .is_none_or(|s| s.subscription_mut().poll_scope(&mut cx).is_ready())
         {
-            return self.batches.unpark(stream, None);
+            return self.refuse(stream);
+        }
+        if let Some(at) = batchable.deadline {
+            self.deadlines.push(Reverse((at, key, generation)));
         }
         slot.insert(Parked {
             stream,
             generation,
-            cursor,
+            cursor: batchable.cursor,
             taken: None,
             events: 0,
             bytes: 0,
+            input,
+            deadline: batchable.deadline,
+            scoped: batchable.scoped,
         });
         self.batches.0.parked.inc();
+        // A stream that came in during a pass may be behind its head.
+        if let Some(pass) = &mut self.pass {
+            pass.again = true;
+        }
+    }
+
+    /// Gives a stream its task back before it was parked here: something
+    /// became owed since it left its task.
+    fn refuse(&self, stream: Box<M>) {
+        self.batches.0.metrics.stream_unparked(Unparked::Refused);
+        self.batches.unpark(stream, None);
+    }
+
+    /// The stream in `key` (of `generation`) has input, or its access
+    /// moved: it stays if it can absorb what came.
+    fn input(&mut self, key: usize, generation: u64) {
+        let Some(parked) = self.streams.get_mut(key) else {
+            return;
+        };
+        if parked.generation != generation {
+            return;
+        }
+        let moved = parked.scoped
+            && parked
+                .stream
+                .source()
+                .is_none_or(|s| s.subscription().scope_moved());
+        if moved {
+            self.unpark(key, None, Unparked::Access);
+        } else if !parked
+            .stream
+            .absorb(&mut Context::from_waker(&parked.input))
+        {
+            self.unpark(key, None, Unparked::Input);
+        }
+    }
+
+    /// Gives the streams whose credentials expired their tasks back; sets
+    /// the timer for the next deadline. Ready if it fired already.
+    fn poll_deadlines(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(&Reverse((first, _, _))) = self.deadlines.peek() else {
+            self.timer = None;
+            return Poll::Pending;
+        };
+        let now = Instant::now();
+        if first <= now {
+            while let Some(&Reverse((at, key, generation))) = self.deadlines.peek() {
+                if at > now {
+                    break;
+                }
+                self.deadlines.pop();
+                if self
+                    .streams
+                    .get(key)
+                    .is_some_and(|p| p.generation == generation && p.deadline == Some(at))
+                {
+                    self.unpark(key, None, Unparked::Deadline);
+                }
+            }
+            return Poll::Ready(());
+        }
+        // Entries of streams that left: dropped when they outnumber the
+        // streams held.
+        if self.deadlines.len() > 2 * self.streams.len() + 64 {
+            let streams = &self.streams;
+            self.deadlines.retain(|Reverse((at, key, generation))| {
+                streams
+                    .get(*key)
+                    .is_some_and(|p| p.generation == *generation && p.deadline == Some(*at))
+            });
+        }
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(first)));
+        if timer.deadline() != first {
+            timer.as_mut().reset(first);
+        }
+        timer.as_mut().poll(cx)
     }
 
     /// Takes the stream in `key` out, its subscription moved to where the
@@ -363,58 +594,101 @@ impl<M: Parkable> Writer<M> {
     }
 
     /// Gives the stream in `key` its task back, with `rest` to write first.
-    fn unpark(&mut self, key: usize, rest: Option<(Bytes, usize)>) {
+    fn unpark(&mut self, key: usize, rest: Option<(Bytes, usize)>, why: Unparked) {
+        self.batches.0.metrics.stream_unparked(why);
         let stream = self.leave(key);
         self.batches.unpark(stream, rest);
     }
 
-    fn unpark_all(&mut self) {
+    fn unpark_all(&mut self, why: Unparked) {
         let keys: Vec<usize> = self.streams.iter().map(|(key, _)| key).collect();
-        keys.into_iter().for_each(|key| self.unpark(key, None));
+        keys.into_iter().for_each(|key| self.unpark(key, None, why));
     }
 
-    /// Brings every parked stream to the head of the log.
-    fn deliver(&mut self) {
+    /// Brings every parked stream to the head of the log, within the
+    /// poll's budget of writes: false if it stopped short (the pass goes
+    /// on at the next poll).
+    fn deliver(&mut self) -> bool {
         loop {
-            // Usually one cursor: every stream took the last step.
-            let mut steps: Vec<Prepared> = Vec::new();
-            let mut unpark: Vec<(usize, Option<(Bytes, usize)>)> = Vec::new();
+            let mut pass = match self.pass.take() {
+                Some(pass) => pass,
+                None => {
+                    // Seen before reading: a change after this point
+                    // wakes the writer.
+                    self.hub_seen = self.hub.changes().current();
+                    Pass {
+                        steps: Vec::new(),
+                        next: 0,
+                        again: false,
+                    }
+                }
+            };
+            let now = Instant::now();
+            let mut unpark: Vec<Leaving> = Vec::new();
             let mut ended: Vec<usize> = Vec::new();
-            let mut again = false;
+            let mut stopped = false;
             for (key, parked) in &mut self.streams {
-                let at = match steps.iter().position(|f| f.from == parked.cursor) {
+                if key < pass.next {
+                    continue;
+                }
+                if self.budget == 0 {
+                    pass.next = key;
+                    stopped = true;
+                    break;
+                }
+                // Owed something of its own since it came: its task acts.
+                let expired = parked.deadline.is_some_and(|at| at <= now);
+                let Some(source) = parked.stream.source() else {
+                    unpark.push((key, None, Unparked::Refused));
+                    continue;
+                };
+                if expired {
+                    unpark.push((key, None, Unparked::Deadline));
+                    continue;
+                }
+                if parked.scoped && source.subscription().scope_moved() {
+                    unpark.push((key, None, Unparked::Access));
+                    continue;
+                }
+                // Usually one cursor: every stream took the last step.
+                let at = match pass.steps.iter().position(|f| f.from == parked.cursor) {
                     Some(at) => at,
                     None => {
-                        let Some(source) = parked.stream.source() else {
-                            unpark.push((key, None));
-                            continue;
-                        };
                         let step = Step::read(&self.hub, &self.view, parked.cursor).map(|step| {
                             let batched = source.frame_step(&step);
                             (step, batched)
                         });
-                        steps.push(Prepared {
+                        pass.steps.push(Prepared {
                             from: parked.cursor,
                             step,
                             took: 0,
                         });
-                        steps.len() - 1
+                        pass.steps.len() - 1
                     }
                 };
-                let prepared = &mut steps[at];
+                let prepared = &mut pass.steps[at];
                 let (step, batched) = match &prepared.step {
                     Ok(step) => step,
                     // Its task finds it lapped and starts it over.
                     Err(Lapped) => {
-                        unpark.push((key, None));
+                        unpark.push((key, None, Unparked::Lapped));
                         continue;
                     }
                 };
                 if step.advance.cursor == parked.cursor {
-                    // Nothing new in the log.
+                    // Nothing new in the log; but the hub's position may
+                    // have moved past its last event (an upstream
+                    // bookmark): the stream's moves with it, as its task's
+                    // read would move it, so that a tick tells the client.
+                    if step.advance.caught_up.is_some() {
+                        match &mut parked.taken {
+                            Some(taken) => taken.then(&step.advance),
+                            None => parked.taken = Some(step.advance),
+                        }
+                    }
                     continue;
                 }
-                again |= step.advance.caught_up.is_none();
+                pass.again |= step.advance.caught_up.is_none();
                 parked.cursor = step.advance.cursor;
                 match &mut parked.taken {
                     Some(taken) => taken.then(&step.advance),
@@ -427,35 +701,86 @@ impl<M: Parkable> Writer<M> {
                 parked.events += batched.messages;
                 parked.bytes += batched.message_bytes;
                 prepared.took += 1;
-                let bytes = &batched.bytes;
-                match parked.stream.send_now(bytes) {
-                    Ok((went, all)) if went == all => {}
-                    Ok((went, _)) => unpark.push((key, Some((bytes.clone(), went)))),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        unpark.push((key, Some((bytes.clone(), 0))));
+                self.budget -= 1;
+                match send(&*parked.stream, &batched.bytes) {
+                    Sent::All => {}
+                    Sent::Rest(bytes, went) => {
+                        unpark.push((key, Some((bytes, went)), Unparked::Write));
                     }
-                    Err(_) => ended.push(key),
+                    Sent::Failed => ended.push(key),
                 }
             }
+            self.settle_all(unpark, ended);
+            if stopped {
+                self.pass = Some(pass);
+                return false;
+            }
             if let Some((events, sent)) = &self.counters {
-                for prepared in &steps {
+                for prepared in &pass.steps {
                     if let Ok((_, Some(batched))) = &prepared.step {
                         events.inc_by(prepared.took * batched.messages);
                         sent.inc_by(prepared.took * batched.message_bytes);
                     }
                 }
             }
-            for (key, rest) in unpark {
-                self.unpark(key, rest);
+            if !pass.again {
+                return true;
             }
-            for key in ended {
-                // The connection failed: the stream ends (its access-log
-                // line says so), as a task's failed write ends it.
-                drop(self.leave(key));
+        }
+    }
+
+    /// Writes what the keep-alive tick under way owes each stream, within
+    /// the poll's budget of writes: false if it stopped short.
+    fn tick(&mut self) -> bool {
+        let Some(from) = self.ticking else {
+            return true;
+        };
+        let now = Instant::now();
+        let mut unpark: Vec<Leaving> = Vec::new();
+        let mut ended: Vec<usize> = Vec::new();
+        let mut stopped = None;
+        for (key, parked) in &mut self.streams {
+            if key < from {
+                continue;
             }
-            if !again {
-                return;
+            if self.budget == 0 {
+                stopped = Some(key);
+                break;
             }
+            // What the tick owes depends on where the writer brought it.
+            parked.settle_here();
+            match parked.stream.tick(now) {
+                Tick::Nothing => {}
+                Tick::Unpark => unpark.push((key, None, Unparked::Idle)),
+                Tick::Send(bytes, counted) => {
+                    self.budget -= 1;
+                    if let Some((_, sent)) = &self.counters {
+                        sent.inc_by(counted);
+                    }
+                    match send(&*parked.stream, &bytes) {
+                        Sent::All => {}
+                        Sent::Rest(bytes, went) => {
+                            unpark.push((key, Some((bytes, went)), Unparked::Write));
+                        }
+                        Sent::Failed => ended.push(key),
+                    }
+                }
+            }
+        }
+        self.settle_all(unpark, ended);
+        self.ticking = stopped;
+        stopped.is_none()
+    }
+
+    /// Gives streams their tasks back (`rest` to write first), and ends
+    /// those whose connection failed (their access-log line says so, as a
+    /// task's failed write ends it).
+    fn settle_all(&mut self, unpark: Vec<Leaving>, ended: Vec<usize>) {
+        for (key, rest, why) in unpark {
+            self.unpark(key, rest, why);
+        }
+        for key in ended {
+            drop(self.leave(key));
         }
     }
 }
@@ -465,6 +790,7 @@ impl<M: Parkable> Future for Writer<M> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let w = self.get_mut();
+        w.budget = SENDS_PER_POLL;
         loop {
             let (incoming, readable) = {
                 let mut inbox = lock(&w.mailbox);
@@ -484,33 +810,45 @@ impl<M: Parkable> Future for Writer<M> {
                 w.admit(stream);
             }
             for (key, generation) in readable {
-                if w.streams
-                    .get(key)
-                    .is_some_and(|p| p.generation == generation)
-                {
-                    w.unpark(key, None);
+                w.input(key, generation);
+            }
+            let life = w.lifecycle.epoch().current();
+            if life != w.life_seen {
+                w.life_seen = life;
+                if w.lifecycle.is_shutting_down() {
+                    // Each stream's task sends its last message.
+                    w.unpark_all(Unparked::Shutdown);
+                } else {
+                    // A tick: written here, from the first slot on.
+                    w.ticking = Some(0);
                 }
             }
-            // A tick or shutdown: each stream's task sends its keep-alive,
-            // progress mark or last message, then comes back. So does a
-            // closed hub's (its last message).
-            let life = w.lifecycle.epoch().current();
-            if life != w.life_seen || w.hub.closed().is_some() {
-                w.life_seen = life;
-                w.unpark_all();
+            if w.hub.closed().is_some() {
+                // Each stream's task sends the closed hub's last message.
+                w.unpark_all(Unparked::Closed);
             }
-            // Seen before reading: a change after this point wakes us.
-            w.hub_seen = w.hub.changes().current();
-            w.deliver();
+            let expired = w.poll_deadlines(cx).is_ready();
+            let done = w.deliver() && w.tick();
             if w.streams.is_empty() {
+                w.pass = None;
+                w.ticking = None;
                 let mut inbox = lock(&w.mailbox);
                 if inbox.incoming.is_empty() {
                     inbox.closed = true;
                     drop(inbox);
                     let mailbox: Arc<dyn Any + Send + Sync> = w.mailbox.clone();
-                    w.batches.forget(w.key, &mailbox);
+                    w.batches.forget(&w.key, &mailbox);
                     return Poll::Ready(());
                 }
+                continue;
+            }
+            if !done {
+                // The budget is spent: the other tasks of this thread
+                // first, then the rest.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            if expired {
                 continue;
             }
             let hub = w.hub.changes().poll_moved(w.hub_seen, &mut w.hub_wait, cx);

@@ -39,7 +39,7 @@ use actix_web::http::header::HeaderMap;
 use actix_web::{HttpMessage, HttpRequest};
 use tokio_util::task::TaskTracker;
 
-pub(crate) use batch::{Batches, Flow, Parkable, Task};
+pub(crate) use batch::{Batches, Flow, Parkable, Task, Tick};
 pub use http::respond;
 use io::WriteDeadline;
 pub use io::{LINGER, Linger};
@@ -72,7 +72,7 @@ impl Streams {
     ) -> Streams {
         let (runtime, tracker) = (tokio::runtime::Handle::current(), TaskTracker::new());
         Streams {
-            batches: batch::Batches::new(runtime.clone(), tracker.clone(), metrics.batched()),
+            batches: batch::Batches::new(runtime.clone(), tracker.clone(), metrics.clone()),
             runtime,
             tracker,
             deadline: WriteDeadline {

@@ -31,7 +31,7 @@ use crate::lifecycle::Lifecycle;
 use crate::transport::state::AppState;
 use crate::transport::stream::{BatchSource, Framed};
 use crate::transport::takeover::{
-    Batches, Flow, LINGER, Linger, Messages, Opcode, Parkable, Taken, Upgraded, WsWriter,
+    Batches, Flow, LINGER, Linger, Messages, Opcode, Parkable, Taken, Tick, Upgraded, WsWriter,
 };
 
 /// A single-stream socket's task.
@@ -48,6 +48,9 @@ pub(super) struct Serve {
     idle_timeout: Duration,
     /// The keep-alive tick last pinged at.
     pinged: u64,
+    /// A client frame its batch writer read and could not absorb: acted on
+    /// first, back in the socket's task.
+    held: Option<Box<ClientFrame>>,
     /// Messages framed from the stream's last item, and how many went.
     out: Vec<Outgoing>,
     sent: usize,
@@ -95,6 +98,7 @@ impl Serve {
             bytes_sent,
             idle_timeout: state.stream.effective_ws_idle_timeout(),
             pinged: state.lifecycle.ticks(),
+            held: None,
             state,
             idle: None,
             out: Vec::new(),
@@ -212,7 +216,66 @@ impl Parkable for Serve {
             conn.inbox.rearm();
         }
     }
+
+    /// A tick's ping (after what the subscription owes, a progress mark),
+    /// unless the idle timeout passed: then the task closes the socket.
+    fn tick(&mut self, now: Instant) -> Tick {
+        if self
+            .idle
+            .as_ref()
+            .is_some_and(|idle| idle.deadline() <= now)
+        {
+            return Tick::Unpark;
+        }
+        let owed = self.framed.frame_tick();
+        let ticks = self.state.lifecycle.ticks();
+        if ticks == self.pinged {
+            return match owed {
+                Some((bytes, counted)) => Tick::Send(bytes, counted),
+                None => Tick::Nothing,
+            };
+        }
+        self.pinged = ticks;
+        match owed {
+            // The same bytes for every socket.
+            None => Tick::Send(Bytes::from_static(PING), 0),
+            Some((bytes, counted)) => {
+                let mut both = bytes::BytesMut::with_capacity(bytes.len() + PING.len());
+                both.extend_from_slice(&bytes);
+                both.extend_from_slice(PING);
+                Tick::Send(both.freeze(), counted)
+            }
+        }
+    }
+
+    /// Pongs and text (which a single stream takes as a sign of life
+    /// only) are read here, and reset the idle timeout, as the task does;
+    /// anything else (a ping to answer, a Close, a refusal) is held for
+    /// the task.
+    fn absorb(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(conn) = &mut self.conn else {
+            return false;
+        };
+        loop {
+            let Poll::Ready(msg) = Pin::new(&mut conn.inbox).poll_next(cx) else {
+                return true;
+            };
+            if let Some(idle) = &mut self.idle {
+                idle.as_mut().reset(Instant::now() + self.idle_timeout);
+            }
+            match ClientFrame::of(msg) {
+                ClientFrame::Pong | ClientFrame::Text(_) => {}
+                frame => {
+                    self.held = Some(Box::new(frame));
+                    return false;
+                }
+            }
+        }
+    }
 }
+
+/// An unmasked Ping frame with no payload, as a server sends it.
+const PING: &[u8] = &[0x89, 0x00];
 
 impl Serve {
     /// Whether the socket can be written by its view's batch writer now:
@@ -224,6 +287,7 @@ impl Serve {
             && !self.item
             && conn.writer.is_plain()
             && !conn.inbox.holds_input()
+            && self.held.is_none()
             && self.framed.batchable().is_some()
     }
 
@@ -296,11 +360,20 @@ impl Serve {
             }
             // The client next: its frames are rare, and looking costs a
             // load of the socket's readiness.
-            if let Poll::Ready(msg) = Pin::new(&mut conn.inbox).poll_next(cx) {
-                if let Some(idle) = &mut self.idle {
-                    idle.as_mut().reset(Instant::now() + self.idle_timeout);
-                }
-                match ClientFrame::of(msg) {
+            let frame = match self.held.take() {
+                Some(frame) => Some(*frame),
+                None => match Pin::new(&mut conn.inbox).poll_next(cx) {
+                    Poll::Ready(msg) => {
+                        if let Some(idle) = &mut self.idle {
+                            idle.as_mut().reset(Instant::now() + self.idle_timeout);
+                        }
+                        Some(ClientFrame::of(msg))
+                    }
+                    Poll::Pending => None,
+                },
+            };
+            if let Some(frame) = frame {
+                match frame {
                     ClientFrame::End(None) => return Poll::Ready(Flow::Ended),
                     ClientFrame::End(Some(reason)) => self.close(&reason),
                     ClientFrame::Ping(payload) => self.send(Sending::Pong(payload)),
