@@ -4,9 +4,9 @@
 //! configuration built on it.
 //!
 //! rustls runs with ring, the provider kube's client already uses: a second
-//! provider in the build makes kube's client set-up panic (DESIGN.md), and
-//! `deny.toml` bans aws-lc. The provider is named here, not taken from a
-//! process-wide default.
+//! provider in the build makes kube's client set-up panic (ARCHITECTURE.md,
+//! "Dependencies' sharp edges"), and `deny.toml` bans aws-lc. The provider
+//! is named here, not taken from a process-wide default.
 //!
 //! Client certificates (`--auth request-header`): [`ClientCa`] holds
 //! `--requestheader-client-ca-file`. The handshake *asks* for a client

@@ -830,7 +830,7 @@ fn render_with_components(names: &[&str]) -> String {
         .arg("kustomize")
         .arg(&overlay)
         .output()
-        .expect("kubectl is installed (DESIGN.md: v1.32 on the machines)");
+        .expect("kubectl is on the PATH (README.md, Development)");
     let _ = std::fs::remove_dir_all(&overlay);
     assert!(
         out.status.success(),

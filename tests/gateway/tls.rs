@@ -401,7 +401,7 @@ fn kubectl(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
         .arg("--request-timeout=20s")
         .args(args)
         .output()
-        .expect("kubectl is installed (DESIGN.md: v1.32 on the machines)")
+        .expect("kubectl is on the PATH (README.md, Development)")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
