@@ -3,8 +3,8 @@
 //! Settings come from flags, `KUBEFAN_*` environment variables and a
 //! `--config FILE`, in that order of precedence. The file is applied before
 //! clap parses anything: each key (a long flag name) becomes its flag's
-//! environment variable unless that variable is already set, so clap's own
-//! flag-over-environment rule does the rest.
+//! default value (`with_file_defaults`), so clap's own order (flag, then
+//! variable, then default) does the rest. The environment is not touched.
 
 #![deny(unsafe_code)]
 
