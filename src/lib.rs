@@ -6,25 +6,30 @@
 //!
 //! # Layout
 //! `upstream → hub → transport`; imports point down this list, from the
-//! modules that wire things together to the ones everything uses
-//! (`ARCHITECTURE.md` has the codemap and the invariants).
+//! modules that wire things together to the ones everything uses, but for
+//! the few exceptions `ARCHITECTURE.md` names beside its codemap (which
+//! also has the invariants).
 //! - [`app`]: builds the gateway and serves it (`App::build`, `App::stop`).
 //! - [`middleware`]: what every request passes first: size bounds, origins,
-//!   CORS, authentication, connection limits ([`limits`]).
+//!   CORS, authentication, connection limits.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
+//! - [`web`]: the dashboard page at `/`, compiled into the binary.
+//! - `fuzzing` (hidden): entry points for the fuzz targets in `fuzz/`.
 //! - [`token_cookie`]: `POST /session`, where a browser trades a bearer
 //!   token for an HttpOnly cookie holding it (not a session: nothing is
 //!   kept server-side, and clearing it revokes nothing).
 //! - [`signin`]: `/login`, `/oauth2/callback`, `/logout`: signing in with
 //!   the OpenID Connect issuer, into a session (`auth::session`).
-//! - [`web`]: the dashboard page at `/`, compiled into the binary.
 //! - [`transport`]: SSE, WebSocket, the Kubernetes face; the one path from
 //!   a subscription's items to bytes; the socket takeover.
 //! - [`auth`]: principals, JWT and Kubernetes authentication, grants.
+//! - [`limits`]: requests in flight and their rate, per principal and per
+//!   address; the permit a response holds while it is sent.
+//! - [`kubeconfig`]: a kubeconfig pointing ordinary Kubernetes clients at
+//!   kubefan.
 //! - [`config`]: the configuration tree; each module takes its section.
 //! - [`tls`]: the served certificate (PEM files, re-read when they change)
-//!   and the rustls configuration; [`kubeconfig`]: a kubeconfig pointing
-//!   ordinary Kubernetes clients at kubefan.
+//!   and the rustls configuration.
 //! - [`status`]: request errors as Kubernetes `Status` responses.
 //! - [`upstream`]: discovery, the resource policy, one informer
 //!   (list-then-watch loop) per resource, ingest transforms; the internal
@@ -36,7 +41,6 @@
 //! - [`metrics`], [`lifecycle`], [`epoch`], [`selector`], [`heap`]: what the
 //!   rest records to, stops with, waits on, filters with, and gives memory
 //!   back through.
-//! - `fuzzing` (hidden): entry points for the fuzz targets in `fuzz/`.
 //!
 //! The simulated API server the demo, the tests and the load tests use is
 //! its own crate (`crates/sim`, `kubefan_sim`), apart from this library.
