@@ -44,7 +44,7 @@ pub fn valid_path(path: &str) -> bool {
 #[error("{0}")]
 pub struct Error(pub String);
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Op {
     Eq(String),
     NotEq(String),
@@ -56,14 +56,16 @@ enum Op {
     Lt(i64),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct Requirement {
     key: String,
     op: Op,
 }
 
 /// A parsed `labelSelector`; the empty selector matches everything.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Equality compares requirements as written (in their order); compare
+/// [`LabelSelector::normalized`] forms to compare meanings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct LabelSelector(Vec<Requirement>);
 
 fn bad(sel: &str, why: &str) -> Error {
@@ -216,6 +218,32 @@ impl LabelSelector {
         self.0.is_empty()
     }
 
+    /// The same selector in one canonical form: requirements are ANDed,
+    /// so their order and repeats do not matter, nor do the order and
+    /// repeats of a set's values; a one-value `in`/`notin` is `=`/`!=`
+    /// (they match the same labels, a missing one included). Selectors
+    /// that mean the same by these rules normalise to equal selectors.
+    pub fn normalized(mut self) -> LabelSelector {
+        for r in &mut self.0 {
+            let set = match &mut r.op {
+                Op::In(set) | Op::NotIn(set) => set,
+                _ => continue,
+            };
+            set.sort();
+            set.dedup();
+            if let [one] = set.as_mut_slice() {
+                let one = std::mem::take(one);
+                r.op = match r.op {
+                    Op::In(_) => Op::Eq(one),
+                    _ => Op::NotEq(one),
+                };
+            }
+        }
+        self.0.sort();
+        self.0.dedup();
+        self
+    }
+
     /// Matches labels read through `label(key)`.
     pub fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| {
@@ -265,7 +293,7 @@ impl std::fmt::Display for LabelSelector {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct FieldRequirement {
     /// The dotted field path, as written.
     field: String,
@@ -276,7 +304,9 @@ struct FieldRequirement {
 }
 
 /// A parsed `fieldSelector`; the empty selector matches everything.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Equality compares requirements as written (in their order); compare
+/// [`FieldSelector::normalized`] forms to compare meanings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct FieldSelector(Vec<FieldRequirement>);
 
 /// `sel` split on the commas not escaped with a backslash (apimachinery
@@ -423,6 +453,14 @@ impl FieldSelector {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// The same selector in one canonical form: requirements are ANDed,
+    /// so their order and repeats do not matter.
+    pub fn normalized(mut self) -> FieldSelector {
+        self.0.sort();
+        self.0.dedup();
+        self
     }
 
     /// Matches fields read through `field(dotted_path)`; a missing field
@@ -764,8 +802,49 @@ mod tests {
                 let want = reqs.iter().all(|r| r.eval(&labels));
                 let got = parsed.matches_with(|k| labels.get(k).map(String::as_str));
                 assert_eq!(got, want, "selector {text:?} on {labels:?}");
+                let normal = parsed.clone().normalized();
+                let got = normal.matches_with(|k| labels.get(k).map(String::as_str));
+                assert_eq!(got, want, "normalised {normal} of {text:?} on {labels:?}");
             }
         }
+    }
+
+    #[test]
+    fn selectors_that_mean_the_same_normalise_to_equal_selectors() {
+        let labels = |s: &str| LabelSelector::parse(s).unwrap().normalized();
+        for (a, b) in [
+            ("app=web,tier!=db", "tier!=db,app==web"),
+            ("app in (x,y),k", "k,app in (y, x)"),
+            ("app in (x,y,x)", "app in (y,x)"),
+            ("app notin (y,x),!m", "!m,app notin (x,y,y)"),
+            ("app=web,app=web", "app=web"),
+            ("app in (x)", "app=x"),
+            ("app notin (x,x)", "app!=x"),
+            ("n>1,n<5", "n<5,n>1"),
+        ] {
+            assert_eq!(labels(a), labels(b), "{a:?} and {b:?}");
+        }
+        for (a, b) in [
+            ("app in (x,y)", "app in (x)"),
+            ("app in (x,y)", "app notin (x,y)"),
+            ("app=x", "app!=x"),
+            ("app", "!app"),
+            ("app=x,tier=y", "app=y,tier=x"),
+            ("n>1", "n<1"),
+        ] {
+            assert_ne!(labels(a), labels(b), "{a:?} and {b:?}");
+        }
+        let extra = ["spec.nodeName".to_string()];
+        let fields = |s: &str| FieldSelector::parse(s, &extra).unwrap().normalized();
+        assert_eq!(
+            fields("metadata.name=a,spec.nodeName!=n"),
+            fields("spec.nodeName!=n,metadata.name==a,metadata.name=a")
+        );
+        assert_ne!(
+            fields("metadata.name=a,spec.nodeName!=n"),
+            fields("metadata.name!=a,spec.nodeName=n")
+        );
+        assert_ne!(fields("metadata.name=a"), fields("metadata.name=b"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::{Delivery, Event, EventType, Frame, Obj};
 use crate::selector::{FieldSelector, LabelSelector, field_text};
 
 /// A subscription's filter. The default matches everything.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Filter {
     /// Empty: every namespace (and cluster-scoped objects).
     pub namespaces: Vec<String>,
@@ -23,6 +23,25 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// The same filter in one canonical form: namespaces sorted without
+    /// repeats, selectors normalised (see [`LabelSelector::normalized`]).
+    /// Filters that mean the same by those rules normalise to equal
+    /// filters.
+    pub fn normalized(self) -> Filter {
+        let Filter {
+            mut namespaces,
+            labels,
+            fields,
+        } = self;
+        namespaces.sort();
+        namespaces.dedup();
+        Filter {
+            namespaces,
+            labels: labels.normalized(),
+            fields: fields.normalized(),
+        }
+    }
+
     pub fn matches(&self, obj: &Obj) -> bool {
         (self.namespaces.is_empty()
             || obj

@@ -122,8 +122,8 @@ pub struct Hub {
     /// Users counted in ([`Hub::enter`]): open subscriptions and readers.
     /// The informer registry stops an on-demand hub that stays at 0.
     subscribers_tx: watch::Sender<usize>,
-    /// Live views by key (see [`Hub::view`]).
-    views: std::sync::Mutex<HashMap<String, std::sync::Weak<View>>>,
+    /// Live views by their normalised spec (see [`Hub::view`]).
+    views: std::sync::Mutex<HashMap<ViewSpec, std::sync::Weak<View>>>,
     metrics: HubMetrics,
 }
 
@@ -371,11 +371,13 @@ impl Hub {
         self.read_state().next_seq
     }
 
-    /// The view for `spec`, shared with every subscription asking the same.
+    /// The view for `spec`, shared with every subscription asking the
+    /// same, however it was spelt: the view holds the normalised spec
+    /// ([`ViewSpec::normalized`]).
     pub fn view(&self, spec: ViewSpec) -> Arc<View> {
-        let key = spec.key();
+        let spec = spec.normalized();
         let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(view) = views.get(&key).and_then(std::sync::Weak::upgrade) {
+        if let Some(view) = views.get(&spec).and_then(std::sync::Weak::upgrade) {
             return view;
         }
         views.retain(|_, v| v.strong_count() > 0);
@@ -385,12 +387,12 @@ impl Hub {
             .split_once('.')
             .unwrap_or((&self.meta.name, ""));
         let view = Arc::new(View::new(
-            spec,
+            spec.clone(),
             crate::selector::selectable_fields(group, plural),
             self.metrics.view_encodings(),
             self.metrics.views(),
         ));
-        views.insert(key, Arc::downgrade(&view));
+        views.insert(spec, Arc::downgrade(&view));
         view
     }
 
@@ -1153,6 +1155,100 @@ mod tests {
         drop(a);
         drop(b);
         assert_eq!(*rx.borrow(), 0);
+    }
+
+    #[test]
+    fn specs_that_mean_the_same_share_one_view_and_others_do_not() {
+        use crate::selector::{FieldSelector, LabelSelector};
+        use crate::table::{IncludeObject, MetaVersion, Printer, TableView};
+        let hub = hub();
+        let spec = |ns: &[&str], labels: &str, fields: &str, projection: Option<&str>| ViewSpec {
+            filter: Filter {
+                namespaces: ns.iter().map(|n| n.to_string()).collect(),
+                labels: LabelSelector::parse(labels).unwrap(),
+                fields: FieldSelector::parse_any(fields).unwrap(),
+            },
+            projection: projection.map(|p| projection::Projection::parse(p).unwrap()),
+            ..ViewSpec::default()
+        };
+        let table = |include| ViewSpec {
+            shape: Shape::Table(TableView::new(
+                Printer::builtin("", "pods").unwrap(),
+                MetaVersion::V1,
+                include,
+            )),
+            ..ViewSpec::default()
+        };
+        let merge = |s: ViewSpec| ViewSpec {
+            delta: Delta::MergePatch,
+            ..s
+        };
+        let same = [
+            (
+                spec(&["a", "b"], "", "", None),
+                spec(&["b", "a"], "", "", None),
+            ),
+            (
+                spec(&["a", "b", "a"], "", "", None),
+                spec(&["b", "a"], "", "", None),
+            ),
+            (
+                spec(&[], "app in (x,y),tier!=db,k", "", None),
+                spec(&[], "k,tier!=db,app in (y, x, y)", "", None),
+            ),
+            (
+                spec(&[], "app in (x)", "", None),
+                spec(&[], "app=x", "", None),
+            ),
+            (
+                spec(&[], "", "status.phase=Running,spec.nodeName!=n", None),
+                spec(&[], "", "spec.nodeName!=n,status.phase==Running", None),
+            ),
+            (
+                spec(&[], "", "", Some("status.phase,spec.nodeName")),
+                spec(&[], "", "", Some("spec.nodeName,status.phase,status.phase")),
+            ),
+            (
+                merge(spec(&["b", "a"], "y,x", "", Some("status"))),
+                merge(spec(&["a", "b"], "x,y", "", Some("status"))),
+            ),
+            (table(IncludeObject::None), table(IncludeObject::None)),
+        ];
+        for (a, b) in same {
+            let (view_a, view_b) = (hub.view(a.clone()), hub.view(b.clone()));
+            assert!(Arc::ptr_eq(&view_a, &view_b), "{a:?} and {b:?}: one view");
+        }
+        let different = [
+            (spec(&["a", "b"], "", "", None), spec(&["a"], "", "", None)),
+            (spec(&["a"], "", "", None), spec(&[], "", "", None)),
+            (
+                spec(&[], "app in (x,y)", "", None),
+                spec(&[], "app in (x)", "", None),
+            ),
+            (
+                spec(&[], "app in (x,y)", "", None),
+                spec(&[], "app notin (x,y)", "", None),
+            ),
+            (
+                spec(&[], "", "status.phase=Running", None),
+                spec(&[], "", "status.phase!=Running", None),
+            ),
+            (
+                spec(&[], "", "", Some("status.phase")),
+                spec(&[], "", "", Some("spec.nodeName")),
+            ),
+            (spec(&[], "", "", Some("status")), spec(&[], "", "", None)),
+            (
+                spec(&[], "", "", Some("status")),
+                merge(spec(&[], "", "", Some("status"))),
+            ),
+            (table(IncludeObject::None), table(IncludeObject::Object)),
+            (table(IncludeObject::None), ViewSpec::default()),
+        ];
+        for (a, b) in different {
+            let (view_a, view_b) = (hub.view(a.clone()), hub.view(b.clone()));
+            assert!(!Arc::ptr_eq(&view_a, &view_b), "{a:?} and {b:?}: two views");
+        }
     }
 
     #[tokio::test]

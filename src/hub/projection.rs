@@ -21,7 +21,7 @@ pub const MAX_PATHS: usize = 64;
 
 /// A parsed `fields=` projection. Paths descend through objects; a path
 /// that meets an array applies to each element (`spec.containers.image`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Projection {
     paths: Vec<Vec<String>>,
 }
@@ -53,6 +53,8 @@ impl Projection {
             .chain(named.iter())
             .map(|p| p.split('.').map(str::to_string).collect())
             .collect();
+        // Sorted without repeats: projections naming the same paths are
+        // equal (one view), however they were spelt.
         paths.sort();
         paths.dedup();
         Ok(Projection { paths })

@@ -30,7 +30,7 @@ use crate::table::{Clock, MetaVersion, TableView, partial_object};
 const EVENT_CACHE: usize = 4096;
 
 /// How MODIFIED events carry the object.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Delta {
     /// The whole (projected) object.
     #[default]
@@ -45,7 +45,7 @@ pub enum Delta {
 /// converted shape is encoded once per object version and view like any
 /// other frame; it is not combined with a projection or merge patches
 /// (the Kubernetes face has neither).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub enum Shape {
     #[default]
     Object,
@@ -56,8 +56,10 @@ pub enum Shape {
     PartialMetadata(MetaVersion),
 }
 
-/// What a subscription asks to see.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// What a subscription asks to see. A hub keys its views by the
+/// [`ViewSpec::normalized`] spec: specs equal after normalising share one
+/// view.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ViewSpec {
     pub filter: Filter,
     pub projection: Option<Projection>,
@@ -73,10 +75,16 @@ impl ViewSpec {
         }
     }
 
-    /// Identifies equal views (parsed selectors and paths, not their
-    /// spelling).
-    pub(super) fn key(&self) -> String {
-        format!("{self:?}")
+    /// The same spec in one canonical form, which identifies the view:
+    /// what can be written in any order (namespaces, selector
+    /// requirements, set values; a projection's paths already are) is
+    /// sorted and without repeats, so specs that differ only in spelling
+    /// are equal.
+    pub fn normalized(self) -> ViewSpec {
+        ViewSpec {
+            filter: self.filter.normalized(),
+            ..self
+        }
     }
 }
 

@@ -128,7 +128,15 @@ impl std::fmt::Debug for TableView {
 
 impl PartialEq for TableView {
     fn eq(&self, other: &TableView) -> bool {
-        self.key() == other.key()
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for TableView {}
+
+impl std::hash::Hash for TableView {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
     }
 }
 
@@ -141,8 +149,13 @@ impl TableView {
         }
     }
 
-    /// Identifies equal views (a hub view key): equal keys print equal
-    /// rows and tables.
+    /// What decides the rows and tables this view prints: views are
+    /// equal (one hub view) when these are.
+    fn identity(&self) -> (&str, MetaVersion, IncludeObject) {
+        (self.printer.id(), self.version, self.include)
+    }
+
+    /// Names this view: equal keys print equal rows and tables.
     pub fn key(&self) -> String {
         format!(
             "table|{}|{}|{:?}",

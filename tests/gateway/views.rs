@@ -264,6 +264,40 @@ async fn identical_subscriptions_share_one_encoding_and_unchanged_projections_ar
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_that_mean_the_same_in_another_order_share_one_view() {
+    let sim = Sim::new(sim_config());
+    seed(&sim);
+    let env = spawn(sim, test_config(&["pods"])).await;
+    env.synced("pods").await;
+    let views = "kubefan_views{resource=\"pods\"}";
+    let (_a, first) = subscribed(
+        &env,
+        "/stream/pods?namespace=web,batch&labelSelector=app%20in%20(web,db),tier",
+    )
+    .await;
+    let (_b, second) = subscribed(
+        &env,
+        "/stream/pods?namespace=batch,web,batch&labelSelector=tier,app%20in%20(db,web,db)",
+    )
+    .await;
+    assert!(!first.objects.is_empty());
+    assert_eq!(first.objects, second.objects, "the same objects");
+    assert_eq!(metric(&env, views).await, 1, "one view for both spellings");
+    // A different meaning is a different view.
+    let (_c, _) = subscribed(
+        &env,
+        "/stream/pods?namespace=web&labelSelector=app%20in%20(web,db),tier",
+    )
+    .await;
+    assert_eq!(
+        metric(&env, views).await,
+        2,
+        "another view for other options"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_view_options_say_what_is_wrong() {
     let env = spawn(Sim::new(sim_config()), test_config(&["pods"])).await;
     for (query, mentions) in [
