@@ -422,11 +422,11 @@ impl Hub {
         if st.closed.is_none() {
             st.closed = Some(reason.to_string());
         }
-        // Wake everyone, including joiners still waiting for the first sync.
-        st.synced = true;
         self.metrics.state(0, 0, 0, false);
         self.is_closed.store(true, Ordering::Release);
         drop(st);
+        // Wakes everyone, joiners still waiting for the first sync too
+        // ([`Hub::wait_synced`] ends on a close); `synced` stays as it was.
         self.changes.advance();
     }
 
@@ -471,15 +471,18 @@ impl Hub {
         self.subscribers_tx.subscribe()
     }
 
-    /// Whether the first list has been loaded (or the hub closed, which
-    /// releases everyone waiting for it).
+    /// Whether the first list has been loaded (a hub closed before its
+    /// first list never is).
     pub fn is_synced(&self) -> bool {
         self.read_state().synced
     }
 
-    /// Waits until the first list has been loaded, at most `timeout`.
+    /// Waits until the first list has been loaded or the hub is closed,
+    /// at most `timeout`; false if neither happened in time. A closed hub
+    /// may never have synced: callers check [`Hub::closed`] next.
     pub async fn wait_synced(&self, timeout: Duration) -> bool {
-        self.wait_until(timeout, |st| st.synced).await
+        self.wait_until(timeout, |st| st.synced || st.closed.is_some())
+            .await
     }
 
     pub fn resource_version(&self) -> u64 {
@@ -1128,6 +1131,52 @@ mod tests {
         never.close("resource removed upstream");
         let res = try_start(&never, ViewSpec::default(), Duration::from_secs(30)).await;
         assert!(matches!(res, Err(SubscriptionError::Closed(..))));
+    }
+
+    #[tokio::test]
+    async fn closing_a_hub_that_never_listed_wakes_its_waiters_but_it_is_not_synced() {
+        let hub = hub();
+        let waiter = tokio::spawn({
+            let hub = hub.clone();
+            async move { hub.wait_synced(Duration::from_secs(30)).await }
+        });
+        let joiner = tokio::spawn({
+            let hub = hub.clone();
+            async move {
+                try_start(&hub, ViewSpec::default(), Duration::from_secs(30))
+                    .await
+                    .map(|_| ())
+            }
+        });
+        // Both counted in and waiting (the joiner enters before it waits).
+        let mut counted = hub.subscribers_rx();
+        tokio::time::timeout(Duration::from_secs(5), counted.wait_for(|n| *n == 1))
+            .await
+            .expect("the joiner enters")
+            .unwrap();
+        hub.close("resource removed upstream");
+        let woken = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken by the close, not by its 30 s timeout")
+            .unwrap();
+        assert!(woken, "the wait ends with the close");
+        let joined = tokio::time::timeout(Duration::from_secs(5), joiner)
+            .await
+            .expect("the joiner is released by the close")
+            .unwrap();
+        assert!(
+            matches!(joined, Err(SubscriptionError::Closed(..))),
+            "{joined:?}"
+        );
+        assert!(!hub.is_synced(), "a hub that never listed is not synced");
+        assert!(!hub.stats().synced);
+        assert_eq!(hub.closed().as_deref(), Some("resource removed upstream"));
+        // A hub closed after it listed stays synced.
+        let listed = super::tests::hub();
+        listed.relist(vec![pod("a").rv(1).build()], 1);
+        listed.close("stopped");
+        assert!(listed.is_synced());
+        assert!(listed.wait_synced(Duration::from_secs(1)).await);
     }
 
     #[tokio::test]

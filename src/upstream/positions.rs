@@ -253,6 +253,33 @@ mod tests {
         assert_eq!(Positions::open(&cfg).unwrap().take("pods"), Some(60));
     }
 
+    #[test]
+    fn a_hub_closed_before_its_first_list_saves_no_position() {
+        let (_tmp, cfg) = dir();
+        Positions::open(&cfg)
+            .unwrap()
+            .save(&[hub("pods", 41)])
+            .unwrap();
+        let again = Positions::open(&cfg).unwrap();
+        // A hub whose informer stopped before it ever listed.
+        let never = Hub::new(
+            ResourceMeta {
+                name: "pods".into(),
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+            },
+            LogLimits::default(),
+            Arc::new(Metrics::new()),
+        );
+        never.close("forbidden");
+        again.save(&[never]).unwrap();
+        assert_eq!(
+            Positions::open(&cfg).unwrap().take("pods"),
+            Some(41),
+            "the saved position is kept, not overwritten with 0"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn positions_are_saved_while_running_and_at_shutdown() {
         let (_tmp, cfg) = dir();
