@@ -443,16 +443,12 @@ impl Hub {
         &self.changes
     }
 
-    /// Counts a subscriber in (until the returned guard drops).
-    pub fn subscriber(self: &Arc<Self>) -> SubscriberGuard {
-        self.subscribers_tx.send_modify(|n| *n += 1);
-        SubscriberGuard(self.clone())
-    }
-
     /// Counts a user in, unless the hub is closed: while the guard lives,
     /// an idle stop ([`Hub::close_if_unused`]) leaves the hub open.
     /// Subscriptions enter on start; a one-off reader (a LIST) holds a
-    /// guard while it reads.
+    /// guard while it reads. The only way to be counted in: counting
+    /// under the state lock, after the closed check, is what makes
+    /// `close_if_unused` atomic with it.
     pub fn enter(self: &Arc<Self>) -> Result<SubscriberGuard, SubscriptionError> {
         let st = self.read_state();
         if let Some(reason) = &st.closed {
@@ -461,7 +457,8 @@ impl Hub {
                 reason.clone(),
             ));
         }
-        let guard = self.subscriber();
+        self.subscribers_tx.send_modify(|n| *n += 1);
+        let guard = SubscriberGuard(self.clone());
         drop(st);
         Ok(guard)
     }
