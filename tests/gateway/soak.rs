@@ -18,11 +18,17 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::support::{ClientView, TestEnv, WAIT, sim_config, spawn, test_config};
 use kubefan_sim::{Sim, pod};
 
 const NAMESPACES: &[&str] = &["web", "batch", "default"];
+
+/// How long a subscriber has, once the chaos is over and every change is
+/// there to be sent, to catch up with it: generous, so that only a lost
+/// event (which would otherwise keep it reading forever) fails it.
+const SETTLE: Duration = Duration::from_secs(60);
 
 fn populate(sim: &Sim) {
     for i in 0..40 {
@@ -109,8 +115,26 @@ fn fault(sim: &Sim, rng: &mut StdRng, stalled: &mut bool) {
     }
 }
 
+/// Whether a subscriber following `path` to the end has caught up with
+/// the simulated server; fails it once `by` has passed without that.
+fn settled(env: &TestEnv, path: &str, view: &ClientView, by: Instant) -> bool {
+    let rv = resource_version_of(&env.sim, path);
+    if view.settled(rv) {
+        return true;
+    }
+    assert!(
+        Instant::now() < by,
+        "{path}: expected to reach resourceVersion {rv} within {SETTLE:?} of the chaos ending, \
+         but it is at {} ({} objects; in a snapshot: {}): an event lost?",
+        view.position,
+        view.objects.len(),
+        view.in_snapshot()
+    );
+    false
+}
+
 /// An SSE or WebSocket subscriber that disconnects and resumes at random
-/// until `stop`, then follows to the end.
+/// until `stop`, then follows to the end (at most [`SETTLE`]).
 async fn hopper(
     env: &TestEnv,
     path: String,
@@ -120,6 +144,8 @@ async fn hopper(
 ) -> ClientView {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut view = ClientView::new();
+    // Set when the chaos is over: the end of reading.
+    let mut settle_by: Option<Instant> = None;
     loop {
         let resume = view.last_id.clone();
         if resume.is_some() {
@@ -128,6 +154,9 @@ async fn hopper(
             view.restart();
         }
         let stopping = *stop.borrow();
+        if stopping {
+            settle_by.get_or_insert_with(|| Instant::now() + SETTLE);
+        }
         let reads = if stopping {
             usize::MAX
         } else {
@@ -138,10 +167,12 @@ async fn hopper(
                 Some(id) => format!("{path}&resourceVersion={id}"),
                 None => path.clone(),
             };
-            let mut client = crate::ws::WsClient::connect(env, &url).await;
+            let mut client = tokio::time::timeout(WAIT, crate::ws::WsClient::connect(env, &url))
+                .await
+                .unwrap_or_else(|_| panic!("{url}: a WebSocket upgrade within {WAIT:?}"));
             for _ in 0..reads {
-                if stopping {
-                    if view.settled(resource_version_of(&env.sim, &path)) {
+                if let Some(by) = settle_by {
+                    if settled(env, &path, &view, by) {
                         return view;
                     }
                 } else if *stop.borrow() && !view.in_snapshot() {
@@ -154,10 +185,12 @@ async fn hopper(
                 }
             }
         } else {
-            let mut sse = env.sse_with(&path, resume.as_deref()).await;
+            let mut sse = tokio::time::timeout(WAIT, env.sse_with(&path, resume.as_deref()))
+                .await
+                .unwrap_or_else(|_| panic!("{path}: an SSE response within {WAIT:?}"));
             for _ in 0..reads {
-                if stopping {
-                    if view.settled(resource_version_of(&env.sim, &path)) {
+                if let Some(by) = settle_by {
+                    if settled(env, &path, &view, by) {
                         return view;
                     }
                 } else if *stop.borrow() && !view.in_snapshot() {
@@ -245,7 +278,10 @@ pub async fn soak(seed: u64, rounds: usize) {
         )
     }));
     // A slow reader: its snapshot, then nothing until the end.
-    let (mut slow, mut slow_view) = crate::sse::subscribed(&env, "/stream/pods").await;
+    let (mut slow, mut slow_view) =
+        tokio::time::timeout(WAIT, crate::sse::subscribed(&env, "/stream/pods"))
+            .await
+            .unwrap_or_else(|_| panic!("the slow reader's snapshot of pods within {WAIT:?}"));
     let api: kube::Api<Pod> = kube::Api::all(env.kube_client(None).await);
     let (store, writer) = reflector::store();
     let mut reflect = Box::pin(
@@ -278,7 +314,13 @@ pub async fn soak(seed: u64, rounds: usize) {
         );
     }
     let (all, rv) = env.sim.list("pods");
-    slow_view.follow(&mut slow, rv).await;
+    tokio::time::timeout(SETTLE, slow_view.follow(&mut slow, rv))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the slow reader: pods at resourceVersion {rv} (after a reset) within {SETTLE:?}"
+            )
+        });
     slow_view.assert_matches(&all);
     let want: std::collections::BTreeMap<String, String> = all
         .iter()
