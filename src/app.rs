@@ -221,6 +221,11 @@ impl App {
         &self.metrics
     }
 
+    /// Where taken-over streams run, and what [`App::stop`] waits for.
+    pub fn streams(&self) -> &Arc<Streams> {
+        &self.streams
+    }
+
     /// Graceful stop: stop accepting, tell every open stream to reconnect
     /// (each ends after a final ERROR event), wait for them up to the grace
     /// period, then stop the informers.

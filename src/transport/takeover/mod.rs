@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use actix_web::http::header::HeaderMap;
 use actix_web::{HttpMessage, HttpRequest};
+use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 pub(crate) use batch::{Batches, Flow, Parkable, Task, Tick};
@@ -95,9 +96,15 @@ impl Streams {
 
     /// Runs `fut` as a stream: on the streams' runtime (the informer's,
     /// whose wake-ups then cross no thread), counted among the streams
-    /// [`Streams::stop`] waits for.
-    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, fut: F) {
-        self.runtime.spawn(self.tracker.track_future(fut));
+    /// [`Streams::stop`] waits for. The handle aborts it, or waits for its
+    /// end (an aborted stream is no longer counted once that wait is over).
+    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, fut: F) -> JoinHandle<()> {
+        self.runtime.spawn(self.tracker.track_future(fut))
+    }
+
+    /// How many streams' tasks [`Streams::stop`] would wait for now.
+    pub fn running(&self) -> usize {
+        self.tracker.len()
     }
 
     /// Waits up to `grace` for the streams to end (they end by themselves
