@@ -163,9 +163,14 @@ impl Socket {
     }
 
     /// Runs the socket's control loop: client messages, pings, the idle
-    /// timeout, and the end of the credentials the socket was opened with.
+    /// timeout, the end of the credentials the socket was opened with, and
+    /// the hard stop.
     async fn run(mut self, mut done_rx: mpsc::Receiver<(String, u64)>, mut msgs: Inbox) {
         let lifecycle = self.state.lifecycle.clone();
+        // Past the grace period nothing more is waited for: a subscription
+        // whose last message found the writer gone sent no end notice.
+        let hard_stop = lifecycle.hard_stopped();
+        tokio::pin!(hard_stop);
         let mut ticks = lifecycle.ticks();
         let idle = tokio::time::sleep(self.idle_timeout);
         tokio::pin!(idle);
@@ -180,6 +185,7 @@ impl Socket {
                 _ = lifecycle.shutting_down(), if self.subs.is_empty() => {
                     break Some(close_reason(CloseCode::Away, GOING_AWAY));
                 }
+                () = &mut hard_stop => break None,
                 Some((id, generation)) = done_rx.recv() => {
                     if self.subs.get(&id).is_some_and(|r| r.generation == generation) {
                         self.subs.remove(&id);
