@@ -232,8 +232,7 @@ impl App {
     pub async fn stop(self) {
         self.lifecycle.shut_down();
         // No new connections; streams that took their connection over end
-        // first (a `/ws` socket's tasks live on an actix worker thread, which
-        // must outlive them), then actix finishes what it still serves.
+        // first, then actix finishes what it still serves.
         self.handle.pause().await;
         self.streams.stop(self.grace).await;
         self.handle.stop(true).await;

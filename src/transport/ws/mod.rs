@@ -27,7 +27,8 @@
 //! timeout) only ever *tries* to queue its own ping, and waits at most the
 //! idle timeout to queue anything else (a pong, a reply), so a stuck socket
 //! cannot pin it, and a client that does not read what it asks for is not
-//! read either.
+//! read either. The control loop, the writer and every subscription task
+//! are streams too: on the streams' runtime, waited for at shutdown.
 //!
 //! Either way the hub never waits for a subscriber and, if one stays
 //! behind, laps it: RESET and a fresh snapshot, as on SSE.
@@ -42,7 +43,7 @@ use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
 use bytes::Bytes;
 use bytestring::ByteString;
 
-use super::takeover::{self, InboxError, InboxLimits, Messages, Taken, Task, Upgraded};
+use super::takeover::{self, InboxError, InboxLimits, Taken, Task};
 use super::{access_log, parse_stream_query, subscribe};
 use crate::auth::{self, Principal, Verb};
 use crate::hub::Subscription;
@@ -84,10 +85,8 @@ pub async fn mux(
     state: web::Data<AppState>,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
-    let Upgraded { writer, inbox } = handshake(&req, &state)?
-        .open(Messages::Taken)
-        .map_err(lost)?;
-    mux::spawn(state, writer, inbox, principal);
+    let taken = handshake(&req, &state)?;
+    mux::spawn(state, Box::new(taken), principal);
     // actix writes this into the emptied connection, where it vanishes.
     Ok(HttpResponse::Ok().finish())
 }

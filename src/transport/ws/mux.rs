@@ -3,6 +3,11 @@
 //! (answering each of its pings before reading on), pings and keeps the
 //! idle timeout; each subscription is a task that
 //! queues its messages in the socket's outbox; one writer task drains it.
+//!
+//! All of them are streams (`takeover::Streams`): they run on the streams'
+//! runtime, where the connection is opened (so its readiness and the hubs'
+//! wake-ups cross no thread), and `Streams::stop` waits for each, so every
+//! subscription's last message goes out before the gateway stops.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -28,7 +33,7 @@ use crate::metrics::Transport;
 use crate::status::status_json;
 use crate::transport::message::shutdown_status;
 use crate::transport::state::AppState;
-use crate::transport::takeover::{Inbox, Opcode, WsWriter};
+use crate::transport::takeover::{Messages, Opcode, Taken, Upgraded, WsWriter};
 use crate::transport::{StreamParams, subscribe};
 
 /// Messages a socket's subscriptions may have queued for its writer.
@@ -37,16 +42,13 @@ const OUTBOX: usize = 64;
 /// subscriptions to send their last message.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
-/// Starts a `/ws` socket's control loop and writer.
-pub(super) fn spawn(
-    state: web::Data<AppState>,
-    writer: WsWriter,
-    inbox: Inbox,
-    principal: Principal,
-) {
+/// Starts a `/ws` socket's control loop on the streams' runtime; it opens
+/// the connection there and starts the writer.
+pub(super) fn spawn(state: web::Data<AppState>, taken: Box<Taken>, principal: Principal) {
     let max = state.stream.max_subscriptions_per_socket.max(1);
-    let (socket, done_rx) = Socket::new(state, writer, max, principal);
-    actix_web::rt::spawn(socket.run(done_rx, inbox));
+    let streams = state.streams.clone();
+    let (socket, out_rx, done_rx) = Socket::new(state, max, principal);
+    streams.spawn(socket.run(taken, out_rx, done_rx));
 }
 
 /// A subscription task's view of its socket.
@@ -135,20 +137,23 @@ struct Socket {
 }
 
 impl Socket {
-    /// The socket and the receiver of its subscriptions' end notices.
+    /// The socket, the receiving end of its outbox (the writer's) and the
+    /// receiver of its subscriptions' end notices.
     fn new(
         state: web::Data<AppState>,
-        writer: WsWriter,
         max_subs: usize,
         principal: Principal,
-    ) -> (Socket, mpsc::Receiver<(String, u64)>) {
+    ) -> (
+        Socket,
+        mpsc::Receiver<Message>,
+        mpsc::Receiver<(String, u64)>,
+    ) {
         let (out_tx, out_rx) = mpsc::channel(OUTBOX);
         // Each task sends one notice, at its end; the loop reads them first
         // of all, so this hardly ever holds more than a few (and a full
         // one only delays a task that has already finished).
         let (done_tx, done_rx) = mpsc::channel(max_subs);
         let idle_timeout = state.stream.effective_ws_idle_timeout();
-        tokio::spawn(state.streams.track(write(writer, out_rx)));
         let socket = Socket {
             state,
             out_tx,
@@ -159,13 +164,31 @@ impl Socket {
             idle_timeout,
             principal,
         };
-        (socket, done_rx)
+        (socket, out_rx, done_rx)
     }
 
-    /// Runs the socket's control loop: client messages, pings, the idle
-    /// timeout, the end of the credentials the socket was opened with, and
-    /// the hard stop.
-    async fn run(mut self, mut done_rx: mpsc::Receiver<(String, u64)>, mut msgs: Inbox) {
+    /// Opens the connection on the current runtime (the streams'), starts
+    /// the writer, then runs the socket's control loop: client messages,
+    /// pings, the idle timeout, the end of the credentials the socket was
+    /// opened with, and the hard stop.
+    async fn run(
+        mut self,
+        taken: Box<Taken>,
+        out_rx: mpsc::Receiver<Message>,
+        mut done_rx: mpsc::Receiver<(String, u64)>,
+    ) {
+        let Upgraded {
+            writer,
+            inbox: mut msgs,
+        } = match (*taken).open(Messages::Taken) {
+            Ok(upgraded) => upgraded,
+            Err(err) => {
+                // Logged; the 101 is not sent, and the connection closes.
+                let _ = super::lost(err);
+                return;
+            }
+        };
+        self.state.streams.spawn(write(writer, out_rx));
         let lifecycle = self.state.lifecycle.clone();
         // Past the grace period nothing more is waited for: a subscription
         // whose last message found the writer gone sent no end notice.
@@ -268,7 +291,7 @@ impl Socket {
             done_tx: self.done_tx.clone(),
             key: (id.clone(), self.generation),
         };
-        let task = tokio::spawn(run_subscription(
+        let task = self.state.streams.spawn(run_subscription(
             self.state.clone(),
             self.principal.clone(),
             outbox,
