@@ -738,6 +738,103 @@ async fn shutdown_sends_an_error_per_subscription_then_going_away() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mux_tasks_are_streams_that_the_stop_waits_for() {
+    let env = spawn(seeded(3), ws_config()).await;
+    env.synced("pods").await;
+    env.synced("nodes").await;
+    let streams = env.app.streams().clone();
+    let before = streams.running();
+    let mut ws = WsClient::connect(&env, "/ws").await;
+    ws.subscribe(json!({"op": "subscribe", "id": "a", "resource": "pods"}))
+        .await;
+    ws.subscribe(json!({"op": "subscribe", "id": "b", "resource": "nodes"}))
+        .await;
+    let mut mux = Mux::default();
+    mux.until(&mut ws, |m| {
+        ["a", "b"]
+            .iter()
+            .all(|s| m.views.get(*s).is_some_and(|v| v.snapshots == 1))
+    })
+    .await;
+    // The control loop, the writer and one task per subscription, all
+    // counted where the stop waits.
+    assert_eq!(streams.running(), before + 4);
+    ws.send_json(json!({"op": "unsubscribe", "id": "b"})).await;
+    mux.until(&mut ws, |m| m.find(json!("b"), "UNSUBSCRIBED").is_some())
+        .await;
+    assert_eq!(streams.running(), before + 3, "b's task is gone");
+
+    // The stop returns only once the socket's last frames went: the
+    // client reads them afterwards.
+    let TestEnv { app, server, .. } = env;
+    tokio::time::timeout(WAIT, app.stop())
+        .await
+        .expect("stopped within the grace period");
+    assert_eq!(streams.running(), 0);
+    let err = ws.next().await;
+    assert_eq!(err["type"], "ERROR", "{err}");
+    assert_eq!(err["sub"], "a");
+    assert_eq!(err["object"]["code"], 503);
+    assert_eq!(ws.closed().await, 1001);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mux_socket_whose_client_reads_nothing_ends_at_the_hard_stop() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.shutdown_grace = Duration::from_millis(300);
+    // Neither the write timeout nor the idle timeout ends the socket: only
+    // the hard stop can.
+    cfg.stream.write_timeout = Duration::from_secs(3600);
+    cfg.stream.keepalive = Duration::from_secs(600);
+    cfg.stream.ws_idle_timeout = Duration::from_secs(3600);
+    // A snapshot of several MB, more than the socket's buffers hold: the
+    // writer blocks on it, the outbox fills and the subscription waits.
+    let env = spawn(seeded(4000), cfg).await;
+    env.synced("pods").await;
+    let hub = env.app.informers().hub("pods").await.unwrap();
+    let mut subscribers = hub.subscribers_rx();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut conn = socket.connect(env.app.local_addr()).await.unwrap();
+    conn.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: kubefan\r\nUpgrade: websocket\r\n\
+          Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+          Sec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    // The 101 first: a client sends no frame before it (RFC 6455, 4.1).
+    // Only its head is read; after it, nothing is.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let byte = tokio::time::timeout(WAIT, conn.read_u8())
+            .await
+            .expect("the 101 in time")
+            .unwrap();
+        head.push(byte);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{head:?}");
+    // One masked text frame (a zero mask leaves the payload as it is).
+    let op = br#"{"op":"subscribe","id":"a","resource":"pods"}"#;
+    let mut frame = vec![0x81, 0x80 | op.len() as u8, 0, 0, 0, 0];
+    frame.extend_from_slice(op);
+    conn.write_all(&frame).await.unwrap();
+    tokio::time::timeout(WAIT, subscribers.wait_for(|n| *n >= 1))
+        .await
+        .expect("subscribed")
+        .unwrap();
+    let streams = env.app.streams().clone();
+    let TestEnv { app, server, .. } = env;
+    tokio::time::timeout(WAIT, app.stop())
+        .await
+        .expect("the stop ends the socket at the hard stop");
+    assert_eq!(streams.running(), 0);
+    drop(conn);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_socket_with_nothing_to_send_is_answered_at_once_and_its_bytes_counted() {
     // The handshake answer is written when the connection is taken over,
     // not with the first frame: with pings 10 minutes apart, a `/ws`
