@@ -16,7 +16,16 @@
 # self-signed P-256 certificate made here, or `session`: every subscriber
 # signed in, with a session of its own (`--auth oidc`, sessions sealed by
 # `kubefan session-cookies`; SESSIONS=K shares K sessions out instead), its
-# user's group bound by a ClusterRoleBinding in the simulated cluster's RBAC.
+# user's group bound by a ClusterRoleBinding in the simulated cluster's RBAC,
+# or `jwt`: `--auth jwt`, every subscriber with a bearer token of its own
+# (TOKENS=K shares K out instead), valid 2 h and granting pods in namespace
+# loadtest, minted by `loadtest mint-jwt` with a key made here: JWT_ALG
+# HS256 (default: a random secret, `--jwt-secret-file`), ES256, RS256 or
+# EdDSA (a key pair, `--jwt-public-key-file`).
+#
+#   SERVERS=kubefan POINTS="10000:sse:jwt" bash loadtest/run-points.sh
+#
+# Binaries are built into $CARGO_TARGET_DIR (default target/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 POINTS=${POINTS:-"1000:sse 5000:sse 10000:sse 10000:ws"}
@@ -39,7 +48,7 @@ if [[ " $SERVERS " == *" nchan "* ]] && { ! command -v nginx >/dev/null || [ ! -
   fi
 fi
 cargo build --release --locked -p kubefan -p loadtest
-BIN=target/release
+BIN=${CARGO_TARGET_DIR:-target}/release
 # KUBEFAN_BIN: another build of kubefan to measure (a paired before/after).
 KUBEFAN=${KUBEFAN_BIN:-$BIN/kubefan}
 ulimit -n 20000
@@ -74,6 +83,25 @@ for point in $POINTS; do
     tls_serve=(--auth oidc --oidc-issuer-url https://127.0.0.1:9 --oidc-client-id kubefan
       --session-secret-file "$SESSION/secret")
     tls_run=(--cookie-file "$SESSION/cookies"); suffix="-session"
+  elif [ "$mode" = jwt ]; then
+    JWT=/tmp/kubefan-lt-jwt
+    alg=${JWT_ALG:-HS256}
+    mkdir -p "$JWT"
+    case "$alg" in
+      HS*) head -c 48 /dev/urandom | base64 -w0 >"$JWT/key"
+           tls_serve=(--auth jwt --jwt-secret-file "$JWT/key") ;;
+      ES256) openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$JWT/key" ;;
+      RS256) openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$JWT/key" 2>/dev/null ;;
+      EdDSA) openssl genpkey -algorithm ed25519 -out "$JWT/key" ;;
+      *) echo "JWT_ALG=$alg: HS256, HS384, HS512, ES256, RS256 or EdDSA" >&2; exit 1 ;;
+    esac
+    if [[ "$alg" != HS* ]]; then
+      openssl pkey -in "$JWT/key" -pubout -out "$JWT/public.pem"
+      tls_serve=(--auth jwt --jwt-public-key-file "$JWT/public.pem")
+    fi
+    "$BIN/loadtest" mint-jwt --key-file "$JWT/key" --alg "$alg" --count "${TOKENS:-$n}" \
+      --ttl-secs 7200 --namespaces loadtest --resources pods >"$JWT/tokens"
+    tls_run=(--bearer-file "$JWT/tokens"); suffix="-jwt"
   fi
   workers=$(( (n + 2499) / 2500 )); [ "$workers" -lt 2 ] && workers=2
   for server in $SERVERS; do

@@ -16,6 +16,8 @@ for f in glob.glob(os.path.join(results, "*.json")):
         transport += " HTTP/2 (TLS, %d streams/conn)" % r["h2_streams_per_connection"]
     elif r.get("tls"):
         transport += " TLS"
+    if r.get("auth"):
+        transport += " (%s)" % r["auth"]
     runs[(r["server"], transport, r["subscribers"])].append(r)
 
 def med(rs, *path):

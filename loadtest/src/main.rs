@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 mod floor;
+mod mint;
 mod storm;
 mod subscriber;
 mod worker;
@@ -46,6 +47,9 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8092")]
         listen: std::net::SocketAddr,
     },
+    /// Bearer tokens for kubefan's `--auth jwt`, one per line (for
+    /// `run --bearer-file`), signed with the key kubefan verifies with.
+    MintJwt(mint::MintJwtArgs),
     /// Internal: one worker process's share of subscribers.
     Worker { config: String },
 }
@@ -103,8 +107,13 @@ struct RunArgs {
     h2_streams_per_connection: usize,
     /// `Cookie` header values, one per line, shared out to the subscribers
     /// (signed-in sessions: `kubefan session-cookies`).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "bearer_file")]
     cookie_file: Option<std::path::PathBuf>,
+    /// Bearer tokens, one per line, shared out to the subscribers as
+    /// `--cookie-file`'s lines are, each sent as `Authorization: Bearer
+    /// TOKEN` (`--auth jwt`: `loadtest mint-jwt`).
+    #[arg(long, value_name = "FILE")]
+    bearer_file: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -132,6 +141,7 @@ fn main() -> anyhow::Result<()> {
         Command::Herd(args) => rt.block_on(herd(args)),
         Command::Storm(args) => rt.block_on(storm::storm(args)),
         Command::Worker { config } => rt.block_on(worker(serde_json::from_str(&config)?)),
+        Command::MintJwt(args) => mint::mint_jwt(args),
         Command::Floor { .. } => unreachable!("served above"),
     }
 }
@@ -235,10 +245,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.h2_streams_per_connection > 0 && ca_pem.is_none() {
         bail!("--h2-streams-per-connection needs TLS: an https:// --base and --tls-ca");
     }
-    if let Some(path) = &args.cookie_file {
-        let n = subscriber::read_cookies(path)?.len();
-        anyhow::ensure!(n > 0, "--cookie-file {} has no cookie", path.display());
-    }
     let target = Target {
         server: args.server.clone(),
         base: args.base[0].clone(),
@@ -251,8 +257,24 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .as_ref()
             .map(|p| p.canonicalize())
             .transpose()?,
-        cookie_offset: 0,
+        bearer_file: args
+            .bearer_file
+            .as_ref()
+            .map(|p| p.canonicalize())
+            .transpose()?,
+        first: 0,
     };
+    let auth = match (&args.cookie_file, &args.bearer_file) {
+        (Some(_), _) => Some("cookie"),
+        (_, Some(_)) => Some("bearer"),
+        _ => None,
+    };
+    if let Some(kind) = auth {
+        anyhow::ensure!(
+            !subscriber::credentials(&target)?.is_empty(),
+            "the --{kind}-file has no line"
+        );
+    }
     let workers = args.workers.max(1);
     let exe = std::env::current_exe()?;
     let mut children = Vec::new();
@@ -265,7 +287,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let cfg = WorkerConfig {
             target: Target {
                 base: args.base[w % args.base.len()].clone(),
-                cookie_offset: first,
+                first,
                 ..target.clone()
             },
             subscribers: share,
@@ -391,6 +413,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let report = serde_json::json!({
         "server": args.server, "transport": args.transport, "subscribers": args.subscribers,
         "tls": args.tls_ca.is_some(), "h2_streams_per_connection": args.h2_streams_per_connection,
+        "auth": auth,
         "rate": args.rate, "duration_secs": args.duration_secs, "changes": changes,
         "failed_connections": failed, "publish_errors": publish_errors,
         "expected": expected, "delivered": delivered, "lost": expected.saturating_sub(delivered),
@@ -456,7 +479,8 @@ async fn herd(args: HerdArgs) -> anyhow::Result<()> {
         ca_pem: None,
         h2_streams: 0,
         cookie_file: None,
-        cookie_offset: 0,
+        bearer_file: None,
+        first: 0,
     };
     let started = Instant::now();
     let mut all = FuturesUnordered::new();

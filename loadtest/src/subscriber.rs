@@ -102,23 +102,63 @@ pub struct Target {
     #[serde(default)]
     pub h2_streams: usize,
     /// A file of `Cookie` header values, one per line (signed-in
-    /// sessions); a worker's subscriber `i` sends line `cookie_offset + i`
-    /// (modulo their number).
+    /// sessions).
     #[serde(default)]
     pub cookie_file: Option<std::path::PathBuf>,
+    /// A file of bearer tokens, one per line, sent as `Authorization:
+    /// Bearer TOKEN`.
     #[serde(default)]
-    pub cookie_offset: usize,
+    pub bearer_file: Option<std::path::PathBuf>,
+    /// The run-wide index of this worker's first subscriber: its
+    /// subscriber `i` signs in with line `first + i` of the cookie or
+    /// bearer file (modulo their number).
+    #[serde(default)]
+    pub first: usize,
 }
 
-/// The lines of a `--cookie-file`.
-pub fn read_cookies(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+/// A header a subscriber signs in with: `Cookie` (a `--cookie-file` line)
+/// or `Authorization` (`Bearer` and a `--bearer-file` line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    pub header: &'static str,
+    pub value: String,
+}
+
+/// The non-empty lines of `path`, read for `flag`.
+fn read_lines(path: &std::path::Path, flag: &str) -> anyhow::Result<Vec<String>> {
     Ok(std::fs::read_to_string(path)
-        .with_context(|| format!("reading --cookie-file {}", path.display()))?
+        .with_context(|| format!("reading {flag} {}", path.display()))?
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .map(str::to_string)
         .collect())
+}
+
+/// The credentials `target`'s subscribers share out (none: anonymous).
+pub fn credentials(target: &Target) -> anyhow::Result<Vec<Credential>> {
+    let mut all = Vec::new();
+    if let Some(path) = &target.cookie_file {
+        all.extend(
+            read_lines(path, "--cookie-file")?
+                .into_iter()
+                .map(|value| Credential {
+                    header: "Cookie",
+                    value,
+                }),
+        );
+    }
+    if let Some(path) = &target.bearer_file {
+        all.extend(
+            read_lines(path, "--bearer-file")?
+                .into_iter()
+                .map(|token| Credential {
+                    header: "Authorization",
+                    value: format!("Bearer {token}"),
+                }),
+        );
+    }
+    Ok(all)
 }
 
 impl Target {
@@ -245,15 +285,15 @@ impl WsConn {
         mut tcp: TcpStream,
         host: &str,
         path: &str,
-        cookie: Option<&str>,
+        credential: Option<&Credential>,
     ) -> anyhow::Result<WsConn> {
-        let cookie = cookie
-            .map(|c| format!("Cookie: {c}\r\n"))
+        let credential = credential
+            .map(|c| format!("{}: {}\r\n", c.header, c.value))
             .unwrap_or_default();
         let request = format!(
             "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n\
              Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-             Sec-WebSocket-Version: 13\r\n{cookie}\r\n"
+             Sec-WebSocket-Version: 13\r\n{credential}\r\n"
         );
         tcp.write_all(request.as_bytes()).await?;
         let mut buf = BytesMut::with_capacity(4096);
@@ -335,14 +375,13 @@ pub async fn connect(
     target: &Target,
     client: &Client,
     local: IpAddr,
-    cookie: Option<&str>,
+    credential: Option<&Credential>,
 ) -> anyhow::Result<Conn> {
     let url = target.url();
     let nchan = target.server != "kubefan";
     let client = match client {
         Client::Http(client) => client,
-        Client::H2(_) if cookie.is_some() => bail!("--cookie-file is for HTTP/1.1 subscribers"),
-        Client::H2(send) => return connect_h2(target, send.clone(), &url).await,
+        Client::H2(send) => return connect_h2(target, send.clone(), &url, credential).await,
     };
     match target.transport {
         Transport::Ws => {
@@ -353,7 +392,7 @@ pub async fn connect(
             let path = format!("/{}", parts.next().unwrap_or(""));
             let addr: std::net::SocketAddr = host.parse()?;
             let stream = socket.connect(addr).await?;
-            let mut ws = WsConn::handshake(stream, host, &path, cookie).await?;
+            let mut ws = WsConn::handshake(stream, host, &path, credential).await?;
             if !nchan {
                 loop {
                     match ws.next().await? {
@@ -367,8 +406,8 @@ pub async fn connect(
         }
         Transport::Sse | Transport::Watch => {
             let mut req = client.get(&url);
-            if let Some(cookie) = cookie {
-                req = req.header("Cookie", cookie);
+            if let Some(c) = credential {
+                req = req.header(c.header, &c.value);
             }
             if nchan {
                 req = req.header("Accept", "text/event-stream");
@@ -405,12 +444,17 @@ async fn connect_h2(
     target: &Target,
     send: h2::client::SendRequest<Bytes>,
     url: &str,
+    credential: Option<&Credential>,
 ) -> anyhow::Result<Conn> {
     if target.transport == Transport::Ws {
         bail!("WebSocket is HTTP/1.1 only (kubefan does not offer RFC 8441)");
     }
     let mut send = send.ready().await?;
-    let req = http::Request::get(url).body(())?;
+    let mut req = http::Request::get(url);
+    if let Some(c) = credential {
+        req = req.header(c.header, &c.value);
+    }
+    let req = req.body(())?;
     let (response, _) = send.send_request(req, true)?;
     let response = response.await?;
     if !response.status().is_success() {

@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use crate::subscriber::{Client, Target, client_for, connect, h2_connection, read};
+use crate::subscriber::{Client, Target, client_for, connect, credentials, h2_connection, read};
 
 #[derive(Serialize, Deserialize)]
 pub struct WorkerConfig {
@@ -69,10 +69,7 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?
     };
-    let cookies = match &cfg.target.cookie_file {
-        Some(path) => std::sync::Arc::new(crate::subscriber::read_cookies(path)?),
-        None => std::sync::Arc::new(Vec::new()),
-    };
+    let credentials = std::sync::Arc::new(credentials(&cfg.target)?);
     let mut conns = Vec::with_capacity(cfg.subscribers);
     let mut failed = 0;
     // At most 256 handshakes in flight.
@@ -84,13 +81,13 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
         };
         let target = cfg.target.clone();
         let local = local_address(i, cfg.first_address, cfg.addresses);
-        let cookies = cookies.clone();
+        let credentials = credentials.clone();
         pending.push(async move {
-            let cookie = (!cookies.is_empty())
-                .then(|| cookies[(target.cookie_offset + i) % cookies.len()].as_str());
+            let credential = (!credentials.is_empty())
+                .then(|| &credentials[(target.first + i) % credentials.len()]);
             tokio::time::timeout(
                 Duration::from_secs(60),
-                connect(&target, &client, local, cookie),
+                connect(&target, &client, local, credential),
             )
             .await
         });
