@@ -22,8 +22,20 @@
 # loadtest, minted by `loadtest mint-jwt` with a key made here: JWT_ALG
 # HS256 (default: a random secret, `--jwt-secret-file`), ES256, RS256 or
 # EdDSA (a key pair, `--jwt-public-key-file`).
+
+# `rbac`: `--auth kubernetes --authorization rbac` against the simulated API
+# server in RBAC mode with USERS users (default 100, `loadtest-U`, each a
+# token of the simulator's) over NAMESPACES namespaces (default 10,
+# `loadtest-K`): user U is bound by its namespace's RoleBinding (to ClusterRole
+# loadtest-pod-reader) in loadtest-(U mod NAMESPACES) alone. The changes are
+# spread over those namespaces (one target pod each), and every subscriber
+# streams every namespace (`/stream/pods`, no namespace=), so kubefan narrows
+# each stream to its user's namespace: a subscriber is to get a tenth of the
+# changes, and one of another namespace counts as leaked. SSE and ws only (the
+# Kubernetes face refuses a narrowed all-namespace watch with 403).
 #
 #   SERVERS=kubefan POINTS="10000:sse:jwt" bash loadtest/run-points.sh
+#   SERVERS=kubefan POINTS="10000:sse:rbac" bash loadtest/run-points.sh
 #
 # Binaries are built into $CARGO_TARGET_DIR (default target/).
 set -euo pipefail
@@ -102,6 +114,18 @@ for point in $POINTS; do
     "$BIN/loadtest" mint-jwt --key-file "$JWT/key" --alg "$alg" --count "${TOKENS:-$n}" \
       --ttl-secs 7200 --namespaces loadtest --resources pods >"$JWT/tokens"
     tls_run=(--bearer-file "$JWT/tokens"); suffix="-jwt"
+  elif [ "$mode" = rbac ]; then
+    # The tokens are the simulator's, made when it starts: written below.
+    RBAC=/tmp/kubefan-lt-rbac
+    mkdir -p "$RBAC"
+    tls_serve=(--auth kubernetes --authorization rbac)
+    tls_run=(--bearer-file "$RBAC/tokens" --sim-token-file "$RBAC/admin-token"
+      --namespaces "${NAMESPACES:-10}"); suffix="-rbac"
+  fi
+  sim_args=()
+  if [ "$mode" = rbac ]; then
+    sim_args=(--authorization-mode RBAC)
+    for u in $(seq 0 $(( ${USERS:-100} - 1 ))); do sim_args+=(--user "loadtest-$u"); done
   fi
   workers=$(( (n + 2499) / 2500 )); [ "$workers" -lt 2 ] && workers=2
   for server in $SERVERS; do
@@ -109,10 +133,42 @@ for point in $POINTS; do
       [ "$mode" != plain ] && [ "$server" != kubefan ] && continue
       file="$OUT/$server-$transport$suffix-$n-$rep.json"
       if [ "$server" = kubefan ]; then
+        rm -f /tmp/lt.kubeconfig
         taskset -c 0 "$KUBEFAN" sim --listen 127.0.0.1:18001 --kubeconfig-out /tmp/lt.kubeconfig \
-          --churn-rate 0 --pods 100 >/tmp/lt-sim.log 2>&1 &
+          --churn-rate 0 --pods 100 "${sim_args[@]}" >/tmp/lt-sim.log 2>&1 &
         sim=$!
         wait_http http://127.0.0.1:18001/version
+        # Written just after the simulator starts serving.
+        for _ in $(seq 50); do [ -s /tmp/lt.kubeconfig ] && break; sleep 0.1; done
+        if [ "$mode" = rbac ]; then
+          # The users' tokens (with the namespace each may see), the
+          # admin's, and a RoleBinding per namespace.
+          python3 - /tmp/lt.kubeconfig "$RBAC" "${NAMESPACES:-10}" <<'PY'
+import json, sys, urllib.request
+kubeconfig, out, namespaces = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tokens = {u["name"]: u["user"]["token"] for u in json.load(open(kubeconfig))["users"] if "token" in u.get("user", {})}
+admin = tokens.pop("kubefan-sim-admin")
+open(out + "/admin-token", "w").write(admin + "\n")
+users = sorted(tokens, key=lambda n: int(n.rsplit("-", 1)[1]))
+with open(out + "/tokens", "w") as f:
+    for u in users:
+        f.write("%s loadtest-%d\n" % (tokens[u], int(u.rsplit("-", 1)[1]) % namespaces))
+def post(path, body):
+    req = urllib.request.Request("http://127.0.0.1:18001" + path, json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json", "Authorization": "Bearer " + admin})
+    urllib.request.urlopen(req).read()
+rbac = "/apis/rbac.authorization.k8s.io/v1"
+post(rbac + "/clusterroles", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    "metadata": {"name": "loadtest-pod-reader"},
+    "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})
+for k in range(namespaces):
+    post("%s/namespaces/loadtest-%d/rolebindings" % (rbac, k), {"apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding", "metadata": {"name": "loadtest-readers", "namespace": "loadtest-%d" % k},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "loadtest-pod-reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}
+                     for u in users if int(u.rsplit("-", 1)[1]) % namespaces == k]})
+PY
+        fi
         if [ "$mode" = session ]; then
           rbac=http://127.0.0.1:18001/apis/rbac.authorization.k8s.io/v1
           curl -sf -o /dev/null -H 'Content-Type: application/json' -X POST "$rbac/clusterroles" -d \

@@ -18,6 +18,8 @@ for f in glob.glob(os.path.join(results, "*.json")):
         transport += " TLS"
     if r.get("auth"):
         transport += " (%s)" % r["auth"]
+    if (r.get("namespaces") or 1) > 1:
+        transport += ", %d namespaces" % r["namespaces"]
     runs[(r["server"], transport, r["subscribers"])].append(r)
 
 def med(rs, *path):

@@ -68,6 +68,17 @@ struct RunArgs {
     /// kubefan: the simulated API server changes are driven through.
     #[arg(long, default_value = "http://127.0.0.1:8001")]
     sim: String,
+    /// A bearer token for the simulated API server (in RBAC mode, its
+    /// admin's: `kubefan-sim-admin` in its `--kubeconfig-out` file).
+    #[arg(long, value_name = "FILE")]
+    sim_token_file: Option<std::path::PathBuf>,
+    /// kubefan: spread the changes over this many namespaces,
+    /// `loadtest-0` ... (change SEQ to a pod in namespace SEQ mod K), and
+    /// subscribe to every namespace; a `--bearer-file` line `TOKEN NS,NS`
+    /// says which of them its subscribers are to get (the rest count as
+    /// leaked). 1: namespace `loadtest` alone, subscribed by name.
+    #[arg(long, default_value_t = 1)]
+    namespaces: usize,
     /// The server's process ids (comma-separated: the leaves), for memory
     /// and CPU figures, summed.
     #[arg(long, value_delimiter = ',')]
@@ -175,18 +186,62 @@ fn proc_stats(pid: u32) -> Option<(u64, u64)> {
     Some((rss, ticks * 10))
 }
 
-async fn setup_kubefan(http: &reqwest::Client, sim: &str) -> anyhow::Result<()> {
-    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "target", "namespace": "loadtest", "annotations": {"loadtest/sent": "none"}},
-        "spec": {"nodeName": "node-0", "containers": [{"name": "main", "image": "registry.example/app:1"}]},
-        "status": {"phase": "Running"}});
-    let resp = http
-        .post(format!("{sim}/api/v1/namespaces/loadtest/pods"))
+/// A request to the simulated API server, with its token if there is one.
+fn to_sim(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    token: Option<&str>,
+) -> reqwest::RequestBuilder {
+    let req = http.request(method, url);
+    match token {
+        Some(token) => req.bearer_auth(token),
+        None => req,
+    }
+}
+
+/// The target pod changes are made to, one in each namespace (and with
+/// several namespaces, the namespaces themselves).
+async fn setup_kubefan(
+    http: &reqwest::Client,
+    sim: &str,
+    token: Option<&str>,
+    namespaces: usize,
+) -> anyhow::Result<()> {
+    for k in 0..namespaces.max(1) {
+        let ns = subscriber::namespace_of(k, namespaces);
+        if namespaces > 1 {
+            let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}});
+            let resp = to_sim(
+                http,
+                reqwest::Method::POST,
+                format!("{sim}/api/v1/namespaces"),
+                token,
+            )
+            .json(&namespace)
+            .send()
+            .await?;
+            if !(resp.status().is_success() || resp.status() == 409) {
+                bail!("creating namespace {ns}: HTTP {}", resp.status());
+            }
+        }
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "target", "namespace": ns, "annotations": {"loadtest/sent": "none"}},
+            "spec": {"nodeName": "node-0", "containers": [{"name": "main", "image": "registry.example/app:1"}]},
+            "status": {"phase": "Running"}});
+        let resp = to_sim(
+            http,
+            reqwest::Method::POST,
+            format!("{sim}/api/v1/namespaces/{ns}/pods"),
+            token,
+        )
         .json(&pod)
         .send()
         .await?;
-    if !(resp.status().is_success() || resp.status() == 409) {
-        bail!("creating the target pod: HTTP {}", resp.status());
+        if !(resp.status().is_success() || resp.status() == 409) {
+            bail!("creating the target pod in {ns}: HTTP {}", resp.status());
+        }
     }
     Ok(())
 }
@@ -198,6 +253,8 @@ struct Publisher {
     server: String,
     base: String,
     sim: String,
+    sim_token: Option<String>,
+    namespaces: usize,
     payload: usize,
 }
 
@@ -213,10 +270,13 @@ async fn publish(p: Publisher, seq: usize) -> anyhow::Result<()> {
             .await?
     } else {
         let patch = serde_json::json!({"metadata": {"annotations": {"loadtest/sent": mark}}});
-        http.patch(format!(
-            "{}/api/v1/namespaces/loadtest/pods/target",
-            args.sim
-        ))
+        let ns = subscriber::namespace_of(seq, args.namespaces);
+        to_sim(
+            http,
+            reqwest::Method::PATCH,
+            format!("{}/api/v1/namespaces/{ns}/pods/target", args.sim),
+            args.sim_token.as_deref(),
+        )
         .header("Content-Type", "application/merge-patch+json")
         .body(patch.to_string())
         .send()
@@ -230,8 +290,19 @@ async fn publish(p: Publisher, seq: usize) -> anyhow::Result<()> {
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
+    let sim_token = match &args.sim_token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading --sim-token-file {}", path.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
     if args.server == "kubefan" {
-        setup_kubefan(&http, &args.sim).await?;
+        setup_kubefan(&http, &args.sim, sim_token.as_deref(), args.namespaces).await?;
+    } else if args.namespaces > 1 {
+        bail!("--namespaces is for kubefan");
     }
     let before = stats_of(&args.pid);
     let root_before = args.root_pid.and_then(proc_stats);
@@ -263,6 +334,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .map(|p| p.canonicalize())
             .transpose()?,
         first: 0,
+        namespaces: args.namespaces,
     };
     let auth = match (&args.cookie_file, &args.bearer_file) {
         (Some(_), _) => Some("cookie"),
@@ -347,6 +419,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         server: args.server.clone(),
         base: args.base[0].clone(),
         sim: args.sim.clone(),
+        sim_token,
+        namespaces: args.namespaces,
         payload: args.payload,
     };
     let mut sends = Vec::with_capacity(changes);
@@ -370,7 +444,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let mut total = Histogram::<u64>::new_with_bounds(1, 600_000_000, 2)?;
     let mut per_change = vec![(0u64, 0u32); changes];
-    let (mut dups, mut resets) = (0, 0);
+    let (mut dups, mut resets, mut expected, mut leaked) = (0, 0, 0, 0);
     for (mut child, mut stdout) in children {
         let line = tokio::time::timeout(
             Duration::from_secs(deadline_ms / 1000 + 60),
@@ -389,11 +463,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         dups += report.duplicates;
         resets += report.resets;
+        expected += report.expected;
+        leaked += report.leaked;
         let _ = child.wait().await;
     }
     let cpu_end = stats_of(&args.pid);
     let root_end = args.root_pid.and_then(proc_stats);
-    let expected = (args.subscribers as u64 - failed) * changes as u64;
     let delivered: u64 = per_change.iter().map(|(n, _)| n).sum();
     let mut last: Vec<u32> = per_change.iter().map(|(_, m)| *m).collect();
     last.sort_unstable();
@@ -417,7 +492,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "rate": args.rate, "duration_secs": args.duration_secs, "changes": changes,
         "failed_connections": failed, "publish_errors": publish_errors,
         "expected": expected, "delivered": delivered, "lost": expected.saturating_sub(delivered),
-        "duplicates": dups, "resets": resets,
+        "duplicates": dups, "resets": resets, "namespaces": args.namespaces, "leaked": leaked,
         "latency_ms": {"p50": total.value_at_quantile(0.5) as f64 / 1000.0,
             "p99": total.value_at_quantile(0.99) as f64 / 1000.0, "max": total.max() as f64 / 1000.0},
         "last_subscriber_ms": {"p50": pct(0.5) as f64 / 1000.0, "p99": pct(0.99) as f64 / 1000.0,
@@ -441,7 +516,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         std::fs::write(out, &text)?;
     }
     eprintln!(
-        "{} {:?} N={} R={}: delivered {}/{} (lost {}, dup {}, resets {}), p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {}/subscriber ({} just after connecting), {} CPU/delivery",
+        "{} {:?} N={} R={}: delivered {}/{} (lost {}, dup {}, resets {}, leaked {}), p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {}/subscriber ({} just after connecting), {} CPU/delivery",
         args.server,
         args.transport,
         args.subscribers,
@@ -451,6 +526,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         expected.saturating_sub(delivered),
         dups,
         resets,
+        leaked,
         report["latency_ms"]["p50"].as_f64().unwrap_or(0.0),
         report["latency_ms"]["p99"].as_f64().unwrap_or(0.0),
         report["latency_ms"]["max"].as_f64().unwrap_or(0.0),
@@ -481,6 +557,7 @@ async fn herd(args: HerdArgs) -> anyhow::Result<()> {
         cookie_file: None,
         bearer_file: None,
         first: 0,
+        namespaces: 1,
     };
     let started = Instant::now();
     let mut all = FuturesUnordered::new();

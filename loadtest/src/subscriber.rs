@@ -21,16 +21,43 @@ use tokio::net::TcpStream;
 pub struct Seen {
     /// Latency in microseconds per sequence number (`u32::MAX`: not seen).
     pub latency_us: Vec<u32>,
+    /// Whether the subscriber is to get change SEQ, at SEQ mod its length
+    /// (with `--namespaces`, change SEQ is to namespace SEQ mod K, and a
+    /// token may see only some); empty: every change.
+    pub wanted: Vec<bool>,
     pub duplicates: u64,
     pub resets: u64,
+    /// Deliveries of changes the subscriber was not to get: a namespace
+    /// its token may not see (a stream not narrowed as it should be).
+    pub leaked: u64,
 }
 
 impl Seen {
-    pub fn new(changes: usize) -> Seen {
+    pub fn new(changes: usize, wanted: Vec<bool>) -> Seen {
         Seen {
             latency_us: vec![u32::MAX; changes],
+            wanted,
             ..Seen::default()
         }
+    }
+
+    pub fn wants(&self, seq: usize) -> bool {
+        self.wanted.is_empty() || self.wanted[seq % self.wanted.len()]
+    }
+
+    /// How many changes the subscriber is to get.
+    pub fn expected(&self) -> u64 {
+        (0..self.latency_us.len())
+            .filter(|s| self.wants(*s))
+            .count() as u64
+    }
+
+    /// Whether every change it is to get has arrived.
+    fn complete(&self) -> bool {
+        self.latency_us
+            .iter()
+            .enumerate()
+            .all(|(seq, l)| *l != u32::MAX || !self.wants(seq))
     }
 
     fn record(&mut self, payload: &[u8]) {
@@ -38,6 +65,10 @@ impl Seen {
             return;
         };
         let now = now_nanos();
+        if (seq as usize) < self.latency_us.len() && !self.wants(seq as usize) {
+            self.leaked += 1;
+            return;
+        }
         let Some(slot) = self.latency_us.get_mut(seq as usize) else {
             return;
         };
@@ -114,6 +145,21 @@ pub struct Target {
     /// bearer file (modulo their number).
     #[serde(default)]
     pub first: usize,
+    /// Namespaces the changes are spread over (`loadtest-0` ...); 0 or 1:
+    /// namespace `loadtest` alone. With more, kubefan's subscribers
+    /// stream every namespace (no `namespace=`).
+    #[serde(default)]
+    pub namespaces: usize,
+}
+
+/// The namespace of change `seq` (and of target pod `seq`) when changes
+/// are spread over `namespaces`.
+pub fn namespace_of(seq: usize, namespaces: usize) -> String {
+    if namespaces <= 1 {
+        "loadtest".into()
+    } else {
+        format!("loadtest-{}", seq % namespaces)
+    }
 }
 
 /// A header a subscriber signs in with: `Cookie` (a `--cookie-file` line)
@@ -122,6 +168,22 @@ pub struct Target {
 pub struct Credential {
     pub header: &'static str,
     pub value: String,
+    /// The namespaces the credential may see, when its line says
+    /// (`TOKEN NS,NS`); `None`: all of them.
+    pub namespaces: Option<Vec<String>>,
+}
+
+impl Credential {
+    /// [`Seen::wanted`] for a subscriber with this credential when the
+    /// changes are spread over `namespaces`.
+    pub fn wanted(&self, namespaces: usize) -> Vec<bool> {
+        match &self.namespaces {
+            None => Vec::new(),
+            Some(granted) => (0..namespaces.max(1))
+                .map(|k| granted.contains(&namespace_of(k, namespaces)))
+                .collect(),
+        }
+    }
 }
 
 /// The non-empty lines of `path`, read for `flag`.
@@ -145,20 +207,35 @@ pub fn credentials(target: &Target) -> anyhow::Result<Vec<Credential>> {
                 .map(|value| Credential {
                     header: "Cookie",
                     value,
+                    namespaces: None,
                 }),
         );
     }
     if let Some(path) = &target.bearer_file {
         all.extend(
             read_lines(path, "--bearer-file")?
-                .into_iter()
-                .map(|token| Credential {
-                    header: "Authorization",
-                    value: format!("Bearer {token}"),
-                }),
+                .iter()
+                .map(|line| bearer_line(line)),
         );
     }
     Ok(all)
+}
+
+/// A `--bearer-file` line: `TOKEN`, or `TOKEN NS,NS` naming the
+/// namespaces the token may see.
+fn bearer_line(line: &str) -> Credential {
+    let mut words = line.split_whitespace();
+    let token = words.next().unwrap_or_default();
+    Credential {
+        header: "Authorization",
+        value: format!("Bearer {token}"),
+        namespaces: words.next().map(|list| {
+            list.split(',')
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+                .collect()
+        }),
+    }
 }
 
 impl Target {
@@ -166,21 +243,44 @@ impl Target {
         if let Some(path) = &self.path {
             return format!("{}{path}", self.base);
         }
-        match (self.server.as_str(), self.transport) {
-            ("nchan" | "floor", Transport::Ws) => {
-                format!("{}/sub/loadtest", self.base.replacen("http", "ws", 1))
-            }
-            ("nchan" | "floor", _) => format!("{}/sub/loadtest", self.base),
-            (_, Transport::Sse) => format!("{}/stream/pods?namespace=loadtest", self.base),
-            (_, Transport::Ws) => format!(
-                "{}/stream/pods?namespace=loadtest",
-                self.base.replacen("http", "ws", 1)
-            ),
-            (_, Transport::Watch) => format!(
-                "{}/api/v1/namespaces/loadtest/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true",
-                self.base
-            ),
+        let ws_base = self.base.replacen("http", "ws", 1);
+        if self.server != "kubefan" {
+            return match self.transport {
+                Transport::Ws => format!("{ws_base}/sub/loadtest"),
+                _ => format!("{}/sub/loadtest", self.base),
+            };
         }
+        // Spread over namespaces: every namespace, narrowed (or not) by
+        // what the subscriber's token may see.
+        let all = self.namespaces > 1;
+        let mut query: Vec<String> = Vec::new();
+        let (base, path) = match self.transport {
+            Transport::Watch => {
+                query.push(
+                    "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+                        .into(),
+                );
+                let path = if all {
+                    "/api/v1/pods"
+                } else {
+                    "/api/v1/namespaces/loadtest/pods"
+                };
+                (&self.base, path)
+            }
+            transport => {
+                if !all {
+                    query.push("namespace=loadtest".into());
+                }
+                let base = if transport == Transport::Ws {
+                    &ws_base
+                } else {
+                    &self.base
+                };
+                (base, "/stream/pods")
+            }
+        };
+        let sep = if query.is_empty() { "" } else { "?" };
+        format!("{base}{path}{sep}{}", query.join("&"))
     }
 }
 
@@ -478,15 +578,10 @@ async fn connect_h2(
     Ok(Conn::H2(body))
 }
 
-/// Reads changes until `deadline`, or until every change has arrived.
-pub async fn read(conn: Conn, changes: usize, deadline: tokio::time::Instant) -> Seen {
-    let mut seen = Seen::new(changes);
-    let mut pending = changes;
+/// Reads changes into `seen` until `deadline`, or until every change it
+/// is to get has arrived.
+pub async fn read(conn: Conn, mut seen: Seen, deadline: tokio::time::Instant) -> Seen {
     let mut buf: Vec<u8> = Vec::new();
-    let done = |seen: &Seen, pending: &mut usize| {
-        *pending = seen.latency_us.iter().filter(|l| **l == u32::MAX).count();
-        *pending == 0
-    };
     match conn {
         Conn::Http(_) | Conn::H2(_) => {
             let mut conn = conn;
@@ -504,7 +599,7 @@ pub async fn read(conn: Conn, changes: usize, deadline: tokio::time::Instant) ->
                     }
                     seen.record(&line);
                 }
-                if chunk.len() < 64 * 1024 && done(&seen, &mut pending) {
+                if chunk.len() < 64 * 1024 && seen.complete() {
                     break;
                 }
             }
@@ -516,12 +611,11 @@ pub async fn read(conn: Conn, changes: usize, deadline: tokio::time::Instant) ->
                 seen.resets += 1;
             }
             seen.record(&msg);
-            if done(&seen, &mut pending) {
+            if seen.complete() {
                 break;
             }
         },
     }
-    let _ = pending;
     seen
 }
 
@@ -603,5 +697,32 @@ mod tests {
         );
         assert_eq!(parse_sent(br#"{\"loadtest/sent\":\"7:9\"}"#), Some((7, 9)));
         assert_eq!(parse_sent(b"nothing"), None);
+    }
+
+    #[test]
+    fn a_bearer_line_may_name_the_namespaces_its_token_sees() {
+        let plain = bearer_line("abc");
+        assert_eq!(plain.value, "Bearer abc");
+        assert_eq!(plain.namespaces, None);
+        assert!(plain.wanted(10).is_empty(), "every change");
+        let narrowed = bearer_line("abc loadtest-3,loadtest-5");
+        assert_eq!(narrowed.value, "Bearer abc");
+        let wanted = narrowed.wanted(10);
+        assert_eq!((0..10).filter(|k| wanted[*k]).collect::<Vec<_>>(), [3, 5]);
+    }
+
+    #[test]
+    fn a_narrowed_subscriber_expects_its_namespaces_and_counts_others_as_leaked() {
+        // Changes 0..6 over 3 namespaces; this one sees loadtest-1.
+        let mut seen = Seen::new(6, bearer_line("t loadtest-1").wanted(3));
+        assert_eq!(seen.expected(), 2);
+        let now = now_nanos();
+        seen.record(format!(r#""loadtest/sent":"1:{now}""#).as_bytes());
+        assert!(!seen.complete());
+        seen.record(format!(r#""loadtest/sent":"2:{now}""#).as_bytes());
+        assert_eq!(seen.leaked, 1);
+        seen.record(format!(r#""loadtest/sent":"4:{now}""#).as_bytes());
+        assert!(seen.complete());
+        assert_eq!(seen.duplicates, 0);
     }
 }

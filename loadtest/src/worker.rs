@@ -12,7 +12,9 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use crate::subscriber::{Client, Target, client_for, connect, credentials, h2_connection, read};
+use crate::subscriber::{
+    Client, Seen, Target, client_for, connect, credentials, h2_connection, read,
+};
 
 #[derive(Serialize, Deserialize)]
 pub struct WorkerConfig {
@@ -31,6 +33,10 @@ pub struct WorkerReport {
     pub duplicates: u64,
     pub resets: u64,
     pub failed_connections: u64,
+    /// Deliveries the connected subscribers are to get, all told.
+    pub expected: u64,
+    /// Deliveries of changes to namespaces a subscriber may not see.
+    pub leaked: u64,
 }
 
 pub fn local_address(i: usize, first: u8, count: u8) -> IpAddr {
@@ -85,11 +91,13 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
         pending.push(async move {
             let credential = (!credentials.is_empty())
                 .then(|| &credentials[(target.first + i) % credentials.len()]);
+            let wanted = credential.map_or(Vec::new(), |c| c.wanted(target.namespaces));
             tokio::time::timeout(
                 Duration::from_secs(60),
                 connect(&target, &client, local, credential),
             )
             .await
+            .map(|conn| conn.map(|conn| (conn, wanted)))
         });
         if pending.len() >= 256 {
             match pending.next().await {
@@ -116,7 +124,7 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(deadline_ms);
     let tasks: Vec<_> = conns
         .into_iter()
-        .map(|c| tokio::spawn(read(c, changes, deadline)))
+        .map(|(c, wanted)| tokio::spawn(read(c, Seen::new(changes, wanted), deadline)))
         .collect();
     // Readers are running: the coordinator may start publishing.
     out.write_all(b"STARTED\n").await?;
@@ -131,6 +139,8 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
         let seen = t.await?;
         report.duplicates += seen.duplicates;
         report.resets += seen.resets;
+        report.expected += seen.expected();
+        report.leaked += seen.leaked;
         for (i, l) in seen.latency_us.iter().enumerate() {
             if *l != u32::MAX {
                 hist.saturating_record(u64::from(*l).max(1));
