@@ -34,8 +34,14 @@
 # changes, and one of another namespace counts as leaked. SSE and ws only (the
 # Kubernetes face refuses a narrowed all-namespace watch with 403).
 #
+#
+# TRANSPORT is sse, ws, watch, or (kubefan only) `wsmuxK`: kubefan's
+# multiplexed WebSocket, `/ws`, K subscriptions per socket; N counts
+# subscriptions, so 10000:wsmux10 is 1,000 sockets of 10.
+#
 #   SERVERS=kubefan POINTS="10000:sse:jwt" bash loadtest/run-points.sh
 #   SERVERS=kubefan POINTS="10000:sse:rbac" bash loadtest/run-points.sh
+#   SERVERS=kubefan POINTS="10000:wsmux1 10000:wsmux10" bash loadtest/run-points.sh
 #
 # Binaries are built into $CARGO_TARGET_DIR (default target/).
 set -euo pipefail
@@ -80,6 +86,10 @@ fi
 for point in $POINTS; do
   IFS=: read -r n transport mode <<<"$point"
   mode=${mode:-plain}
+  transport_run=(--transport "$transport")
+  if [[ "$transport" =~ ^wsmux([0-9]+)$ ]]; then
+    transport_run=(--transport ws-mux --ws-mux-subscriptions "${BASH_REMATCH[1]}")
+  fi
   tls_serve=(); tls_run=(); scheme=http; suffix=""
   if [ "$mode" = tls ] || [ "$mode" = h2 ]; then
     tls_serve=(--tls-cert-file "$CERT/cert.pem" --tls-key-file "$CERT/key.pem")
@@ -131,6 +141,7 @@ for point in $POINTS; do
   for server in $SERVERS; do
     for rep in $(seq "$REPS"); do
       [ "$mode" != plain ] && [ "$server" != kubefan ] && continue
+      [[ "$transport" == wsmux* ]] && [ "$server" != kubefan ] && continue
       file="$OUT/$server-$transport$suffix-$n-$rep.json"
       if [ "$server" = kubefan ]; then
         rm -f /tmp/lt.kubeconfig
@@ -196,7 +207,7 @@ PY
         sim=""
       fi
       taskset -c 1 "$BIN/loadtest" run --server "$server" --base "$base" --sim http://127.0.0.1:18001 \
-        --pid "$pid" --transport "$transport" --subscribers "$n" --rate "$RATE" \
+        --pid "$pid" "${transport_run[@]}" --subscribers "$n" --rate "$RATE" \
         --duration-secs "$DURATION" --workers "$workers" --payload "$PAYLOAD" "${tls_run[@]}" --out "$file" >/dev/null
       kill "$srv" ${sim:+"$sim"} 2>/dev/null || true
       wait 2>/dev/null || true

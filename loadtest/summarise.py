@@ -16,6 +16,8 @@ for f in glob.glob(os.path.join(results, "*.json")):
         transport += " HTTP/2 (TLS, %d streams/conn)" % r["h2_streams_per_connection"]
     elif r.get("tls"):
         transport += " TLS"
+    if r.get("ws_mux_subscriptions"):
+        transport += " (%d per socket)" % r["ws_mux_subscriptions"]
     if r.get("auth"):
         transport += " (%s)" % r["auth"]
     if (r.get("namespaces") or 1) > 1:

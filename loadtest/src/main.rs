@@ -88,8 +88,14 @@ struct RunArgs {
     root_pid: Option<u32>,
     #[arg(long, value_enum, default_value = "sse")]
     transport: Transport,
+    /// Subscribers: SSE or watch streams, single-stream WebSockets, or
+    /// with `--transport ws-mux` subscriptions (on N /
+    /// `--ws-mux-subscriptions` sockets).
     #[arg(long, default_value_t = 1000)]
     subscribers: usize,
+    /// `--transport ws-mux`: subscriptions per `/ws` socket.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    ws_mux_subscriptions: u64,
     /// Changes per second (open loop).
     #[arg(long, default_value_t = 10.0)]
     rate: f64,
@@ -335,6 +341,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .transpose()?,
         first: 0,
         namespaces: args.namespaces,
+        ws_mux: args.ws_mux_subscriptions as usize,
     };
     let auth = match (&args.cookie_file, &args.bearer_file) {
         (Some(_), _) => Some("cookie"),
@@ -489,6 +496,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "server": args.server, "transport": args.transport, "subscribers": args.subscribers,
         "tls": args.tls_ca.is_some(), "h2_streams_per_connection": args.h2_streams_per_connection,
         "auth": auth,
+        "ws_mux_subscriptions": (args.transport == Transport::WsMux).then_some(args.ws_mux_subscriptions),
         "rate": args.rate, "duration_secs": args.duration_secs, "changes": changes,
         "failed_connections": failed, "publish_errors": publish_errors,
         "expected": expected, "delivered": delivered, "lost": expected.saturating_sub(delivered),
@@ -558,6 +566,7 @@ async fn herd(args: HerdArgs) -> anyhow::Result<()> {
         bearer_file: None,
         first: 0,
         namespaces: 1,
+        ws_mux: 1,
     };
     let started = Instant::now();
     let mut all = FuturesUnordered::new();
@@ -567,7 +576,7 @@ async fn herd(args: HerdArgs) -> anyhow::Result<()> {
         all.push(async move {
             let client = Client::Http(client_for(local, None)?);
             // `connect` returns once the snapshot's end marker has arrived.
-            connect(&target, &client, local, None)
+            connect(&target, &client, local, None, i..i + 1)
                 .await
                 .map(|_| started.elapsed())
         });

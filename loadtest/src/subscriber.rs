@@ -113,6 +113,9 @@ pub enum Transport {
     Ws,
     /// The Kubernetes watch face (kubefan only).
     Watch,
+    /// kubefan's multiplexed WebSocket, `GET /ws`: several subscriptions
+    /// per socket (`--ws-mux-subscriptions`), each a subscriber.
+    WsMux,
 }
 
 /// Where and how to subscribe.
@@ -150,6 +153,9 @@ pub struct Target {
     /// stream every namespace (no `namespace=`).
     #[serde(default)]
     pub namespaces: usize,
+    /// `ws-mux`: subscriptions per socket.
+    #[serde(default)]
+    pub ws_mux: usize,
 }
 
 /// The namespace of change `seq` (and of target pod `seq`) when changes
@@ -250,6 +256,10 @@ impl Target {
                 _ => format!("{}/sub/loadtest", self.base),
             };
         }
+        if self.transport == Transport::WsMux {
+            // What to subscribe to is in the subscribe messages.
+            return format!("{ws_base}/ws");
+        }
         // Spread over namespaces: every namespace, narrowed (or not) by
         // what the subscriber's token may see.
         let all = self.namespaces > 1;
@@ -282,6 +292,17 @@ impl Target {
         let sep = if query.is_empty() { "" } else { "?" };
         format!("{base}{path}{sep}{}", query.join("&"))
     }
+
+    /// The `/ws` message subscribing to what [`Target::url`] streams
+    /// otherwise, as subscription `s{id}`.
+    fn subscribe_message(&self, id: usize) -> String {
+        let mut msg =
+            serde_json::json!({"op": "subscribe", "id": format!("s{id}"), "resource": "pods"});
+        if self.namespaces <= 1 {
+            msg["namespace"] = "loadtest".into();
+        }
+        msg.to_string()
+    }
 }
 
 /// Marks the end of kubefan's snapshot on every transport.
@@ -291,6 +312,8 @@ pub const SNAPSHOT_END: &[u8] = b"k8s.io/initial-events-end";
 pub enum Conn {
     Http(futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>),
     Ws(Box<WsConn>),
+    /// A `/ws` socket carrying one or more subscriptions (`s0`, `s1`, ...).
+    WsMux(Box<WsConn>),
     /// An HTTP/2 stream; its window is given back as it is read.
     H2(h2::RecvStream),
 }
@@ -459,6 +482,27 @@ impl WsConn {
         Ok(Some((opcode, frame.freeze())))
     }
 
+    /// Sends a text message in one frame, masked (with a zero key, which
+    /// leaves the payload as it is).
+    async fn send_text(&mut self, payload: &[u8]) -> anyhow::Result<()> {
+        let mut frame = vec![0x80 | OP_TEXT];
+        match payload.len() {
+            n if n < 126 => frame.push(0x80 | n as u8),
+            n if n <= 0xffff => {
+                frame.push(0x80 | 126);
+                frame.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                frame.push(0x80 | 127);
+                frame.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        frame.extend_from_slice(&[0, 0, 0, 0]);
+        frame.extend_from_slice(payload);
+        self.tcp.write_all(&frame).await?;
+        Ok(())
+    }
+
     /// Answers a ping; a client's frames are masked (here with a zero key,
     /// which leaves the payload as it is).
     async fn pong(&mut self, payload: &[u8]) -> anyhow::Result<()> {
@@ -470,21 +514,27 @@ impl WsConn {
 }
 
 /// Connects and reads until the snapshot is complete (kubefan) or the
-/// response has started (nchan).
+/// response has started (nchan). `subscriptions` are the run-wide indexes
+/// of the subscribers the connection carries: one, or on a `/ws` socket
+/// as many as it has subscriptions.
 pub async fn connect(
     target: &Target,
     client: &Client,
     local: IpAddr,
     credential: Option<&Credential>,
+    subscriptions: std::ops::Range<usize>,
 ) -> anyhow::Result<Conn> {
     let url = target.url();
     let nchan = target.server != "kubefan";
+    if nchan && target.transport == Transport::WsMux {
+        bail!("ws-mux is kubefan's /ws");
+    }
     let client = match client {
         Client::Http(client) => client,
         Client::H2(send) => return connect_h2(target, send.clone(), &url, credential).await,
     };
     match target.transport {
-        Transport::Ws => {
+        Transport::Ws | Transport::WsMux => {
             let socket = tokio::net::TcpSocket::new_v4()?;
             socket.bind((local, 0).into())?;
             let mut parts = url.splitn(4, '/');
@@ -493,6 +543,10 @@ pub async fn connect(
             let addr: std::net::SocketAddr = host.parse()?;
             let stream = socket.connect(addr).await?;
             let mut ws = WsConn::handshake(stream, host, &path, credential).await?;
+            if target.transport == Transport::WsMux {
+                subscribe_all(target, &mut ws, subscriptions.len()).await?;
+                return Ok(Conn::WsMux(Box::new(ws)));
+            }
             if !nchan {
                 loop {
                     match ws.next().await? {
@@ -539,6 +593,42 @@ pub async fn connect(
     }
 }
 
+/// Subscribes `n` times on a `/ws` socket (`s0` ... `s{n-1}`) and reads
+/// until every subscription's snapshot is complete.
+async fn subscribe_all(target: &Target, ws: &mut WsConn, n: usize) -> anyhow::Result<()> {
+    for id in 0..n {
+        ws.send_text(target.subscribe_message(id).as_bytes())
+            .await?;
+    }
+    let mut snapshots = vec![false; n];
+    let mut pending = n;
+    while pending > 0 {
+        let msg = ws
+            .next()
+            .await?
+            .context("the /ws socket closed before its snapshots")?;
+        if memmem::find(&msg, br#""type":"ERROR""#).is_some() {
+            bail!("/ws: {}", String::from_utf8_lossy(&msg));
+        }
+        if memmem::find(&msg, SNAPSHOT_END).is_some() {
+            let id = mux_sub(&msg).context("a /ws message names its subscription")?;
+            if let Some(done) = snapshots.get_mut(id).filter(|d| !**d) {
+                *done = true;
+                pending -= 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The subscription a `/ws` message is for: `N` of its leading
+/// `{"sub":"sN",`.
+fn mux_sub(msg: &[u8]) -> Option<usize> {
+    let rest = msg.strip_prefix(br#"{"sub":"s"#)?;
+    let end = rest.iter().position(|b| !b.is_ascii_digit())?;
+    std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
+}
+
 /// An HTTP/2 stream, read until its snapshot is complete.
 async fn connect_h2(
     target: &Target,
@@ -546,7 +636,7 @@ async fn connect_h2(
     url: &str,
     credential: Option<&Credential>,
 ) -> anyhow::Result<Conn> {
-    if target.transport == Transport::Ws {
+    if matches!(target.transport, Transport::Ws | Transport::WsMux) {
         bail!("WebSocket is HTTP/1.1 only (kubefan does not offer RFC 8441)");
     }
     let mut send = send.ready().await?;
@@ -578,9 +668,21 @@ async fn connect_h2(
     Ok(Conn::H2(body))
 }
 
-/// Reads changes into `seen` until `deadline`, or until every change it
-/// is to get has arrived.
-pub async fn read(conn: Conn, mut seen: Seen, deadline: tokio::time::Instant) -> Seen {
+/// Reads changes into `seen` (one per subscriber the connection carries)
+/// until `deadline`, or until every change each is to get has arrived.
+pub async fn read(conn: Conn, mut seen: Vec<Seen>, deadline: tokio::time::Instant) -> Vec<Seen> {
+    if let Conn::WsMux(ws) = conn {
+        return read_mux(*ws, seen, deadline).await;
+    }
+    let Some(one) = seen.pop() else {
+        return seen;
+    };
+    seen.push(read_one(conn, one, deadline).await);
+    seen
+}
+
+/// [`read`] for a connection carrying one subscriber.
+async fn read_one(conn: Conn, mut seen: Seen, deadline: tokio::time::Instant) -> Seen {
     let mut buf: Vec<u8> = Vec::new();
     match conn {
         Conn::Http(_) | Conn::H2(_) => {
@@ -615,6 +717,33 @@ pub async fn read(conn: Conn, mut seen: Seen, deadline: tokio::time::Instant) ->
                 break;
             }
         },
+        Conn::WsMux(_) => unreachable!("read_mux reads /ws sockets"),
+    }
+    seen
+}
+
+/// [`read`] for a `/ws` socket: each message to the subscriber it names.
+async fn read_mux(
+    mut ws: WsConn,
+    mut seen: Vec<Seen>,
+    deadline: tokio::time::Instant,
+) -> Vec<Seen> {
+    let mut complete = vec![false; seen.len()];
+    let mut pending = seen.len();
+    while pending > 0 {
+        let next = tokio::time::timeout_at(deadline, ws.next()).await;
+        let Ok(Ok(Some(msg))) = next else { break };
+        let Some(id) = mux_sub(&msg).filter(|id| *id < seen.len()) else {
+            continue;
+        };
+        if memmem::find(&msg, b"\"RESET\"").is_some() {
+            seen[id].resets += 1;
+        }
+        seen[id].record(&msg);
+        if !complete[id] && seen[id].complete() {
+            complete[id] = true;
+            pending -= 1;
+        }
     }
     seen
 }
@@ -633,7 +762,7 @@ async fn next_chunk(conn: &mut Conn, deadline: tokio::time::Instant) -> Option<B
             }
             _ => None,
         },
-        Conn::Ws(_) => None,
+        Conn::Ws(_) | Conn::WsMux(_) => None,
     }
 }
 
@@ -687,6 +816,121 @@ mod tests {
         assert_eq!(ws.next().await.unwrap().unwrap(), vec![b'a'; 300]);
         assert_eq!(ws.next().await.unwrap(), None, "Close ends it");
         assert_eq!(server.await.unwrap(), [0x8A, 0x81, 0, 0, 0, 0, b'p']);
+    }
+
+    /// A text frame as a server sends it (unmasked, payload under 64 KiB).
+    fn server_text(payload: &str) -> Vec<u8> {
+        let mut frame = vec![0x81];
+        if payload.len() < 126 {
+            frame.push(payload.len() as u8);
+        } else {
+            frame.push(126);
+            frame.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+        }
+        frame.extend_from_slice(payload.as_bytes());
+        frame
+    }
+
+    #[tokio::test]
+    async fn a_ws_mux_socket_subscribes_k_times_and_sorts_deliveries_by_subscription() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut input = Vec::new();
+            while memmem::find(&input, b"\r\n\r\n").is_none() {
+                let mut chunk = [0u8; 4096];
+                let n = tcp.read(&mut chunk).await.unwrap();
+                input.extend_from_slice(&chunk[..n]);
+            }
+            let end = memmem::find(&input, b"\r\n\r\n").unwrap() + 4;
+            let head = String::from_utf8_lossy(&input[..end]).into_owned();
+            input.drain(..end);
+            tcp.write_all(b"HTTP/1.1 101 Switching Protocols\r\n\r\n")
+                .await
+                .unwrap();
+            // Two masked text frames (a zero key).
+            let mut subscribes = Vec::new();
+            while subscribes.len() < 2 {
+                if input.len() >= 2 {
+                    let (len, header) = match input[1] & 0x7f {
+                        126 if input.len() >= 4 => {
+                            (u16::from_be_bytes([input[2], input[3]]) as usize, 8)
+                        }
+                        126 => (usize::MAX, 0),
+                        n => (n as usize, 6),
+                    };
+                    if len != usize::MAX && input.len() >= header + len {
+                        assert_eq!(input[0], 0x81);
+                        assert_eq!(input[1] & 0x80, 0x80, "masked");
+                        subscribes
+                            .push(String::from_utf8(input[header..header + len].to_vec()).unwrap());
+                        input.drain(..header + len);
+                        continue;
+                    }
+                }
+                let mut chunk = [0u8; 4096];
+                let n = tcp.read(&mut chunk).await.unwrap();
+                input.extend_from_slice(&chunk[..n]);
+            }
+            let end = r#"{"type":"BOOKMARK","object":{"metadata":{"annotations":{"k8s.io/initial-events-end":"true"}}},"id":"1"}"#;
+            let mut out = Vec::new();
+            for sub in ["s1", "s0"] {
+                out.extend(server_text(&format!(r#"{{"sub":"{sub}",{}"#, &end[1..])));
+            }
+            let now = now_nanos();
+            for (sub, seq) in [("s0", 0), ("s0", 0), ("s1", 0), ("s1", 1), ("s0", 1)] {
+                out.extend(server_text(&format!(
+                    r#"{{"sub":"{sub}","type":"MODIFIED","object":{{"metadata":{{"annotations":{{"loadtest/sent":"{seq}:{now}"}}}}}}}}"#
+                )));
+            }
+            tcp.write_all(&out).await.unwrap();
+            (head, subscribes)
+        });
+        let target = Target {
+            server: "kubefan".into(),
+            base: format!("http://{addr}"),
+            transport: Transport::WsMux,
+            path: None,
+            ca_pem: None,
+            h2_streams: 0,
+            cookie_file: None,
+            bearer_file: None,
+            first: 0,
+            namespaces: 1,
+            ws_mux: 2,
+        };
+        let client = Client::Http(client_for("127.0.0.1".parse().unwrap(), None).unwrap());
+        let credential = bearer_line("tok");
+        let conn = connect(
+            &target,
+            &client,
+            "127.0.0.1".parse().unwrap(),
+            Some(&credential),
+            0..2,
+        )
+        .await
+        .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let seen = read(
+            conn,
+            vec![Seen::new(2, vec![]), Seen::new(2, vec![])],
+            deadline,
+        )
+        .await;
+        let (head, subscribes) = server.await.unwrap();
+        assert!(head.starts_with("GET /ws HTTP/1.1\r\n"), "{head}");
+        assert!(head.contains("Authorization: Bearer tok\r\n"), "{head}");
+        let first: serde_json::Value = serde_json::from_str(&subscribes[0]).unwrap();
+        assert_eq!(
+            first,
+            serde_json::json!({"op": "subscribe", "id": "s0", "resource": "pods", "namespace": "loadtest"})
+        );
+        assert!(seen.iter().all(|s| s.complete()));
+        assert_eq!(seen[0].duplicates, 1);
+        assert_eq!(seen[1].duplicates, 0);
+        assert_eq!(mux_sub(br#"{"sub":"s12","type":"ADDED"}"#), Some(12));
+        assert_eq!(mux_sub(br#"{"sub":null,"type":"ERROR"}"#), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::subscriber::{
-    Client, Seen, Target, client_for, connect, credentials, h2_connection, read,
+    Client, Seen, Target, Transport, client_for, connect, credentials, h2_connection, read,
 };
 
 #[derive(Serialize, Deserialize)]
@@ -76,11 +76,18 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?
     };
     let credentials = std::sync::Arc::new(credentials(&cfg.target)?);
-    let mut conns = Vec::with_capacity(cfg.subscribers);
-    let mut failed = 0;
+    // Subscribers per connection: a `/ws` socket carries several, each
+    // other connection (or HTTP/2 stream) one.
+    let per_socket = match cfg.target.transport {
+        Transport::WsMux => cfg.target.ws_mux.max(1),
+        _ => 1,
+    };
+    let sockets = cfg.subscribers.div_ceil(per_socket);
+    let mut conns = Vec::with_capacity(sockets);
+    let mut failed = 0u64;
     // At most 256 handshakes in flight.
     let mut pending = FuturesUnordered::new();
-    for i in 0..cfg.subscribers {
+    for i in 0..sockets {
         let client = match i.checked_div(per_connection) {
             Some(connection) => clients[connection].clone(),
             None => clients[i % clients.len()].clone(),
@@ -88,28 +95,37 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
         let target = cfg.target.clone();
         let local = local_address(i, cfg.first_address, cfg.addresses);
         let credentials = credentials.clone();
+        // The run-wide indexes of the subscribers on this connection; its
+        // credential is the first one's.
+        let subscribers = target.first + i * per_socket
+            ..target.first + ((i + 1) * per_socket).min(cfg.subscribers);
         pending.push(async move {
+            let n = subscribers.len();
             let credential = (!credentials.is_empty())
-                .then(|| &credentials[(target.first + i) % credentials.len()]);
+                .then(|| &credentials[subscribers.start % credentials.len()]);
             let wanted = credential.map_or(Vec::new(), |c| c.wanted(target.namespaces));
-            tokio::time::timeout(
+            let conn = tokio::time::timeout(
                 Duration::from_secs(60),
-                connect(&target, &client, local, credential),
+                connect(&target, &client, local, credential, subscribers),
             )
-            .await
-            .map(|conn| conn.map(|conn| (conn, wanted)))
+            .await;
+            match conn {
+                Ok(Ok(conn)) => Ok((conn, wanted, n)),
+                _ => Err(n),
+            }
         });
         if pending.len() >= 256 {
             match pending.next().await {
-                Some(Ok(Ok(c))) => conns.push(c),
-                _ => failed += 1,
+                Some(Ok(c)) => conns.push(c),
+                Some(Err(n)) => failed += n as u64,
+                None => {}
             }
         }
     }
     while let Some(r) = pending.next().await {
         match r {
-            Ok(Ok(c)) => conns.push(c),
-            _ => failed += 1,
+            Ok(c) => conns.push(c),
+            Err(n) => failed += n as u64,
         }
     }
     let mut out = tokio::io::stdout();
@@ -124,7 +140,10 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(deadline_ms);
     let tasks: Vec<_> = conns
         .into_iter()
-        .map(|(c, wanted)| tokio::spawn(read(c, Seen::new(changes, wanted), deadline)))
+        .map(|(c, wanted, n)| {
+            let seen = (0..n).map(|_| Seen::new(changes, wanted.clone())).collect();
+            tokio::spawn(read(c, seen, deadline))
+        })
         .collect();
     // Readers are running: the coordinator may start publishing.
     out.write_all(b"STARTED\n").await?;
@@ -135,8 +154,11 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
         failed_connections: failed,
         ..WorkerReport::default()
     };
-    for t in tasks {
-        let seen = t.await?;
+    for seen in futures::future::try_join_all(tasks)
+        .await?
+        .into_iter()
+        .flatten()
+    {
         report.duplicates += seen.duplicates;
         report.resets += seen.resets;
         report.expected += seen.expected();
