@@ -10,38 +10,46 @@
 #   OUT=/tmp/scratch SERVERS=kubefan POINTS="10000:watch" REPS=1 bash loadtest/run-points.sh
 #   SERVERS=kubefan POINTS="10000:sse 10000:sse:tls 10000:sse:h2" bash loadtest/run-points.sh
 #
-# A point is N:TRANSPORT[:MODE]; MODE (kubefan only) is `plain` (default),
-# `tls` (HTTP/1.1 over TLS, one connection per subscriber), `h2` (HTTP/2
-# over TLS, H2_STREAMS streams per connection, default 100), with a
-# self-signed P-256 certificate made here, or `session`: every subscriber
-# signed in, with a session of its own (`--auth oidc`, sessions sealed by
-# `kubefan session-cookies`; SESSIONS=K shares K sessions out instead), its
-# user's group bound by a ClusterRoleBinding in the simulated cluster's RBAC,
-# or `jwt`: `--auth jwt`, every subscriber with a bearer token of its own
-# (TOKENS=K shares K out instead), valid 2 h and granting pods in namespace
-# loadtest, minted by `loadtest mint-jwt` with a key made here: JWT_ALG
-# HS256 (default: a random secret, `--jwt-secret-file`), ES256, RS256 or
-# EdDSA (a key pair, `--jwt-public-key-file`).
-
-# `rbac`: `--auth kubernetes --authorization rbac` against the simulated API
-# server in RBAC mode with USERS users (default 100, `loadtest-U`, each a
-# token of the simulator's) over NAMESPACES namespaces (default 10,
-# `loadtest-K`): user U is bound by its namespace's RoleBinding (to ClusterRole
-# loadtest-pod-reader) in loadtest-(U mod NAMESPACES) alone. The changes are
-# spread over those namespaces (one target pod each), and every subscriber
-# streams every namespace (`/stream/pods`, no namespace=), so kubefan narrows
-# each stream to its user's namespace: a subscriber is to get a tenth of the
-# changes, and one of another namespace counts as leaked. SSE and ws only (the
-# Kubernetes face refuses a narrowed all-namespace watch with 403).
-#
+# A point is N:TRANSPORT[:MODE].
 #
 # TRANSPORT is sse, ws, watch, or (kubefan only) `wsmuxK`: kubefan's
 # multiplexed WebSocket, `/ws`, K subscriptions per socket; N counts
 # subscriptions, so 10000:wsmux10 is 1,000 sockets of 10.
 #
+# MODE (kubefan only):
+# - `plain` (default).
+# - `tls`: HTTP/1.1 over TLS, one connection per subscriber; `h2`: HTTP/2
+#   over TLS, H2_STREAMS streams per connection (default 100); with a
+#   self-signed P-256 certificate made here.
+# - `session`: every subscriber signed in, with a session of its own
+#   (`--auth oidc`, sessions sealed by `kubefan session-cookies`; SESSIONS=K
+#   shares K sessions out instead), its user's group bound by a
+#   ClusterRoleBinding in the simulated cluster's RBAC.
+# - `jwt`: `--auth jwt`, every subscriber with a bearer token of its own
+#   (TOKENS=K shares K out instead), valid 2 h and granting pods in namespace
+#   loadtest, minted by `loadtest mint-jwt` with a key made here: JWT_ALG
+#   HS256 (default: a random secret, `--jwt-secret-file`), ES256, RS256 or
+#   EdDSA (a key pair, `--jwt-public-key-file`).
+# - `rbac`: `--auth kubernetes --authorization rbac` against the simulated
+#   API server in RBAC mode with USERS users (default 100, `loadtest-U`, each
+#   a token of the simulator's) over NAMESPACES namespaces (default 10,
+#   `loadtest-K`): user U is bound by its namespace's RoleBinding (to
+#   ClusterRole loadtest-pod-reader) in loadtest-(U mod NAMESPACES) alone. The
+#   changes are spread over those namespaces (one target pod each), and every
+#   subscriber streams every namespace (`/stream/pods`, no namespace=), so
+#   kubefan narrows each stream to its user's namespace: a subscriber is to
+#   get a tenth of the changes, and one of another namespace counts as
+#   leaked. sse, ws and wsmuxK only (the Kubernetes face refuses a narrowed
+#   all-namespace watch with 403).
+# - `views=V`: the subscribers spread over V distinct views, label selectors
+#   `loadtest-view!=vI` that every pod matches (subscriber i takes I = i mod
+#   V), so every subscriber still gets every change but kubefan encodes each
+#   change once per view instead of once for all.
+#
 #   SERVERS=kubefan POINTS="10000:sse:jwt" bash loadtest/run-points.sh
 #   SERVERS=kubefan POINTS="10000:sse:rbac" bash loadtest/run-points.sh
 #   SERVERS=kubefan POINTS="10000:wsmux1 10000:wsmux10" bash loadtest/run-points.sh
+#   SERVERS=kubefan POINTS="10000:sse:views=1000" bash loadtest/run-points.sh
 #
 # Binaries are built into $CARGO_TARGET_DIR (default target/).
 set -euo pipefail
@@ -131,6 +139,10 @@ for point in $POINTS; do
     tls_serve=(--auth kubernetes --authorization rbac)
     tls_run=(--bearer-file "$RBAC/tokens" --sim-token-file "$RBAC/admin-token"
       --namespaces "${NAMESPACES:-10}"); suffix="-rbac"
+  elif [[ "$mode" == views=* ]]; then
+    tls_run=(--views "${mode#views=}"); suffix="-views${mode#views=}"
+  elif [ "$mode" != plain ]; then
+    echo "$point: MODE is plain, tls, h2, session, jwt, rbac or views=V" >&2; exit 1
   fi
   sim_args=()
   if [ "$mode" = rbac ]; then

@@ -20,6 +20,8 @@ for f in glob.glob(os.path.join(results, "*.json")):
         transport += " (%d per socket)" % r["ws_mux_subscriptions"]
     if r.get("auth"):
         transport += " (%s)" % r["auth"]
+    if r.get("views"):
+        transport += ", %d views" % r["views"]
     if (r.get("namespaces") or 1) > 1:
         transport += ", %d namespaces" % r["namespaces"]
     runs[(r["server"], transport, r["subscribers"])].append(r)

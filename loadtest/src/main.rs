@@ -93,6 +93,12 @@ struct RunArgs {
     /// `--ws-mux-subscriptions` sockets).
     #[arg(long, default_value_t = 1000)]
     subscribers: usize,
+    /// kubefan: spread the subscribers over this many distinct views
+    /// (label selectors `loadtest-view!=vI`, which every pod matches:
+    /// each view gets and encodes every change); 0: one view, no
+    /// selector.
+    #[arg(long, default_value_t = 0)]
+    views: usize,
     /// `--transport ws-mux`: subscriptions per `/ws` socket.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
     ws_mux_subscriptions: u64,
@@ -307,8 +313,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     if args.server == "kubefan" {
         setup_kubefan(&http, &args.sim, sim_token.as_deref(), args.namespaces).await?;
-    } else if args.namespaces > 1 {
-        bail!("--namespaces is for kubefan");
+    } else if args.namespaces > 1 || args.views > 0 {
+        bail!("--namespaces and --views are for kubefan");
     }
     let before = stats_of(&args.pid);
     let root_before = args.root_pid.and_then(proc_stats);
@@ -342,6 +348,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         first: 0,
         namespaces: args.namespaces,
         ws_mux: args.ws_mux_subscriptions as usize,
+        views: args.views,
     };
     let auth = match (&args.cookie_file, &args.bearer_file) {
         (Some(_), _) => Some("cookie"),
@@ -501,6 +508,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "failed_connections": failed, "publish_errors": publish_errors,
         "expected": expected, "delivered": delivered, "lost": expected.saturating_sub(delivered),
         "duplicates": dups, "resets": resets, "namespaces": args.namespaces, "leaked": leaked,
+        "views": args.views,
         "latency_ms": {"p50": total.value_at_quantile(0.5) as f64 / 1000.0,
             "p99": total.value_at_quantile(0.99) as f64 / 1000.0, "max": total.max() as f64 / 1000.0},
         "last_subscriber_ms": {"p50": pct(0.5) as f64 / 1000.0, "p99": pct(0.99) as f64 / 1000.0,
@@ -567,6 +575,7 @@ async fn herd(args: HerdArgs) -> anyhow::Result<()> {
         first: 0,
         namespaces: 1,
         ws_mux: 1,
+        views: 0,
     };
     let started = Instant::now();
     let mut all = FuturesUnordered::new();

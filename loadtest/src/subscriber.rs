@@ -156,6 +156,19 @@ pub struct Target {
     /// `ws-mux`: subscriptions per socket.
     #[serde(default)]
     pub ws_mux: usize,
+    /// kubefan: distinct views the subscribers are spread over (0: one,
+    /// no selector). Subscriber `i` of the run selects
+    /// [`view_selector`]`(i % views)`.
+    #[serde(default)]
+    pub views: usize,
+}
+
+/// A label selector of its own for view `v` that every pod matches: no pod
+/// has the label `loadtest-view`, and `!=` matches a missing label. kubefan
+/// keys views by their parsed selectors, so V of them are V views, each
+/// getting (and encoding) every change.
+pub fn view_selector(v: usize) -> String {
+    format!("loadtest-view!=v{v}")
 }
 
 /// The namespace of change `seq` (and of target pod `seq`) when changes
@@ -245,7 +258,14 @@ fn bearer_line(line: &str) -> Credential {
 }
 
 impl Target {
-    fn url(&self) -> String {
+    /// The view selector of subscriber `index` of the run, if views are
+    /// spread.
+    fn selector(&self, index: usize) -> Option<String> {
+        (self.views > 0).then(|| view_selector(index % self.views))
+    }
+
+    /// What subscriber `index` of the run subscribes to.
+    fn url(&self, index: usize) -> String {
         if let Some(path) = &self.path {
             return format!("{}{path}", self.base);
         }
@@ -289,17 +309,27 @@ impl Target {
                 (base, "/stream/pods")
             }
         };
+        if let Some(selector) = self.selector(index) {
+            // `!` and `=` percent-encoded (`%21%3D`).
+            query.push(format!(
+                "labelSelector={}",
+                selector.replace('!', "%21").replace('=', "%3D")
+            ));
+        }
         let sep = if query.is_empty() { "" } else { "?" };
         format!("{base}{path}{sep}{}", query.join("&"))
     }
 
     /// The `/ws` message subscribing to what [`Target::url`] streams
-    /// otherwise, as subscription `s{id}`.
-    fn subscribe_message(&self, id: usize) -> String {
+    /// otherwise, as subscription `s{id}` for subscriber `index` of the run.
+    fn subscribe_message(&self, id: usize, index: usize) -> String {
         let mut msg =
             serde_json::json!({"op": "subscribe", "id": format!("s{id}"), "resource": "pods"});
         if self.namespaces <= 1 {
             msg["namespace"] = "loadtest".into();
+        }
+        if let Some(selector) = self.selector(index) {
+            msg["labelSelector"] = selector.into();
         }
         msg.to_string()
     }
@@ -524,7 +554,7 @@ pub async fn connect(
     credential: Option<&Credential>,
     subscriptions: std::ops::Range<usize>,
 ) -> anyhow::Result<Conn> {
-    let url = target.url();
+    let url = target.url(subscriptions.start);
     let nchan = target.server != "kubefan";
     if nchan && target.transport == Transport::WsMux {
         bail!("ws-mux is kubefan's /ws");
@@ -544,7 +574,7 @@ pub async fn connect(
             let stream = socket.connect(addr).await?;
             let mut ws = WsConn::handshake(stream, host, &path, credential).await?;
             if target.transport == Transport::WsMux {
-                subscribe_all(target, &mut ws, subscriptions.len()).await?;
+                subscribe_all(target, &mut ws, subscriptions.clone()).await?;
                 return Ok(Conn::WsMux(Box::new(ws)));
             }
             if !nchan {
@@ -593,11 +623,17 @@ pub async fn connect(
     }
 }
 
-/// Subscribes `n` times on a `/ws` socket (`s0` ... `s{n-1}`) and reads
-/// until every subscription's snapshot is complete.
-async fn subscribe_all(target: &Target, ws: &mut WsConn, n: usize) -> anyhow::Result<()> {
-    for id in 0..n {
-        ws.send_text(target.subscribe_message(id).as_bytes())
+/// Subscribes on a `/ws` socket for each of `subscribers` (run-wide
+/// indexes; `s0` ... `s{n-1}`) and reads until every subscription's
+/// snapshot is complete.
+async fn subscribe_all(
+    target: &Target,
+    ws: &mut WsConn,
+    subscribers: std::ops::Range<usize>,
+) -> anyhow::Result<()> {
+    let n = subscribers.len();
+    for (id, index) in subscribers.enumerate() {
+        ws.send_text(target.subscribe_message(id, index).as_bytes())
             .await?;
     }
     let mut snapshots = vec![false; n];
@@ -899,6 +935,7 @@ mod tests {
             first: 0,
             namespaces: 1,
             ws_mux: 2,
+            views: 0,
         };
         let client = Client::Http(client_for("127.0.0.1".parse().unwrap(), None).unwrap());
         let credential = bearer_line("tok");
@@ -931,6 +968,46 @@ mod tests {
         assert_eq!(seen[1].duplicates, 0);
         assert_eq!(mux_sub(br#"{"sub":"s12","type":"ADDED"}"#), Some(12));
         assert_eq!(mux_sub(br#"{"sub":null,"type":"ERROR"}"#), None);
+    }
+
+    #[test]
+    fn views_are_distinct_selectors_every_pod_matches_on_every_transport() {
+        let target = |transport, views| Target {
+            server: "kubefan".into(),
+            base: "http://h:1".into(),
+            transport,
+            path: None,
+            ca_pem: None,
+            h2_streams: 0,
+            cookie_file: None,
+            bearer_file: None,
+            first: 0,
+            namespaces: 1,
+            ws_mux: 1,
+            views,
+        };
+        assert_eq!(
+            target(Transport::Sse, 0).url(7),
+            "http://h:1/stream/pods?namespace=loadtest"
+        );
+        assert_eq!(
+            target(Transport::Sse, 1000).url(1007),
+            "http://h:1/stream/pods?namespace=loadtest&labelSelector=loadtest-view%21%3Dv7"
+        );
+        assert_eq!(
+            target(Transport::Ws, 1000).url(3),
+            "ws://h:1/stream/pods?namespace=loadtest&labelSelector=loadtest-view%21%3Dv3"
+        );
+        assert!(
+            target(Transport::Watch, 10)
+                .url(12)
+                .ends_with("&labelSelector=loadtest-view%21%3Dv2")
+        );
+        let msg: serde_json::Value =
+            serde_json::from_str(&target(Transport::WsMux, 1000).subscribe_message(4, 2004))
+                .unwrap();
+        assert_eq!(msg["id"], "s4");
+        assert_eq!(msg["labelSelector"], "loadtest-view!=v4");
     }
 
     #[test]
