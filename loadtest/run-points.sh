@@ -79,6 +79,15 @@ BIN=${CARGO_TARGET_DIR:-target}/release
 KUBEFAN=${KUBEFAN_BIN:-$BIN/kubefan}
 ulimit -n 20000
 
+# A server left on a port (another run's, or one that did not stop) would
+# answer in place of the one started here, and be measured instead.
+ports_free() {
+  for port in "$@"; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "127.0.0.1:$port is already taken (another run?); stop it first" >&2; return 1
+    fi
+  done
+}
 wait_http() { for _ in $(seq 100); do curl -sf -o /dev/null "$@" && return 0; sleep 0.1; done; echo "no answer from $1" >&2; return 1; }
 
 H2_STREAMS=${H2_STREAMS:-100}
@@ -156,6 +165,7 @@ for point in $POINTS; do
       [[ "$transport" == wsmux* ]] && [ "$server" != kubefan ] && continue
       file="$OUT/$server-$transport$suffix-$n-$rep.json"
       if [ "$server" = kubefan ]; then
+        ports_free 18001 18080
         rm -f /tmp/lt.kubeconfig
         taskset -c 0 "$KUBEFAN" sim --listen 127.0.0.1:18001 --kubeconfig-out /tmp/lt.kubeconfig \
           --churn-rate 0 --pods 100 "${sim_args[@]}" >/tmp/lt-sim.log 2>&1 &
@@ -205,11 +215,13 @@ PY
         wait_http "$scheme://127.0.0.1:18080/readyz" -k
         pid=$srv; base=$scheme://127.0.0.1:18080
       elif [ "$server" = floor ]; then
+        ports_free 8092
         taskset -c 0 "$BIN/loadtest" floor --listen 127.0.0.1:8092 >/tmp/lt-floor.log 2>&1 &
         srv=$!
         wait_http http://127.0.0.1:8092/none || true
         pid=$srv; base=http://127.0.0.1:8092; sim=""
       else
+        ports_free 8090
         taskset -c 0 nginx -c "$PWD/loadtest/nchan.conf" -p /tmp/kubefan-nchan/ >/tmp/nchan.log 2>&1 &
         srv=$!
         wait_http http://127.0.0.1:8090/sub/none -m 1 || true
