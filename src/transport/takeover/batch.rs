@@ -875,3 +875,6 @@ impl<M: Parkable> Drop for Writer<M> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,423 @@
+//! The writer against fake streams: a real hub, subscriptions and SSE
+//! framing, and a socket that is a buffer whose writes can be scripted
+//! to go in part, not at all, or fail.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::*;
+use crate::hub::{
+    EventType, Filter, Hub, Item, LogLimits, Obj, ResetReason, ResourceMeta, Subscribe,
+    Subscription, SubscriptionContext, ViewSpec,
+};
+use crate::metrics::Transport;
+use crate::transport::sse::SseFraming;
+use crate::transport::stream::Framed;
+
+/// How one `send_now` goes (unscripted: all of it).
+enum Write {
+    /// Only this many bytes.
+    Part(usize),
+    WouldBlock,
+    Fail,
+}
+
+/// What a test sees of one fake stream.
+#[derive(Default)]
+struct Socket {
+    wrote: Mutex<Vec<u8>>,
+    script: Mutex<VecDeque<Write>>,
+    /// `poll_input` is ready.
+    input: Mutex<bool>,
+    /// The waker the writer last gave `poll_input`.
+    input_waker: Mutex<Option<Waker>>,
+    /// `unparked(rest)`, once called.
+    unparked: Mutex<Option<Option<(Bytes, usize)>>>,
+    /// Its framed subscription, once its task polled it after it was
+    /// unparked.
+    returned: Mutex<Option<Framed<SseFraming>>>,
+    dropped: Mutex<bool>,
+}
+
+impl Socket {
+    fn wrote(&self) -> Vec<u8> {
+        lock(&self.wrote).clone()
+    }
+
+    fn unparked(&self) -> Option<Option<(Bytes, usize)>> {
+        lock(&self.unparked).clone()
+    }
+}
+
+struct Fake {
+    socket: Arc<Socket>,
+    framed: Option<Framed<SseFraming>>,
+    batches: Batches,
+    lifecycle: Arc<Lifecycle>,
+}
+
+impl Parkable for Fake {
+    fn poll_stream(&mut self, _cx: &mut Context<'_>) -> Poll<Flow> {
+        // Only an unparked stream's task polls it: hand its
+        // subscription to the test, and end.
+        *lock(&self.socket.returned) = self.framed.take();
+        Poll::Ready(Flow::Ended)
+    }
+
+    fn batches(&self) -> &Batches {
+        &self.batches
+    }
+
+    fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.lifecycle
+    }
+
+    fn source(&mut self) -> Option<&mut dyn BatchSource> {
+        self.framed.as_mut().map(|f| f as &mut dyn BatchSource)
+    }
+
+    fn poll_input(&self, cx: &mut Context<'_>) -> Poll<()> {
+        *lock(&self.socket.input_waker) = Some(cx.waker().clone());
+        if *lock(&self.socket.input) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
+    fn send_now(&self, bytes: &Bytes) -> io::Result<(usize, usize)> {
+        let went = match lock(&self.socket.script).pop_front() {
+            None => bytes.len(),
+            Some(Write::Part(n)) => n.min(bytes.len()),
+            Some(Write::WouldBlock) => return Err(io::ErrorKind::WouldBlock.into()),
+            Some(Write::Fail) => return Err(io::ErrorKind::ConnectionReset.into()),
+        };
+        lock(&self.socket.wrote).extend_from_slice(&bytes[..went]);
+        Ok((went, bytes.len()))
+    }
+
+    fn bytes_counter(&self) -> Counter {
+        Counter::default()
+    }
+
+    fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
+        *lock(&self.socket.unparked) = Some(rest);
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        *lock(&self.socket.dropped) = true;
+    }
+}
+
+/// One hub, its streams' lifecycle and metrics, and their writers.
+struct Setup {
+    hub: Arc<Hub>,
+    lifecycle: Arc<Lifecycle>,
+    metrics: Arc<Metrics>,
+    batches: Batches,
+    rv: u64,
+}
+
+impl Setup {
+    fn new(limits: LogLimits) -> Setup {
+        let metrics = Arc::new(Metrics::new());
+        let hub = Hub::new(
+            ResourceMeta {
+                name: "pods".into(),
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+            },
+            limits,
+            metrics.clone(),
+        );
+        hub.relist(vec![], 1);
+        Setup {
+            hub,
+            lifecycle: Lifecycle::new(),
+            batches: Batches::new(
+                tokio::runtime::Handle::current(),
+                TaskTracker::new(),
+                metrics.clone(),
+            ),
+            metrics,
+            rv: 1,
+        }
+    }
+
+    /// A caught-up stream (its snapshot read), not parked yet.
+    async fn stream(&self) -> (Box<Fake>, Arc<Socket>) {
+        let cx = SubscriptionContext {
+            sync_timeout: Duration::from_secs(1),
+            lifecycle: self.lifecycle.clone(),
+            metrics: self.metrics.clone(),
+        };
+        let request = Subscribe {
+            spec: ViewSpec::new(Filter::default()),
+            resume: None,
+            transport: Transport::Sse,
+            expires: None,
+            lease: None,
+            access: None,
+        };
+        let mut sub = Subscription::start(self.hub.clone(), request, &cx)
+            .await
+            .unwrap();
+        loop {
+            let item = tokio::time::timeout(Duration::from_secs(5), sub.next()).await;
+            match item {
+                Ok(Some(Item::Snapshot(_))) => {}
+                Ok(Some(Item::SnapshotEnd { .. })) => break,
+                _ => panic!("not a snapshot"),
+            }
+        }
+        let framed = Framed::new(sub, SseFraming, &self.metrics, Transport::Sse, "test");
+        assert!(framed.batchable().is_some(), "caught up");
+        let socket = Arc::new(Socket::default());
+        let fake = Fake {
+            socket: socket.clone(),
+            framed: Some(framed),
+            batches: self.batches.clone(),
+            lifecycle: self.lifecycle.clone(),
+        };
+        (Box::new(fake), socket)
+    }
+
+    /// A caught-up stream, parked.
+    async fn parked(&self) -> Arc<Socket> {
+        let (fake, socket) = self.stream().await;
+        self.batches.park(fake);
+        socket
+    }
+
+    /// Appends a new pod's ADDED; the bytes SSE frames it in.
+    fn append(&mut self) -> Vec<u8> {
+        self.rv += 1;
+        let (rv, cursor) = (self.rv, self.hub.head());
+        let name = format!("p{rv}");
+        let json = format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default","resourceVersion":"{rv}"}}}}"#
+        );
+        self.hub.apply(
+            EventType::Added,
+            Obj::new(Some("default"), &name, rv, json.as_bytes()),
+        );
+        let view = self.hub.view(ViewSpec::new(Filter::default()));
+        let step = Step::read(&self.hub, &view, cursor).unwrap();
+        assert_eq!(step.deliveries.len(), 1);
+        step.deliveries[0].frame().sse().to_vec()
+    }
+
+    fn parked_now(&self) -> i64 {
+        self.metrics.batched().get()
+    }
+
+    /// `kubefan_streams_unparked_total{reason}`, `why` as it is
+    /// labelled.
+    fn unparked(&self, why: &str) -> u64 {
+        let text = self.metrics.encode();
+        let label = format!("{{reason=\"{why}\"}}");
+        text.lines()
+            .filter(|l| l.starts_with("kubefan_streams_unparked_total"))
+            .find(|l| l.to_ascii_lowercase().contains(&label.to_ascii_lowercase()))
+            .map_or(0, |l| l.rsplit(' ').next().unwrap().parse().unwrap())
+    }
+
+    fn unparked_total(&self) -> u64 {
+        let text = self.metrics.encode();
+        text.lines()
+            .filter(|l| l.starts_with("kubefan_streams_unparked_total"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum()
+    }
+}
+
+/// Lets the writer (and tasks it spawned) run until `done`, within a
+/// bounded number of turns.
+async fn run_until(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..1000 {
+        if done() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("never happened: {what}");
+}
+
+/// Lets everything runnable run a while (for what must not happen).
+async fn run_a_while() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_partial_write_unparks_with_the_rest() {
+    let mut s = Setup::new(LogLimits::default());
+    let (a, b, c) = (s.parked().await, s.parked().await, s.parked().await);
+    run_until("all parked", || s.parked_now() == 3).await;
+    lock(&a.script).push_back(Write::Part(5));
+    let event = s.append();
+    run_until("a unparked", || a.unparked().is_some()).await;
+    let (bytes, went) = a.unparked().unwrap().expect("a rest to write");
+    assert_eq!(went, 5);
+    assert_eq!(&bytes[..], &event[..], "the whole step, of which 5 went");
+    assert_eq!(a.wrote(), &event[..5]);
+    assert_eq!([a.wrote(), bytes[went..].to_vec()].concat(), event);
+    run_until("b and c written", || {
+        b.wrote() == event && c.wrote() == event
+    })
+    .await;
+    assert_eq!(s.parked_now(), 2, "b and c stay parked");
+    assert_eq!(s.unparked("Write"), 1);
+    assert_eq!(s.unparked_total(), 1);
+    // The others go on being written; a is not.
+    let next = s.append();
+    run_until("b and c written again", || {
+        b.wrote() == [&event[..], &next].concat() && c.wrote() == [&event[..], &next].concat()
+    })
+    .await;
+    assert_eq!(a.wrote(), &event[..5]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_socket_that_would_block_unparks_with_all_of_it() {
+    let mut s = Setup::new(LogLimits::default());
+    let (a, b) = (s.parked().await, s.parked().await);
+    run_until("all parked", || s.parked_now() == 2).await;
+    lock(&a.script).push_back(Write::WouldBlock);
+    let event = s.append();
+    run_until("a unparked", || a.unparked().is_some()).await;
+    let (bytes, went) = a.unparked().unwrap().expect("a rest to write");
+    assert_eq!((&bytes[..], went), (&event[..], 0));
+    assert!(a.wrote().is_empty());
+    run_until("b written", || b.wrote() == event).await;
+    assert_eq!(s.unparked("Write"), 1);
+    assert_eq!(s.unparked_total(), 1);
+    assert_eq!(s.parked_now(), 1);
+    // Its task got it back, with its subscription where the writer
+    // left it: past nothing (the event is in `rest`).
+    run_until("a's task ran", || lock(&a.returned).is_some()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cursor_lapped_inside_a_batch_is_reset_by_its_task() {
+    let mut s = Setup::new(LogLimits {
+        max_events: 3,
+        max_bytes: 1 << 20,
+    });
+    let a = s.parked().await;
+    run_until("a parked", || s.parked_now() == 1).await;
+    // The writer does not run between these: a's cursor falls off.
+    for _ in 0..6 {
+        s.append();
+    }
+    // b joins at the head, in the same pass.
+    let b = s.parked().await;
+    run_until("a unparked", || a.unparked().is_some()).await;
+    assert_eq!(a.unparked(), Some(None), "nothing of its own to write");
+    assert!(a.wrote().is_empty(), "none of the events after the gap");
+    assert_eq!(s.unparked("Lapped"), 1);
+    assert_eq!(s.unparked_total(), 1);
+    run_until("a's task ran", || lock(&a.returned).is_some()).await;
+    let mut framed = lock(&a.returned).take().unwrap();
+    let sub = framed.subscription_mut();
+    let item = tokio::time::timeout(Duration::from_secs(5), sub.next()).await;
+    assert!(
+        matches!(item, Ok(Some(Item::Reset(ResetReason::Lapped)))),
+        "its task resets it first"
+    );
+    // Then a fresh snapshot of every object.
+    let item = tokio::time::timeout(Duration::from_secs(5), sub.next()).await;
+    assert!(matches!(item, Ok(Some(Item::Snapshot(objects))) if objects.len() == 6));
+    // b stays, and is written what comes next.
+    run_until("b parked", || s.parked_now() == 1).await;
+    let next = s.append();
+    run_until("b written", || b.wrote() == next).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_input_wake_does_not_unpark_the_slots_next_stream() {
+    let mut s = Setup::new(LogLimits::default());
+    // c keeps the writer (and its slots) alive.
+    let c = s.parked().await;
+    let a = s.parked().await;
+    run_until("c and a parked", || s.parked_now() == 2).await;
+    let stale = lock(&a.input_waker).clone().expect("a's input waker");
+    lock(&a.script).push_back(Write::Fail);
+    let first = s.append();
+    run_until("a ended", || *lock(&a.dropped)).await;
+    assert_eq!(a.unparked(), None, "a failed write ends it");
+    assert_eq!(s.parked_now(), 1);
+    // b takes the slot a left.
+    let b = s.parked().await;
+    run_until("b parked", || s.parked_now() == 2).await;
+    let mine = lock(&b.input_waker).clone().expect("b's input waker");
+    assert!(!stale.will_wake(&mine));
+    stale.wake_by_ref();
+    run_a_while().await;
+    assert_eq!(s.parked_now(), 2, "b stays parked");
+    assert_eq!(b.unparked(), None);
+    assert_eq!(s.unparked_total(), 0);
+    let next = s.append();
+    run_until("b and c written", || {
+        b.wrote() == next && c.wrote() == [&first[..], &next].concat()
+    })
+    .await;
+    // b's own input does unpark it.
+    *lock(&b.input) = true;
+    mine.wake_by_ref();
+    run_until("b unparked", || b.unparked().is_some()).await;
+    assert_eq!(s.unparked("Input"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_stream_gets_each_event_once_in_order_across_yields() {
+    let mut s = Setup::new(LogLimits::default());
+    let n = SENDS_PER_POLL + SENDS_PER_POLL / 2;
+    let mut sockets = Vec::with_capacity(n);
+    for _ in 0..n {
+        sockets.push(s.parked().await);
+    }
+    run_until("all parked", || s.parked_now() == n as i64).await;
+    let mut expected = Vec::new();
+    for _ in 0..3 {
+        expected.extend(s.append());
+        // One turn: the writer stops after SENDS_PER_POLL writes, and
+        // the next event comes in the middle of its pass.
+        tokio::task::yield_now().await;
+    }
+    run_until("every stream written", || {
+        sockets.iter().all(|s| s.wrote().len() >= expected.len())
+    })
+    .await;
+    run_a_while().await;
+    for (i, socket) in sockets.iter().enumerate() {
+        assert!(
+            socket.wrote() == expected,
+            "stream {i}: not the events once in order"
+        );
+    }
+    assert_eq!(s.unparked_total(), 0);
+    assert_eq!(s.parked_now(), n as i64);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tick_is_written_without_unparking() {
+    let s = Setup::new(LogLimits::default());
+    let sockets = [s.parked().await, s.parked().await, s.parked().await];
+    run_until("all parked", || s.parked_now() == 3).await;
+    s.lifecycle.tick();
+    run_until("keep-alives written", || {
+        sockets.iter().all(|s| !s.wrote().is_empty())
+    })
+    .await;
+    run_a_while().await;
+    for socket in &sockets {
+        assert_eq!(socket.wrote(), b": keep-alive\n\n");
+        assert_eq!(socket.unparked(), None);
+    }
+    assert_eq!(s.unparked_total(), 0);
+    assert_eq!(s.parked_now(), 3);
+}
