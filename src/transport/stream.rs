@@ -53,6 +53,12 @@ pub trait Framing {
     /// About `bytes` of several shared frames follow: room for them.
     fn reserve(&mut self, _out: &mut Self::Out, _bytes: usize) {}
 
+    /// Events up to `rv` were sent on this stream in bytes another
+    /// stream's framing made (a batch writer's,
+    /// `transport::takeover::batch`): what [`Framing::frame`] would have
+    /// learnt from them.
+    fn sent_up_to(&mut self, _rv: u64) {}
+
     /// What was framed into `out`, as one buffer of whole messages as they
     /// go on the wire, and how many of those bytes are the messages' own
     /// (what a stream counts as sent: without a WebSocket's frame
@@ -264,6 +270,9 @@ impl<F: Framing + Send> BatchSource for Framed<F> {
 
     fn took(&mut self, advance: &Advance, delivered: u64, bytes: u64) {
         self.sub.took(advance);
+        if let Some(rv) = advance.delivered_rv {
+            self.framing.sent_up_to(rv);
+        }
         self.delivered.events += delivered;
         self.delivered.bytes += bytes;
     }

@@ -255,3 +255,121 @@ async fn narrowed_streams_are_batched_and_a_grant_unparks_only_its_users_streams
     assert_eq!(error.data["object"]["code"], 403);
     env.stop().await;
 }
+
+/// A watch's lines as they come.
+struct Lines {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    async fn open(env: &TestEnv, path: &str) -> Lines {
+        let resp = tokio::time::timeout(WAIT, env.http.get(format!("{}{path}", env.base)).send())
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        Lines {
+            body: Box::pin(resp.bytes_stream()),
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next line as JSON; `None` once the watch ended.
+    async fn next(&mut self) -> Option<serde_json::Value> {
+        use futures::StreamExt;
+        tokio::time::timeout(WAIT, async {
+            loop {
+                if let Some(end) = self.buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = self.buf.drain(..=end).collect();
+                    return Some(serde_json::from_slice(&line).expect("a JSON line"));
+                }
+                match self.body.next().await {
+                    Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
+                    _ => return None,
+                }
+            }
+        })
+        .await
+        .expect("a line or the end in time")
+    }
+}
+
+/// Reads `watch` until an event at `rv` or later; checks on the way that
+/// resourceVersions only grow and that no BOOKMARK goes back behind an
+/// event already sent (`last`: the newest seen so far).
+async fn watch_until(watch: &mut Lines, last: &mut u64, rv: u64) {
+    while *last < rv {
+        let line = watch.next().await.expect("the watch goes on");
+        let at = crate::support::rv_of(&line["object"]);
+        if line["type"] == "BOOKMARK" {
+            assert!(at >= *last, "a bookmark at {at} after an event at {last}");
+        } else {
+            assert!(at > *last, "{} at {at} after {last}", line["type"]);
+        }
+        *last = at;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_watches_are_batched_with_their_bookmarks_and_timeouts() {
+    let env = batching_env(test_config(&["pods"])).await;
+    let from = env.sim.resource_version();
+    let paths = [
+        format!("/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion={from}"),
+        format!("/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion={from}"),
+        format!(
+            "/api/v1/namespaces/batch/pods?watch=1&allowWatchBookmarks=true&resourceVersion={from}"
+        ),
+    ];
+    let mut watches = Vec::new();
+    for path in &paths {
+        watches.push((Lines::open(&env, path).await, from));
+    }
+    let mut all_batched = false;
+    for round in 0..200 {
+        let rv = touch_tracked(&env.sim, &format!("w{round}"));
+        for (watch, last) in watches.iter_mut() {
+            watch_until(watch, last, rv).await;
+        }
+        if batched(&env).await == watches.len() {
+            all_batched = true;
+            break;
+        }
+    }
+    assert!(
+        all_batched,
+        "caught-up watches are written by their views' writers"
+    );
+    crate::sse::churn_across_namespaces(&env.sim, 200).await;
+    let rv = touch_tracked(&env.sim, "last");
+    for (watch, last) in watches.iter_mut() {
+        watch_until(watch, last, rv).await;
+    }
+    // Ticks every 100 ms: each watch's bookmarks, written by its writer,
+    // say the position that watch holds, never one behind it.
+    for (watch, last) in watches.iter_mut() {
+        for _ in 0..3 {
+            let line = watch.next().await.expect("the watch goes on");
+            assert_eq!(line["type"], "BOOKMARK");
+            assert!(crate::support::rv_of(&line["object"]) >= *last);
+        }
+    }
+    assert_eq!(batched(&env).await, watches.len());
+
+    // timeoutSeconds: a batched watch still ends then, cleanly.
+    let mut short = Lines::open(
+        &env,
+        &format!("/api/v1/pods?watch=1&resourceVersion={rv}&timeoutSeconds=2"),
+    )
+    .await;
+    let rv = touch_tracked(&env.sim, "short");
+    let mut last = 0;
+    watch_until(&mut short, &mut last, rv).await;
+    assert!(
+        short.next().await.is_none(),
+        "the watch ends at its timeout"
+    );
+    assert_eq!(unparked(&env, Some("Deadline")).await, 1);
+    env.stop().await;
+}

@@ -730,7 +730,7 @@ pub(crate) fn touch_tracked(sim: &Sim, round: &str) -> u64 {
 }
 
 /// `n` creations, changes and deletions across two namespaces.
-async fn churn_across_namespaces(sim: &Sim, n: u32) {
+pub(crate) async fn churn_across_namespaces(sim: &Sim, n: u32) {
     for i in 0..n {
         let name = format!("c-{}", i % 40);
         let ns = if i % 3 == 0 { "batch" } else { "web" };

@@ -545,6 +545,10 @@ pub struct Advance {
     sent_rv: Option<u64>,
     /// The hub's resourceVersion, when the step reached its head.
     pub caught_up: Option<u64>,
+    /// The newest resourceVersion among the deliveries (with an id or
+    /// not): what a framing that tracks its client's position has sent
+    /// (`Framing::sent_up_to`).
+    pub delivered_rv: Option<u64>,
 }
 
 impl Advance {
@@ -554,6 +558,7 @@ impl Advance {
         self.read_rv = self.read_rv.max(next.read_rv);
         self.sent_rv = next.sent_rv.or(self.sent_rv);
         self.caught_up = self.caught_up.max(next.caught_up);
+        self.delivered_rv = self.delivered_rv.max(next.delivered_rv);
     }
 }
 
@@ -571,12 +576,14 @@ impl Step {
             .rev()
             .find(|d| d.has_id())
             .map(Delivery::rv);
+        let delivered_rv = deliveries.iter().map(Delivery::rv).max();
         Ok(Step {
             advance: Advance {
                 cursor,
                 read_rv,
                 sent_rv,
                 caught_up,
+                delivered_rv,
             },
             deliveries,
         })
@@ -606,6 +613,7 @@ mod tests {
             read_rv: Some(10),
             sent_rv: Some(10),
             caught_up: None,
+            delivered_rv: Some(10),
         };
         // Filtered out: read, nothing sent, reached the head.
         let second = Advance {
@@ -613,6 +621,7 @@ mod tests {
             read_rv: Some(12),
             sent_rv: None,
             caught_up: Some(12),
+            delivered_rv: None,
         };
         let mut both = first;
         both.then(&second);
@@ -623,6 +632,7 @@ mod tests {
                 read_rv: Some(12),
                 sent_rv: Some(10),
                 caught_up: Some(12),
+                delivered_rv: Some(10),
             },
             "the cursor and positions of the second, the last id sent of the first"
         );

@@ -14,6 +14,11 @@
 //!   empty body, when it is negative; after a year at most:
 //!   `KubeQuery::watch_timeout`), on shutdown, or when the resource's hub
 //!   closes (after an ERROR).
+//!
+//! Once caught up, a watch is written by its view's batch writer
+//! (`transport::takeover::batch`) like an SSE stream; the position its
+//! bookmarks carry follows what the writer sent it
+//! ([`Framing::sent_up_to`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,6 +28,7 @@ use std::time::SystemTime;
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
 use tokio::time::{Instant, Sleep};
 
 use super::params::Plan;
@@ -30,14 +36,15 @@ use crate::auth::Principal;
 use crate::hub::encode::added_line;
 use crate::hub::scope::Position;
 use crate::hub::{
-    Filter, Hub, ResetReason, ResourceMeta, Shape, Subscribe, Subscription, ViewSpec,
+    Advance, Batchable, Filter, Hub, ResetReason, ResourceMeta, Shape, Step, Subscribe,
+    Subscription, ViewSpec,
 };
 use crate::metrics::Transport;
 use crate::status::{ApiError, status_json};
 use crate::table::{Clock, partial_object};
 use crate::transport::message::{Ending, Message, bookmark_object, event_json};
 use crate::transport::state::AppState;
-use crate::transport::stream::{Chunk, Framed, Framing, Stream};
+use crate::transport::stream::{BatchSource, Batched, Chunk, Framed, Framing, Stream};
 use crate::transport::{ChunkSource, takeover};
 
 /// Serves a WATCH whose query `plan` checked (`KubeQuery::plan`).
@@ -114,7 +121,53 @@ struct WatchBody {
     timer: Option<Pin<Box<Sleep>>>,
 }
 
+/// A watch is written by its view's batch writer once caught up, as an
+/// SSE stream is, with its `timeoutSeconds` as a deadline the writer
+/// follows; a table watch only once it sent its column definitions (the
+/// bytes framed for every stream have none).
+impl BatchSource for WatchBody {
+    fn batchable(&self) -> Option<Batchable> {
+        let framing = self.framed.framing();
+        if matches!(framing.shape, Shape::Table(_)) && !framing.columns_sent {
+            return None;
+        }
+        let mut batchable = self.framed.batchable()?;
+        if let Some(deadline) = self.deadline {
+            batchable.deadline = Some(batchable.deadline.map_or(deadline, |d| d.min(deadline)));
+        }
+        Some(batchable)
+    }
+
+    fn subscription(&self) -> &Subscription {
+        self.framed.subscription()
+    }
+
+    fn subscription_mut(&mut self) -> &mut Subscription {
+        self.framed.subscription_mut()
+    }
+
+    fn frame_step(&mut self, step: &Step) -> Option<Batched> {
+        self.framed.frame_step(step)
+    }
+
+    fn took(&mut self, advance: &Advance, delivered: u64, bytes: u64) {
+        self.framed.took(advance, delivered, bytes);
+    }
+
+    fn frame_tick(&mut self) -> Option<(Bytes, u64)> {
+        self.framed.frame_tick()
+    }
+
+    fn events_counter(&self) -> Counter {
+        self.framed.events_counter()
+    }
+}
+
 impl ChunkSource for WatchBody {
+    fn batch(&mut self) -> Option<&mut dyn BatchSource> {
+        Some(self)
+    }
+
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         if let Some(deadline) = self.deadline {
             let timer = match &mut self.timer {
@@ -227,6 +280,10 @@ impl Framing for WatchFraming {
 
     fn reserve(&mut self, out: &mut Chunk, bytes: usize) {
         out.reserve(bytes);
+    }
+
+    fn sent_up_to(&mut self, rv: u64) {
+        self.position = self.position.max(rv);
     }
 }
 
