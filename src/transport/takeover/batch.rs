@@ -698,17 +698,21 @@ impl<M: Parkable> Writer<M> {
                     // Nothing this view shows: only the position moves.
                     continue;
                 };
-                parked.events += batched.messages;
-                parked.bytes += batched.message_bytes;
-                prepared.took += 1;
                 self.budget -= 1;
                 match send(&*parked.stream, &batched.bytes) {
                     Sent::All => {}
                     Sent::Rest(bytes, went) => {
+                        // Its task writes the rest: sent all the same.
                         unpark.push((key, Some((bytes, went)), Unparked::Write));
                     }
-                    Sent::Failed => ended.push(key),
+                    Sent::Failed => {
+                        ended.push(key);
+                        continue;
+                    }
                 }
+                parked.events += batched.messages;
+                parked.bytes += batched.message_bytes;
+                prepared.took += 1;
             }
             self.settle_all(unpark, ended);
             if stopped {
@@ -754,15 +758,18 @@ impl<M: Parkable> Writer<M> {
                 Tick::Unpark => unpark.push((key, None, Unparked::Idle)),
                 Tick::Send(bytes, counted) => {
                     self.budget -= 1;
-                    if let Some((_, sent)) = &self.counters {
-                        sent.inc_by(counted);
-                    }
                     match send(&*parked.stream, &bytes) {
                         Sent::All => {}
                         Sent::Rest(bytes, went) => {
                             unpark.push((key, Some((bytes, went)), Unparked::Write));
                         }
-                        Sent::Failed => ended.push(key),
+                        Sent::Failed => {
+                            ended.push(key);
+                            continue;
+                        }
+                    }
+                    if let Some((_, sent)) = &self.counters {
+                        sent.inc_by(counted);
                     }
                 }
             }
