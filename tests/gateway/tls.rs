@@ -552,31 +552,3 @@ async fn a_websocket_over_tls_is_taken_over_and_reads_and_writes_through_the_ses
     }
     env.stop().await;
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn caught_up_tls_streams_are_written_together_through_their_sessions() {
-    use crate::sse::{BATCH_PATHS, batched_through_churn, batching_env};
-    let ca = Authority::new("kubefan test CA");
-    let dir = Dir::new("tls-batch");
-    let leaf = ca.leaf("127.0.0.1");
-    let mut cfg = test_config(&["pods"]);
-    cfg.tls.cert_file = Some(dir.write("tls.crt", &leaf.0));
-    cfg.tls.key_file = Some(dir.write("tls.key", &leaf.1));
-    let mut env = batching_env(cfg).await;
-    env.base = format!("https://{}", env.app.local_addr());
-    env.http = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
-        .build()
-        .unwrap();
-    let mut subs = Vec::new();
-    for path in BATCH_PATHS {
-        subs.push((path, crate::sse::subscribed(&env, path).await));
-    }
-    // Each stream's events are encrypted into its own session by its view's
-    // writer, and arrive whole, once, in order.
-    batched_through_churn(&env, &mut subs, async |sse, view, rv| {
-        view.follow(sse, rv).await
-    })
-    .await;
-    env.stop().await;
-}

@@ -7,9 +7,8 @@
 //! delivery's 6.2 µs beyond the one `sendmsg` a minimal server makes
 //! (`loadtest/RESULTS.md`, "Where the CPU floor ratio still goes").
 //!
-//! So a stream that is caught up, on an HTTP/1.1 socket (plain, or TLS:
-//! its bytes are encrypted into its own session), with nothing owed but
-//! its subscription's next events
+//! So a stream that is caught up, on a plain HTTP/1.1 socket, with nothing
+//! owed but its subscription's next events
 //! ([`crate::transport::stream::BatchSource::batchable`]),
 //! leaves its task and is *parked* with its view's [`Writer`]: one task per
 //! view, registered once with the hub and the lifecycle. On a change it
@@ -102,13 +101,6 @@ pub(crate) trait Parkable: Send + Sized + 'static {
     /// how many bytes went, of how many. A plain `sendmsg`, past tokio's
     /// idea of the socket's readiness (`Socket::send_now`).
     fn send_now(&self, bytes: &Bytes) -> io::Result<(usize, usize)>;
-
-    /// Whether everything [`Parkable::send_now`] took has left too: false
-    /// while a TLS session holds records the socket did not take (the
-    /// stream's task sends them).
-    fn flushed(&self) -> bool {
-        true
-    }
 
     /// The counter of bytes sent on this stream's resource and transport.
     fn bytes_counter(&self) -> Counter;
@@ -408,7 +400,7 @@ enum Sent {
 
 fn send<M: Parkable>(stream: &M, bytes: &Bytes) -> Sent {
     match stream.send_now(bytes) {
-        Ok((went, all)) if went == all && stream.flushed() => Sent::All,
+        Ok((went, all)) if went == all => Sent::All,
         Ok((went, _)) => Sent::Rest(bytes.clone(), went),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Sent::Rest(bytes.clone(), 0),
         Err(_) => Sent::Failed,

@@ -141,10 +141,6 @@ impl<S: ChunkSource> Parkable for Pump<S> {
         Ok((went, line.len() + bytes.len() + 2))
     }
 
-    fn flushed(&self) -> bool {
-        self.socket.as_ref().is_none_or(|s| !s.holds_records())
-    }
-
     fn bytes_counter(&self) -> Counter {
         self.bytes_sent.clone()
     }
@@ -161,13 +157,13 @@ impl<S: ChunkSource> Parkable for Pump<S> {
 
 impl<S: ChunkSource> Pump<S> {
     /// Whether this stream can leave its task for its view's batch writer:
-    /// an HTTP/1.1 chunked response (plain or TLS) with nothing being
-    /// written and nothing owed but its subscription's events.
+    /// a plain HTTP/1.1 chunked response with nothing being written and
+    /// nothing owed but its subscription's events.
     fn batchable(&mut self) -> bool {
         self.chunked
             && self.out.is_empty()
             && !self.ending
-            && self.socket.is_some()
+            && self.socket.as_ref().is_some_and(Socket::is_plain)
             && self
                 .source
                 .batch()
