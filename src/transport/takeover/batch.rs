@@ -389,22 +389,28 @@ impl<M: Parkable> Parked<M> {
 /// write first, and why.
 type Leaving = (usize, Option<(Bytes, usize)>, Unparked);
 
-/// How one try at writing a parked stream's bytes went.
-enum Sent {
-    All,
-    /// Part of them, or none: its task writes the rest.
-    Rest(Bytes, usize),
-    /// The connection failed.
-    Failed,
-}
-
-fn send<M: Parkable>(stream: &M, bytes: &Bytes) -> Sent {
-    match stream.send_now(bytes) {
-        Ok((went, all)) if went == all => Sent::All,
-        Ok((went, _)) => Sent::Rest(bytes.clone(), went),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Sent::Rest(bytes.clone(), 0),
-        Err(_) => Sent::Failed,
-    }
+/// One try at writing `bytes` to the stream in slot `key`: true if they
+/// went, or the stream's task is to write the rest (it joins `unpark`);
+/// false if the connection failed (it joins `ended`).
+fn send<M: Parkable>(
+    key: usize,
+    stream: &M,
+    bytes: &Bytes,
+    unpark: &mut Vec<Leaving>,
+    ended: &mut Vec<usize>,
+) -> bool {
+    let rest = match stream.send_now(bytes) {
+        Ok((went, all)) if went == all => return true,
+        Ok((went, _)) => went,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+        Err(_) => {
+            ended.push(key);
+            return false;
+        }
+    };
+    // Its task writes the rest: sent all the same.
+    unpark.push((key, Some((bytes.clone(), rest)), Unparked::Write));
+    true
 }
 
 /// A pass over a writer's streams that brings each to the head of the
@@ -699,16 +705,14 @@ impl<M: Parkable> Writer<M> {
                     continue;
                 };
                 self.budget -= 1;
-                match send(&*parked.stream, &batched.bytes) {
-                    Sent::All => {}
-                    Sent::Rest(bytes, went) => {
-                        // Its task writes the rest: sent all the same.
-                        unpark.push((key, Some((bytes, went)), Unparked::Write));
-                    }
-                    Sent::Failed => {
-                        ended.push(key);
-                        continue;
-                    }
+                if !send(
+                    key,
+                    &*parked.stream,
+                    &batched.bytes,
+                    &mut unpark,
+                    &mut ended,
+                ) {
+                    continue;
                 }
                 parked.events += batched.messages;
                 parked.bytes += batched.message_bytes;
@@ -758,15 +762,8 @@ impl<M: Parkable> Writer<M> {
                 Tick::Unpark => unpark.push((key, None, Unparked::Idle)),
                 Tick::Send(bytes, counted) => {
                     self.budget -= 1;
-                    match send(&*parked.stream, &bytes) {
-                        Sent::All => {}
-                        Sent::Rest(bytes, went) => {
-                            unpark.push((key, Some((bytes, went)), Unparked::Write));
-                        }
-                        Sent::Failed => {
-                            ended.push(key);
-                            continue;
-                        }
+                    if !send(key, &*parked.stream, &bytes, &mut unpark, &mut ended) {
+                        continue;
                     }
                     if let Some((_, sent)) = &self.counters {
                         sent.inc_by(counted);
