@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::hub::{
-    EventType, Filter, Hub, Item, LogLimits, Obj, ResetReason, ResourceMeta, Subscribe,
+    EventType, Filter, Hub, Item, LogLimits, Obj, ResetReason, ResourceMeta, Step, Subscribe,
     Subscription, SubscriptionContext, ViewSpec,
 };
 use crate::metrics::Transport;

@@ -1,0 +1,332 @@
+//! Caught-up streams of one view, written together by one task.
+//!
+//! With a task per stream, every change wakes every subscriber's task:
+//! tokio schedules it, it polls its subscription, reads the hub's log
+//! under its lock, frames the event and writes it, then registers its
+//! waker again. Profiled at 10,000 SSE subscribers, that was 710 ns of a
+//! delivery's 6.2 µs beyond the one `sendmsg` a minimal server makes
+//! (`loadtest/RESULTS.md`, "Where the CPU floor ratio still goes").
+//!
+//! So a stream that is caught up, on a plain HTTP/1.1 socket, with nothing
+//! owed but its subscription's next events
+//! ([`crate::transport::stream::BatchSource::batchable`]),
+//! leaves its task and is *parked* with its view's [`Writer`]: one task per
+//! view, registered once with the hub and the lifecycle. On a change it
+//! reads the log once per cursor its streams are at (usually one), frames
+//! the events once, and writes them to each stream's socket in one loop: a
+//! `sendmsg` per stream and nothing else, as the floor server does.
+//!
+//! A parked stream's obligations stay with the writer, in one structure
+//! each, not a task or a timer per stream:
+//! - keep-alive ticks: the writer asks each stream what the tick owes its
+//!   client ([`Parkable::tick`]: a keep-alive, a progress mark, a
+//!   WebSocket's ping) and writes it, the same bytes for every stream
+//!   that owes the same;
+//! - input on its socket, noticed through a waker of the stream's own that
+//!   the writer is given: a WebSocket's pong, or a text frame that needs
+//!   no answer, is read and absorbed there ([`Parkable::absorb`]);
+//! - the expiry of its credentials: one heap of deadlines per writer, one
+//!   timer for the earliest;
+//! - a change of the access it follows (`hub::scope`): its own waker on the
+//!   access's epoch, so a change wakes only the streams it concerns.
+//!
+//! Whatever a parked stream must do for itself sends it back to a task of
+//! its own (*unparked*), where the ordinary path ([`super::http`]) does it:
+//! - a socket that takes only part of a write, or none (the rest is
+//!   written by the task, under the write timeout);
+//! - input it cannot absorb (a hang-up, a WebSocket ping to answer, a
+//!   Close);
+//! - its credentials' deadline (the task ends the stream, or follows a
+//!   refreshed session's new end), or its access moving (the task reads
+//!   it and changes what the stream shows);
+//! - a WebSocket's idle timeout, looked at on each tick;
+//! - shutdown, the hub's closing;
+//! - a cursor that fell off the log (the task resets it).
+//!
+//! A writer with many streams does a few thousand writes per poll
+//! ([`SENDS_PER_POLL`]), then yields to the other tasks of its thread and
+//! goes on where it stopped.
+//!
+//! The consistency rule is the subscription's own: the writer reads with
+//! [`Step::read`], the step a subscription's `poll_next` makes, keeps each
+//! stream's cursor and the steps' [`Advance`] beside it, and moves the
+//! stream's subscription by them (`BatchSource::took`, as `poll_next`
+//! does) when the stream leaves. So a stream's sequence is the same
+//! whichever path wrote each part of it.
+//!
+//! Measured (`loadtest/RESULTS.md`, 2026-11-26, "Caught-up streams written
+//! together"): at 10,000 subscribers a delivery costs within the goal of
+//! the floor server's, for SSE and WebSocket alike.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+
+use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+use crate::lifecycle::Lifecycle;
+use crate::metrics::Metrics;
+use crate::transport::stream::BatchSource;
+
+mod writer;
+
+use writer::Writer;
+
+/// A stream that can leave its task for its view's writer: an SSE
+/// response (`http::Pump`) or a single-stream WebSocket
+/// (`transport::ws::single`).
+pub(crate) trait Parkable: Send + Sized + 'static {
+    /// Polls the stream in its own task, until it ends or can be parked.
+    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Flow>;
+
+    fn batches(&self) -> &Batches;
+
+    fn lifecycle(&self) -> &Arc<Lifecycle>;
+
+    /// Its framed subscription, if nothing but its events is owed now.
+    fn source(&mut self) -> Option<&mut dyn BatchSource>;
+
+    /// Registers `cx` for input on the socket: ready if there is some.
+    fn poll_input(&self, cx: &mut Context<'_>) -> Poll<()>;
+
+    /// One try at writing `bytes` (events framed by
+    /// [`BatchSource::frame_step`]) as this stream's writer sends them:
+    /// how many bytes went, of how many. A plain `sendmsg`, past tokio's
+    /// idea of the socket's readiness (`Socket::send_now`).
+    fn send_now(&self, bytes: &Bytes) -> io::Result<(usize, usize)>;
+
+    /// The counter of bytes sent on this stream's resource and transport.
+    fn bytes_counter(&self) -> Counter;
+
+    /// Back in a task of its own: it writes `rest` first (a step's bytes,
+    /// and how many of them, as [`Parkable::send_now`] sends them, went),
+    /// and watches its socket with its own waker again.
+    fn unparked(&mut self, rest: Option<(Bytes, usize)>);
+
+    /// A keep-alive tick came (at `now`): what it owes the client, as
+    /// [`Parkable::send_now`] sends it. By default what the subscription
+    /// owes ([`BatchSource::frame_tick`]).
+    fn tick(&mut self, _now: Instant) -> Tick {
+        match self.source() {
+            Some(source) => match source.frame_tick() {
+                Some((bytes, counted)) => Tick::Send(bytes, counted),
+                None => Tick::Nothing,
+            },
+            None => Tick::Unpark,
+        }
+    }
+
+    /// The socket has input: reads what it can with `cx` (the waker its
+    /// writer watches it with). True if all of it needed no answer (the
+    /// stream stays parked); false if its task must act on it (it then
+    /// finds what was read). By default nothing is absorbed: input on a
+    /// stream that takes none is its client hanging up.
+    fn absorb(&mut self, _cx: &mut Context<'_>) -> bool {
+        false
+    }
+}
+
+/// What a keep-alive tick owes a parked stream's client.
+pub(crate) enum Tick {
+    /// These bytes (of which this many count as sent).
+    Send(Bytes, u64),
+    /// Nothing (it had this tick already).
+    Nothing,
+    /// Something only its task can do (a WebSocket past its idle timeout).
+    Unpark,
+}
+
+/// Writes a writer makes per poll before it lets the other tasks of its
+/// thread run: at ~2 µs a `sendmsg`, a few milliseconds.
+pub(crate) const SENDS_PER_POLL: usize = 2048;
+
+/// How a stream's task stops polling it.
+pub(crate) enum Flow {
+    /// The stream is over.
+    Ended,
+    /// The stream is caught up: its view's writer takes it.
+    Batch,
+}
+
+/// A stream's task: the stream, until it is handed to its view's writer
+/// (which starts a task again for it once it has anything of its own to
+/// do). The stream's state is boxed, and stays in that one place for the
+/// stream's life: parking and unparking move a pointer, and a task is a
+/// small allocation of its own that comes and goes. (Moving the state
+/// between a task and a box on every tick left both kinds of block
+/// behind in the allocator: 0.9 KB more per WebSocket subscriber.)
+pub(crate) struct Task<M>(Option<Box<M>>);
+
+impl<M> Task<M> {
+    pub(crate) fn new(stream: M) -> Task<M> {
+        Task(Some(Box::new(stream)))
+    }
+}
+
+impl<M: Parkable> Future for Task<M> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let task = self.get_mut();
+        let Some(stream) = &mut task.0 else {
+            return Poll::Ready(());
+        };
+        let flow = std::task::ready!(stream.poll_stream(cx));
+        if let (Flow::Batch, Some(stream)) = (flow, task.0.take()) {
+            stream.batches().clone().park(stream);
+        }
+        task.0 = None;
+        Poll::Ready(())
+    }
+}
+
+/// The writers of every view, and where unparked streams run.
+#[derive(Clone)]
+pub struct Batches(Arc<Registry>);
+
+struct Registry {
+    /// Per view, source type and id tag: its writer's mailbox.
+    writers: Mutex<HashMap<Key, Arc<dyn Any + Send + Sync>>>,
+    runtime: tokio::runtime::Handle,
+    tracker: TaskTracker,
+    /// Streams parked now.
+    parked: Gauge,
+    metrics: Arc<Metrics>,
+}
+
+/// What a writer's streams share: their view (by address), their type,
+/// and the tag their ids carry (`hub::scope`), which is in the bytes
+/// framed for them.
+type Key = (usize, TypeId, Option<Box<str>>);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Batches {
+    pub fn new(
+        runtime: tokio::runtime::Handle,
+        tracker: TaskTracker,
+        metrics: Arc<Metrics>,
+    ) -> Batches {
+        Batches(Arc::new(Registry {
+            writers: Mutex::default(),
+            runtime,
+            tracker,
+            parked: metrics.batched(),
+            metrics,
+        }))
+    }
+
+    /// Hands a caught-up stream to its view's writer (started if there is
+    /// none). The stream's task ends after this.
+    fn park<M: Parkable>(&self, mut stream: Box<M>) {
+        let Some(source) = stream.source() else {
+            self.unpark(stream, None);
+            return;
+        };
+        // The writer watches the hub and the lifecycle for it now.
+        source.subscription_mut().stop_waiting();
+        let sub = source.subscription();
+        let (hub, view) = (sub.hub().clone(), sub.view().clone());
+        let key = (
+            Arc::as_ptr(&view) as usize,
+            TypeId::of::<M>(),
+            sub.id_tag().map(Box::from),
+        );
+        let mut writers = lock(&self.0.writers);
+        if let Some(mailbox) = writers
+            .get(&key)
+            .and_then(|m| m.clone().downcast::<Mutex<Mailbox<M>>>().ok())
+        {
+            let mut inbox = lock(&mailbox);
+            if !inbox.closed {
+                inbox.incoming.push(stream);
+                let waker = inbox.waker.take();
+                drop(inbox);
+                drop(writers);
+                if let Some(waker) = waker {
+                    waker.wake();
+                }
+                return;
+            }
+        }
+        let lifecycle = stream.lifecycle().clone();
+        let mailbox = Arc::new(Mutex::new(Mailbox {
+            incoming: vec![stream],
+            readable: Vec::new(),
+            waker: None,
+            closed: false,
+        }));
+        writers.insert(key.clone(), mailbox.clone());
+        drop(writers);
+        let writer = Writer::new(key, self.clone(), mailbox, hub, view, lifecycle);
+        self.0.runtime.spawn(self.0.tracker.track_future(writer));
+    }
+
+    /// Gives a stream a task of its own again, `rest` to write first.
+    fn unpark<M: Parkable>(&self, mut stream: Box<M>, rest: Option<(Bytes, usize)>) {
+        stream.unparked(rest);
+        self.0
+            .runtime
+            .spawn(self.0.tracker.track_future(Task(Some(stream))));
+    }
+
+    /// A writer with no stream left is gone, unless another took its place.
+    fn forget(&self, key: &Key, mailbox: &Arc<dyn Any + Send + Sync>) {
+        let mut writers = lock(&self.0.writers);
+        if writers.get(key).is_some_and(|m| Arc::ptr_eq(m, mailbox)) {
+            writers.remove(key);
+        }
+    }
+}
+
+/// What reaches a writer from outside its task (behind a mutex).
+struct Mailbox<M> {
+    /// Streams handed over since the writer last looked.
+    incoming: Vec<Box<M>>,
+    /// Parked streams whose socket has input, or whose access moved (key
+    /// and generation).
+    readable: Vec<(usize, u64)>,
+    /// The writer's task, while it waits.
+    waker: Option<Waker>,
+    /// The writer ended: a stream parked now needs a new one.
+    closed: bool,
+}
+
+/// A parked stream's waker for its socket's input and its access's
+/// changes: tells its writer.
+struct Input<M> {
+    mailbox: Weak<Mutex<Mailbox<M>>>,
+    key: usize,
+    generation: u64,
+}
+
+impl<M: Send + 'static> Wake for Input<M> {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(mailbox) = self.mailbox.upgrade() else {
+            return;
+        };
+        let mut inbox = lock(&mailbox);
+        inbox.readable.push((self.key, self.generation));
+        let waker = inbox.waker.take();
+        drop(inbox);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

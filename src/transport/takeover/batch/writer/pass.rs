@@ -1,0 +1,241 @@
+//! A writer's passes over its streams: the log's new events, framed once
+//! per cursor and written to each stream, and a keep-alive tick's bytes;
+//! both within the poll's budget of writes, resumed after a yield.
+
+use std::io;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::super::{Parkable, Tick};
+use super::Writer;
+use crate::hub::{Lapped, Step};
+use crate::metrics::Unparked;
+use crate::transport::stream::Batched;
+
+/// A stream a pass sends back to its task: its slot, what it has to
+/// write first, and why.
+type Leaving = (usize, Option<(Bytes, usize)>, Unparked);
+
+/// One try at writing `bytes` to the stream in slot `key`: true if they
+/// went, or the stream's task is to write the rest (it joins `unpark`);
+/// false if the connection failed (it joins `ended`).
+fn send<M: Parkable>(
+    key: usize,
+    stream: &M,
+    bytes: &Bytes,
+    unpark: &mut Vec<Leaving>,
+    ended: &mut Vec<usize>,
+) -> bool {
+    let rest = match stream.send_now(bytes) {
+        Ok((went, all)) if went == all => return true,
+        Ok((went, _)) => went,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+        Err(_) => {
+            ended.push(key);
+            return false;
+        }
+    };
+    // Its task writes the rest: sent all the same.
+    unpark.push((key, Some((bytes.clone(), rest)), Unparked::Write));
+    true
+}
+
+/// A pass over a writer's streams that brings each to the head of the
+/// log, kept across the writer's yields.
+pub(super) struct Pass {
+    /// The steps read so far, one per cursor the streams were at.
+    steps: Vec<Prepared>,
+    /// The next slot to visit.
+    next: usize,
+    /// A step stopped short of the head, or a stream came in meanwhile:
+    /// another pass follows.
+    pub(super) again: bool,
+}
+
+/// A step read and framed once for every stream at one cursor, and how
+/// many streams took it.
+struct Prepared {
+    from: u64,
+    step: Result<(Step, Option<Batched>), Lapped>,
+    took: u64,
+}
+
+impl<M: Parkable> Writer<M> {
+    /// Brings every parked stream to the head of the log, within the
+    /// poll's budget of writes: false if it stopped short (the pass goes
+    /// on at the next poll).
+    pub(super) fn deliver(&mut self) -> bool {
+        loop {
+            let mut pass = match self.pass.take() {
+                Some(pass) => pass,
+                None => {
+                    // Seen before reading: a change after this point
+                    // wakes the writer.
+                    self.hub_seen = self.hub.changes().current();
+                    Pass {
+                        steps: Vec::new(),
+                        next: 0,
+                        again: false,
+                    }
+                }
+            };
+            let now = Instant::now();
+            let mut unpark: Vec<Leaving> = Vec::new();
+            let mut ended: Vec<usize> = Vec::new();
+            let mut stopped = false;
+            for (key, parked) in &mut self.streams {
+                if key < pass.next {
+                    continue;
+                }
+                if self.budget == 0 {
+                    pass.next = key;
+                    stopped = true;
+                    break;
+                }
+                // Owed something of its own since it came: its task acts.
+                let expired = parked.deadline.is_some_and(|at| at <= now);
+                let Some(source) = parked.stream.source() else {
+                    unpark.push((key, None, Unparked::Refused));
+                    continue;
+                };
+                if expired {
+                    unpark.push((key, None, Unparked::Deadline));
+                    continue;
+                }
+                if parked.scoped && source.subscription().scope_moved() {
+                    unpark.push((key, None, Unparked::Access));
+                    continue;
+                }
+                // Usually one cursor: every stream took the last step.
+                let at = match pass.steps.iter().position(|f| f.from == parked.cursor) {
+                    Some(at) => at,
+                    None => {
+                        let step = Step::read(&self.hub, &self.view, parked.cursor).map(|step| {
+                            let batched = source.frame_step(&step);
+                            (step, batched)
+                        });
+                        pass.steps.push(Prepared {
+                            from: parked.cursor,
+                            step,
+                            took: 0,
+                        });
+                        pass.steps.len() - 1
+                    }
+                };
+                let prepared = &mut pass.steps[at];
+                let (step, batched) = match &prepared.step {
+                    Ok(step) => step,
+                    // Its task finds it lapped and starts it over.
+                    Err(Lapped) => {
+                        unpark.push((key, None, Unparked::Lapped));
+                        continue;
+                    }
+                };
+                if step.advance.cursor == parked.cursor {
+                    // Nothing new in the log; but the hub's position may
+                    // have moved past its last event (an upstream
+                    // bookmark): the stream's moves with it, as its task's
+                    // read would move it, so that a tick tells the client.
+                    if step.advance.caught_up.is_some() {
+                        match &mut parked.taken {
+                            Some(taken) => taken.then(&step.advance),
+                            None => parked.taken = Some(step.advance),
+                        }
+                    }
+                    continue;
+                }
+                pass.again |= step.advance.caught_up.is_none();
+                parked.cursor = step.advance.cursor;
+                match &mut parked.taken {
+                    Some(taken) => taken.then(&step.advance),
+                    None => parked.taken = Some(step.advance),
+                }
+                let Some(batched) = batched else {
+                    // Nothing this view shows: only the position moves.
+                    continue;
+                };
+                self.budget -= 1;
+                if !send(
+                    key,
+                    &*parked.stream,
+                    &batched.bytes,
+                    &mut unpark,
+                    &mut ended,
+                ) {
+                    continue;
+                }
+                parked.events += batched.messages;
+                parked.bytes += batched.message_bytes;
+                prepared.took += 1;
+            }
+            self.settle_all(unpark, ended);
+            if stopped {
+                self.pass = Some(pass);
+                return false;
+            }
+            if let Some((events, sent)) = &self.counters {
+                for prepared in &pass.steps {
+                    if let Ok((_, Some(batched))) = &prepared.step {
+                        events.inc_by(prepared.took * batched.messages);
+                        sent.inc_by(prepared.took * batched.message_bytes);
+                    }
+                }
+            }
+            if !pass.again {
+                return true;
+            }
+        }
+    }
+
+    /// Writes what the keep-alive tick under way owes each stream, within
+    /// the poll's budget of writes: false if it stopped short.
+    pub(super) fn tick(&mut self) -> bool {
+        let Some(from) = self.ticking else {
+            return true;
+        };
+        let now = Instant::now();
+        let mut unpark: Vec<Leaving> = Vec::new();
+        let mut ended: Vec<usize> = Vec::new();
+        let mut stopped = None;
+        for (key, parked) in &mut self.streams {
+            if key < from {
+                continue;
+            }
+            if self.budget == 0 {
+                stopped = Some(key);
+                break;
+            }
+            // What the tick owes depends on where the writer brought it.
+            parked.settle_here();
+            match parked.stream.tick(now) {
+                Tick::Nothing => {}
+                Tick::Unpark => unpark.push((key, None, Unparked::Idle)),
+                Tick::Send(bytes, counted) => {
+                    self.budget -= 1;
+                    if !send(key, &*parked.stream, &bytes, &mut unpark, &mut ended) {
+                        continue;
+                    }
+                    if let Some((_, sent)) = &self.counters {
+                        sent.inc_by(counted);
+                    }
+                }
+            }
+        }
+        self.settle_all(unpark, ended);
+        self.ticking = stopped;
+        stopped.is_none()
+    }
+
+    /// Gives streams their tasks back (`rest` to write first), and ends
+    /// those whose connection failed (their access-log line says so, as a
+    /// task's failed write ends it).
+    fn settle_all(&mut self, unpark: Vec<Leaving>, ended: Vec<usize>) {
+        for (key, rest, why) in unpark {
+            self.unpark(key, rest, why);
+        }
+        for key in ended {
+            drop(self.leave(key));
+        }
+    }
+}
