@@ -13,7 +13,7 @@ use crate::auth::{claims, hs256, jwt_config};
 use crate::rbac::{ROLE_BINDINGS, binding, pods_in, rbac_env, team_sim, until_holds};
 use crate::sse::{BATCH_PATHS, batched_through_churn, batching_env, touch_tracked};
 use crate::support::{ClientView, SseClient, TestEnv, WAIT, test_config};
-use crate::ws::{follow, subscribed, ws_config};
+use crate::ws::{batched_sockets, follow, subscribed};
 
 /// `kubefan_streams_batched` now.
 async fn batched(env: &TestEnv) -> usize {
@@ -146,19 +146,9 @@ async fn keepalive_ticks_are_written_by_the_writer_without_unparking() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_pings_and_pongs_leave_sockets_batched_and_the_idle_timeout_holds() {
-    let mut cfg = ws_config();
     // Longer than the churn leaves a client unread (it answers pings only
     // as it reads), shorter than the ticks read below.
-    cfg.stream.ws_idle_timeout = Duration::from_secs(4);
-    let env = batching_env(cfg).await;
-    let mut subs = Vec::new();
-    for path in BATCH_PATHS {
-        subs.push((path, subscribed(&env, path).await));
-    }
-    batched_through_churn(&env, &mut subs, async |ws, view, rv| {
-        follow(ws, view, rv).await
-    })
-    .await;
+    let (env, mut subs) = batched_sockets(Duration::from_secs(4)).await;
     let before = unparked(&env, None).await;
     // Each tick's ping is written by the writer, and the pong (sent as the
     // client reads on) absorbed there: the sockets stay batched, past

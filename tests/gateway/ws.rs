@@ -867,13 +867,16 @@ async fn a_socket_with_nothing_to_send_is_answered_at_once_and_its_bytes_counted
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn caught_up_single_stream_sockets_are_written_together_and_get_every_change_once() {
+/// Single-stream sockets on the batching tests' paths, each written by its
+/// view's writer once it caught up, through churn (`sse::batched_through_churn`).
+/// The clients read nothing (so answer no ping) while the churn is made:
+/// `idle_timeout` must be longer than that.
+pub(crate) async fn batched_sockets(
+    idle_timeout: Duration,
+) -> (TestEnv, Vec<(&'static str, (WsClient, ClientView))>) {
     use crate::sse::{BATCH_PATHS, batched_through_churn, batching_env};
-    // The clients read nothing (so answer no ping) while the churn is
-    // made: an idle timeout longer than that.
     let mut cfg = ws_config();
-    cfg.stream.ws_idle_timeout = Duration::from_secs(60);
+    cfg.stream.ws_idle_timeout = idle_timeout;
     let env = batching_env(cfg).await;
     let mut subs = Vec::new();
     for path in BATCH_PATHS {
@@ -883,6 +886,12 @@ async fn caught_up_single_stream_sockets_are_written_together_and_get_every_chan
         follow(ws, view, rv).await
     })
     .await;
+    (env, subs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caught_up_single_stream_sockets_are_written_together_and_get_every_change_once() {
+    let (env, subs) = batched_sockets(Duration::from_secs(60)).await;
     // Every byte counted as sent arrived, whichever path wrote it: the
     // writer counts message bytes, not its frames' headers, as a socket's
     // own task does. (Nothing is sent after the last change: ticks only
