@@ -665,6 +665,17 @@ async fn slow_reader_is_lapped_and_reset_while_a_fast_one_gets_everything() {
     env.synced("pods").await;
     let (mut slow, mut slow_view) = subscribed(&env, "/stream/pods").await;
     let (mut fast, mut fast_view) = subscribed(&env, "/stream/pods").await;
+    // A `/ws` subscription that reads nothing either: its outbox fills
+    // behind the socket, and its view's writer gives it back to its task.
+    let mut slow_mux = WsClient::connect(&env, "/ws").await;
+    slow_mux
+        .subscribe(json!({"op": "subscribe", "id": "s", "resource": "pods"}))
+        .await;
+    let mut mux = Mux::default();
+    mux.until(&mut slow_mux, |m| {
+        m.views.get("s").is_some_and(|v| v.snapshots == 1)
+    })
+    .await;
     env.sim
         .create("pods", pod("big").ns("web").build())
         .unwrap();
@@ -690,6 +701,11 @@ async fn slow_reader_is_lapped_and_reset_while_a_fast_one_gets_everything() {
     );
     assert_eq!(slow_view.snapshots, 2);
     slow_view.assert_matches(&objects);
+
+    mux.until(&mut slow_mux, |m| m.settled("s", rv)).await;
+    let slow_sub = &mux.views["s"];
+    assert_eq!(slow_sub.resets, ["Lapped"], "the slow /ws subscription too");
+    slow_sub.assert_matches(&objects);
     env.stop().await;
 }
 
@@ -756,13 +772,21 @@ async fn mux_tasks_are_streams_that_the_stop_waits_for() {
             .all(|s| m.views.get(*s).is_some_and(|v| v.snapshots == 1))
     })
     .await;
-    // The control loop, the writer and one task per subscription, all
-    // counted where the stop waits.
-    assert_eq!(streams.running(), before + 4);
+    // The control loop, the writer and each subscription (in a task of
+    // its own, or parked with its view's writer, a task too), all counted
+    // where the stop waits (one more for a moment while a subscription's
+    // task hands it to its writer).
+    let running = streams.running();
+    assert!((before + 4..=before + 6).contains(&running), "{running}");
+    let nodes = env.app.informers().hub("nodes").await.unwrap();
+    let mut watching_nodes = nodes.subscribers_rx();
     ws.send_json(json!({"op": "unsubscribe", "id": "b"})).await;
     mux.until(&mut ws, |m| m.find(json!("b"), "UNSUBSCRIBED").is_some())
         .await;
-    assert_eq!(streams.running(), before + 3, "b's task is gone");
+    tokio::time::timeout(WAIT, watching_nodes.wait_for(|n| *n == 0))
+        .await
+        .expect("b's subscription ends, wherever it was")
+        .unwrap();
 
     // The stop returns only once the socket's last frames went: the
     // client reads them afterwards.
@@ -906,4 +930,120 @@ async fn caught_up_single_stream_sockets_are_written_together_and_get_every_chan
         .and_then(|v| v.parse::<u64>().ok());
     assert_eq!(counted, Some(received), "{metrics}");
     env.stop().await;
+}
+
+/// `kubefan_bytes_sent_total` of pods over WebSocket.
+async fn ws_pod_bytes(env: &TestEnv) -> Option<u64> {
+    let metrics = env.metrics().await;
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"kubefan_bytes_sent_total{resource="pods",transport="WebSocket"} "#)
+        })
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// Reads both sockets until each of their subscriptions reached `rv`.
+async fn settle_mux(sockets: &mut [(WsClient, Mux, Vec<&str>)], rv: u64) {
+    for (ws, mux, ids) in sockets.iter_mut() {
+        let ids = ids.clone();
+        tokio::time::timeout(
+            WAIT,
+            mux.until(ws, |m| ids.iter().all(|id| m.settled(id, rv))),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{ids:?} reached {rv}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caught_up_ws_subscriptions_are_written_by_their_views_writers_with_their_ids() {
+    use crate::sse::{batching_env, churn_across_namespaces, touch_tracked};
+    let mut cfg = ws_config();
+    cfg.stream.ws_idle_timeout = Duration::from_secs(60);
+    let env = batching_env(cfg).await;
+    // Two views over two sockets: each socket holds one subscription of
+    // each, so a writer writes to both sockets and each socket is written
+    // by both writers.
+    let mut sockets = Vec::new();
+    for ids in [["a", "b"], ["c", "d"]] {
+        let mut ws = WsClient::connect(&env, "/ws").await;
+        ws.subscribe(json!({"op": "subscribe", "id": ids[0], "resource": "pods"}))
+            .await;
+        ws.subscribe(
+            json!({"op": "subscribe", "id": ids[1], "resource": "pods", "namespace": "batch"}),
+        )
+        .await;
+        sockets.push((ws, Mux::default(), ids.to_vec()));
+    }
+    let mut all_batched = false;
+    for round in 0..200 {
+        let rv = touch_tracked(&env.sim, &round.to_string());
+        settle_mux(&mut sockets, rv).await;
+        let metrics = env.metrics().await;
+        if metrics.lines().any(|l| l == "kubefan_streams_batched 4") {
+            all_batched = true;
+            break;
+        }
+    }
+    assert!(all_batched, "caught-up subscriptions are parked");
+    churn_across_namespaces(&env.sim, 400).await;
+    let rv = touch_tracked(&env.sim, "last");
+    settle_mux(&mut sockets, rv).await;
+    let (objects, _) = pods_of(&env.sim);
+    let in_batch: Vec<Value> = objects
+        .iter()
+        .filter(|o| o["metadata"]["namespace"] == "batch")
+        .cloned()
+        .collect();
+    for (_, mux, ids) in &sockets {
+        for (id, expected) in ids.iter().zip([&objects, &in_batch]) {
+            let view = &mux.views[*id];
+            assert!(view.resets.is_empty(), "{id}: {:?}", view.resets);
+            view.assert_matches(expected);
+        }
+        assert!(mux.other.is_empty(), "{:?}", mux.other);
+    }
+    // Every byte counted arrived, prefixes included, whichever path wrote
+    // it.
+    let received: u64 = sockets.iter().map(|(ws, _, _)| ws.received).sum();
+    assert_eq!(ws_pod_bytes(&env).await, Some(received));
+    assert_eq!(
+        unparked_total(&env).await,
+        0,
+        "the writers kept them through the ticks"
+    );
+
+    // Unsubscribed while parked: the reply, and nothing of it after; its
+    // writer lets it go, and the others go on.
+    let hub = env.app.informers().hub("pods").await.unwrap();
+    let mut subscribers = hub.subscribers_rx();
+    let (ws, mux, ids) = &mut sockets[0];
+    ws.send_json(json!({"op": "unsubscribe", "id": "b"})).await;
+    mux.until(ws, |m| m.find(json!("b"), "UNSUBSCRIBED").is_some())
+        .await;
+    let b_changes = mux.views["b"].changes.len();
+    ids.retain(|id| *id != "b");
+    let d_changes = sockets[1].1.views["d"].changes.len();
+    tokio::time::timeout(WAIT, subscribers.wait_for(|n| *n == 3))
+        .await
+        .expect("b's subscription is dropped")
+        .unwrap();
+    let rv = touch_tracked(&env.sim, "after");
+    settle_mux(&mut sockets, rv).await;
+    assert_eq!(sockets[0].1.views["b"].changes.len(), b_changes);
+    assert_eq!(sockets[1].1.views["d"].changes.len(), d_changes + 1);
+    env.stop().await;
+}
+
+/// `kubefan_streams_unparked_total`, over every reason but `Write` (a
+/// socket that took part of a write) and `Refused`.
+async fn unparked_total(env: &TestEnv) -> u64 {
+    let metrics = env.metrics().await;
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("kubefan_streams_unparked_total{"))
+        .filter(|l| !l.contains(r#""Write""#) && !l.contains(r#""Refused""#))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }

@@ -45,7 +45,7 @@ pub use http::respond;
 use io::WriteDeadline;
 pub use io::{LINGER, Linger};
 pub use ws_read::{Frames, Inbox, InboxError, InboxLimits, Messages, Refusal};
-pub use ws_write::{Opcode, Taken, Upgraded, WsWriter, frame_header, upgrade};
+pub use ws_write::{DirectSocket, Opcode, Taken, Upgraded, WsWriter, frame_header, upgrade};
 
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;

@@ -191,6 +191,22 @@ impl WsWriter {
         self.write.send_now(&[io::IoSlice::new(frames)])
     }
 
+    /// The socket, for writes made past this writer while it has nothing
+    /// under way (a `/ws` socket's batch writers, `transport::ws::mux`);
+    /// `None` over TLS, whose records go through the session.
+    pub fn direct(&self) -> Option<DirectSocket> {
+        self.write
+            .is_plain()
+            .then(|| DirectSocket(self.write.clone()))
+    }
+
+    /// Writes `frames` (whole frames, framed already).
+    pub async fn write_frames(&mut self, frames: &[u8]) -> io::Result<()> {
+        self.open().await?;
+        let mut written = 0;
+        poll_fn(|cx| self.poll_write_frames(cx, frames, &mut written)).await
+    }
+
     /// Writes the rest of `frames` (whole frames, `*written` bytes of them
     /// gone already), as [`WsWriter::poll_send_parts`] writes one frame.
     pub fn poll_write_frames(
@@ -239,6 +255,19 @@ impl WsWriter {
     /// Ends the connection's sending side (after a Close frame).
     pub fn shutdown(&self) {
         self.write.shutdown();
+    }
+}
+
+/// A plain WebSocket's socket, written past its [`WsWriter`]: its owner
+/// makes sure that no frame of the writer's is half written meanwhile.
+#[derive(Clone)]
+pub struct DirectSocket(Arc<Socket>);
+
+impl DirectSocket {
+    /// One `sendmsg` of `bufs` (`Socket::send_now`): how many bytes went;
+    /// `WouldBlock` if none did.
+    pub fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.0.send_now(bufs)
     }
 }
 

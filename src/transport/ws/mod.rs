@@ -20,10 +20,12 @@
 //! for the client's frames (pongs, Close). A socket that is not read blocks
 //! its task (up to the write timeout) with the cursor in place.
 //!
-//! On `/ws`, each subscription is a task that pulls its subscription and
-//! pushes text frames into the socket's outbox, a bounded channel drained by
-//! one writer task; a socket that is not read fills the outbox and its
-//! subscriptions wait. The control loop (client messages, pings, idle
+//! On `/ws`, each subscription is a stream of its own (`mux::sub`), in its
+//! own task or, caught up, parked with its view's batch writer as a
+//! single-stream socket is; both write through the socket's outbox
+//! (`mux::outbox`): straight onto the socket while nothing is queued, else
+//! into a bounded queue drained by one writer task. A socket that is not
+//! read fills the queue and its subscriptions wait. The control loop (client messages, pings, idle
 //! timeout) only ever *tries* to queue its own ping, and waits at most the
 //! idle timeout to queue anything else (a pong, a reply), so a stuck socket
 //! cannot pin it, and a client that does not read what it asks for is not

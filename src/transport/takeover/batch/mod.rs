@@ -14,7 +14,10 @@
 //! view, registered once with the hub and the lifecycle. On a change it
 //! reads the log once per cursor its streams are at (usually one), frames
 //! the events once, and writes them to each stream's socket in one loop: a
-//! `sendmsg` per stream and nothing else, as the floor server does.
+//! `sendmsg` per stream and nothing else, as the floor server does. (A
+//! `/ws` subscription's socket is shared with its other subscriptions: its
+//! outbox splices the subscription's prefix into the frames as it writes
+//! them, `transport::ws::mux::outbox`.)
 //!
 //! A parked stream's obligations stay with the writer, in one structure
 //! each, not a task or a timer per stream:
@@ -80,8 +83,9 @@ mod writer;
 use writer::Writer;
 
 /// A stream that can leave its task for its view's writer: an SSE
-/// response (`http::Pump`) or a single-stream WebSocket
-/// (`transport::ws::single`).
+/// response or a Kubernetes watch (`http::Pump`), a single-stream
+/// WebSocket (`transport::ws::single`) or a `/ws` subscription
+/// (`transport::ws::mux`).
 pub(crate) trait Parkable: Send + Sized + 'static {
     /// Polls the stream in its own task, until it ends or can be parked.
     fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Flow>;
@@ -104,6 +108,13 @@ pub(crate) trait Parkable: Send + Sized + 'static {
 
     /// The counter of bytes sent on this stream's resource and transport.
     fn bytes_counter(&self) -> Counter;
+
+    /// Bytes each message this stream is sent counts beyond the shared
+    /// frames' own ([`BatchSource::frame_step`]'s `message_bytes`): a
+    /// `/ws` subscription's prefix, spliced in as it is written.
+    fn extra_per_message(&self) -> u64 {
+        0
+    }
 
     /// Back in a task of its own: it writes `rest` first (a step's bytes,
     /// and how many of them, as [`Parkable::send_now`] sends them, went),

@@ -59,6 +59,9 @@ struct Prepared {
     from: u64,
     step: Result<(Step, Option<Batched>), Lapped>,
     took: u64,
+    /// Bytes the streams that took it count beyond its messages' own
+    /// (`Parkable::extra_per_message`).
+    extra: u64,
 }
 
 impl<M: Parkable> Writer<M> {
@@ -119,6 +122,7 @@ impl<M: Parkable> Writer<M> {
                             from: parked.cursor,
                             step,
                             took: 0,
+                            extra: 0,
                         });
                         pass.steps.len() - 1
                     }
@@ -165,9 +169,11 @@ impl<M: Parkable> Writer<M> {
                 ) {
                     continue;
                 }
+                let extra = batched.messages * parked.stream.extra_per_message();
                 parked.events += batched.messages;
-                parked.bytes += batched.message_bytes;
+                parked.bytes += batched.message_bytes + extra;
                 prepared.took += 1;
+                prepared.extra += extra;
             }
             self.settle_all(unpark, ended);
             if stopped {
@@ -178,7 +184,7 @@ impl<M: Parkable> Writer<M> {
                 for prepared in &pass.steps {
                     if let Ok((_, Some(batched))) = &prepared.step {
                         events.inc_by(prepared.took * batched.messages);
-                        sent.inc_by(prepared.took * batched.message_bytes);
+                        sent.inc_by(prepared.took * batched.message_bytes + prepared.extra);
                     }
                 }
             }

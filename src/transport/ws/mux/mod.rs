@@ -1,25 +1,29 @@
 //! A `/ws` socket: many subscriptions on one connection, opened and closed
 //! by client messages ([`super::ops`]). One control loop reads the client
 //! (answering each of its pings before reading on), pings and keeps the
-//! idle timeout; each subscription is a task that
-//! queues its messages in the socket's outbox; one writer task drains it.
+//! idle timeout; each subscription is a stream of its own ([`sub`]), in a
+//! task or parked with its view's batch writer; all write through the
+//! socket's [`outbox`], whose writer task writes what is queued.
 //!
 //! All of them are streams (`takeover::Streams`): they run on the streams'
 //! runtime, where the connection is opened (so its readiness and the hubs'
 //! wake-ups cross no thread), and `Streams::stop` waits for each, so every
 //! subscription's last message goes out before the gateway stops.
 
+mod outbox;
+mod sub;
+
 use std::collections::HashMap;
+use std::future::poll_fn;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web;
-use actix_ws::{CloseCode, Message};
+use actix_ws::CloseCode;
 use bytes::Bytes;
 use bytestring::ByteString;
 use futures::StreamExt;
-use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::message::{
@@ -33,11 +37,11 @@ use crate::metrics::Transport;
 use crate::status::status_json;
 use crate::transport::message::shutdown_status;
 use crate::transport::state::AppState;
-use crate::transport::takeover::{Messages, Opcode, Taken, Upgraded, WsWriter};
+use crate::transport::takeover::{Messages, Opcode, Taken, Task, Upgraded, WsWriter};
 use crate::transport::{StreamParams, subscribe};
+use outbox::{Frame, Outbox};
+use sub::{Ended, Starting, Sub};
 
-/// Messages a socket's subscriptions may have queued for its writer.
-const OUTBOX: usize = 64;
 /// Time a Close frame gets to be queued behind a stuck socket, and
 /// subscriptions to send their last message.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
@@ -47,89 +51,42 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 pub(super) fn spawn(state: web::Data<AppState>, taken: Box<Taken>, principal: Principal) {
     let max = state.stream.max_subscriptions_per_socket.max(1);
     let streams = state.streams.clone();
-    let (socket, out_rx, done_rx) = Socket::new(state, max, principal);
-    streams.spawn(socket.run(taken, out_rx, done_rx));
+    let (socket, ended_rx) = Socket::new(state, max, principal);
+    streams.spawn(socket.run(taken, ended_rx));
 }
 
-/// A subscription task's view of its socket.
-struct Outbox {
-    out_tx: mpsc::Sender<Message>,
-    prefix: Bytes,
-    done_tx: mpsc::Sender<(String, u64)>,
-    key: (String, u64),
-}
-
-impl Outbox {
-    /// Queues a message; waits while the socket is slow. False once the
-    /// socket is gone.
-    async fn send(&self, msg: ByteString, bytes_sent: Option<&Counter>) -> bool {
-        if let Some(bytes) = bytes_sent {
-            bytes.inc_by(msg.len() as u64);
-        }
-        self.out_tx.send(Message::Text(msg)).await.is_ok()
-    }
-}
-
-/// One subscription: frames its messages into the socket's outbox until
-/// the stream ends (hub closed, shutdown, credentials ended) or the socket
-/// goes away.
-async fn run_subscription(
+/// Subscribes `principal` to `resource` as `params` say, unless the
+/// gateway is stopping: the subscription framed for a socket, or the
+/// `Status` that refused it.
+fn starting(
     state: web::Data<AppState>,
     principal: Principal,
-    outbox: Outbox,
-    start: Box<(String, StreamParams)>,
-) {
-    let (resource, params) = *start;
-    // Boxed: the task then holds the subscription, not the larger state of
-    // starting it, for as long as it streams.
-    let started = Box::pin(async {
-        tokio::select! {
+    resource: String,
+    params: StreamParams,
+) -> Starting {
+    Box::pin(async move {
+        let sub = tokio::select! {
             biased;
             _ = state.lifecycle.shutting_down() => Err(shutdown_status()),
             started = subscribe(&state, &principal, &resource, &params, Transport::WebSocket) => started.map_err(|e| e.status()),
-        }
+        }?;
+        Ok(super::framed(sub, &state, principal.name()))
     })
-    .await;
-    let sub = match started {
-        Ok(sub) => sub,
-        Err(status) => {
-            if outbox
-                .send(error_message(Some(&outbox.prefix), &status), None)
-                .await
-            {
-                let _ = outbox.done_tx.send(outbox.key).await;
-            }
-            return;
-        }
-    };
-    let (mut framed, bytes_sent) = super::framed(sub, &state, principal.name());
-    let mut out = Vec::new();
-    while framed.next_into(&mut out).await {
-        for msg in out.drain(..) {
-            let text = message(Some(&outbox.prefix), &msg);
-            framed.wrote(text.len() as u64);
-            if !outbox.send(text, Some(&bytes_sent)).await {
-                return;
-            }
-        }
-        out.shrink_to(4);
-    }
-    let _ = outbox.done_tx.send(outbox.key).await;
 }
 
-/// A subscription task and which of the id's uses it is.
+/// A subscription's generation: which of its id's uses it is.
 struct Active {
     generation: u64,
-    task: JoinHandle<()>,
 }
 
 /// A `/ws` socket: its writer, its subscriptions, its control loop.
 struct Socket {
     state: web::Data<AppState>,
-    out_tx: mpsc::Sender<Message>,
+    outbox: Arc<Outbox>,
     subs: HashMap<String, Active>,
     max_subs: usize,
-    done_tx: mpsc::Sender<(String, u64)>,
+    /// Each subscription's end notice (sent when it is dropped).
+    ended_tx: Ended,
     generation: u64,
     idle_timeout: Duration,
     /// Who opened the socket; `/ws` subscriptions are authorized as it.
@@ -137,34 +94,39 @@ struct Socket {
 }
 
 impl Socket {
-    /// The socket, the receiving end of its outbox (the writer's) and the
-    /// receiver of its subscriptions' end notices.
+    /// The socket and the receiver of its subscriptions' end notices.
     fn new(
         state: web::Data<AppState>,
         max_subs: usize,
         principal: Principal,
-    ) -> (
-        Socket,
-        mpsc::Receiver<Message>,
-        mpsc::Receiver<(String, u64)>,
-    ) {
-        let (out_tx, out_rx) = mpsc::channel(OUTBOX);
-        // Each task sends one notice, at its end; the loop reads them first
-        // of all, so this hardly ever holds more than a few (and a full
-        // one only delays a task that has already finished).
-        let (done_tx, done_rx) = mpsc::channel(max_subs);
+    ) -> (Socket, mpsc::UnboundedReceiver<(Box<str>, u64)>) {
+        // One notice per subscription, read before each client message:
+        // never more than the subscriptions that ended since.
+        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
         let idle_timeout = state.stream.effective_ws_idle_timeout();
         let socket = Socket {
             state,
-            out_tx,
+            outbox: Arc::new(Outbox::new()),
             subs: HashMap::new(),
             max_subs,
-            done_tx,
+            ended_tx,
             generation: 0,
             idle_timeout,
             principal,
         };
-        (socket, out_rx, done_rx)
+        (socket, ended_rx)
+    }
+
+    /// A subscription's end notice: its id is free again (unless a later
+    /// subscription holds it already).
+    fn ended(&mut self, (id, generation): (Box<str>, u64)) {
+        if self
+            .subs
+            .get(&*id)
+            .is_some_and(|active| active.generation == generation)
+        {
+            self.subs.remove(&*id);
+        }
     }
 
     /// Opens the connection on the current runtime (the streams'), starts
@@ -174,8 +136,7 @@ impl Socket {
     async fn run(
         mut self,
         taken: Box<Taken>,
-        out_rx: mpsc::Receiver<Message>,
-        mut done_rx: mpsc::Receiver<(String, u64)>,
+        mut ended_rx: mpsc::UnboundedReceiver<(Box<str>, u64)>,
     ) {
         let Upgraded {
             writer,
@@ -188,10 +149,9 @@ impl Socket {
                 return;
             }
         };
-        self.state.streams.spawn(write(writer, out_rx));
+        self.state.streams.spawn(write(writer, self.outbox.clone()));
         let lifecycle = self.state.lifecycle.clone();
-        // Past the grace period nothing more is waited for: a subscription
-        // whose last message found the writer gone sent no end notice.
+        // Past the grace period nothing more is waited for.
         let hard_stop = lifecycle.hard_stopped();
         tokio::pin!(hard_stop);
         let mut ticks = lifecycle.ticks();
@@ -209,14 +169,10 @@ impl Socket {
                     break Some(close_reason(CloseCode::Away, GOING_AWAY));
                 }
                 () = &mut hard_stop => break None,
-                Some((id, generation)) = done_rx.recv() => {
-                    if self.subs.get(&id).is_some_and(|r| r.generation == generation) {
-                        self.subs.remove(&id);
-                    }
-                }
+                Some(notice) = ended_rx.recv() => self.ended(notice),
                 ticked = lifecycle.next_tick(ticks), if !lifecycle.is_shutting_down() => {
                     ticks = ticked;
-                    let _ = self.out_tx.try_send(Message::Ping(Bytes::new()));
+                    self.outbox.try_push(Frame::Ping);
                 }
                 _ = &mut idle => break Some(close_reason(CloseCode::Policy, IDLE)),
                 // The socket's own credentials: its subscriptions end
@@ -225,7 +181,7 @@ impl Socket {
                     // A refreshed session moved its end: wait for that.
                     match self.principal.lease().and_then(|lease| lease.later()) {
                         Some(later) => expiry.as_mut().reset(later),
-                        _ => break Box::pin(self.expire()).await,
+                        _ => break Box::pin(self.expire(&mut ended_rx)).await,
                     }
                 }
                 msg = msgs.next() => {
@@ -237,7 +193,7 @@ impl Socket {
                             // read: a client that pings faster than it reads
                             // pongs is not read either (and its pings spend
                             // the socket's ration, `takeover::ws_read`).
-                            if !self.queue(Message::Pong(payload)).await {
+                            if !self.queue(Frame::Pong(payload)).await {
                                 break Some(close_reason(CloseCode::Policy, "not reading"));
                             }
                         }
@@ -256,52 +212,55 @@ impl Socket {
         Box::pin(self.finish(ending)).await;
     }
 
-    /// Stops every subscription, then queues the Close frame (at most
+    /// Ends every subscription, then queues the Close frame (at most
     /// [`CLOSE_WAIT`] behind a stuck socket) and lets the writer drain.
     async fn finish(self, ending: Ending) {
-        for active in self.subs.values() {
-            active.task.abort();
-        }
+        self.outbox.remove_all();
         if let Some(reason) = ending {
-            let _ =
-                tokio::time::timeout(CLOSE_WAIT, self.out_tx.send(Message::Close(Some(reason))))
-                    .await;
+            let _ = tokio::time::timeout(CLOSE_WAIT, self.queue(Frame::Close(Some(reason)))).await;
         }
-        // Without a Close (the peer is gone) the writer ends once the
-        // aborted tasks have dropped their senders.
+        // Without a Close (the peer is gone) the writer ends once it wrote
+        // what is queued.
+        self.outbox.close();
     }
 
     /// The credentials the socket was opened with ended: its
     /// subscriptions send their ERROR (401) and end (at most
     /// [`CLOSE_WAIT`]), then the socket closes with [`CLOSE_UNAUTHORIZED`].
-    async fn expire(&mut self) -> Ending {
-        let tasks: Vec<_> = self.subs.drain().map(|(_, active)| active.task).collect();
-        let _ = tokio::time::timeout(CLOSE_WAIT, futures::future::join_all(tasks)).await;
+    async fn expire(&mut self, ended_rx: &mut mpsc::UnboundedReceiver<(Box<str>, u64)>) -> Ending {
+        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+            while !self.subs.is_empty() {
+                match ended_rx.recv().await {
+                    Some(notice) => self.ended(notice),
+                    None => return,
+                }
+            }
+        })
+        .await;
         Some(close_reason(
             CloseCode::Other(CLOSE_UNAUTHORIZED),
             "token expired",
         ))
     }
 
-    fn spawn(&mut self, id: String, start: Box<(String, StreamParams)>) {
+    /// Starts subscription `id`: a stream of its own, on the streams'
+    /// runtime, like every other.
+    fn spawn(&mut self, id: String, resource: String, params: StreamParams) {
         self.generation += 1;
-        let outbox = Outbox {
-            out_tx: self.out_tx.clone(),
-            prefix: sub_prefix(&id),
-            done_tx: self.done_tx.clone(),
-            key: (id.clone(), self.generation),
-        };
-        let task = self.state.streams.spawn(run_subscription(
+        let sub = Sub::new(
             self.state.clone(),
-            self.principal.clone(),
-            outbox,
-            start,
-        ));
+            self.outbox.clone(),
+            self.generation,
+            &id,
+            sub_prefix(&id),
+            self.ended_tx.clone(),
+            starting(self.state.clone(), self.principal.clone(), resource, params),
+        );
+        self.state.streams.spawn(Task::new(sub));
         self.subs.insert(
             id,
             Active {
                 generation: self.generation,
-                task,
             },
         );
     }
@@ -309,15 +268,19 @@ impl Socket {
     /// Queues a reply from the control loop; false if the socket accepted
     /// nothing for the idle timeout.
     async fn reply(&self, msg: ByteString) -> bool {
-        self.queue(Message::Text(msg)).await
+        self.queue(Frame::Text(msg)).await
     }
 
     /// Queues a frame from the control loop, waiting while the socket is
     /// backed up; false if it accepted nothing for the idle timeout.
-    async fn queue(&self, msg: Message) -> bool {
-        tokio::time::timeout(self.idle_timeout, self.out_tx.send(msg))
-            .await
-            .is_ok_and(|sent| sent.is_ok())
+    async fn queue(&self, frame: Frame) -> bool {
+        let mut frame = Some(frame);
+        tokio::time::timeout(
+            self.idle_timeout,
+            poll_fn(|cx| self.outbox.poll_push(cx, &mut frame, None)),
+        )
+        .await
+        .unwrap_or(false)
     }
 
     /// Acts on one client message of a `/ws` socket.
@@ -364,7 +327,7 @@ impl Socket {
                             .await
                     }
                     None => {
-                        self.spawn(id, Box::new((resource, params)));
+                        self.spawn(id, resource, params);
                         true
                     }
                 }
@@ -374,8 +337,8 @@ impl Socket {
                 match self.subs.remove(&id) {
                     Some(active) => {
                         // Whatever it queued is ahead of the reply; nothing
-                        // of it can follow.
-                        stop(active.task).await;
+                        // of it can follow (it ends once woken).
+                        self.outbox.remove(active.generation);
                         let json = Bytes::from_static(br#"{"type":"UNSUBSCRIBED"}"#);
                         self.reply(message(Some(&prefix), &Outgoing::event(json, Id::None)))
                             .await
@@ -394,37 +357,35 @@ impl Socket {
     }
 }
 
-/// The socket's one writer: outbox → socket, until a Close or the peer is
-/// gone.
-async fn write(mut raw: WsWriter, mut out_rx: mpsc::Receiver<Message>) {
+/// The socket's one writer task: the outbox, in order, until a Close or
+/// the peer is gone. Until the handshake response went, nothing is written
+/// past it.
+async fn write(mut raw: WsWriter, outbox: Arc<Outbox>) {
     if raw.open().await.is_err() {
+        outbox.failed();
         return;
     }
-    while let Some(msg) = out_rx.recv().await {
-        let sent = match msg {
-            Message::Close(reason) => {
+    outbox.opened(raw.direct());
+    while let Some(frame) = poll_fn(|cx| outbox.poll_next(cx)).await {
+        let sent = match frame {
+            Frame::Close(reason) => {
                 let (code, text) = reason.map_or((1000, String::new()), |r| {
                     (u16::from(r.code), r.description.unwrap_or_default())
                 });
                 raw.close(code, &text).await;
+                outbox.failed();
                 return;
             }
-            Message::Text(text) => raw.send(Opcode::Text, text.as_bytes()).await,
-            Message::Ping(payload) => raw.send(Opcode::Ping, &payload).await,
-            Message::Pong(payload) => raw.send(Opcode::Pong, &payload).await,
-            // Never queued.
-            Message::Binary(_) | Message::Continuation(_) | Message::Nop => Ok(()),
+            Frame::Text(text) => raw.send(Opcode::Text, text.as_bytes()).await,
+            Frame::Raw(frames) => raw.write_frames(&frames).await,
+            Frame::Ping => raw.send(Opcode::Ping, &[]).await,
+            Frame::Pong(payload) => raw.send(Opcode::Pong, &payload).await,
         };
         if sent.is_err() {
+            outbox.failed();
             return;
         }
+        outbox.wrote();
     }
     raw.close(1000, "").await;
-}
-
-/// Stops a subscription's task: nothing it sends can follow what is
-/// queued next.
-async fn stop(task: JoinHandle<()>) {
-    task.abort();
-    let _ = task.await;
 }

@@ -1,0 +1,472 @@
+//! A `/ws` socket's write half, shared by everything that writes to it:
+//! the control loop (pongs, replies, pings, the Close), each
+//! subscription's task, and the batch writers of the views its caught-up
+//! subscriptions are parked with (`takeover::batch`), on any thread.
+//!
+//! One rule keeps the frames whole and each subscription's in order: the
+//! socket is written *directly* (one `sendmsg`, under the outbox's lock)
+//! only while nothing is queued and the socket's writer task has no frame
+//! under way; anything else is queued, and the writer task writes the
+//! queue in order. A direct write the socket takes only part of queues
+//! its rest first, so nothing can come between.
+//!
+//! The outbox also says which subscriptions may still write
+//! ([`Outbox::remove`]): a frame of one that was unsubscribed is refused
+//! under the same lock the reply to the unsubscribe is queued under, so
+//! nothing of it can follow that reply, whether its task or a batch writer
+//! holds it. Removing one wakes it (it is waiting on its subscription, for
+//! room, or parked), and it ends.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, IoSlice};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use actix_ws::CloseReason;
+use bytes::{BufMut, Bytes, BytesMut};
+use bytestring::ByteString;
+
+use crate::transport::takeover::{DirectSocket, Opcode, frame_header};
+
+/// Frames the socket's subscriptions and control loop may have queued
+/// (beyond the rest of a direct write, queued whatever this says).
+pub(super) const OUTBOX: usize = 64;
+
+/// A frame on its way to the socket.
+pub(super) enum Frame {
+    Text(ByteString),
+    Ping,
+    Pong(Bytes),
+    Close(Option<CloseReason>),
+    /// Whole frames, framed already (a batch writer's, for a subscription).
+    Raw(Bytes),
+}
+
+pub(super) struct Outbox(Mutex<State>);
+
+struct State {
+    queue: VecDeque<Frame>,
+    /// The writer task has a frame under way (or the handshake response:
+    /// until [`Outbox::opened`]).
+    busy: bool,
+    /// The socket, for direct writes (plain sockets, once opened).
+    direct: Option<DirectSocket>,
+    /// The writer task, while it waits for a frame.
+    writer: Option<Waker>,
+    /// Tasks waiting for room in the queue.
+    room: Vec<Waker>,
+    /// The subscriptions that may write (by generation), and what to wake
+    /// when one may not any more.
+    live: HashMap<u64, Option<Waker>>,
+    /// Nothing more is taken: a Close is queued, or the socket is gone.
+    closed: bool,
+}
+
+/// What a direct write of a subscription's frames did.
+pub(super) enum Direct {
+    /// All of it went, or is queued behind what was.
+    Sent,
+    /// Nothing went and there is no room: the subscription's task must
+    /// wait for some.
+    Full,
+    /// The subscription may not write any more.
+    Gone,
+}
+
+impl Outbox {
+    pub(super) fn new() -> Outbox {
+        Outbox(Mutex::new(State {
+            queue: VecDeque::new(),
+            busy: true,
+            direct: None,
+            writer: None,
+            room: Vec::new(),
+            live: HashMap::new(),
+            closed: false,
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The handshake response went: the socket may be written directly
+    /// (`direct`, a plain socket) while nothing is under way.
+    pub(super) fn opened(&self, direct: Option<DirectSocket>) {
+        let mut state = self.lock();
+        state.direct = direct;
+        state.busy = false;
+    }
+
+    /// Whether the socket can be written directly: plain, and opened.
+    pub(super) fn plain(&self) -> bool {
+        self.lock().direct.is_some()
+    }
+
+    /// Subscription `generation` may write from now on.
+    pub(super) fn admit(&self, generation: u64) {
+        self.lock().live.insert(generation, None);
+    }
+
+    /// Subscription `generation` may not write any more: nothing of it
+    /// follows what is queued next. It is woken to end.
+    pub(super) fn remove(&self, generation: u64) {
+        let waker = self.lock().live.remove(&generation).flatten();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// No subscription may write any more; each is woken to end.
+    pub(super) fn remove_all(&self) {
+        let live = std::mem::take(&mut self.lock().live);
+        live.into_values().flatten().for_each(Waker::wake);
+    }
+
+    /// Nothing more is queued; the writer task ends once it wrote what is.
+    pub(super) fn close(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        let writer = state.writer.take();
+        let room = std::mem::take(&mut state.room);
+        drop(state);
+        writer.into_iter().chain(room).for_each(Waker::wake);
+    }
+
+    /// Whether subscription `generation` may still write; if it may, `cx`
+    /// is woken once it may not.
+    pub(super) fn poll_live(&self, generation: u64, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.lock();
+        match state.live.get_mut(&generation) {
+            None => Poll::Ready(()),
+            Some(waker) => {
+                if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *waker = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Queues `frame` (taken from the option) for subscription
+    /// `generation` (`None`: the control loop), waiting for room: false if
+    /// it may not write any more (nothing is queued then).
+    pub(super) fn poll_push(
+        &self,
+        cx: &mut Context<'_>,
+        frame: &mut Option<Frame>,
+        generation: Option<u64>,
+    ) -> Poll<bool> {
+        let mut state = self.lock();
+        if state.closed || generation.is_some_and(|g| !state.live.contains_key(&g)) {
+            return Poll::Ready(false);
+        }
+        if state.queue.len() >= OUTBOX {
+            if !state.room.iter().any(|w| w.will_wake(cx.waker())) {
+                state.room.push(cx.waker().clone());
+            }
+            return Poll::Pending;
+        }
+        if let Some(frame) = frame.take() {
+            state.push(frame);
+        }
+        Poll::Ready(true)
+    }
+
+    /// Queues a frame of the control loop's if there is room.
+    pub(super) fn try_push(&self, frame: Frame) -> bool {
+        let mut state = self.lock();
+        if state.closed || state.queue.len() >= OUTBOX {
+            return false;
+        }
+        state.push(frame);
+        true
+    }
+
+    /// Writes subscription `generation`'s `frames` (a batch writer's,
+    /// spliced with its `prefix`, [`splice`]) straight onto the socket if
+    /// nothing is under way, or queues them behind what is.
+    pub(super) fn send_direct(
+        &self,
+        generation: u64,
+        prefix: &[u8],
+        frames: &Bytes,
+    ) -> io::Result<Direct> {
+        let mut state = self.lock();
+        if state.closed || !state.live.contains_key(&generation) {
+            return Ok(Direct::Gone);
+        }
+        let idle = !state.busy && state.queue.is_empty();
+        let went = match (&state.direct, idle) {
+            (Some(socket), true) => write_spliced(socket, prefix, frames)?,
+            _ if state.queue.len() >= OUTBOX => return Ok(Direct::Full),
+            _ => 0,
+        };
+        let all = spliced_len(prefix, frames);
+        if went < all {
+            // Ahead of anything else: part of a frame may be out already.
+            let rest = spliced(prefix, frames).slice(went..);
+            state.push(Frame::Raw(rest));
+        }
+        Ok(Direct::Sent)
+    }
+
+    /// The writer task's next frame (it is under way until
+    /// [`Outbox::wrote`]); `None` once the outbox is closed and empty.
+    pub(super) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
+        let mut state = self.lock();
+        match state.queue.pop_front() {
+            Some(frame) => {
+                state.busy = true;
+                let room = std::mem::take(&mut state.room);
+                drop(state);
+                room.into_iter().for_each(Waker::wake);
+                Poll::Ready(Some(frame))
+            }
+            None if state.closed => Poll::Ready(None),
+            None => {
+                state.writer = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The writer task's frame went whole.
+    pub(super) fn wrote(&self) {
+        self.lock().busy = false;
+    }
+
+    /// The socket failed: nothing more is taken, and every subscription
+    /// is woken to end.
+    pub(super) fn failed(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        state.queue.clear();
+        state.direct = None;
+        let live = std::mem::take(&mut state.live);
+        let room = std::mem::take(&mut state.room);
+        drop(state);
+        live.into_values()
+            .flatten()
+            .chain(room)
+            .for_each(Waker::wake);
+    }
+}
+
+impl State {
+    fn push(&mut self, frame: Frame) {
+        self.queue.push_back(frame);
+        if let Some(writer) = self.writer.take() {
+            writer.wake();
+        }
+    }
+}
+
+/// Frames of a direct write per `sendmsg` (three slices each).
+const FRAMES_PER_SEND: usize = 64;
+
+/// The whole frames in `frames`: each one's opcode, header length and
+/// payload length. Our own framing, so well formed; anything else ends the
+/// walk.
+fn frames_of(frames: &[u8]) -> impl Iterator<Item = (u8, usize, usize)> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let (b0, b1) = (*frames.get(at)?, *frames.get(at + 1)? & 0x7f);
+        let (head, len) = match b1 {
+            126 => (
+                4,
+                u16::from_be_bytes(frames.get(at + 2..at + 4)?.try_into().ok()?) as usize,
+            ),
+            127 => (
+                10,
+                usize::try_from(u64::from_be_bytes(
+                    frames.get(at + 2..at + 10)?.try_into().ok()?,
+                ))
+                .ok()?,
+            ),
+            n => (2, n as usize),
+        };
+        let end = at.checked_add(head)?.checked_add(len)?;
+        if end > frames.len() {
+            return None;
+        }
+        let frame = (b0 & 0x0f, head, len);
+        at = end;
+        Some(frame)
+    })
+}
+
+/// Whether a frame's payload gets the subscription's prefix: a text
+/// message, a JSON object (the batch framing's only kind of message).
+fn spliced_frame(opcode: u8, payload: &[u8]) -> bool {
+    opcode == Opcode::Text as u8 && payload.first() == Some(&b'{')
+}
+
+/// `frames` as a `/ws` subscription sends them: each text message's `{`
+/// replaced by its `prefix` (`{"sub":ID,`), under a header of the new
+/// length; other frames as they are. Written in parts by
+/// [`write_spliced`], copied by [`spliced`].
+fn for_each_spliced(prefix: &[u8], frames: &[u8], mut each: impl FnMut(&[u8], &[&[u8]])) {
+    let mut at = 0;
+    for (opcode, head, len) in frames_of(frames) {
+        let payload = &frames[at + head..at + head + len];
+        if spliced_frame(opcode, payload) {
+            let mut header = [0u8; 10];
+            let header = frame_header(&mut header, Opcode::Text, len - 1 + prefix.len());
+            each(header, &[prefix, &payload[1..]]);
+        } else {
+            each(&frames[at..at + head], &[payload]);
+        }
+        at += head + len;
+    }
+}
+
+/// The length of `frames` spliced with `prefix`.
+pub(super) fn spliced_len(prefix: &[u8], frames: &[u8]) -> usize {
+    let mut len = 0;
+    for_each_spliced(prefix, frames, |header, parts| {
+        len += header.len() + parts.iter().map(|p| p.len()).sum::<usize>();
+    });
+    len
+}
+
+/// `frames` spliced with `prefix`, copied into one buffer.
+pub(super) fn spliced(prefix: &[u8], frames: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(spliced_len(prefix, frames));
+    for_each_spliced(prefix, frames, |header, parts| {
+        out.put_slice(header);
+        parts.iter().for_each(|p| out.put_slice(p));
+    });
+    out.freeze()
+}
+
+/// How many bytes `frames` spliced with `prefix` count as sent: their
+/// messages', without headers.
+pub(super) fn spliced_payloads(prefix: &[u8], frames: &[u8]) -> u64 {
+    let mut len = 0;
+    for_each_spliced(prefix, frames, |_, parts| {
+        len += parts.iter().map(|p| p.len() as u64).sum::<u64>();
+    });
+    len
+}
+
+/// A group of frames for one `sendmsg`: each one's header (in
+/// `headers`, this long) and its payload in two parts.
+type Group<'a> = Vec<(usize, &'a [u8], &'a [u8])>;
+
+/// Writes `frames` spliced with `prefix` in parts, without a copy, a few
+/// dozen frames per `sendmsg`: how many bytes went (stopping at the first
+/// short write). `WouldBlock` is none.
+fn write_spliced(socket: &DirectSocket, prefix: &[u8], frames: &[u8]) -> io::Result<usize> {
+    let mut went = 0;
+    let mut headers = [[0u8; 10]; FRAMES_PER_SEND];
+    let mut group: Group<'_> = Vec::with_capacity(FRAMES_PER_SEND);
+    let mut at = 0;
+    for (opcode, head, len) in frames_of(frames) {
+        let payload = &frames[at + head..at + head + len];
+        let i = group.len();
+        if spliced_frame(opcode, payload) {
+            let header_len =
+                frame_header(&mut headers[i], Opcode::Text, len - 1 + prefix.len()).len();
+            group.push((header_len, prefix, &payload[1..]));
+        } else {
+            headers[i][..head].copy_from_slice(&frames[at..at + head]);
+            group.push((head, &[], payload));
+        }
+        at += head + len;
+        if group.len() == FRAMES_PER_SEND {
+            let (sent, all) = send_group(socket, &headers, &mut group)?;
+            went += sent;
+            if sent < all {
+                return Ok(went);
+            }
+        }
+    }
+    if !group.is_empty() {
+        went += send_group(socket, &headers, &mut group)?.0;
+    }
+    Ok(went)
+}
+
+/// One `sendmsg` of `group` (emptied): how many bytes went, of how many.
+fn send_group(
+    socket: &DirectSocket,
+    headers: &[[u8; 10]; FRAMES_PER_SEND],
+    group: &mut Group<'_>,
+) -> io::Result<(usize, usize)> {
+    let mut slices = [IoSlice::new(&[]); 3 * FRAMES_PER_SEND];
+    let (mut n, mut all) = (0, 0);
+    for (i, (head, start, rest)) in group.drain(..).enumerate() {
+        for part in [&headers[i][..head], start, rest] {
+            slices[n] = IoSlice::new(part);
+            n += 1;
+            all += part.len();
+        }
+    }
+    match socket.send_now(&slices[..n]) {
+        Ok(sent) => Ok((sent, all)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok((0, all)),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::stream::Framing;
+    use crate::transport::ws::message::WsFraming;
+    use crate::transport::ws::message::{Id, Outgoing, message, sub_prefix};
+
+    #[test]
+    fn a_batch_writers_frames_spliced_are_the_messages_a_subscription_sends() {
+        let big = format!(
+            r#"{{"type":"ADDED","object":{{"a":"{}"}}}}"#,
+            "x".repeat(70_000)
+        );
+        let msgs = vec![
+            Outgoing::event(
+                Bytes::from_static(br#"{"type":"ADDED","object":{}}"#),
+                Id::Rv(7),
+            ),
+            Outgoing::event(Bytes::from(big.clone()), Id::Rv(8)),
+            Outgoing::event(
+                Bytes::from(format!(
+                    r#"{{"type":"MODIFIED","object":{{"b":"{}"}}}}"#,
+                    "y".repeat(200)
+                )),
+                Id::Tagged(9, *b"0a1b2c3d"),
+            ),
+        ];
+        let (frames, _) = WsFraming::batched(msgs.clone()).unwrap();
+        // And a ping, as a single stream's tick adds (never spliced).
+        let mut with_ping = BytesMut::from(&frames[..]);
+        with_ping.put_slice(&[0x89, 0x00]);
+        let frames = with_ping.freeze();
+        let prefix = sub_prefix("pods-1");
+        let mut expected = BytesMut::new();
+        let mut payloads = 0;
+        for msg in &msgs {
+            let text = message(Some(&prefix), msg);
+            let mut header = [0u8; 10];
+            expected.put_slice(frame_header(&mut header, Opcode::Text, text.len()));
+            expected.put_slice(text.as_bytes());
+            payloads += text.len() as u64;
+        }
+        expected.put_slice(&[0x89, 0x00]);
+        assert_eq!(spliced(&prefix, &frames), expected.freeze());
+        assert_eq!(
+            spliced_len(&prefix, &frames),
+            spliced(&prefix, &frames).len()
+        );
+        assert_eq!(spliced_payloads(&prefix, &frames), payloads);
+    }
+
+    #[test]
+    fn a_truncated_frame_ends_the_walk_instead_of_reading_past_it() {
+        let frames = [0x81, 126, 0x01];
+        assert_eq!(frames_of(&frames).count(), 0);
+        let frames = [0x81, 5, b'{', b'}'];
+        assert_eq!(frames_of(&frames).count(), 0);
+        assert_eq!(spliced(b"{\"sub\":1,", &frames).len(), 0);
+    }
+}

@@ -1,0 +1,267 @@
+//! One subscription of a `/ws` socket, written by hand as a single-stream
+//! socket is (`ws::single`): one struct in one allocation, polled by its
+//! own task, or parked with its view's batch writer (`takeover::batch`)
+//! while it is caught up on a plain socket.
+//!
+//! Its task subscribes, then frames the subscription's messages with the
+//! subscription's `{"sub":ID,` prefix into the socket's outbox
+//! ([`super::outbox`]), waiting for room there. Parked, it takes the
+//! frames its view's writer made once for every stream at its cursor
+//! (framed as a single-stream socket's, `{` first) and the outbox splices
+//! its prefix into each as it writes them ([`Outbox::send_direct`]).
+//!
+//! It ends when its stream does (after the stream's last message), when
+//! it is unsubscribed or its socket ends ([`Outbox::remove`], which wakes
+//! it wherever it is), or with its runtime; whichever way, the socket's
+//! control loop is told (its id is free again).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use actix_web::web;
+use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::outbox::{Direct, Frame, Outbox, spliced, spliced_payloads};
+use crate::lifecycle::Lifecycle;
+use crate::transport::state::AppState;
+use crate::transport::stream::{BatchSource, Framed};
+use crate::transport::takeover::{Batches, Flow, Parkable, Tick};
+use crate::transport::ws::message::{Outgoing, WsFraming, error_message, message};
+
+/// Starting a subscription: its authorization and its hub's sync; then the
+/// subscription framed, and the counter of the bytes sent on its
+/// resource; or the `Status` that refused it.
+pub(super) type Starting =
+    Pin<Box<dyn Future<Output = Result<(Framed<WsFraming>, Counter), Value>> + Send>>;
+
+/// Tells the socket's control loop a subscription ended: its id, its
+/// generation.
+pub(super) type Ended = mpsc::UnboundedSender<(Box<str>, u64)>;
+
+pub(super) struct Sub {
+    state: web::Data<AppState>,
+    outbox: Arc<Outbox>,
+    /// Tells this subscription from an earlier one of the same id.
+    generation: u64,
+    id: Box<str>,
+    /// `{"sub":ID,`.
+    prefix: Bytes,
+    ended: Ended,
+    phase: Phase,
+    /// The bytes sent on its resource (once subscribed).
+    bytes_sent: Counter,
+    /// A frame waiting for room in the outbox.
+    next: Option<Frame>,
+    /// Frames its view's writer made and could not queue: queued first.
+    rest: Option<Bytes>,
+    /// Messages framed from the stream's last item, and how many are
+    /// queued.
+    out: Vec<Outgoing>,
+    sent: usize,
+    /// Whether the stream goes on after those messages.
+    more: bool,
+}
+
+enum Phase {
+    Starting(Starting),
+    Streaming(Box<Framed<WsFraming>>),
+    /// Refused: its ERROR is its last message.
+    Refused,
+}
+
+impl Sub {
+    #[allow(clippy::too_many_arguments, reason = "one call site, each a field")]
+    pub(super) fn new(
+        state: web::Data<AppState>,
+        outbox: Arc<Outbox>,
+        generation: u64,
+        id: &str,
+        prefix: Bytes,
+        ended: Ended,
+        starting: Starting,
+    ) -> Sub {
+        outbox.admit(generation);
+        Sub {
+            state,
+            outbox,
+            generation,
+            id: id.into(),
+            prefix,
+            ended,
+            phase: Phase::Starting(starting),
+            bytes_sent: Counter::default(),
+            next: None,
+            rest: None,
+            out: Vec::new(),
+            sent: 0,
+            more: true,
+        }
+    }
+
+    /// Caught up with nothing of its own under way, on a plain socket.
+    fn batchable(&self) -> bool {
+        self.next.is_none()
+            && self.rest.is_none()
+            && self.out.is_empty()
+            && self.more
+            && self.outbox.plain()
+            && matches!(&self.phase, Phase::Streaming(f) if f.batchable().is_some())
+    }
+
+    /// Prefix bytes a parked subscription's messages carry beyond the
+    /// shared frames' `{`.
+    fn extra(&self) -> u64 {
+        self.prefix.len() as u64 - 1
+    }
+}
+
+impl Parkable for Sub {
+    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+        loop {
+            // Unsubscribed, or the socket ended: nothing more is written.
+            if self.outbox.poll_live(self.generation, cx).is_ready() {
+                return Poll::Ready(Flow::Ended);
+            }
+            if self.next.is_some() {
+                match self
+                    .outbox
+                    .poll_push(cx, &mut self.next, Some(self.generation))
+                {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(false) => return Poll::Ready(Flow::Ended),
+                    Poll::Ready(true) => continue,
+                }
+            }
+            if let Some(rest) = self.rest.take() {
+                // Counted as sent by the writer that framed them.
+                self.next = Some(Frame::Raw(rest));
+                continue;
+            }
+            if let Some(msg) = self.out.get(self.sent) {
+                let text = message(Some(&self.prefix), msg);
+                self.bytes_sent.inc_by(text.len() as u64);
+                if let Phase::Streaming(framed) = &mut self.phase {
+                    framed.wrote(text.len() as u64);
+                }
+                self.next = Some(Frame::Text(text));
+                self.sent += 1;
+                continue;
+            }
+            if !self.out.is_empty() {
+                self.out.clear();
+                self.sent = 0;
+                // Kept for the next item, but not at a snapshot chunk's
+                // size for the subscription's whole life.
+                self.out.shrink_to(4);
+            }
+            if !self.more {
+                return Poll::Ready(Flow::Ended);
+            }
+            match &mut self.phase {
+                Phase::Starting(starting) => match starting.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok((framed, bytes_sent))) => {
+                        self.bytes_sent = bytes_sent;
+                        self.phase = Phase::Streaming(Box::new(framed));
+                    }
+                    Poll::Ready(Err(status)) => {
+                        self.next = Some(Frame::Text(error_message(Some(&self.prefix), &status)));
+                        self.more = false;
+                        self.phase = Phase::Refused;
+                    }
+                },
+                Phase::Streaming(framed) => match framed.poll_next_into(cx, &mut self.out) {
+                    Poll::Ready(more) => self.more = more,
+                    Poll::Pending if self.batchable() => return Poll::Ready(Flow::Batch),
+                    Poll::Pending => return Poll::Pending,
+                },
+                Phase::Refused => self.more = false,
+            }
+        }
+    }
+
+    fn batches(&self) -> &Batches {
+        self.state.streams.batches()
+    }
+
+    fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.state.lifecycle
+    }
+
+    fn source(&mut self) -> Option<&mut dyn BatchSource> {
+        match &mut self.phase {
+            Phase::Streaming(framed) => Some(&mut **framed),
+            _ => None,
+        }
+    }
+
+    /// Ready once it may not write any more: its task ends it.
+    fn poll_input(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.outbox.poll_live(self.generation, cx)
+    }
+
+    fn send_now(&self, frames: &Bytes) -> std::io::Result<(usize, usize)> {
+        match self
+            .outbox
+            .send_direct(self.generation, &self.prefix, frames)?
+        {
+            Direct::Sent => Ok((frames.len(), frames.len())),
+            // Its task queues them once there is room.
+            Direct::Full => Ok((0, frames.len())),
+            Direct::Gone => Err(std::io::ErrorKind::NotConnected.into()),
+        }
+    }
+
+    fn bytes_counter(&self) -> Counter {
+        self.bytes_sent.clone()
+    }
+
+    fn extra_per_message(&self) -> u64 {
+        self.extra()
+    }
+
+    fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
+        // Nothing of them went (`send_now` queues what a short write
+        // leaves): all of them are queued by the task.
+        if let Some((frames, _)) = rest {
+            self.rest = Some(spliced(&self.prefix, &frames));
+        }
+    }
+
+    /// What the subscription owes a tick (a progress mark): the socket's
+    /// control loop pings for all its subscriptions.
+    fn tick(&mut self, _now: Instant) -> Tick {
+        let Phase::Streaming(framed) = &mut self.phase else {
+            return Tick::Unpark;
+        };
+        match framed.frame_tick() {
+            Some((bytes, counted)) => {
+                // Counted as the shared frames' messages: and the prefixes.
+                let spliced = spliced_payloads(&self.prefix, &bytes);
+                framed.wrote(spliced.saturating_sub(counted));
+                Tick::Send(bytes, spliced)
+            }
+            None => Tick::Nothing,
+        }
+    }
+
+    /// Woken only to end: it stays parked while it may write.
+    fn absorb(&mut self, cx: &mut Context<'_>) -> bool {
+        self.outbox.poll_live(self.generation, cx).is_pending()
+    }
+}
+
+impl Drop for Sub {
+    fn drop(&mut self) {
+        self.outbox.remove(self.generation);
+        let _ = self
+            .ended
+            .send((std::mem::take(&mut self.id), self.generation));
+    }
+}
