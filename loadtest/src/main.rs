@@ -510,7 +510,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "duplicates": dups, "resets": resets, "namespaces": args.namespaces, "leaked": leaked,
         "views": args.views,
         "latency_ms": {"p50": total.value_at_quantile(0.5) as f64 / 1000.0,
-            "p99": total.value_at_quantile(0.99) as f64 / 1000.0, "max": total.max() as f64 / 1000.0},
+            "p99": total.value_at_quantile(0.99) as f64 / 1000.0,
+            "p999": total.value_at_quantile(0.999) as f64 / 1000.0, "max": total.max() as f64 / 1000.0},
         "last_subscriber_ms": {"p50": pct(0.5) as f64 / 1000.0, "p99": pct(0.99) as f64 / 1000.0,
             "max": last.last().copied().unwrap_or(0) as f64 / 1000.0},
         "connect_all_ms": connect_ms,
@@ -532,7 +533,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         std::fs::write(out, &text)?;
     }
     eprintln!(
-        "{} {:?} N={} R={}: delivered {}/{} (lost {}, dup {}, resets {}, leaked {}), p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {}/subscriber ({} just after connecting), {} CPU/delivery",
+        "{} {:?} N={} R={}: delivered {}/{} (lost {}, dup {}, resets {}, leaked {}), p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms, {}/subscriber ({} just after connecting), {} CPU/delivery",
         args.server,
         args.transport,
         args.subscribers,
@@ -545,6 +546,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         leaked,
         report["latency_ms"]["p50"].as_f64().unwrap_or(0.0),
         report["latency_ms"]["p99"].as_f64().unwrap_or(0.0),
+        report["latency_ms"]["p999"].as_f64().unwrap_or(0.0),
         report["latency_ms"]["max"].as_f64().unwrap_or(0.0),
         kb(&report["rss_per_subscriber_bytes"]),
         kb(&report["rss_per_subscriber_connected_bytes"]),
