@@ -526,6 +526,19 @@ async fn expiry_ends_streams_and_a_fresh_token_resumes_without_reset() {
     )
     .await
     .expect("upgrade");
+    // A `/ws` socket with two subscriptions (parked with their view's
+    // writer once caught up, which must hand them back at the deadline).
+    let mut mux = ws_connect(
+        &env,
+        "/ws",
+        &[("Authorization", format!("Bearer {short}"))],
+    )
+    .await
+    .expect("upgrade");
+    for id in ["a", "b"] {
+        let msg = json!({"op": "subscribe", "id": id, "resource": "pods"});
+        mux.send(Message::text(msg.to_string())).await.unwrap();
+    }
     let watch = get(
         &env,
         "/api/v1/pods?watch=1&allowWatchBookmarks=true",
@@ -560,6 +573,21 @@ async fn expiry_ends_streams_and_a_fresh_token_resumes_without_reset() {
             Err(code) => break code,
         }
     };
+    assert_eq!(code, 4001);
+    // The `/ws` socket: an ERROR per subscription, then Close 4001.
+    let mut expired = Vec::new();
+    let code = loop {
+        match ws_next(&mut mux, "muxMessage").await {
+            Ok(msg) if msg["type"] == "ERROR" => {
+                assert_eq!(msg["object"]["code"], 401, "{msg}");
+                expired.push(msg["sub"].as_str().unwrap().to_string());
+            }
+            Ok(_) => {}
+            Err(code) => break code,
+        }
+    };
+    expired.sort();
+    assert_eq!(expired, ["a", "b"]);
     assert_eq!(code, 4001);
     // The Kubernetes watch: an ERROR line with a 401 Status, then the end.
     let body = tokio::time::timeout(WAIT, watch.text())

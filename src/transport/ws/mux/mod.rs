@@ -23,7 +23,6 @@ use actix_ws::CloseCode;
 use bytes::Bytes;
 use bytestring::ByteString;
 use futures::StreamExt;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::message::{
@@ -40,7 +39,7 @@ use crate::transport::state::AppState;
 use crate::transport::takeover::{Messages, Opcode, Taken, Task, Upgraded, WsWriter};
 use crate::transport::{StreamParams, subscribe};
 use outbox::{Frame, Outbox};
-use sub::{Ended, Starting, Sub};
+use sub::{Starting, Sub};
 
 /// Time a Close frame gets to be queued behind a stuck socket, and
 /// subscriptions to send their last message.
@@ -51,8 +50,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 pub(super) fn spawn(state: web::Data<AppState>, taken: Box<Taken>, principal: Principal) {
     let max = state.stream.max_subscriptions_per_socket.max(1);
     let streams = state.streams.clone();
-    let (socket, ended_rx) = Socket::new(state, max, principal);
-    streams.spawn(socket.run(taken, ended_rx));
+    streams.spawn(Socket::new(state, max, principal).run(taken));
 }
 
 /// Subscribes `principal` to `resource` as `params` say, unless the
@@ -85,8 +83,6 @@ struct Socket {
     outbox: Arc<Outbox>,
     subs: HashMap<String, Active>,
     max_subs: usize,
-    /// Each subscription's end notice (sent when it is dropped).
-    ended_tx: Ended,
     generation: u64,
     idle_timeout: Duration,
     /// Who opened the socket; `/ws` subscriptions are authorized as it.
@@ -94,27 +90,17 @@ struct Socket {
 }
 
 impl Socket {
-    /// The socket and the receiver of its subscriptions' end notices.
-    fn new(
-        state: web::Data<AppState>,
-        max_subs: usize,
-        principal: Principal,
-    ) -> (Socket, mpsc::UnboundedReceiver<(Box<str>, u64)>) {
-        // One notice per subscription, read before each client message:
-        // never more than the subscriptions that ended since.
-        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+    fn new(state: web::Data<AppState>, max_subs: usize, principal: Principal) -> Socket {
         let idle_timeout = state.stream.effective_ws_idle_timeout();
-        let socket = Socket {
+        Socket {
             state,
             outbox: Arc::new(Outbox::new()),
             subs: HashMap::new(),
             max_subs,
-            ended_tx,
             generation: 0,
             idle_timeout,
             principal,
-        };
-        (socket, ended_rx)
+        }
     }
 
     /// A subscription's end notice: its id is free again (unless a later
@@ -133,11 +119,7 @@ impl Socket {
     /// the writer, then runs the socket's control loop: client messages,
     /// pings, the idle timeout, the end of the credentials the socket was
     /// opened with, and the hard stop.
-    async fn run(
-        mut self,
-        taken: Box<Taken>,
-        mut ended_rx: mpsc::UnboundedReceiver<(Box<str>, u64)>,
-    ) {
+    async fn run(mut self, taken: Box<Taken>) {
         let Upgraded {
             writer,
             inbox: mut msgs,
@@ -149,7 +131,8 @@ impl Socket {
                 return;
             }
         };
-        self.state.streams.spawn(write(writer, self.outbox.clone()));
+        let outbox = self.outbox.clone();
+        self.state.streams.spawn(write(writer, outbox.clone()));
         let lifecycle = self.state.lifecycle.clone();
         // Past the grace period nothing more is waited for.
         let hard_stop = lifecycle.hard_stopped();
@@ -169,7 +152,7 @@ impl Socket {
                     break Some(close_reason(CloseCode::Away, GOING_AWAY));
                 }
                 () = &mut hard_stop => break None,
-                Some(notice) = ended_rx.recv() => self.ended(notice),
+                notice = poll_fn(|cx| outbox.poll_ended(cx)) => self.ended(notice),
                 ticked = lifecycle.next_tick(ticks), if !lifecycle.is_shutting_down() => {
                     ticks = ticked;
                     self.outbox.try_push(Frame::Ping);
@@ -181,7 +164,7 @@ impl Socket {
                     // A refreshed session moved its end: wait for that.
                     match self.principal.lease().and_then(|lease| lease.later()) {
                         Some(later) => expiry.as_mut().reset(later),
-                        _ => break Box::pin(self.expire(&mut ended_rx)).await,
+                        _ => break Box::pin(self.expire()).await,
                     }
                 }
                 msg = msgs.next() => {
@@ -227,13 +210,12 @@ impl Socket {
     /// The credentials the socket was opened with ended: its
     /// subscriptions send their ERROR (401) and end (at most
     /// [`CLOSE_WAIT`]), then the socket closes with [`CLOSE_UNAUTHORIZED`].
-    async fn expire(&mut self, ended_rx: &mut mpsc::UnboundedReceiver<(Box<str>, u64)>) -> Ending {
+    async fn expire(&mut self) -> Ending {
+        let outbox = self.outbox.clone();
         let _ = tokio::time::timeout(CLOSE_WAIT, async {
             while !self.subs.is_empty() {
-                match ended_rx.recv().await {
-                    Some(notice) => self.ended(notice),
-                    None => return,
-                }
+                let notice = poll_fn(|cx| outbox.poll_ended(cx)).await;
+                self.ended(notice);
             }
         })
         .await;
@@ -253,7 +235,6 @@ impl Socket {
             self.generation,
             &id,
             sub_prefix(&id),
-            self.ended_tx.clone(),
             starting(self.state.clone(), self.principal.clone(), resource, params),
         );
         self.state.streams.spawn(Task::new(sub));

@@ -60,6 +60,10 @@ struct State {
     live: HashMap<u64, Option<Waker>>,
     /// Nothing more is taken: a Close is queued, or the socket is gone.
     closed: bool,
+    /// Subscriptions that ended (id, generation), for the control loop;
+    /// and the control loop, while it waits for one.
+    ended: Vec<(Box<str>, u64)>,
+    control: Option<Waker>,
 }
 
 /// What a direct write of a subscription's frames did.
@@ -83,6 +87,8 @@ impl Outbox {
             room: Vec::new(),
             live: HashMap::new(),
             closed: false,
+            ended: Vec::new(),
+            control: None,
         }))
     }
 
@@ -114,6 +120,35 @@ impl Outbox {
         let waker = self.lock().live.remove(&generation).flatten();
         if let Some(waker) = waker {
             waker.wake();
+        }
+    }
+
+    /// Subscription `id` of `generation` ended (it was dropped, wherever it
+    /// was): the control loop frees its id.
+    pub(super) fn ended(&self, id: Box<str>, generation: u64) {
+        let mut state = self.lock();
+        state.live.remove(&generation);
+        if state.closed {
+            // The control loop is done with ids.
+            return;
+        }
+        state.ended.push((id, generation));
+        let control = state.control.take();
+        drop(state);
+        if let Some(control) = control {
+            control.wake();
+        }
+    }
+
+    /// The next subscription that ended, for the control loop.
+    pub(super) fn poll_ended(&self, cx: &mut Context<'_>) -> Poll<(Box<str>, u64)> {
+        let mut state = self.lock();
+        match state.ended.pop() {
+            Some(ended) => Poll::Ready(ended),
+            None => {
+                state.control = Some(cx.waker().clone());
+                Poll::Pending
+            }
         }
     }
 
@@ -225,6 +260,11 @@ impl Outbox {
             }
             None if state.closed => Poll::Ready(None),
             None => {
+                // A burst (a snapshot behind a slow socket) leaves no
+                // queue of its size for the socket's life.
+                if state.queue.capacity() > 8 {
+                    state.queue.shrink_to(8);
+                }
                 state.writer = Some(cx.waker().clone());
                 Poll::Pending
             }

@@ -24,7 +24,6 @@ use actix_web::web;
 use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::outbox::{Direct, Frame, Outbox, spliced, spliced_payloads};
@@ -40,10 +39,6 @@ use crate::transport::ws::message::{Outgoing, WsFraming, error_message, message}
 pub(super) type Starting =
     Pin<Box<dyn Future<Output = Result<(Framed<WsFraming>, Counter), Value>> + Send>>;
 
-/// Tells the socket's control loop a subscription ended: its id, its
-/// generation.
-pub(super) type Ended = mpsc::UnboundedSender<(Box<str>, u64)>;
-
 pub(super) struct Sub {
     state: web::Data<AppState>,
     outbox: Arc<Outbox>,
@@ -52,7 +47,6 @@ pub(super) struct Sub {
     id: Box<str>,
     /// `{"sub":ID,`.
     prefix: Bytes,
-    ended: Ended,
     phase: Phase,
     /// The bytes sent on its resource (once subscribed).
     bytes_sent: Counter,
@@ -76,14 +70,12 @@ enum Phase {
 }
 
 impl Sub {
-    #[allow(clippy::too_many_arguments, reason = "one call site, each a field")]
     pub(super) fn new(
         state: web::Data<AppState>,
         outbox: Arc<Outbox>,
         generation: u64,
         id: &str,
         prefix: Bytes,
-        ended: Ended,
         starting: Starting,
     ) -> Sub {
         outbox.admit(generation);
@@ -93,7 +85,6 @@ impl Sub {
             generation,
             id: id.into(),
             prefix,
-            ended,
             phase: Phase::Starting(starting),
             bytes_sent: Counter::default(),
             next: None,
@@ -259,9 +250,7 @@ impl Parkable for Sub {
 
 impl Drop for Sub {
     fn drop(&mut self) {
-        self.outbox.remove(self.generation);
-        let _ = self
-            .ended
-            .send((std::mem::take(&mut self.id), self.generation));
+        self.outbox
+            .ended(std::mem::take(&mut self.id), self.generation);
     }
 }
