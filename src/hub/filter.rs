@@ -85,12 +85,6 @@ impl Filter {
             })
     }
 
-    /// Whether the filter is only namespaces: no transition is possible
-    /// (an object never changes namespace).
-    pub fn is_namespaces_only(&self) -> bool {
-        self.labels.is_empty() && self.fields.is_empty()
-    }
-
     /// How an event reaches a subscriber with this filter, if at all.
     pub fn deliver(&self, ev: &Arc<Event>) -> Option<Delivery> {
         let before = ev.prev.as_ref().is_some_and(|p| self.matches(p));

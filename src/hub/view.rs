@@ -9,8 +9,13 @@
 //! WebSocket, NDJSON are slices of one buffer, or written around one
 //! object), so the format is not part of the key.
 //!
-//! A view that only restricts namespaces, with no projection and full
-//! objects, needs no work: it hands out the hub's own encodings.
+//! A view of full objects whose filter is decided without their JSON
+//! (namespaces, labels, the resource's selectable fields) needs no work and
+//! keeps no cache: it hands out the hub's own encodings, retyped where a
+//! change enters or leaves the filter (`Filter::deliver`). Caching those
+//! cost more than making them: with 1,000 such views, the cache's lookups
+//! were half of the views' CPU and its entries most of their memory
+//! (`loadtest/RESULTS.md`, 2026-11-27).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -93,7 +98,8 @@ pub struct View {
     /// The resource's selectable fields (read from objects, not JSON).
     precomputed: &'static [&'static str],
     needs_json: bool,
-    /// Namespaces only, full objects: the hub's frames as they are.
+    /// Full objects, a filter decided without their JSON: the hub's frames
+    /// as they are, retyped by the filter; no cache.
     passthrough: bool,
     cache: Mutex<Cache>,
     encodings: Counter,
@@ -118,7 +124,7 @@ impl View {
             || spec.delta == Delta::MergePatch
             || spec.shape != Shape::Object
             || spec.filter.needs_json(precomputed);
-        let passthrough = spec.filter.is_namespaces_only()
+        let passthrough = !spec.filter.needs_json(precomputed)
             && spec.projection.is_none()
             && spec.delta == Delta::Full
             && spec.shape == Shape::Object;
@@ -189,6 +195,10 @@ impl View {
         {
             return None;
         }
+        if self.spec.projection.is_none() && self.spec.shape == Shape::Object {
+            // Shown whole: the hub's own encoding, shared.
+            return Some(obj.json());
+        }
         self.encodings.inc();
         let shown = self.shown(obj, json.as_ref());
         let mut shaped = self.shaped(json.as_ref(), shown);
@@ -216,7 +226,13 @@ impl View {
         if self.passthrough {
             return events
                 .iter()
-                .filter_map(|ev| self.spec.filter.deliver(ev))
+                .filter_map(|ev| {
+                    let delivery = self.spec.filter.deliver(ev)?;
+                    if matches!(delivery, Delivery::Retyped { .. }) {
+                        self.encodings.inc();
+                    }
+                    Some(delivery)
+                })
                 .collect();
         }
         let mut cache = self.lock();

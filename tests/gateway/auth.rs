@@ -528,13 +528,9 @@ async fn expiry_ends_streams_and_a_fresh_token_resumes_without_reset() {
     .expect("upgrade");
     // A `/ws` socket with two subscriptions (parked with their view's
     // writer once caught up, which must hand them back at the deadline).
-    let mut mux = ws_connect(
-        &env,
-        "/ws",
-        &[("Authorization", format!("Bearer {short}"))],
-    )
-    .await
-    .expect("upgrade");
+    let mut mux = ws_connect(&env, "/ws", &[("Authorization", format!("Bearer {short}"))])
+        .await
+        .expect("upgrade");
     for id in ["a", "b"] {
         let msg = json!({"op": "subscribe", "id": id, "resource": "pods"});
         mux.send(Message::text(msg.to_string())).await.unwrap();

@@ -35,6 +35,14 @@ const DASHBOARDS: &[Dashboard] = &[
         fields: "spec.nodeName=node-1",
         projection: Some("status.phase"),
     },
+    // Whole objects by label and selectable field: the hub's own frames,
+    // retyped as pods enter and leave (no view cache).
+    Dashboard {
+        query: "labelSelector=tier%3Dfrontend&fieldSelector=status.phase!%3DFailed",
+        labels: "tier=frontend",
+        fields: "status.phase!=Failed",
+        projection: None,
+    },
     // Any dotted path, whole objects as merge patches.
     Dashboard {
         query: "fieldSelector=metadata.labels.tier!%3Dbackend&delta=merge-patch&namespace=web,batch",
