@@ -83,7 +83,7 @@ struct ReasonLabel {
     reason: Unparked,
 }
 
-/// Why a caught-up stream left its view's batch writer for a task of its
+/// Why a caught-up stream left its hub's batch writer for a task of its
 /// own (`transport::takeover::batch`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
 pub enum Unparked {
@@ -366,7 +366,7 @@ impl Metrics {
             .inc();
     }
 
-    /// Streams written by their view's batch writer now.
+    /// Streams written by their hub's batch writer now.
     pub fn batched(&self) -> Gauge {
         self.batched.clone()
     }

@@ -1,6 +1,6 @@
 //! The batch writer (`transport::takeover::batch`) in the configurations a
 //! team ships: streams with expiring credentials and narrowed access are
-//! written by their views' writers, which follow their deadlines and
+//! written by their hubs' writers, which follow their deadlines and
 //! access changes; keep-alive ticks and pongs never send a caught-up
 //! stream back to a task of its own.
 
@@ -329,7 +329,7 @@ async fn kubernetes_watches_are_batched_with_their_bookmarks_and_timeouts() {
     }
     assert!(
         all_batched,
-        "caught-up watches are written by their views' writers"
+        "caught-up watches are written by their hubs' writers"
     );
     crate::sse::churn_across_namespaces(&env.sim, 200).await;
     let rv = touch_tracked(&env.sim, "last");

@@ -766,7 +766,7 @@ pub(crate) const BATCH_PATHS: [&str; 6] = [
 
 /// A gateway for the batching tests: keep-alive ticks every 100 ms, each
 /// of which sends every batched stream back to a task of its own and then
-/// back to its view's writer, in the middle of the churn; and the pod
+/// back to its hub's writer, in the middle of the churn; and the pod
 /// `batch/tracked`.
 pub(crate) async fn batching_env(mut cfg: kubefan::config::Config) -> crate::support::TestEnv {
     cfg.stream.keepalive = Duration::from_millis(100);
@@ -779,7 +779,7 @@ pub(crate) async fn batching_env(mut cfg: kubefan::config::Config) -> crate::sup
 }
 
 /// The streams `subs` (opened on [`BATCH_PATHS`]) come to be written by
-/// their views' writers (a change at a time, until every one is: a stream
+/// their hubs' writers (a change at a time, until every one is: a stream
 /// is batched once it has written what it had and is caught up), then
 /// follow churn to the upstream's state, each change once, with no reset.
 pub(crate) async fn batched_through_churn<C>(
@@ -805,7 +805,7 @@ pub(crate) async fn batched_through_churn<C>(
     }
     assert!(
         all_batched,
-        "caught-up streams are written by their views' writers"
+        "caught-up streams are written by their hubs' writers"
     );
     churn_across_namespaces(&env.sim, 400).await;
     let rv = touch_tracked(&env.sim, "last");

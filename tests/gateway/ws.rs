@@ -666,7 +666,7 @@ async fn slow_reader_is_lapped_and_reset_while_a_fast_one_gets_everything() {
     let (mut slow, mut slow_view) = subscribed(&env, "/stream/pods").await;
     let (mut fast, mut fast_view) = subscribed(&env, "/stream/pods").await;
     // A `/ws` subscription that reads nothing either: its outbox fills
-    // behind the socket, and its view's writer gives it back to its task.
+    // behind the socket, and its hub's writer gives it back to its task.
     let mut slow_mux = WsClient::connect(&env, "/ws").await;
     slow_mux
         .subscribe(json!({"op": "subscribe", "id": "s", "resource": "pods"}))
@@ -773,7 +773,7 @@ async fn mux_tasks_are_streams_that_the_stop_waits_for() {
     })
     .await;
     // The control loop, the writer and each subscription (in a task of
-    // its own, or parked with its view's writer, a task too), all counted
+    // its own, or parked with its hub's writer, a task too), all counted
     // where the stop waits (one more for a moment while a subscription's
     // task hands it to its writer).
     let running = streams.running();
@@ -892,7 +892,7 @@ async fn a_socket_with_nothing_to_send_is_answered_at_once_and_its_bytes_counted
 }
 
 /// Single-stream sockets on the batching tests' paths, each written by its
-/// view's writer once it caught up, through churn (`sse::batched_through_churn`).
+/// hub's writer once it caught up, through churn (`sse::batched_through_churn`).
 /// The clients read nothing (so answer no ping) while the churn is made:
 /// `idle_timeout` must be longer than that.
 pub(crate) async fn batched_sockets(

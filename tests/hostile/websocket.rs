@@ -236,7 +236,7 @@ async fn a_frame_trickled_in_holds_its_socket_and_nothing_else() {
     })
     .await;
     // Waiting for the rest of a frame costs nothing: a socket with half a
-    // frame read is not handed between its task and its view's writer.
+    // frame read is not handed between its task and its hub's writer.
     assert!(
         spent.cpu < spent.wall / 2,
         "{:?} of CPU in {:?}",

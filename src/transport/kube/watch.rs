@@ -15,7 +15,7 @@
 //!   `KubeQuery::watch_timeout`), on shutdown, or when the resource's hub
 //!   closes (after an ERROR).
 //!
-//! Once caught up, a watch is written by its view's batch writer
+//! Once caught up, a watch is written by its hub's batch writer
 //! (`transport::takeover::batch`) like an SSE stream; the position its
 //! bookmarks carry follows what the writer sent it
 //! ([`Framing::sent_up_to`]).
@@ -121,7 +121,7 @@ struct WatchBody {
     timer: Option<Pin<Box<Sleep>>>,
 }
 
-/// A watch is written by its view's batch writer once caught up, as an
+/// A watch is written by its hub's batch writer once caught up, as an
 /// SSE stream is, with its `timeoutSeconds` as a deadline the writer
 /// follows; a table watch only once it sent its column definitions (the
 /// bytes framed for every stream have none).

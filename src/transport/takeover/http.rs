@@ -73,7 +73,7 @@ pub fn respond<S: ChunkSource>(
 /// A stream: writes the response head, then every chunk of its source,
 /// until the source ends, the client hangs up or a write fails. Polled by
 /// its own task ([`Task`]) or, while caught up on a plain socket, written
-/// by its view's batch writer (`batch`).
+/// by its hub's batch writer (`batch`).
 ///
 /// Written by hand rather than as an `async fn`, for memory: an `async fn`
 /// keeps each of its arguments twice (as passed, and as moved into its
@@ -156,7 +156,7 @@ impl<S: ChunkSource> Parkable for Pump<S> {
 }
 
 impl<S: ChunkSource> Pump<S> {
-    /// Whether this stream can leave its task for its view's batch writer:
+    /// Whether this stream can leave its task for its hub's batch writer:
     /// a plain HTTP/1.1 chunked response with nothing being written and
     /// nothing owed but its subscription's events.
     fn batchable(&mut self) -> bool {

@@ -21,7 +21,7 @@
 //! its task (up to the write timeout) with the cursor in place.
 //!
 //! On `/ws`, each subscription is a stream of its own (`mux::sub`), in its
-//! own task or, caught up, parked with its view's batch writer as a
+//! own task or, caught up, parked with its hub's batch writer as a
 //! single-stream socket is; both write through the socket's outbox
 //! (`mux::outbox`): straight onto the socket while nothing is queued, else
 //! into a bounded queue drained by one writer task. A socket that is not

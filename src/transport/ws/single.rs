@@ -8,7 +8,7 @@
 //! The stream is written by hand, as an SSE stream's is
 //! (`takeover::http::Pump`): its state is this one struct in one
 //! allocation, with no `async` state beside it, polled by its own task or,
-//! while caught up on a plain socket, written by its view's batch writer
+//! while caught up on a plain socket, written by its hub's batch writer
 //! (`takeover::batch`).
 
 use std::future::Future;
@@ -149,7 +149,7 @@ impl Serve {
     }
 }
 
-/// A caught-up socket is written by its view's batch writer
+/// A caught-up socket is written by its hub's batch writer
 /// (`takeover::batch`) until it has anything of its own to do: a client
 /// frame, a tick's ping, the idle timeout (looked at on the next tick, so
 /// noticed up to a keep-alive interval late), its stream's end.
@@ -278,7 +278,7 @@ impl Parkable for Serve {
 const PING: &[u8] = &[0x89, 0x00];
 
 impl Serve {
-    /// Whether the socket can be written by its view's batch writer now:
+    /// Whether the socket can be written by its hub's batch writer now:
     /// plain TCP, nothing of its own being written or owed, no frame half
     /// read.
     fn batchable(&self, conn: &Upgraded) -> bool {

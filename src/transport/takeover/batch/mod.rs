@@ -10,10 +10,11 @@
 //! So a stream that is caught up, on a plain HTTP/1.1 socket, with nothing
 //! owed but its subscription's next events
 //! ([`crate::transport::stream::BatchSource::batchable`]),
-//! leaves its task and is *parked* with its view's [`Writer`]: one task per
-//! view, registered once with the hub and the lifecycle. On a change it
-//! reads the log once per cursor its streams are at (usually one), frames
-//! the events once, and writes them to each stream's socket in one loop: a
+//! leaves its task and is *parked* with its hub's [`Writer`]: one task per
+//! hub (and kind of stream), registered once with the hub and the
+//! lifecycle. On a change it reads the log once per view and cursor its
+//! streams are at (usually one cursor per view), frames the events once
+//! for each, and writes them to each stream's socket in one loop: a
 //! `sendmsg` per stream and nothing else, as the floor server does. (A
 //! `/ws` subscription's socket is shared with its other subscriptions: its
 //! outbox splices the subscription's prefix into the frames as it writes
@@ -82,7 +83,7 @@ mod writer;
 
 use writer::Writer;
 
-/// A stream that can leave its task for its view's writer: an SSE
+/// A stream that can leave its task for its hub's writer: an SSE
 /// response or a Kubernetes watch (`http::Pump`), a single-stream
 /// WebSocket (`transport::ws::single`) or a `/ws` subscription
 /// (`transport::ws::mux`).
@@ -162,11 +163,11 @@ pub(crate) const SENDS_PER_POLL: usize = 2048;
 pub(crate) enum Flow {
     /// The stream is over.
     Ended,
-    /// The stream is caught up: its view's writer takes it.
+    /// The stream is caught up: its hub's writer takes it.
     Batch,
 }
 
-/// A stream's task: the stream, until it is handed to its view's writer
+/// A stream's task: the stream, until it is handed to its hub's writer
 /// (which starts a task again for it once it has anything of its own to
 /// do). The stream's state is boxed, and stays in that one place for the
 /// stream's life: parking and unparking move a pointer, and a task is a
@@ -203,7 +204,7 @@ impl<M: Parkable> Future for Task<M> {
 pub struct Batches(Arc<Registry>);
 
 struct Registry {
-    /// Per view, source type and id tag: its writer's mailbox.
+    /// Per hub, source type and id tag: its writer's mailbox.
     writers: Mutex<HashMap<Key, Arc<dyn Any + Send + Sync>>>,
     runtime: tokio::runtime::Handle,
     tracker: TaskTracker,
@@ -212,9 +213,10 @@ struct Registry {
     metrics: Arc<Metrics>,
 }
 
-/// What a writer's streams share: their view (by address), their type,
+/// What a writer's streams share: their hub (by address), their type,
 /// and the tag their ids carry (`hub::scope`), which is in the bytes
-/// framed for them.
+/// framed for them. Streams of several views share a writer: its passes
+/// read and frame a step per view and cursor.
 type Key = (usize, TypeId, Option<Box<str>>);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -236,7 +238,7 @@ impl Batches {
         }))
     }
 
-    /// Hands a caught-up stream to its view's writer (started if there is
+    /// Hands a caught-up stream to its hub's writer (started if there is
     /// none). The stream's task ends after this.
     fn park<M: Parkable>(&self, mut stream: Box<M>) {
         let Some(source) = stream.source() else {
@@ -246,9 +248,9 @@ impl Batches {
         // The writer watches the hub and the lifecycle for it now.
         source.subscription_mut().stop_waiting();
         let sub = source.subscription();
-        let (hub, view) = (sub.hub().clone(), sub.view().clone());
+        let hub = sub.hub().clone();
         let key = (
-            Arc::as_ptr(&view) as usize,
+            Arc::as_ptr(&hub) as usize,
             TypeId::of::<M>(),
             sub.id_tag().map(Box::from),
         );
@@ -278,7 +280,7 @@ impl Batches {
         }));
         writers.insert(key.clone(), mailbox.clone());
         drop(writers);
-        let writer = Writer::new(key, self.clone(), mailbox, hub, view, lifecycle);
+        let writer = Writer::new(key, self.clone(), mailbox, hub, lifecycle);
         self.0.runtime.spawn(self.0.tracker.track_future(writer));
     }
 

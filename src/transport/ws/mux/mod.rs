@@ -2,7 +2,7 @@
 //! by client messages ([`super::ops`]). One control loop reads the client
 //! (answering each of its pings before reading on), pings and keeps the
 //! idle timeout; each subscription is a stream of its own ([`sub`]), in a
-//! task or parked with its view's batch writer; all write through the
+//! task or parked with its hub's batch writer; all write through the
 //! socket's [`outbox`], whose writer task writes what is queued.
 //!
 //! All of them are streams (`takeover::Streams`): they run on the streams'

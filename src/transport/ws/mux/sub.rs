@@ -1,12 +1,12 @@
 //! One subscription of a `/ws` socket, written by hand as a single-stream
 //! socket is (`ws::single`): one struct in one allocation, polled by its
-//! own task, or parked with its view's batch writer (`takeover::batch`)
+//! own task, or parked with its hub's batch writer (`takeover::batch`)
 //! while it is caught up on a plain socket.
 //!
 //! Its task subscribes, then frames the subscription's messages with the
 //! subscription's `{"sub":ID,` prefix into the socket's outbox
 //! ([`super::outbox`]), waiting for room there. Parked, it takes the
-//! frames its view's writer made once for every stream at its cursor
+//! frames its hub's writer made once for every stream at its cursor
 //! (framed as a single-stream socket's, `{` first) and the outbox splices
 //! its prefix into each as it writes them ([`Outbox::send_direct`]).
 //!
@@ -52,7 +52,7 @@ pub(super) struct Sub {
     bytes_sent: Counter,
     /// A frame waiting for room in the outbox.
     next: Option<Frame>,
-    /// Frames its view's writer made and could not queue: queued first.
+    /// Frames its hub's writer made and could not queue: queued first.
     rest: Option<Bytes>,
     /// Messages framed from the stream's last item, and how many are
     /// queued.

@@ -1,4 +1,4 @@
-//! One view's writer: the streams it holds, what wakes it (the hub, the
+//! One hub's writer: the streams it holds, what wakes it (the hub, the
 //! lifecycle, its streams' input and access, their deadlines), and its
 //! task. How it brings its streams to the head of the log and writes a
 //! tick is `pass`.
@@ -17,7 +17,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::{Batches, Input, Key, Mailbox, Parkable, SENDS_PER_POLL, lock};
 use crate::epoch::Registration;
-use crate::hub::{Advance, Hub, View};
+use crate::hub::{Advance, Hub};
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Unparked;
 
@@ -63,13 +63,13 @@ impl<M: Parkable> Parked<M> {
     }
 }
 
-/// One view's caught-up streams, and the task that writes them.
+/// One hub's caught-up streams (of one kind, with one id tag), and the
+/// task that writes them.
 pub(super) struct Writer<M: Parkable> {
     key: Key,
     batches: Batches,
     mailbox: Arc<Mutex<Mailbox<M>>>,
     hub: Arc<Hub>,
-    view: Arc<View>,
     lifecycle: Arc<Lifecycle>,
     streams: Slab<Parked<M>>,
     generation: u64,
@@ -99,7 +99,6 @@ impl<M: Parkable> Writer<M> {
         batches: Batches,
         mailbox: Arc<Mutex<Mailbox<M>>>,
         hub: Arc<Hub>,
-        view: Arc<View>,
         lifecycle: Arc<Lifecycle>,
     ) -> Writer<M> {
         Writer {
@@ -108,7 +107,6 @@ impl<M: Parkable> Writer<M> {
             life_seen: lifecycle.epoch().current(),
             mailbox,
             hub,
-            view,
             lifecycle,
             streams: Slab::new(),
             generation: 0,

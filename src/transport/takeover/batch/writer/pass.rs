@@ -2,7 +2,9 @@
 //! per cursor and written to each stream, and a keep-alive tick's bytes;
 //! both within the poll's budget of writes, resumed after a yield.
 
+use std::collections::HashMap;
 use std::io;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -43,9 +45,14 @@ fn send<M: Parkable>(
 
 /// A pass over a writer's streams that brings each to the head of the
 /// log, kept across the writer's yields.
+#[derive(Default)]
 pub(super) struct Pass {
-    /// The steps read so far, one per cursor the streams were at.
+    /// The steps read so far, one per view and cursor the streams were at.
     steps: Vec<Prepared>,
+    /// Where each is in `steps`, and the one found last (streams of one
+    /// view at one cursor are the usual case).
+    index: HashMap<(usize, u64), usize>,
+    last: Option<usize>,
     /// The next slot to visit.
     next: usize,
     /// A step stopped short of the head, or a stream came in meanwhile:
@@ -53,15 +60,40 @@ pub(super) struct Pass {
     pub(super) again: bool,
 }
 
-/// A step read and framed once for every stream at one cursor, and how
-/// many streams took it.
+/// A step read and framed once for every stream of a view at one
+/// cursor, and how many streams took it.
 struct Prepared {
+    /// The view, by address.
+    view: usize,
     from: u64,
     step: Result<(Step, Option<Batched>), Lapped>,
     took: u64,
     /// Bytes the streams that took it count beyond its messages' own
     /// (`Parkable::extra_per_message`).
     extra: u64,
+}
+
+impl Pass {
+    /// The step read for `view` at cursor `from`, if there is one.
+    fn find(&mut self, view: usize, from: u64) -> Option<usize> {
+        if let Some(at) = self.last
+            && self.steps[at].view == view
+            && self.steps[at].from == from
+        {
+            return Some(at);
+        }
+        let at = *self.index.get(&(view, from))?;
+        self.last = Some(at);
+        Some(at)
+    }
+
+    fn add(&mut self, prepared: Prepared) -> usize {
+        let at = self.steps.len();
+        self.index.insert((prepared.view, prepared.from), at);
+        self.steps.push(prepared);
+        self.last = Some(at);
+        at
+    }
 }
 
 impl<M: Parkable> Writer<M> {
@@ -76,11 +108,7 @@ impl<M: Parkable> Writer<M> {
                     // Seen before reading: a change after this point
                     // wakes the writer.
                     self.hub_seen = self.hub.changes().current();
-                    Pass {
-                        steps: Vec::new(),
-                        next: 0,
-                        again: false,
-                    }
+                    Pass::default()
                 }
             };
             let now = Instant::now();
@@ -110,21 +138,24 @@ impl<M: Parkable> Writer<M> {
                     unpark.push((key, None, Unparked::Access));
                     continue;
                 }
-                // Usually one cursor: every stream took the last step.
-                let at = match pass.steps.iter().position(|f| f.from == parked.cursor) {
+                // Usually one cursor per view: every stream took the last
+                // step.
+                let view = Arc::as_ptr(source.subscription().view()) as usize;
+                let at = match pass.find(view, parked.cursor) {
                     Some(at) => at,
                     None => {
-                        let step = Step::read(&self.hub, &self.view, parked.cursor).map(|step| {
+                        let shown = source.subscription().view().clone();
+                        let step = Step::read(&self.hub, &shown, parked.cursor).map(|step| {
                             let batched = source.frame_step(&step);
                             (step, batched)
                         });
-                        pass.steps.push(Prepared {
+                        pass.add(Prepared {
+                            view,
                             from: parked.cursor,
                             step,
                             took: 0,
                             extra: 0,
-                        });
-                        pass.steps.len() - 1
+                        })
                     }
                 };
                 let prepared = &mut pass.steps[at];
