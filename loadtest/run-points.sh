@@ -18,7 +18,9 @@
 #
 # MODE (kubefan only):
 # - `plain` (default).
-# - `tls`: HTTP/1.1 over TLS, one connection per subscriber; `h2`: HTTP/2
+# - `tls`: HTTP/1.1 over TLS, one connection per subscriber (the floor
+#   too: it encrypts into each subscriber's rustls session and writes the
+#   record in one write, as kubefan does); `h2`: HTTP/2
 #   over TLS, H2_STREAMS streams per connection (default 100); with a
 #   self-signed P-256 certificate made here.
 # - `session`: every subscriber signed in, with a session of its own
@@ -161,9 +163,11 @@ for point in $POINTS; do
   workers=$(( (n + 2499) / 2500 )); [ "$workers" -lt 2 ] && workers=2
   for server in $SERVERS; do
     for rep in $(seq "$REPS"); do
-      [ "$mode" != plain ] && [ "$server" != kubefan ] && continue
+      # Other modes are kubefan's; TLS also has a floor (`loadtest floor --tls-listen`).
+      [ "$mode" != plain ] && [ "$server" != kubefan ] && ! { [ "$server" = floor ] && [ "$mode" = tls ]; } && continue
       [[ "$transport" == wsmux* ]] && [ "$server" != kubefan ] && continue
       file="$OUT/$server-$transport$suffix-$n-$rep.json"
+      publish=()
       if [ "$server" = kubefan ]; then
         ports_free 18001 18080
         rm -f /tmp/lt.kubeconfig
@@ -216,10 +220,17 @@ PY
         pid=$srv; base=$scheme://127.0.0.1:18080
       elif [ "$server" = floor ]; then
         ports_free 8092
-        taskset -c 0 "$BIN/loadtest" floor --listen 127.0.0.1:8092 >/tmp/lt-floor.log 2>&1 &
+        floor_tls=(); base=http://127.0.0.1:8092
+        if [ "$mode" = tls ]; then
+          # Subscribers over TLS on 8093, publications in plain on 8092.
+          ports_free 8093
+          floor_tls=(--tls-listen 127.0.0.1:8093 --tls-cert-file "$CERT/cert.pem" --tls-key-file "$CERT/key.pem")
+          base=https://127.0.0.1:8093; publish=(--publish-base http://127.0.0.1:8092)
+        fi
+        taskset -c 0 "$BIN/loadtest" floor --listen 127.0.0.1:8092 "${floor_tls[@]}" >/tmp/lt-floor.log 2>&1 &
         srv=$!
         wait_http http://127.0.0.1:8092/none || true
-        pid=$srv; base=http://127.0.0.1:8092; sim=""
+        pid=$srv; sim=""
       else
         ports_free 8090
         taskset -c 0 nginx -c "$PWD/loadtest/nchan.conf" -p /tmp/kubefan-nchan/ >/tmp/nchan.log 2>&1 &
@@ -232,7 +243,7 @@ PY
       fi
       taskset -c 1 "$BIN/loadtest" run --server "$server" --base "$base" --sim http://127.0.0.1:18001 \
         --pid "$pid" "${transport_run[@]}" --subscribers "$n" --rate "$RATE" \
-        --duration-secs "$DURATION" --workers "$workers" --payload "$PAYLOAD" "${tls_run[@]}" --out "$file" >/dev/null
+        --duration-secs "$DURATION" --workers "$workers" --payload "$PAYLOAD" "${tls_run[@]}" "${publish[@]}" --out "$file" >/dev/null
       kill "$srv" ${sim:+"$sim"} 2>/dev/null || true
       wait 2>/dev/null || true
     done

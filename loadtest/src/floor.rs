@@ -12,16 +12,26 @@
 //! RESULTS.md). A subscriber whose socket cannot take a whole message at
 //! once is dropped and counted (the generator then reports it as lost), so
 //! the floor never does more work than one write.
+//!
+//! With `--tls-listen` (and a certificate and key) subscribers may also
+//! connect over TLS there: after the handshake each keeps its socket and its
+//! rustls session, and a publication is encrypted into each session and its
+//! record written with one vectored write, as kubefan writes a TLS stream
+//! (`src/transport/takeover/socket.rs`): the TLS floor. Publications come
+//! in on the plain listener.
 
 use std::cell::RefCell;
+use std::io::{self, IoSlice, Write};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use anyhow::Context;
 use base64::Engine;
 use memchr::memmem;
 use sha1::{Digest, Sha1};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Largest request head or published body accepted.
@@ -35,7 +45,16 @@ enum Framing {
 
 struct Subscriber {
     socket: TcpStream,
+    /// Over TLS: the session the frames are encrypted into.
+    tls: Option<Box<rustls::ServerConnection>>,
     framing: Framing,
+}
+
+/// A TLS listener: where, and with which certificate and key.
+pub struct TlsListen {
+    pub listen: SocketAddr,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 #[derive(Default)]
@@ -47,19 +66,78 @@ struct Channel {
 
 /// Binds `listen` and serves until the process is killed (the run script
 /// kills it).
-pub async fn run(listen: SocketAddr) -> anyhow::Result<()> {
+pub async fn run(listen: SocketAddr, tls: Option<TlsListen>) -> anyhow::Result<()> {
     let listener =
         std::net::TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
     eprintln!("floor listening on {}", listener.local_addr()?);
-    serve(listener).await
+    let tls = match tls {
+        Some(t) => {
+            let listener = std::net::TcpListener::bind(t.listen)
+                .with_context(|| format!("binding {}", t.listen))?;
+            eprintln!("floor listening for TLS on {}", listener.local_addr()?);
+            Some((listener, acceptor(&t.cert, &t.key)?))
+        }
+        None => None,
+    };
+    serve(listener, tls).await
 }
 
-/// Serves on `listener`, on the current thread.
-async fn serve(listener: std::net::TcpListener) -> anyhow::Result<()> {
+/// A TLS acceptor (ring, HTTP/1.1) for the certificate and key in PEM.
+fn acceptor(cert: &PathBuf, key: &PathBuf) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("reading {}", cert.display()))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let key =
+        PrivateKeyDer::from_pem_file(key).with_context(|| format!("reading {}", key.display()))?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
+}
+
+/// Serves on `listener` (and on the TLS listener, if any), on the current
+/// thread.
+async fn serve(
+    listener: std::net::TcpListener,
+    tls: Option<(std::net::TcpListener, tokio_rustls::TlsAcceptor)>,
+) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
     let channel = Rc::new(RefCell::new(Channel::default()));
     let local = tokio::task::LocalSet::new();
+    if let Some((tls_listener, acceptor)) = tls {
+        tls_listener.set_nonblocking(true)?;
+        let tls_listener = TcpListener::from_std(tls_listener)?;
+        let channel = channel.clone();
+        local.spawn_local(async move {
+            loop {
+                let Ok((socket, _)) = tls_listener.accept().await else {
+                    continue;
+                };
+                let _ = socket.set_nodelay(true);
+                let (channel, acceptor) = (channel.clone(), acceptor.clone());
+                tokio::task::spawn_local(async move {
+                    let served = async {
+                        let tls = acceptor.accept(socket).await?;
+                        handle(tls, channel, |tls| {
+                            let (socket, session) = tls.into_inner();
+                            (socket, Some(Box::new(session)))
+                        })
+                        .await
+                    };
+                    if let Err(err) = served.await {
+                        eprintln!("floor (TLS): {err:#}");
+                    }
+                });
+            }
+        });
+    }
     local
         .run_until(async move {
             loop {
@@ -67,7 +145,7 @@ async fn serve(listener: std::net::TcpListener) -> anyhow::Result<()> {
                 socket.set_nodelay(true)?;
                 let channel = channel.clone();
                 tokio::task::spawn_local(async move {
-                    if let Err(err) = handle(socket, channel).await {
+                    if let Err(err) = handle(socket, channel, |socket| (socket, None)).await {
                         eprintln!("floor: {err:#}");
                     }
                 });
@@ -78,7 +156,11 @@ async fn serve(listener: std::net::TcpListener) -> anyhow::Result<()> {
 
 /// Reads one request and serves it: a subscriber joins the channel, a
 /// publication is written to every subscriber before it is answered.
-async fn handle(mut socket: TcpStream, channel: Rc<RefCell<Channel>>) -> anyhow::Result<()> {
+async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
+    mut socket: S,
+    channel: Rc<RefCell<Channel>>,
+    subscriber: impl FnOnce(S) -> (TcpStream, Option<Box<rustls::ServerConnection>>),
+) -> anyhow::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let head_end = loop {
         if let Some(end) = memmem::find(&buf, b"\r\n\r\n") {
@@ -124,10 +206,13 @@ async fn handle(mut socket: TcpStream, channel: Rc<RefCell<Channel>>) -> anyhow:
                     .await?;
                 Framing::Sse
             };
-            channel
-                .borrow_mut()
-                .subscribers
-                .push(Subscriber { socket, framing });
+            socket.flush().await?;
+            let (socket, tls) = subscriber(socket);
+            channel.borrow_mut().subscribers.push(Subscriber {
+                socket,
+                tls,
+                framing,
+            });
             Ok(())
         }
         ("POST", _, true) => {
@@ -171,17 +256,47 @@ fn publish(channel: &mut Channel, body: &[u8]) -> u64 {
     let sse = sse_frame(body);
     let ws = ws_frame(body);
     let before = channel.subscribers.len();
-    channel.subscribers.retain(|s| {
+    channel.subscribers.retain_mut(|s| {
         let frame = match s.framing {
             Framing::Sse => &sse[..],
             Framing::WebSocket => &ws[..],
         };
         // A short write, a full socket or a closed one: dropped.
-        matches!(s.socket.try_write(frame), Ok(n) if n == frame.len())
+        match &mut s.tls {
+            None => matches!(s.socket.try_write(frame), Ok(n) if n == frame.len()),
+            Some(session) => send_tls(session, &s.socket, frame),
+        }
     });
     let dropped = (before - channel.subscribers.len()) as u64;
     channel.dropped += dropped;
     dropped
+}
+
+/// `frame` encrypted into `session`, then its records written with one
+/// vectored write: false unless all of them went.
+fn send_tls(session: &mut rustls::ServerConnection, socket: &TcpStream, frame: &[u8]) -> bool {
+    if session.writer().write_all(frame).is_err() {
+        return false;
+    }
+    let mut out = TryWrite(socket);
+    matches!(session.write_tls(&mut out), Ok(_)) && !session.wants_write()
+}
+
+/// A socket as `io::Write`, one non-blocking (vectored) write per call.
+struct TryWrite<'a>(&'a TcpStream);
+
+impl Write for TryWrite<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.try_write(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.0.try_write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// `data: BODY\n\n` (the body is one line of JSON).
@@ -232,7 +347,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let local = tokio::task::LocalSet::new();
         local.spawn_local(async move {
-            let _ = serve(listener).await;
+            let _ = serve(listener, None).await;
         });
         local
             .run_until(async move {

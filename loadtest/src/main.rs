@@ -46,6 +46,14 @@ enum Command {
     Floor {
         #[arg(long, default_value = "127.0.0.1:8092")]
         listen: std::net::SocketAddr,
+        /// Also take subscribers over TLS here (the TLS floor), with
+        /// `--tls-cert-file` and `--tls-key-file`.
+        #[arg(long, requires_all = ["tls_cert_file", "tls_key_file"])]
+        tls_listen: Option<std::net::SocketAddr>,
+        #[arg(long)]
+        tls_cert_file: Option<std::path::PathBuf>,
+        #[arg(long)]
+        tls_key_file: Option<std::path::PathBuf>,
     },
     /// Bearer tokens for kubefan's `--auth jwt`, one per line (for
     /// `run --bearer-file`), signed with the key kubefan verifies with.
@@ -65,6 +73,10 @@ struct RunArgs {
     /// W mod their number).
     #[arg(long, default_value = "http://127.0.0.1:8080", value_delimiter = ',')]
     base: Vec<String>,
+    /// The floor and nchan: where publications go, if not the first base
+    /// (the TLS floor takes them on its plain listener).
+    #[arg(long)]
+    publish_base: Option<String>,
     /// kubefan: the simulated API server changes are driven through.
     #[arg(long, default_value = "http://127.0.0.1:8001")]
     sim: String,
@@ -149,12 +161,22 @@ struct HerdArgs {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    if let Command::Floor { listen } = cli.command {
+    if let Command::Floor {
+        listen,
+        tls_listen,
+        tls_cert_file,
+        tls_key_file,
+    } = cli.command
+    {
+        let tls = match (tls_listen, tls_cert_file, tls_key_file) {
+            (Some(listen), Some(cert), Some(key)) => Some(floor::TlsListen { listen, cert, key }),
+            _ => None,
+        };
         // One thread, as nginx's one worker: the floor of one core.
         return tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
-            .block_on(floor::run(listen));
+            .block_on(floor::run(listen, tls));
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -431,7 +453,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let publisher = Publisher {
         http: http.clone(),
         server: args.server.clone(),
-        base: args.base[0].clone(),
+        base: args
+            .publish_base
+            .clone()
+            .unwrap_or_else(|| args.base[0].clone()),
         sim: args.sim.clone(),
         sim_token,
         namespaces: args.namespaces,
