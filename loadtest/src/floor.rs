@@ -279,7 +279,7 @@ fn send_tls(session: &mut rustls::ServerConnection, socket: &TcpStream, frame: &
         return false;
     }
     let mut out = TryWrite(socket);
-    matches!(session.write_tls(&mut out), Ok(_)) && !session.wants_write()
+    session.write_tls(&mut out).is_ok() && !session.wants_write()
 }
 
 /// A socket as `io::Write`, one non-blocking (vectored) write per call.
