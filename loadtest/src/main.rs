@@ -35,7 +35,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// N subscribers, R changes per second for D seconds; prints a JSON report.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// N subscribers connecting at once; time until the last has its snapshot.
     Herd(HerdArgs),
     /// N subscribers holding their snapshots; when the gateway restarts,
@@ -182,7 +182,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Run(args) => rt.block_on(run(args)),
+        Command::Run(args) => rt.block_on(run(*args)),
         Command::Herd(args) => rt.block_on(herd(args)),
         Command::Storm(args) => rt.block_on(storm::storm(args)),
         Command::Worker { config } => rt.block_on(worker(serde_json::from_str(&config)?)),

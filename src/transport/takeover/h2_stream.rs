@@ -2,7 +2,9 @@
 //! to an HTTP/1.1 stream. The handler takes the request's HTTP/2 stream
 //! ([`take`]), sends the head at once, and a task on the streams' runtime
 //! sends each chunk (the hub's shared bytes, uncopied until TLS encrypts
-//! them) as the client's flow-control window allows.
+//! them) as the client's flow-control window allows; once caught up, the
+//! stream is written by its hub's batch writer instead, as an HTTP/1.1
+//! stream is, within the same window.
 //!
 //! A stream whose window stays shut does not pull its subscription, which
 //! the hub laps; when the client reads again it gets the rest of the chunk
@@ -13,8 +15,10 @@
 
 use std::cell::RefCell;
 use std::future::poll_fn;
+use std::io;
 use std::rc::Rc;
-use std::task::Poll;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse};
@@ -23,10 +27,13 @@ use h2::server::SendResponse;
 use h2::{Reason, SendStream};
 use prometheus_client::metrics::counter::Counter;
 
-use super::io::WriteDeadline;
+use super::batch::{Batches, Flow, Parkable, Task};
+use super::io::{Blocked, WriteDeadline};
 use super::{CorsHeaders, Streams};
+use crate::lifecycle::Lifecycle;
 use crate::limits::Permit;
 use crate::transport::ChunkSource;
+use crate::transport::stream::BatchSource;
 
 /// A request's HTTP/2 stream, in the request's extensions until a stream
 /// handler takes it (or the connection answers the request itself).
@@ -65,13 +72,17 @@ impl Taken {
                 return HttpResponse::Ok().finish();
             }
         };
-        streams.spawn(pump(Box::new(Pumped {
+        streams.spawn(Task::new(H2Pump {
+            batches: streams.batches.clone(),
             send,
             source,
             bytes_sent,
             deadline: streams.deadline.clone(),
             _permit: req.extensions_mut().remove::<Permit>(),
-        })));
+            chunk: None,
+            blocked: Blocked::default(),
+            ending: false,
+        }));
         HttpResponse::Ok().finish()
     }
 }
@@ -94,47 +105,144 @@ fn head(headers: &[(HeaderName, &'static str)], cors: Option<&HeaderMap>) -> htt
     head
 }
 
-/// What an HTTP/2 stream's task owns, boxed once: an `async fn` keeps each
-/// argument twice in its state (`-Zprint-type-sizes`). HTTP/1.1 streams
-/// have no `async` state at all (`http::Pump`); this one could take the
-/// same shape.
-struct Pumped<S> {
+/// A stream's response on its HTTP/2 stream: every chunk of its source,
+/// as the window allows, until the source ends, the client resets the
+/// stream, or a send fails or gets no window for the write timeout.
+/// Polled by its own task ([`Task`]) or, while caught up, written by its
+/// hub's batch writer (`batch`): a caught-up stream's DATA goes straight
+/// into the connection's send buffer as the window allows, and the
+/// connection's task writes the frames of all its streams together.
+///
+/// Written by hand, as an HTTP/1.1 stream is (`http::Pump`): its whole
+/// state is this one allocation.
+struct H2Pump<S> {
+    batches: Batches,
     send: SendStream<Bytes>,
     source: S,
     bytes_sent: Counter,
     deadline: WriteDeadline,
     /// Held for as long as the stream lasts (the connection limits).
     _permit: Option<Permit>,
+    /// What is left of the chunk being sent.
+    chunk: Option<Bytes>,
+    /// While the window is shut: when the stream gives up.
+    blocked: Blocked,
+    /// The source ended: once `chunk` went, the stream is over.
+    ending: bool,
 }
 
-/// Sends every chunk until the source ends, the client resets the stream,
-/// or a send fails or times out.
-async fn pump<S: ChunkSource>(mut p: Box<Pumped<S>>) {
-    let Pumped {
-        send,
-        source,
-        bytes_sent,
-        deadline,
-        ..
-    } = &mut *p;
-    loop {
-        let next = tokio::select! {
-            biased;
-            _ = poll_fn(|cx| send.poll_reset(cx)) => return,
-            chunk = source.chunk() => chunk,
-        };
-        match next {
-            None => {
-                let _ = send.send_data(Bytes::new(), true);
-                return;
-            }
-            Some(chunk) if chunk.is_empty() => {}
-            Some(chunk) => {
-                bytes_sent.inc_by(chunk.len() as u64);
-                if send_chunk(send, chunk, deadline).await.is_err() {
-                    return;
+impl<S: ChunkSource> H2Pump<S> {
+    /// Sends what is left of the chunk as the window allows: ready once
+    /// it went, or with an error once the stream is gone or got no window
+    /// for the write timeout (reset with `CANCEL` then).
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
+        while let Some(chunk) = self.chunk.as_mut().filter(|c| !c.is_empty()) {
+            self.send.reserve_capacity(chunk.len());
+            match self.send.poll_capacity(cx) {
+                Poll::Ready(Some(Ok(0))) => {}
+                Poll::Ready(Some(Ok(n))) => {
+                    self.blocked.clear();
+                    let part = chunk.split_to(n.min(chunk.len()));
+                    self.send.send_data(part, false).map_err(drop)?;
+                }
+                Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(Err(())),
+                Poll::Pending => {
+                    // Counted and logged as any write's timeout.
+                    ready!(self.blocked.poll_give_up(&self.deadline, cx));
+                    self.send.send_reset(Reason::CANCEL);
+                    return Poll::Ready(Err(()));
                 }
             }
+        }
+        self.chunk = None;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Nothing of its own under way, and its source has only its
+    /// subscription's events left to send.
+    fn batchable(&mut self) -> bool {
+        self.chunk.is_none()
+            && !self.ending
+            && self
+                .source
+                .batch()
+                .is_some_and(|source| source.batchable().is_some())
+    }
+}
+
+impl<S: ChunkSource> Parkable for H2Pump<S> {
+    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+        loop {
+            // The client reset the stream, or the connection is gone.
+            if self.send.poll_reset(cx).is_ready() {
+                return Poll::Ready(Flow::Ended);
+            }
+            if self.chunk.is_some() {
+                match ready!(self.poll_send(cx)) {
+                    Ok(()) => continue,
+                    Err(()) => return Poll::Ready(Flow::Ended),
+                }
+            }
+            if self.ending {
+                let _ = self.send.send_data(Bytes::new(), true);
+                return Poll::Ready(Flow::Ended);
+            }
+            match self.source.poll_chunk(cx) {
+                Poll::Ready(None) => self.ending = true,
+                Poll::Ready(Some(chunk)) if chunk.is_empty() => {}
+                Poll::Ready(Some(chunk)) => {
+                    self.bytes_sent.inc_by(chunk.len() as u64);
+                    self.chunk = Some(chunk);
+                }
+                Poll::Pending if self.batchable() => return Poll::Ready(Flow::Batch),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn batches(&self) -> &Batches {
+        &self.batches
+    }
+
+    fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.deadline.lifecycle
+    }
+
+    fn source(&mut self) -> Option<&mut dyn BatchSource> {
+        self.source.batch()
+    }
+
+    /// The client's reset, or the connection's end.
+    fn poll_input(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.send.poll_reset(cx).map(|_| ())
+    }
+
+    /// As much as the stream's window takes now, into the connection's
+    /// send buffer (its task writes it); the rest is its task's.
+    fn send_now(&mut self, bytes: &Bytes) -> io::Result<(usize, usize)> {
+        self.send.reserve_capacity(bytes.len());
+        let went = self.send.capacity().min(bytes.len());
+        if went > 0 {
+            self.send
+                .send_data(bytes.slice(..went), false)
+                .map_err(io::Error::other)?;
+        }
+        Ok((went, bytes.len()))
+    }
+
+    fn bytes_counter(&self) -> Counter {
+        self.bytes_sent.clone()
+    }
+
+    /// Woken (the stream's one waker in h2 is also its window's): it
+    /// stays parked unless the stream was reset.
+    fn absorb(&mut self, cx: &mut Context<'_>) -> bool {
+        self.send.poll_reset(cx).is_pending()
+    }
+
+    fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
+        if let Some((bytes, went)) = rest {
+            self.chunk = Some(bytes.slice(went..));
         }
     }
 }

@@ -119,14 +119,14 @@ impl<S: ChunkSource> Parkable for Pump<S> {
         self.source.batch()
     }
 
-    fn poll_input(&self, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll_input(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         match &self.socket {
             Some(socket) => socket.tcp().poll_read_ready(cx).map(|_| ()),
             None => Poll::Ready(()),
         }
     }
 
-    fn send_now(&self, bytes: &Bytes) -> io::Result<(usize, usize)> {
+    fn send_now(&mut self, bytes: &Bytes) -> io::Result<(usize, usize)> {
         let Some(socket) = &self.socket else {
             return Err(io::ErrorKind::NotConnected.into());
         };

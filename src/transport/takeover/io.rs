@@ -190,6 +190,14 @@ impl Blocked {
             self.0 = None;
             return Poll::Ready(ready);
         }
+        self.poll_give_up(deadline, cx)
+            .map(|()| Err(io::ErrorKind::TimedOut.into()))
+    }
+
+    /// Ready (and forgotten) at most `deadline.timeout` after the wait
+    /// began, or at the hard stop: the write gives up. For waits on
+    /// something else than the socket (an HTTP/2 stream's window).
+    pub fn poll_give_up(&mut self, deadline: &WriteDeadline, cx: &mut Context<'_>) -> Poll<()> {
         let give_up = self.0.get_or_insert_with(|| {
             let deadline = deadline.clone();
             Box::pin(async move {
@@ -205,7 +213,7 @@ impl Blocked {
         match give_up.as_mut().poll(cx) {
             Poll::Ready(()) => {
                 self.0 = None;
-                Poll::Ready(Err(io::ErrorKind::TimedOut.into()))
+                Poll::Ready(())
             }
             Poll::Pending => Poll::Pending,
         }

@@ -189,14 +189,14 @@ impl Parkable for Serve {
         Some(&mut self.framed)
     }
 
-    fn poll_input(&self, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll_input(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         match &self.conn {
             Some(conn) => conn.inbox.poll_input(cx),
             None => Poll::Ready(()),
         }
     }
 
-    fn send_now(&self, frames: &Bytes) -> std::io::Result<(usize, usize)> {
+    fn send_now(&mut self, frames: &Bytes) -> std::io::Result<(usize, usize)> {
         let Some(conn) = &self.conn else {
             return Err(std::io::ErrorKind::NotConnected.into());
         };

@@ -99,13 +99,13 @@ pub(crate) trait Parkable: Send + Sized + 'static {
     fn source(&mut self) -> Option<&mut dyn BatchSource>;
 
     /// Registers `cx` for input on the socket: ready if there is some.
-    fn poll_input(&self, cx: &mut Context<'_>) -> Poll<()>;
+    fn poll_input(&mut self, cx: &mut Context<'_>) -> Poll<()>;
 
     /// One try at writing `bytes` (events framed by
     /// [`BatchSource::frame_step`]) as this stream's writer sends them:
     /// how many bytes went, of how many. A plain `sendmsg`, past tokio's
     /// idea of the socket's readiness (`Socket::send_now`).
-    fn send_now(&self, bytes: &Bytes) -> io::Result<(usize, usize)>;
+    fn send_now(&mut self, bytes: &Bytes) -> io::Result<(usize, usize)>;
 
     /// The counter of bytes sent on this stream's resource and transport.
     fn bytes_counter(&self) -> Counter;

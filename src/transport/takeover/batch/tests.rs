@@ -76,7 +76,7 @@ impl Parkable for Fake {
         self.framed.as_mut().map(|f| f as &mut dyn BatchSource)
     }
 
-    fn poll_input(&self, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll_input(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         *lock(&self.socket.input_waker) = Some(cx.waker().clone());
         if *lock(&self.socket.input) {
             Poll::Ready(())
@@ -85,7 +85,7 @@ impl Parkable for Fake {
         }
     }
 
-    fn send_now(&self, bytes: &Bytes) -> io::Result<(usize, usize)> {
+    fn send_now(&mut self, bytes: &Bytes) -> io::Result<(usize, usize)> {
         let went = match lock(&self.socket.script).pop_front() {
             None => bytes.len(),
             Some(Write::Part(n)) => n.min(bytes.len()),

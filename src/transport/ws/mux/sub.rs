@@ -193,11 +193,11 @@ impl Parkable for Sub {
     }
 
     /// Ready once it may not write any more: its task ends it.
-    fn poll_input(&self, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll_input(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.outbox.poll_live(self.generation, cx)
     }
 
-    fn send_now(&self, frames: &Bytes) -> std::io::Result<(usize, usize)> {
+    fn send_now(&mut self, frames: &Bytes) -> std::io::Result<(usize, usize)> {
         match self
             .outbox
             .send_direct(self.generation, &self.prefix, frames)?

@@ -24,7 +24,7 @@ type Leaving = (usize, Option<(Bytes, usize)>, Unparked);
 /// false if the connection failed (it joins `ended`).
 fn send<M: Parkable>(
     key: usize,
-    stream: &M,
+    stream: &mut M,
     bytes: &Bytes,
     unpark: &mut Vec<Leaving>,
     ended: &mut Vec<usize>,
@@ -193,7 +193,7 @@ impl<M: Parkable> Writer<M> {
                 self.budget -= 1;
                 if !send(
                     key,
-                    &*parked.stream,
+                    &mut *parked.stream,
                     &batched.bytes,
                     &mut unpark,
                     &mut ended,
@@ -250,7 +250,7 @@ impl<M: Parkable> Writer<M> {
                 Tick::Unpark => unpark.push((key, None, Unparked::Idle)),
                 Tick::Send(bytes, counted) => {
                     self.budget -= 1;
-                    if !send(key, &*parked.stream, &bytes, &mut unpark, &mut ended) {
+                    if !send(key, &mut *parked.stream, &bytes, &mut unpark, &mut ended) {
                         continue;
                     }
                     if let Some((_, sent)) = &self.counters {
