@@ -117,7 +117,7 @@ fn main() -> anyhow::Result<()> {
         from_file = config_settings(&path, &text, &cmd)?;
         cmd = with_file_defaults(cmd, &from_file);
     }
-    let matches = cmd.get_matches();
+    let matches = cmd.get_matches_from(globals_after_subcommand(std::env::args_os()));
     // Taken from the file: the settings no flag or variable overrode.
     let applied = from_file
         .iter()
@@ -311,6 +311,42 @@ fn log_config(cfg: &kubefan::config::Config) {
     tracing::info!(config = ?cfg, "effective configuration");
 }
 
+/// Flags every command takes (`--config`, `--log-format`) that come
+/// before the subcommand are moved after it: clap's
+/// `args_conflicts_with_subcommands` (which keeps `kubefan --listen X sim`
+/// from silently dropping `--listen`) refuses them there too
+/// (clap-rs/clap#1204 and its relatives), and `kubefan --config F serve`
+/// is how a user writes it. Anything else before the subcommand leaves
+/// the line as it is, for clap to refuse.
+fn globals_after_subcommand(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    const GLOBALS: [&str; 2] = ["--config", "--log-format"];
+    let args: Vec<OsString> = args.into_iter().collect();
+    let cmd = Cli::command();
+    let mut at = 1;
+    while let Some(arg) = args.get(at).and_then(|a| a.to_str()) {
+        if GLOBALS.contains(&arg) {
+            at += 2;
+        } else if GLOBALS.iter().any(|g| {
+            arg.strip_prefix(g)
+                .is_some_and(|rest| rest.starts_with('='))
+        }) {
+            at += 1;
+        } else {
+            let subcommand = cmd
+                .get_subcommands()
+                .any(|c| c.get_name() == arg || c.get_all_aliases().any(|a| a == arg));
+            if subcommand && at > 1 {
+                let mut moved = vec![args[0].clone(), args[at].clone()];
+                moved.extend_from_slice(&args[1..at]);
+                moved.extend_from_slice(&args[at + 1..]);
+                return moved;
+            }
+            break;
+        }
+    }
+    args
+}
+
 /// The `--config` file named on the command line (`--config FILE` or
 /// `--config=FILE`, before any `--`), else by `KUBEFAN_CONFIG`.
 fn config_path(args: impl IntoIterator<Item = OsString>, env: Option<OsString>) -> Option<PathBuf> {
@@ -452,6 +488,48 @@ mod tests {
             .map(|s| s.key.clone())
             .collect();
         (Cli::from_arg_matches(&matches).unwrap(), applied)
+    }
+
+    #[test]
+    fn global_flags_may_come_before_the_subcommand_and_nothing_else_may() {
+        let parse = |argv: &[&str]| {
+            let argv = globals_after_subcommand(argv.iter().map(OsString::from));
+            Cli::try_parse_from(argv)
+        };
+        let cli = parse(&[
+            "kubefan",
+            "--config",
+            "/k.yaml",
+            "--log-format=json",
+            "sim",
+            "--pods",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(cli.config.as_deref(), Some(Path::new("/k.yaml")));
+        assert!(matches!(cli.log_format, LogFormat::Json));
+        let Some(Command::Sim(sim)) = cli.command else {
+            panic!("the sim command")
+        };
+        assert_eq!(sim.pods, 5);
+        let cli = parse(&["kubefan", "--config=/k.yaml", "serve"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Serve(_))));
+        assert_eq!(cli.config.as_deref(), Some(Path::new("/k.yaml")));
+        // A serve flag before another command is still refused, not dropped.
+        let err = parse(&[
+            "kubefan",
+            "--config",
+            "/k.yaml",
+            "--listen",
+            "127.0.0.1:1",
+            "sim",
+        ])
+        .err()
+        .expect("refused");
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        // Without a subcommand, the line is as it was.
+        let cli = parse(&["kubefan", "--config", "/k.yaml", "--listen", "127.0.0.1:1"]).unwrap();
+        assert!(cli.command.is_none());
     }
 
     #[test]
