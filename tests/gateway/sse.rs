@@ -778,6 +778,21 @@ pub(crate) async fn batching_env(mut cfg: kubefan::config::Config) -> crate::sup
     env
 }
 
+/// Churn across namespaces, then a last change: its resourceVersion, and
+/// the upstream's pods then, all of them and those of namespace `batch`
+/// (the truths of the batching tests' two views).
+pub(crate) async fn churned_batch_truth(sim: &Sim) -> (u64, Vec<Value>, Vec<Value>) {
+    churn_across_namespaces(sim, 400).await;
+    let rv = touch_tracked(sim, "last");
+    let (objects, _) = pods_of(sim);
+    let in_batch = objects
+        .iter()
+        .filter(|o| o["metadata"]["namespace"] == "batch")
+        .cloned()
+        .collect();
+    (rv, objects, in_batch)
+}
+
 /// The streams `subs` (opened on [`BATCH_PATHS`]) come to be written by
 /// their hubs' writers (a change at a time, until every one is: a stream
 /// is batched once it has written what it had and is caught up), then
@@ -807,14 +822,7 @@ pub(crate) async fn batched_through_churn<C>(
         all_batched,
         "caught-up streams are written by their hubs' writers"
     );
-    churn_across_namespaces(&env.sim, 400).await;
-    let rv = touch_tracked(&env.sim, "last");
-    let (objects, _) = pods_of(&env.sim);
-    let in_batch: Vec<Value> = objects
-        .iter()
-        .filter(|o| o["metadata"]["namespace"] == "batch")
-        .cloned()
-        .collect();
+    let (rv, objects, in_batch) = churned_batch_truth(&env.sim).await;
     for (path, (client, view)) in subs.iter_mut() {
         tokio::time::timeout(WAIT, follow(client, view, rv))
             .await

@@ -958,7 +958,7 @@ async fn settle_mux(sockets: &mut [(WsClient, Mux, Vec<&str>)], rv: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caught_up_ws_subscriptions_are_written_by_their_views_writers_with_their_ids() {
-    use crate::sse::{batching_env, churn_across_namespaces, touch_tracked};
+    use crate::sse::{batching_env, churned_batch_truth, touch_tracked};
     let mut cfg = ws_config();
     cfg.stream.ws_idle_timeout = Duration::from_secs(60);
     let env = batching_env(cfg).await;
@@ -987,15 +987,8 @@ async fn caught_up_ws_subscriptions_are_written_by_their_views_writers_with_thei
         }
     }
     assert!(all_batched, "caught-up subscriptions are parked");
-    churn_across_namespaces(&env.sim, 400).await;
-    let rv = touch_tracked(&env.sim, "last");
+    let (rv, objects, in_batch) = churned_batch_truth(&env.sim).await;
     settle_mux(&mut sockets, rv).await;
-    let (objects, _) = pods_of(&env.sim);
-    let in_batch: Vec<Value> = objects
-        .iter()
-        .filter(|o| o["metadata"]["namespace"] == "batch")
-        .cloned()
-        .collect();
     for (_, mux, ids) in &sockets {
         for (id, expected) in ids.iter().zip([&objects, &in_batch]) {
             let view = &mux.views[*id];

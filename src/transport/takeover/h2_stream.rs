@@ -136,23 +136,14 @@ impl<S: ChunkSource> H2Pump<S> {
     /// it went, or with an error once the stream is gone or got no window
     /// for the write timeout (reset with `CANCEL` then).
     fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
-        while let Some(chunk) = self.chunk.as_mut().filter(|c| !c.is_empty()) {
-            self.send.reserve_capacity(chunk.len());
-            match self.send.poll_capacity(cx) {
-                Poll::Ready(Some(Ok(0))) => {}
-                Poll::Ready(Some(Ok(n))) => {
-                    self.blocked.clear();
-                    let part = chunk.split_to(n.min(chunk.len()));
-                    self.send.send_data(part, false).map_err(drop)?;
-                }
-                Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(Err(())),
-                Poll::Pending => {
-                    // Counted and logged as any write's timeout.
-                    ready!(self.blocked.poll_give_up(&self.deadline, cx));
-                    self.send.send_reset(Reason::CANCEL);
-                    return Poll::Ready(Err(()));
-                }
-            }
+        if let Some(chunk) = &mut self.chunk {
+            ready!(poll_send_chunk(
+                &mut self.send,
+                chunk,
+                &mut self.blocked,
+                &self.deadline,
+                cx
+            ))?;
         }
         self.chunk = None;
         Poll::Ready(Ok(()))
@@ -255,40 +246,37 @@ pub(super) async fn send_chunk(
     mut chunk: Bytes,
     deadline: &WriteDeadline,
 ) -> Result<(), ()> {
+    let mut blocked = Blocked::default();
+    poll_fn(|cx| poll_send_chunk(send, &mut chunk, &mut blocked, deadline, cx)).await
+}
+
+/// [`send_chunk`] as a poll: what is left of `chunk` stays in it, and
+/// `blocked` holds the wait for window (made only once the window is
+/// shut), which gives up (`RST_STREAM CANCEL`) after the write timeout or
+/// at the hard stop, counted and logged as any write's timeout.
+fn poll_send_chunk(
+    send: &mut SendStream<Bytes>,
+    chunk: &mut Bytes,
+    blocked: &mut Blocked,
+    deadline: &WriteDeadline,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), ()>> {
     while !chunk.is_empty() {
         send.reserve_capacity(chunk.len());
-        let granted = match poll_fn(|cx| Poll::Ready(send.poll_capacity(cx))).await {
-            Poll::Ready(granted) => granted,
-            // Boxed: the task holds this state only while its client is
-            // behind.
-            Poll::Pending => Box::pin(window(send, deadline)).await?,
-        };
-        match granted {
-            Some(Ok(0)) => {}
-            Some(Ok(n)) => {
+        match send.poll_capacity(cx) {
+            Poll::Ready(Some(Ok(0))) => {}
+            Poll::Ready(Some(Ok(n))) => {
+                blocked.clear();
                 let part = chunk.split_to(n.min(chunk.len()));
                 send.send_data(part, false).map_err(drop)?;
             }
-            Some(Err(_)) | None => return Err(()),
+            Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(Err(())),
+            Poll::Pending => {
+                ready!(blocked.poll_give_up(deadline, cx));
+                send.send_reset(Reason::CANCEL);
+                return Poll::Ready(Err(()));
+            }
         }
     }
-    Ok(())
-}
-
-/// Waits for window, at most the write timeout and not past the hard stop;
-/// resets the stream if none comes.
-async fn window(
-    send: &mut SendStream<Bytes>,
-    deadline: &WriteDeadline,
-) -> Result<Option<Result<usize, h2::Error>>, ()> {
-    tokio::select! {
-        granted = poll_fn(|cx| send.poll_capacity(cx)) => return Ok(granted),
-        _ = deadline.lifecycle.hard_stopped() => {}
-        _ = tokio::time::sleep(deadline.timeout) => {
-            tracing::debug!(timeout = ?deadline.timeout, "resetting an HTTP/2 stream whose client grants no window");
-            deadline.metrics.limit_hit("write_timeout");
-        }
-    }
-    send.send_reset(Reason::CANCEL);
-    Err(())
+    Poll::Ready(Ok(()))
 }

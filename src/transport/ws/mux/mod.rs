@@ -72,16 +72,13 @@ fn starting(
     })
 }
 
-/// A subscription's generation: which of its id's uses it is.
-struct Active {
-    generation: u64,
-}
-
 /// A `/ws` socket: its writer, its subscriptions, its control loop.
 struct Socket {
     state: web::Data<AppState>,
     outbox: Arc<Outbox>,
-    subs: HashMap<String, Active>,
+    /// Each active subscription's generation: which of its id's uses it
+    /// is.
+    subs: HashMap<String, u64>,
     max_subs: usize,
     generation: u64,
     idle_timeout: Duration,
@@ -109,7 +106,7 @@ impl Socket {
         if self
             .subs
             .get(&*id)
-            .is_some_and(|active| active.generation == generation)
+            .is_some_and(|active| *active == generation)
         {
             self.subs.remove(&*id);
         }
@@ -238,12 +235,7 @@ impl Socket {
             starting(self.state.clone(), self.principal.clone(), resource, params),
         );
         self.state.streams.spawn(Task::new(sub));
-        self.subs.insert(
-            id,
-            Active {
-                generation: self.generation,
-            },
-        );
+        self.subs.insert(id, self.generation);
     }
 
     /// Queues a reply from the control loop; false if the socket accepted
@@ -316,10 +308,10 @@ impl Socket {
             Op::Unsubscribe { id } => {
                 let prefix = sub_prefix(&id);
                 match self.subs.remove(&id) {
-                    Some(active) => {
+                    Some(generation) => {
                         // Whatever it queued is ahead of the reply; nothing
                         // of it can follow (it ends once woken).
-                        self.outbox.remove(active.generation);
+                        self.outbox.remove(generation);
                         let json = Bytes::from_static(br#"{"type":"UNSUBSCRIBED"}"#);
                         self.reply(message(Some(&prefix), &Outgoing::event(json, Id::None)))
                             .await

@@ -233,16 +233,16 @@ impl Outbox {
         }
         let idle = !state.busy && state.queue.is_empty();
         let went = match (&state.direct, idle) {
-            (Some(socket), true) => write_spliced(socket, prefix, frames)?,
+            (Some(socket), true) => match write_spliced(socket, prefix, frames)? {
+                Written::All => return Ok(Direct::Sent),
+                Written::Part(went) => went,
+            },
             _ if state.queue.len() >= OUTBOX => return Ok(Direct::Full),
             _ => 0,
         };
-        let all = spliced_len(prefix, frames);
-        if went < all {
-            // Ahead of anything else: part of a frame may be out already.
-            let rest = spliced(prefix, frames).slice(went..);
-            state.push(Frame::Raw(rest));
-        }
+        // Ahead of anything else: part of a frame may be out already.
+        let rest = spliced(prefix, frames).slice(went..);
+        state.push(Frame::Raw(rest));
         Ok(Direct::Sent)
     }
 
@@ -394,10 +394,17 @@ pub(super) fn spliced_payloads(prefix: &[u8], frames: &[u8]) -> u64 {
 /// `headers`, this long) and its payload in two parts.
 type Group<'a> = Vec<(usize, &'a [u8], &'a [u8])>;
 
+/// What [`write_spliced`] wrote.
+enum Written {
+    All,
+    /// This many bytes, then the socket took no more.
+    Part(usize),
+}
+
 /// Writes `frames` spliced with `prefix` in parts, without a copy, a few
-/// dozen frames per `sendmsg`: how many bytes went (stopping at the first
-/// short write). `WouldBlock` is none.
-fn write_spliced(socket: &DirectSocket, prefix: &[u8], frames: &[u8]) -> io::Result<usize> {
+/// dozen frames per `sendmsg`, stopping at the first short write.
+/// `WouldBlock` is nothing written.
+fn write_spliced(socket: &DirectSocket, prefix: &[u8], frames: &[u8]) -> io::Result<Written> {
     let mut went = 0;
     let mut headers = [[0u8; 10]; FRAMES_PER_SEND];
     let mut group: Group<'_> = Vec::with_capacity(FRAMES_PER_SEND);
@@ -418,14 +425,17 @@ fn write_spliced(socket: &DirectSocket, prefix: &[u8], frames: &[u8]) -> io::Res
             let (sent, all) = send_group(socket, &headers, &mut group)?;
             went += sent;
             if sent < all {
-                return Ok(went);
+                return Ok(Written::Part(went));
             }
         }
     }
     if !group.is_empty() {
-        went += send_group(socket, &headers, &mut group)?.0;
+        let (sent, all) = send_group(socket, &headers, &mut group)?;
+        if sent < all {
+            return Ok(Written::Part(went + sent));
+        }
     }
-    Ok(went)
+    Ok(Written::All)
 }
 
 /// One `sendmsg` of `group` (emptied): how many bytes went, of how many.

@@ -104,12 +104,6 @@ impl Sub {
             && self.outbox.plain()
             && matches!(&self.phase, Phase::Streaming(f) if f.batchable().is_some())
     }
-
-    /// Prefix bytes a parked subscription's messages carry beyond the
-    /// shared frames' `{`.
-    fn extra(&self) -> u64 {
-        self.prefix.len() as u64 - 1
-    }
 }
 
 impl Parkable for Sub {
@@ -213,8 +207,9 @@ impl Parkable for Sub {
         self.bytes_sent.clone()
     }
 
+    /// Its prefix, beyond the shared frames' `{`.
     fn extra_per_message(&self) -> u64 {
-        self.extra()
+        self.prefix.len() as u64 - 1
     }
 
     fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
