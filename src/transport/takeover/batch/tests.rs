@@ -26,6 +26,10 @@ enum Write {
 #[derive(Default)]
 struct Socket {
     wrote: Mutex<Vec<u8>>,
+    /// How many `send_now`s wrote something.
+    writes: Mutex<usize>,
+    /// Run once, just after the next write (a change in mid-pass).
+    after_write: Mutex<Option<Box<dyn FnOnce() + Send>>>,
     script: Mutex<VecDeque<Write>>,
     /// `poll_input` is ready.
     input: Mutex<bool>,
@@ -93,6 +97,11 @@ impl Parkable for Fake {
             Some(Write::Fail) => return Err(io::ErrorKind::ConnectionReset.into()),
         };
         lock(&self.socket.wrote).extend_from_slice(&bytes[..went]);
+        *lock(&self.socket.writes) += 1;
+        let after = lock(&self.socket.after_write).take();
+        if let Some(after) = after {
+            after();
+        }
         Ok((went, bytes.len()))
     }
 
@@ -194,19 +203,7 @@ impl Setup {
     /// Appends a new pod's ADDED; the bytes SSE frames it in.
     fn append(&mut self) -> Vec<u8> {
         self.rv += 1;
-        let (rv, cursor) = (self.rv, self.hub.head());
-        let name = format!("p{rv}");
-        let json = format!(
-            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default","resourceVersion":"{rv}"}}}}"#
-        );
-        self.hub.apply(
-            EventType::Added,
-            Obj::new(Some("default"), &name, rv, json.as_bytes()),
-        );
-        let view = self.hub.view(ViewSpec::new(Filter::default()));
-        let step = Step::read(&self.hub, &view, cursor).unwrap();
-        assert_eq!(step.deliveries.len(), 1);
-        step.deliveries[0].frame().sse().to_vec()
+        append(&self.hub, self.rv)
     }
 
     fn parked_now(&self) -> i64 {
@@ -231,6 +228,23 @@ impl Setup {
             .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
             .sum()
     }
+}
+
+/// Appends a new pod's ADDED at `rv` to `hub`; the bytes SSE frames it in.
+fn append(hub: &Arc<Hub>, rv: u64) -> Vec<u8> {
+    let cursor = hub.head();
+    let name = format!("p{rv}");
+    let json = format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default","resourceVersion":"{rv}"}}}}"#
+    );
+    hub.apply(
+        EventType::Added,
+        Obj::new(Some("default"), &name, rv, json.as_bytes()),
+    );
+    let view = hub.view(ViewSpec::new(Filter::default()));
+    let step = Step::read(hub, &view, cursor).unwrap();
+    assert_eq!(step.deliveries.len(), 1);
+    step.deliveries[0].frame().sse().to_vec()
 }
 
 /// Lets the writer (and tasks it spawned) run until `done`, within a
@@ -401,6 +415,44 @@ async fn every_stream_gets_each_event_once_in_order_across_yields() {
     }
     assert_eq!(s.unparked_total(), 0);
     assert_eq!(s.parked_now(), n as i64);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_during_a_pass_reaches_the_streams_it_has_yet_to_visit_in_that_pass() {
+    let mut s = Setup::new(LogLimits::default());
+    let sockets = [s.parked().await, s.parked().await, s.parked().await];
+    run_until("all parked", || s.parked_now() == 3).await;
+    // The second change comes just after the pass wrote the first stream.
+    let (hub, second) = (s.hub.clone(), s.rv + 2);
+    let (tx, rx) = std::sync::mpsc::channel();
+    *lock(&sockets[0].after_write) = Some(Box::new(move || {
+        tx.send(append(&hub, second)).unwrap();
+    }));
+    let mut expected = s.append();
+    s.rv += 1;
+    run_until("every stream written", || {
+        sockets.iter().all(|s| s.wrote().len() > expected.len())
+    })
+    .await;
+    expected.extend(rx.try_recv().unwrap());
+    run_a_while().await;
+    for (i, socket) in sockets.iter().enumerate() {
+        assert!(
+            socket.wrote() == expected,
+            "stream {i}: not both, once, in order"
+        );
+    }
+    // Visited before the second change: a write for each. Not visited
+    // yet: both in one write, in the same pass, as its own task would.
+    assert_eq!(*lock(&sockets[0].writes), 2);
+    for socket in &sockets[1..] {
+        assert_eq!(
+            *lock(&socket.writes),
+            1,
+            "the second change waited for a pass of its own"
+        );
+    }
+    assert_eq!(s.unparked_total(), 0);
 }
 
 #[tokio::test(start_paused = true)]

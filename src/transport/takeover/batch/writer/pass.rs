@@ -7,6 +7,7 @@ use std::io;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
 use super::super::{Parkable, Tick};
@@ -30,7 +31,7 @@ fn send<M: Parkable>(
     ended: &mut Vec<usize>,
 ) -> bool {
     let rest = match stream.send_now(bytes) {
-        Ok((went, all)) if went == all => return true,
+        Ok((went, all)) if went == all && stream.flushed() => return true,
         Ok((went, _)) => went,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
         Err(_) => {
@@ -58,6 +59,8 @@ pub(super) struct Pass {
     /// A step stopped short of the head, or a stream came in meanwhile:
     /// another pass follows.
     pub(super) again: bool,
+    /// The hub's position when `steps` were read.
+    read_at: u64,
 }
 
 /// A step read and framed once for every stream of a view at one
@@ -87,6 +90,22 @@ impl Pass {
         Some(at)
     }
 
+    /// Counts what the streams took of the steps read so far, and forgets
+    /// them.
+    fn count_and_clear(&mut self, counters: Option<&(Counter, Counter)>) {
+        if let Some((events, sent)) = counters {
+            for prepared in &self.steps {
+                if let Ok((_, Some(batched))) = &prepared.step {
+                    events.inc_by(prepared.took * batched.messages);
+                    sent.inc_by(prepared.took * batched.message_bytes + prepared.extra);
+                }
+            }
+        }
+        self.steps.clear();
+        self.index.clear();
+        self.last = None;
+    }
+
     fn add(&mut self, prepared: Prepared) -> usize {
         let at = self.steps.len();
         self.index.insert((prepared.view, prepared.from), at);
@@ -108,7 +127,10 @@ impl<M: Parkable> Writer<M> {
                     // Seen before reading: a change after this point
                     // wakes the writer.
                     self.hub_seen = self.hub.changes().current();
-                    Pass::default()
+                    Pass {
+                        read_at: self.hub_seen,
+                        ..Pass::default()
+                    }
                 }
             };
             let now = Instant::now();
@@ -133,6 +155,19 @@ impl<M: Parkable> Writer<M> {
                 if expired {
                     unpark.push((key, None, Unparked::Deadline));
                     continue;
+                }
+                // Changes that came during the pass go to the streams it
+                // has yet to visit with the steps they read now (as each
+                // stream's own task would read up to the head when it
+                // runs), not a pass later: with a pass as long as the
+                // time between changes (10,000 TLS streams), waiting for
+                // the next pass doubled the median delivery time. The
+                // streams visited already get them in the pass that
+                // follows (`hub_seen` is still the pass's start).
+                let head = self.hub.changes().current();
+                if head != pass.read_at {
+                    pass.count_and_clear(self.counters.as_ref());
+                    pass.read_at = head;
                 }
                 if parked.scoped && source.subscription().scope_moved() {
                     unpark.push((key, None, Unparked::Access));
@@ -211,14 +246,7 @@ impl<M: Parkable> Writer<M> {
                 self.pass = Some(pass);
                 return false;
             }
-            if let Some((events, sent)) = &self.counters {
-                for prepared in &pass.steps {
-                    if let Ok((_, Some(batched))) = &prepared.step {
-                        events.inc_by(prepared.took * batched.messages);
-                        sent.inc_by(prepared.took * batched.message_bytes + prepared.extra);
-                    }
-                }
-            }
+            pass.count_and_clear(self.counters.as_ref());
             if !pass.again {
                 return true;
             }
