@@ -574,9 +574,188 @@ async fn kubectl_lists_pods_over_https_with_the_kubeconfig_kubefan_writes() {
     env.stop().await;
 }
 
+/// The next frame off `ws`, in time.
+async fn next_frame(
+    ws: &mut tokio_tungstenite::WebSocketStream<TlsStream<TcpStream>>,
+) -> tokio_tungstenite::tungstenite::Message {
+    use futures::StreamExt;
+    tokio::time::timeout(WAIT, ws.next())
+        .await
+        .expect("a message in time")
+        .expect("the socket is open")
+        .expect("a frame")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_subscriptions_over_tls_are_written_by_their_hubs_writer_through_the_session() {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let ca = Authority::new("kubefan test CA");
+    let dir = Dir::new("wss-mux");
+    let env = spawn_tls(&dir, &ca.leaf("first"), |_| {}).await;
+    let tls = connect(
+        env.app.local_addr(),
+        client_config(&ca.pem(), &[b"http/1.1"]),
+    )
+    .await;
+    let (mut ws, _) = tokio_tungstenite::client_async("wss://127.0.0.1/ws", tls)
+        .await
+        .expect("WebSocket handshake over TLS");
+    ws.send(Message::text(
+        r#"{"op":"subscribe","id":"a","resource":"pods","namespace":"wss"}"#,
+    ))
+    .await
+    .unwrap();
+    loop {
+        if let Message::Text(text) = next_frame(&mut ws).await
+            && text.contains("k8s.io/initial-events-end")
+        {
+            break;
+        }
+    }
+    // Caught up: parked with its hub's writer, whose frames (spliced with
+    // `{"sub":"a",`) go through the socket's TLS session.
+    until_wss_batched(&env, &mut ws, "mux").await;
+    for i in 0..20 {
+        let name = format!("parked-{i}");
+        env.sim
+            .create("pods", pod(&name).ns("wss").node("node-1").build())
+            .unwrap();
+        loop {
+            if let Message::Text(text) = next_frame(&mut ws).await
+                && text.contains(&format!("\"name\":\"{name}\""))
+            {
+                assert!(text.starts_with(r#"{"sub":"a","#), "{text}");
+                break;
+            }
+        }
+    }
+    assert_eq!(metric_value(&env, "kubefan_streams_batched", ""), 1);
+    // The control loop answers through the same session meanwhile.
+    ws.send(Message::Ping(Bytes::from_static(b"still there")))
+        .await
+        .unwrap();
+    loop {
+        if let Message::Pong(payload) = next_frame(&mut ws).await {
+            assert_eq!(&payload[..], b"still there");
+            break;
+        }
+    }
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ws_subscription_over_tls_whose_client_stops_reading_gets_every_frame_whole_in_order() {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let ca = Authority::new("kubefan test CA");
+    let dir = Dir::new("wss-slow");
+    let env = spawn_tls(&dir, &ca.leaf("first"), |_| {}).await;
+    env.sim
+        .create("pods", pod("big").ns("web").build())
+        .unwrap();
+    let tls = connect(
+        env.app.local_addr(),
+        client_config(&ca.pem(), &[b"http/1.1"]),
+    )
+    .await;
+    let (mut ws, _) = tokio_tungstenite::client_async("wss://127.0.0.1/ws", tls)
+        .await
+        .expect("WebSocket handshake over TLS");
+    ws.send(Message::text(
+        r#"{"op":"subscribe","id":"a","resource":"pods"}"#,
+    ))
+    .await
+    .unwrap();
+    loop {
+        if let Message::Text(text) = next_frame(&mut ws).await
+            && text.contains("k8s.io/initial-events-end")
+        {
+            break;
+        }
+    }
+    until_wss_batched(&env, &mut ws, "slow").await;
+    // ~12 MB of changes while the client reads nothing: more than the
+    // sockets' buffers. Each frame (~6 KB) fits the session's buffer, so
+    // a direct write the socket takes only part of leaves records in the
+    // session for the socket's writer task; then frames queue in the
+    // outbox, and the subscription goes back to its task and returns.
+    const BATCHES: usize = 40;
+    let blob = "x".repeat(4 << 10);
+    let mut last = 0;
+    for batch in 0..BATCHES {
+        for i in 0..50 {
+            let o = env
+                .sim
+                .merge_patch(
+                    "pods",
+                    Some("web"),
+                    "big",
+                    &serde_json::json!({"metadata": {"annotations": {"blob": format!("{batch}-{i}-{blob}")}}}),
+                )
+                .unwrap();
+            last = crate::support::rv_of(&o);
+        }
+    }
+    let mut seen = Vec::new();
+    loop {
+        let Message::Text(text) = next_frame(&mut ws).await else {
+            continue;
+        };
+        let msg: serde_json::Value = serde_json::from_str(&text).expect("a whole JSON frame");
+        assert_eq!(msg["sub"], "a", "{msg}");
+        assert!(
+            ["ADDED", "MODIFIED", "BOOKMARK"].contains(&msg["type"].as_str().unwrap_or("")),
+            "no reset or error: {msg}"
+        );
+        let object = &msg["object"];
+        if object["metadata"]["name"] != "big" || msg["type"] != "MODIFIED" {
+            continue;
+        }
+        let blob = object["metadata"]["annotations"]["blob"].as_str().unwrap();
+        seen.push(blob.split('-').take(2).collect::<Vec<_>>().join("-"));
+        if crate::support::rv_of(object) == last {
+            break;
+        }
+    }
+    let expected: Vec<String> = (0..BATCHES)
+        .flat_map(|b| (0..50).map(move |i| format!("{b}-{i}")))
+        .collect();
+    assert!(seen == expected, "every change once, in order");
+    env.stop().await;
+}
+
+/// Changes in namespace `wss`, each read off `ws`, until its stream is
+/// held by its hub's writer (a stream is parked once it has written what
+/// it had and is caught up).
+async fn until_wss_batched(
+    env: &TestEnv,
+    ws: &mut tokio_tungstenite::WebSocketStream<TlsStream<TcpStream>>,
+    tag: &str,
+) {
+    use tokio_tungstenite::tungstenite::Message;
+    for round in 0..200 {
+        if metric_value(env, "kubefan_streams_batched", "") == 1 {
+            return;
+        }
+        let name = format!("{tag}-{round}");
+        env.sim
+            .create("pods", pod(&name).ns("wss").build())
+            .unwrap();
+        loop {
+            if let Message::Text(text) = next_frame(ws).await
+                && text.contains(&format!("\"name\":\"{name}\""))
+            {
+                break;
+            }
+        }
+    }
+    panic!("a caught-up WebSocket over TLS is written by its hub's writer");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_over_tls_is_taken_over_and_reads_and_writes_through_the_session() {
-    use futures::{SinkExt, StreamExt};
+    use futures::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
     let ca = Authority::new("kubefan test CA");
     let dir = Dir::new("wss");
@@ -591,47 +770,64 @@ async fn a_websocket_over_tls_is_taken_over_and_reads_and_writes_through_the_ses
             .await
             .expect("WebSocket handshake over TLS");
     assert_eq!(response.status(), 101);
-    let mut next = async || {
-        tokio::time::timeout(WAIT, ws.next())
-            .await
-            .expect("a message in time")
-            .expect("the socket is open")
-            .expect("a frame")
-    };
     loop {
-        if let Message::Text(text) = next().await
+        if let Message::Text(text) = next_frame(&mut ws).await
             && text.contains("k8s.io/initial-events-end")
         {
             break;
         }
     }
+    // Caught up, its hub's writer holds it and writes through its session.
+    until_wss_batched(&env, &mut ws, "before").await;
     // A client frame, decrypted by the taken-over session, answered
-    // through it.
+    // through it (by its task: then back to the writer).
     ws.send(Message::Ping(Bytes::from_static(b"are you there")))
         .await
         .unwrap();
-    let mut next = async || {
-        tokio::time::timeout(WAIT, ws.next())
-            .await
-            .expect("a message in time")
-            .expect("the socket is open")
-            .expect("a frame")
-    };
     loop {
-        if let Message::Pong(payload) = next().await {
+        if let Message::Pong(payload) = next_frame(&mut ws).await {
             assert_eq!(&payload[..], b"are you there");
             break;
         }
     }
+    until_wss_batched(&env, &mut ws, "after").await;
     env.sim
         .create("pods", pod("over-wss").ns("wss").node("node-1").build())
         .unwrap();
     loop {
-        if let Message::Text(text) = next().await
+        if let Message::Text(text) = next_frame(&mut ws).await
             && text.contains("\"name\":\"over-wss\"")
         {
             break;
         }
     }
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caught_up_tls_streams_are_written_together_through_their_sessions() {
+    use crate::sse::{BATCH_PATHS, batched_through_churn, batching_env};
+    let ca = Authority::new("kubefan test CA");
+    let dir = Dir::new("tls-batch");
+    let leaf = ca.leaf("127.0.0.1");
+    let mut cfg = test_config(&["pods"]);
+    cfg.tls.cert_file = Some(dir.write("tls.crt", &leaf.0));
+    cfg.tls.key_file = Some(dir.write("tls.key", &leaf.1));
+    let mut env = batching_env(cfg).await;
+    env.base = format!("https://{}", env.app.local_addr());
+    env.http = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let mut subs = Vec::new();
+    for path in BATCH_PATHS {
+        subs.push((path, crate::sse::subscribed(&env, path).await));
+    }
+    // Each stream's events are encrypted into its own session by its view's
+    // writer, and arrive whole, once, in order.
+    batched_through_churn(&env, &mut subs, async |sse, view, rv| {
+        view.follow(sse, rv).await
+    })
+    .await;
     env.stop().await;
 }

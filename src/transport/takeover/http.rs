@@ -72,7 +72,7 @@ pub fn respond<S: ChunkSource>(
 
 /// A stream: writes the response head, then every chunk of its source,
 /// until the source ends, the client hangs up or a write fails. Polled by
-/// its own task ([`Task`]) or, while caught up on a plain socket, written
+/// its own task ([`Task`]) or, while caught up (plain or over TLS), written
 /// by its hub's batch writer (`batch`).
 ///
 /// Written by hand rather than as an `async fn`, for memory: an `async fn`
@@ -82,7 +82,7 @@ pub fn respond<S: ChunkSource>(
 /// heaptrack: `loadtest/RESULTS.md`). This is the stream's whole state, in
 /// one allocation: the source is polled, never awaited.
 struct Pump<S> {
-    /// Where the stream goes while it is caught up (plain sockets only).
+    /// Where the stream goes while it is caught up.
     batches: Batches,
     /// Taken on the first poll: attached to the task's runtime.
     detached: Option<Detached>,
@@ -141,6 +141,10 @@ impl<S: ChunkSource> Parkable for Pump<S> {
         Ok((went, line.len() + bytes.len() + 2))
     }
 
+    fn flushed(&self) -> bool {
+        self.socket.as_ref().is_none_or(|s| !s.holds_records())
+    }
+
     fn bytes_counter(&self) -> Counter {
         self.bytes_sent.clone()
     }
@@ -157,13 +161,13 @@ impl<S: ChunkSource> Parkable for Pump<S> {
 
 impl<S: ChunkSource> Pump<S> {
     /// Whether this stream can leave its task for its hub's batch writer:
-    /// a plain HTTP/1.1 chunked response with nothing being written and
-    /// nothing owed but its subscription's events.
+    /// an HTTP/1.1 chunked response (plain or TLS) with nothing being
+    /// written and nothing owed but its subscription's events.
     fn batchable(&mut self) -> bool {
         self.chunked
             && self.out.is_empty()
             && !self.ending
-            && self.socket.as_ref().is_some_and(Socket::is_plain)
+            && self.socket.is_some()
             && self
                 .source
                 .batch()

@@ -58,7 +58,7 @@ pub struct Streams {
     runtime: tokio::runtime::Handle,
     tracker: TaskTracker,
     deadline: WriteDeadline,
-    /// Where caught-up plain HTTP/1.1 streams are written together.
+    /// Where caught-up streams are written together.
     batches: batch::Batches,
 }
 

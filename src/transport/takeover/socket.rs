@@ -111,15 +111,25 @@ impl Socket {
         Ok(taken)
     }
 
-    /// One `sendmsg` of `bufs` on a plain socket, without looking at
-    /// tokio's record of its readiness first (a batch writer's loop over
-    /// thousands of sockets; that record is one more cold cache line per
-    /// socket). `WouldBlock` leaves the record as it was: the stream's task
+    /// One try at writing `bufs`, for a batch writer's loop over thousands
+    /// of sockets. On a plain socket one `sendmsg`, without looking at
+    /// tokio's record of its readiness first (one more cold cache line per
+    /// socket); `WouldBlock` leaves the record as it was: the stream's task
     /// then finds the socket full on its own first try, and waits for it as
-    /// usual. Never over TLS, which must go through the session.
+    /// usual. Over TLS, [`Socket::try_write_vectored`]: encrypted into the
+    /// session, its records sent in one `writev`; what the socket did not
+    /// take stays in the session ([`Socket::holds_records`]).
     pub fn send_now(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        debug_assert!(self.is_plain(), "TLS records go through the session");
+        if self.tls.is_some() {
+            return self.try_write_vectored(bufs);
+        }
         socket2::SockRef::from(&self.tcp).send_vectored(bufs)
+    }
+
+    /// Whether the TLS session holds records the socket has not taken yet
+    /// (the stream's task sends them, [`Socket::try_flush`]).
+    pub fn holds_records(&self) -> bool {
+        self.session().is_some_and(|s| s.wants_write())
     }
 
     /// Sends what the TLS session holds; `WouldBlock` while the socket is

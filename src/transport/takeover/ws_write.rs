@@ -178,26 +178,24 @@ impl WsWriter {
         )
     }
 
-    /// Whether the connection is plain TCP (its frames can be written by
-    /// a batch writer, `batch`, once the handshake response went).
-    pub fn is_plain(&self) -> bool {
-        self.write.is_plain()
-    }
-
-    /// One try at writing `frames` (whole frames, framed already) on a
-    /// plain socket (`Socket::send_now`): how many bytes went;
-    /// `WouldBlock` if none did.
+    /// One try at writing `frames` (whole frames, framed already), for a
+    /// batch writer (`Socket::send_now`: over TLS, encrypted into the
+    /// session): how many bytes went; `WouldBlock` if none did.
     pub fn send_frames_now(&self, frames: &[u8]) -> io::Result<usize> {
         self.write.send_now(&[io::IoSlice::new(frames)])
     }
 
+    /// Whether a TLS session holds records its socket did not take (the
+    /// stream's task sends them).
+    pub fn holds_records(&self) -> bool {
+        self.write.holds_records()
+    }
+
     /// The socket, for writes made past this writer while it has nothing
     /// under way (a `/ws` socket's batch writers, `transport::ws::mux`);
-    /// `None` over TLS, whose records go through the session.
-    pub fn direct(&self) -> Option<DirectSocket> {
-        self.write
-            .is_plain()
-            .then(|| DirectSocket(self.write.clone()))
+    /// over TLS, through the session.
+    pub fn direct(&self) -> DirectSocket {
+        DirectSocket(self.write.clone())
     }
 
     /// Writes `frames` (whole frames, framed already).
@@ -268,6 +266,12 @@ impl DirectSocket {
     /// `WouldBlock` if none did.
     pub fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         self.0.send_now(bufs)
+    }
+
+    /// Whether a TLS session holds records its socket did not take: the
+    /// writer's next write (of anything, nothing included) sends them.
+    pub fn holds_records(&self) -> bool {
+        self.0.holds_records()
     }
 }
 

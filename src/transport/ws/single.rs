@@ -8,7 +8,7 @@
 //! The stream is written by hand, as an SSE stream's is
 //! (`takeover::http::Pump`): its state is this one struct in one
 //! allocation, with no `async` state beside it, polled by its own task or,
-//! while caught up on a plain socket, written by its hub's batch writer
+//! while caught up (plain or over TLS), written by its hub's batch writer
 //! (`takeover::batch`).
 
 use std::future::Future;
@@ -203,6 +203,10 @@ impl Parkable for Serve {
         Ok((conn.writer.send_frames_now(frames)?, frames.len()))
     }
 
+    fn flushed(&self) -> bool {
+        self.conn.as_ref().is_none_or(|c| !c.writer.holds_records())
+    }
+
     fn bytes_counter(&self) -> Counter {
         self.bytes_sent.clone()
     }
@@ -279,13 +283,14 @@ const PING: &[u8] = &[0x89, 0x00];
 
 impl Serve {
     /// Whether the socket can be written by its hub's batch writer now:
-    /// plain TCP, nothing of its own being written or owed, no frame half
-    /// read.
+    /// nothing of its own being written or owed, no frame half read. Over
+    /// TLS too: the inbox reads until the socket has nothing, so the
+    /// session then holds no plaintext that the socket's readiness would
+    /// not announce.
     fn batchable(&self, conn: &Upgraded) -> bool {
         matches!(self.sending, Sending::Nothing)
             && self.out.is_empty()
             && !self.item
-            && conn.writer.is_plain()
             && !conn.inbox.holds_input()
             && self.held.is_none()
             && self.framed.batchable().is_some()

@@ -1,4 +1,4 @@
-//! Caught-up streams of one view, written together by one task.
+//! Caught-up streams of one hub, written together by one task.
 //!
 //! With a task per stream, every change wakes every subscriber's task:
 //! tokio schedules it, it polls its subscription, reads the hub's log
@@ -7,7 +7,9 @@
 //! delivery's 6.2 µs beyond the one `sendmsg` a minimal server makes
 //! (`loadtest/RESULTS.md`, "Where the CPU floor ratio still goes").
 //!
-//! So a stream that is caught up, on a plain HTTP/1.1 socket, with nothing
+//! So a stream that is caught up (HTTP/1.1, plain or over TLS, where its
+//! bytes are encrypted into its own session and the records leave in one
+//! write; HTTP/2; a `/ws` subscription on a plain socket), with nothing
 //! owed but its subscription's next events
 //! ([`crate::transport::stream::BatchSource::batchable`]),
 //! leaves its task and is *parked* with its hub's [`Writer`]: one task per
@@ -106,6 +108,13 @@ pub(crate) trait Parkable: Send + Sized + 'static {
     /// how many bytes went, of how many. A plain `sendmsg`, past tokio's
     /// idea of the socket's readiness (`Socket::send_now`).
     fn send_now(&mut self, bytes: &Bytes) -> io::Result<(usize, usize)>;
+
+    /// Whether everything [`Parkable::send_now`] took has left too: false
+    /// while a TLS session holds records the socket did not take (the
+    /// stream's task sends them, under its write timeout).
+    fn flushed(&self) -> bool {
+        true
+    }
 
     /// The counter of bytes sent on this stream's resource and transport.
     fn bytes_counter(&self) -> Counter;

@@ -8,7 +8,10 @@
 //! only while nothing is queued and the socket's writer task has no frame
 //! under way; anything else is queued, and the writer task writes the
 //! queue in order. A direct write the socket takes only part of queues
-//! its rest first, so nothing can come between.
+//! its rest first, so nothing can come between. Over TLS a direct write
+//! is encrypted into the session; records its socket did not take are
+//! the writer task's to send (an empty frame, queued), and what follows
+//! queues behind them.
 //!
 //! The outbox also says which subscriptions may still write
 //! ([`Outbox::remove`]): a frame of one that was unsubscribed is refused
@@ -49,7 +52,7 @@ struct State {
     /// The writer task has a frame under way (or the handshake response:
     /// until [`Outbox::opened`]).
     busy: bool,
-    /// The socket, for direct writes (plain sockets, once opened).
+    /// The socket, for direct writes (once opened).
     direct: Option<DirectSocket>,
     /// The writer task, while it waits for a frame.
     writer: Option<Waker>,
@@ -97,15 +100,15 @@ impl Outbox {
     }
 
     /// The handshake response went: the socket may be written directly
-    /// (`direct`, a plain socket) while nothing is under way.
-    pub(super) fn opened(&self, direct: Option<DirectSocket>) {
+    /// while nothing is under way.
+    pub(super) fn opened(&self, direct: DirectSocket) {
         let mut state = self.lock();
-        state.direct = direct;
+        state.direct = Some(direct);
         state.busy = false;
     }
 
-    /// Whether the socket can be written directly: plain, and opened.
-    pub(super) fn plain(&self) -> bool {
+    /// Whether the socket can be written directly: opened, and not failed.
+    pub(super) fn direct(&self) -> bool {
         self.lock().direct.is_some()
     }
 
@@ -234,6 +237,14 @@ impl Outbox {
         let idle = !state.busy && state.queue.is_empty();
         let went = match (&state.direct, idle) {
             (Some(socket), true) => match write_spliced(socket, prefix, frames)? {
+                Written::All if socket.holds_records() => {
+                    // A TLS session holds records its socket did not
+                    // take: the writer task sends them (an empty frame is
+                    // a write of what the session holds), and until it
+                    // has, what follows is queued behind.
+                    state.push(Frame::Raw(Bytes::new()));
+                    return Ok(Direct::Sent);
+                }
                 Written::All => return Ok(Direct::Sent),
                 Written::Part(went) => went,
             },

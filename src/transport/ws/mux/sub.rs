@@ -1,7 +1,7 @@
 //! One subscription of a `/ws` socket, written by hand as a single-stream
 //! socket is (`ws::single`): one struct in one allocation, polled by its
 //! own task, or parked with its hub's batch writer (`takeover::batch`)
-//! while it is caught up on a plain socket.
+//! while it is caught up.
 //!
 //! Its task subscribes, then frames the subscription's messages with the
 //! subscription's `{"sub":ID,` prefix into the socket's outbox
@@ -95,13 +95,13 @@ impl Sub {
         }
     }
 
-    /// Caught up with nothing of its own under way, on a plain socket.
+    /// Caught up with nothing of its own under way, its socket open.
     fn batchable(&self) -> bool {
         self.next.is_none()
             && self.rest.is_none()
             && self.out.is_empty()
             && self.more
-            && self.outbox.plain()
+            && self.outbox.direct()
             && matches!(&self.phase, Phase::Streaming(f) if f.batchable().is_some())
     }
 }
