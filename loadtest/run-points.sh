@@ -18,7 +18,8 @@
 #
 # MODE (kubefan only):
 # - `plain` (default).
-# - `tls`: HTTP/1.1 over TLS, one connection per subscriber (the floor
+# - `tls`: HTTP/1.1 over TLS (SSE, watch, and WebSocket as `wss://`), one
+#   connection per subscriber (the floor
 #   too: it encrypts into each subscriber's rustls session and writes the
 #   record in one write, as kubefan does); `h2`: HTTP/2
 #   over TLS, H2_STREAMS streams per connection (default 100); with a

@@ -14,7 +14,6 @@ use bytes::{Buf, Bytes, BytesMut};
 use futures::StreamExt;
 use memchr::memmem;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// What a subscriber saw.
 #[derive(Debug, Default)]
@@ -421,9 +420,16 @@ pub async fn h2_connection(
 /// to whichever side's core runs it on loopback, depend on how far the
 /// generator was behind.)
 pub struct WsConn {
-    tcp: TcpStream,
+    /// The socket, or a TLS stream over it (`wss://`).
+    tcp: Box<dyn WsIo>,
     buf: BytesMut,
 }
+
+/// What a WebSocket is read from and written to: a TCP stream, plain or
+/// through a rustls client session.
+trait WsIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> WsIo for T {}
 
 /// Opcodes of RFC 6455, section 5.2.
 const OP_CONTINUATION: u8 = 0x0;
@@ -435,7 +441,7 @@ const OP_PING: u8 = 0x9;
 impl WsConn {
     /// Sends the upgrade request for `path` and reads the `101` answer.
     async fn handshake(
-        mut tcp: TcpStream,
+        mut tcp: Box<dyn WsIo>,
         host: &str,
         path: &str,
         credential: Option<&Credential>,
@@ -572,6 +578,20 @@ pub async fn connect(
             let path = format!("/{}", parts.next().unwrap_or(""));
             let addr: std::net::SocketAddr = host.parse()?;
             let stream = socket.connect(addr).await?;
+            let stream: Box<dyn WsIo> = match (&target.ca_pem, url.starts_with("wss:")) {
+                (Some(ca), true) => {
+                    // One session per subscriber, as a browser's tab has.
+                    let name = rustls::pki_types::ServerName::try_from(addr.ip().to_string())?;
+                    let cfg = Arc::new(tls_config(ca, &[b"http/1.1"])?);
+                    Box::new(
+                        tokio_rustls::TlsConnector::from(cfg)
+                            .connect(name, stream)
+                            .await?,
+                    )
+                }
+                (None, true) => bail!("{url}: wss needs --tls-ca"),
+                _ => Box::new(stream),
+            };
             let mut ws = WsConn::handshake(stream, host, &path, credential).await?;
             if target.transport == Transport::WsMux {
                 subscribe_all(target, &mut ws, subscriptions.clone()).await?;
@@ -844,8 +864,8 @@ mod tests {
             tcp.write_all(&[0x88, 0]).await.unwrap();
             pong
         });
-        let tcp = TcpStream::connect(addr).await.unwrap();
-        let mut ws = WsConn::handshake(tcp, &addr.to_string(), "/sub/x", None)
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut ws = WsConn::handshake(Box::new(tcp), &addr.to_string(), "/sub/x", None)
             .await
             .unwrap();
         assert_eq!(ws.next().await.unwrap().unwrap(), &b"hi"[..]);
