@@ -45,7 +45,6 @@ pub async fn stream(
     }
     let sub = subscribe(&state, &principal, &resource, &params, Transport::Sse).await?;
     access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
-    let bytes_sent = state.metrics.bytes_sent(sub.hub().name(), Transport::Sse);
     let body = SseBody {
         preamble: Some(Bytes::from(format!(
             "retry: {}\n\n",
@@ -69,7 +68,6 @@ pub async fn stream(
             (HeaderName::from_static("x-accel-buffering"), "no"),
         ],
         body,
-        bytes_sent,
     ))
 }
 
@@ -102,6 +100,7 @@ struct SseBody {
 impl ChunkSource for SseBody {
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         if let Some(preamble) = self.preamble.take() {
+            self.framed.wrote(preamble.len() as u64);
             return Poll::Ready(Some(preamble));
         }
         self.framed.poll_next_chunk(cx)

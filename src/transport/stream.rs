@@ -76,7 +76,12 @@ pub trait Framing {
 pub struct Framed<F> {
     sub: Subscription,
     framing: F,
+    /// The events and bytes sent on the stream's resource and transport:
+    /// counted here while its task writes it, and by its batch writer for
+    /// all its parked streams at once ([`BatchSource::counters`]). The
+    /// transports count nothing themselves.
     sent: Counter,
+    bytes: Counter,
     ended: bool,
     record: StreamRecord,
     delivered: Delivered,
@@ -94,6 +99,7 @@ impl<F: Framing> Framed<F> {
     ) -> Self {
         Framed {
             sent: metrics.events_sent(sub.hub().name(), transport),
+            bytes: metrics.bytes_sent(sub.hub().name(), transport),
             record: StreamRecord {
                 principal: principal.into(),
                 transport,
@@ -107,9 +113,19 @@ impl<F: Framing> Framed<F> {
         }
     }
 
-    /// Counts `bytes` written for this stream (writers that frame messages
-    /// themselves; chunks are counted as they are made).
+    /// Counts `bytes` written for this stream, in its access-log record
+    /// and the bytes counter (writers that frame messages themselves, and
+    /// what a transport sends beside its messages; chunks are counted as
+    /// they are made).
     pub fn wrote(&mut self, bytes: u64) {
+        self.delivered.bytes += bytes;
+        self.bytes.inc_by(bytes);
+    }
+
+    /// Counts `bytes` its batch writer sent for this stream beyond what
+    /// [`BatchSource::frame_tick`] counted, in its access-log record only:
+    /// the writer counts the counter for all its streams at once.
+    pub fn wrote_batched(&mut self, bytes: u64) {
         self.delivered.bytes += bytes;
     }
 
@@ -225,8 +241,9 @@ pub trait BatchSource: Send {
     /// Its bytes, and how many of them the stream counts as sent.
     fn frame_tick(&mut self) -> Option<(Bytes, u64)>;
 
-    /// The counter of events sent on this stream's resource and transport.
-    fn events_counter(&self) -> Counter;
+    /// The counters of events and bytes sent on this stream's resource
+    /// and transport (its writer counts for all its streams at once).
+    fn counters(&self) -> (Counter, Counter);
 }
 
 impl<F: Framing + Send> BatchSource for Framed<F> {
@@ -293,8 +310,8 @@ impl<F: Framing + Send> BatchSource for Framed<F> {
         Some((bytes, message_bytes))
     }
 
-    fn events_counter(&self) -> Counter {
-        self.sent.clone()
+    fn counters(&self) -> (Counter, Counter) {
+        (self.sent.clone(), self.bytes.clone())
     }
 }
 
@@ -316,7 +333,7 @@ impl<F: Framing<Out = Chunk>> Framed<F> {
             // chunk is lost by returning.
             let more = ready!(self.poll_next_into(cx, &mut chunk));
             if let Some(bytes) = chunk.take() {
-                self.delivered.bytes += bytes.len() as u64;
+                self.wrote(bytes.len() as u64);
                 return Poll::Ready(Some(bytes));
             }
             if !more {

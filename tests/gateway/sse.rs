@@ -841,6 +841,42 @@ pub(crate) async fn batched_through_churn<C>(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_byte_a_stream_reads_is_counted_once_whichever_writer_sent_it() {
+    // The default keep-alive (15 s): no tick in flight when the bytes are
+    // compared.
+    let env = spawn(seeded(30), test_config(&["pods"])).await;
+    env.synced("pods").await;
+    env.sim
+        .create("pods", pod("tracked").ns("batch").build())
+        .unwrap();
+    let mut subs = Vec::new();
+    for path in BATCH_PATHS {
+        subs.push((path, subscribed(&env, path).await));
+    }
+    // The snapshots and first changes through each stream's task, the
+    // rest through its hub's writer.
+    batched_through_churn(&env, &mut subs, async |sse, view, rv| {
+        view.follow(sse, rv).await
+    })
+    .await;
+    let received: u64 = subs.iter().map(|(_, (sse, _))| sse.received).sum();
+    let counted = env
+        .metrics()
+        .await
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"kubefan_bytes_sent_total{resource="pods",transport="Sse"} "#)
+        })
+        .and_then(|v| v.parse::<u64>().ok());
+    assert_eq!(
+        counted,
+        Some(received),
+        "retry hints, snapshots and changes"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caught_up_streams_are_written_together_and_get_every_change_once() {
     let env = batching_env(test_config(&["pods"])).await;
     let mut subs = Vec::new();

@@ -231,6 +231,8 @@ pub struct SseClient {
     buf: Vec<u8>,
     pub retry: Option<u64>,
     pub comments: usize,
+    /// Body bytes read so far.
+    pub received: u64,
 }
 
 impl SseClient {
@@ -241,6 +243,7 @@ impl SseClient {
             buf: Vec::new(),
             retry: None,
             comments: 0,
+            received: 0,
         }
     }
 
@@ -281,7 +284,10 @@ impl SseClient {
                     }
                 }
                 match self.body.next().await {
-                    Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
+                    Some(Ok(chunk)) => {
+                        self.received += chunk.len() as u64;
+                        self.buf.extend_from_slice(&chunk);
+                    }
                     other => panic!("stream ended or failed waiting for a keep-alive: {other:?}"),
                 }
             }
@@ -299,7 +305,10 @@ impl SseClient {
                 }
             }
             match self.body.next().await {
-                Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
+                Some(Ok(chunk)) => {
+                    self.received += chunk.len() as u64;
+                    self.buf.extend_from_slice(&chunk);
+                }
                 Some(Err(err)) => panic!("SSE body error: {err}"),
                 None => {
                     assert!(

@@ -79,7 +79,6 @@ pub async fn watch(
         access: None,
     };
     let sub = Subscription::start(hub.clone(), request, &state.subscriptions).await?;
-    let bytes_sent = state.metrics.bytes_sent(hub.name(), Transport::KubeWatch);
     let framing = WatchFraming {
         hub,
         send_initial,
@@ -109,7 +108,6 @@ pub async fn watch(
             (header::CACHE_CONTROL, "no-cache, private"),
         ],
         body,
-        bytes_sent,
     ))
 }
 
@@ -158,8 +156,8 @@ impl BatchSource for WatchBody {
         self.framed.frame_tick()
     }
 
-    fn events_counter(&self) -> Counter {
-        self.framed.events_counter()
+    fn counters(&self) -> (Counter, Counter) {
+        self.framed.counters()
     }
 }
 

@@ -25,7 +25,6 @@ use actix_web::{HttpMessage, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, SendStream};
-use prometheus_client::metrics::counter::Counter;
 
 use super::batch::{Batches, Flow, Parkable, Task};
 use super::io::{Blocked, WriteDeadline};
@@ -60,7 +59,6 @@ impl Taken {
         streams: &Streams,
         headers: &[(HeaderName, &'static str)],
         source: S,
-        bytes_sent: Counter,
     ) -> HttpResponse {
         let cors = req.extensions().get::<CorsHeaders>().cloned();
         let head = head(headers, cors.as_ref().map(|c| &c.0));
@@ -76,7 +74,6 @@ impl Taken {
             batches: streams.batches.clone(),
             send,
             source,
-            bytes_sent,
             deadline: streams.deadline.clone(),
             _permit: req.extensions_mut().remove::<Permit>(),
             chunk: None,
@@ -119,7 +116,6 @@ struct H2Pump<S> {
     batches: Batches,
     send: SendStream<Bytes>,
     source: S,
-    bytes_sent: Counter,
     deadline: WriteDeadline,
     /// Held for as long as the stream lasts (the connection limits).
     _permit: Option<Permit>,
@@ -182,7 +178,6 @@ impl<S: ChunkSource> Parkable for H2Pump<S> {
                 Poll::Ready(None) => self.ending = true,
                 Poll::Ready(Some(chunk)) if chunk.is_empty() => {}
                 Poll::Ready(Some(chunk)) => {
-                    self.bytes_sent.inc_by(chunk.len() as u64);
                     self.chunk = Some(chunk);
                 }
                 Poll::Pending if self.batchable() => return Poll::Ready(Flow::Batch),
@@ -219,10 +214,6 @@ impl<S: ChunkSource> Parkable for H2Pump<S> {
                 .map_err(io::Error::other)?;
         }
         Ok((went, bytes.len()))
-    }
-
-    fn bytes_counter(&self) -> Counter {
-        self.bytes_sent.clone()
     }
 
     /// Woken (the stream's one waker in h2 is also its window's): it

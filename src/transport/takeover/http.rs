@@ -24,20 +24,18 @@ use actix_web::http::Version;
 use actix_web::http::header::{self, HeaderMap, HeaderName};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, ResponseError};
 use bytes::{BufMut, Bytes, BytesMut};
-use prometheus_client::metrics::counter::Counter;
 
 /// Answers `req` with `200 OK`, `headers` and the chunks of `source`,
-/// counting the bytes in `bytes_sent`, on the connection taken over from
+/// on the connection taken over from
 /// actix.
 pub fn respond<S: ChunkSource>(
     req: &HttpRequest,
     streams: &Streams,
     headers: &[(HeaderName, &'static str)],
     source: S,
-    bytes_sent: Counter,
 ) -> HttpResponse {
     if let Some(stream) = h2_stream::take(req) {
-        return stream.respond(req, streams, headers, source, bytes_sent);
+        return stream.respond(req, streams, headers, source);
     }
     let socket = match socket_of(req) {
         Some(Ok(socket)) => socket,
@@ -58,7 +56,6 @@ pub fn respond<S: ChunkSource>(
         socket: None,
         source,
         chunked,
-        bytes_sent,
         deadline: streams.deadline.clone(),
         _permit: req.extensions_mut().remove::<Permit>(),
         hang_up: InputWatch::default(),
@@ -89,7 +86,6 @@ struct Pump<S> {
     socket: Option<Socket>,
     source: S,
     chunked: bool,
-    bytes_sent: Counter,
     deadline: WriteDeadline,
     /// Held for as long as the stream lasts (the connection limits).
     _permit: Option<Permit>,
@@ -143,10 +139,6 @@ impl<S: ChunkSource> Parkable for Pump<S> {
 
     fn flushed(&self) -> bool {
         self.socket.as_ref().is_none_or(|s| !s.holds_records())
-    }
-
-    fn bytes_counter(&self) -> Counter {
-        self.bytes_sent.clone()
     }
 
     fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
@@ -208,7 +200,6 @@ impl<S: ChunkSource> Pump<S> {
             match next {
                 Some(chunk) if chunk.is_empty() => {}
                 Some(chunk) => {
-                    p.bytes_sent.inc_by(chunk.len() as u64);
                     p.out = if p.chunked {
                         Out::chunk(chunk)
                     } else {

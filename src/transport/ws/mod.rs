@@ -54,7 +54,6 @@ use crate::status::ApiError;
 use crate::transport::state::AppState;
 use crate::transport::stream::Framed;
 use message::{WsFraming, close_reason};
-use prometheus_client::metrics::counter::Counter;
 
 /// `GET /stream/{resource}` with `Upgrade: websocket`: the SSE stream's
 /// messages, one JSON text frame each. The subscription starts before the
@@ -69,11 +68,10 @@ pub async fn stream(
     let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
     access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
     let taken = handshake(&req, &state)?;
-    let (framed, bytes_sent) = framed(sub, &state, principal.name());
+    let framed = framed(sub, &state, principal.name());
     state.streams.spawn(Task::new(single::Serve::new(
         Box::new(taken),
         framed,
-        bytes_sent,
         state.clone(),
     )));
     // actix writes this into the emptied connection, where it vanishes.
@@ -140,20 +138,15 @@ fn switching<B>(response: &actix_http::Response<B>) -> Bytes {
     Bytes::from(head)
 }
 
-/// A subscription framed as WebSocket messages, and the counter of the
-/// bytes its socket writes.
-fn framed(sub: Subscription, state: &AppState, principal: &str) -> (Framed<WsFraming>, Counter) {
-    let bytes_sent = state
-        .metrics
-        .bytes_sent(sub.hub().name(), Transport::WebSocket);
-    let framed = Framed::new(
+/// A subscription framed as WebSocket messages.
+fn framed(sub: Subscription, state: &AppState, principal: &str) -> Framed<WsFraming> {
+    Framed::new(
         sub,
         WsFraming::default(),
         &state.metrics,
         Transport::WebSocket,
         principal,
-    );
-    (framed, bytes_sent)
+    )
 }
 
 /// Why a socket ends: the Close frame to send (none when the connection is

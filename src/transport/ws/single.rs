@@ -22,7 +22,6 @@ use actix_web::web;
 use actix_ws::{CloseCode, CloseReason};
 use bytes::Bytes;
 use futures::Stream as _;
-use prometheus_client::metrics::counter::Counter;
 use tokio::time::{Instant, Sleep};
 
 use super::message::{IDLE, Outgoing, TAIL, WsFraming, close_for, close_reason, parts};
@@ -40,7 +39,6 @@ pub(super) struct Serve {
     taken: Option<Box<Taken>>,
     conn: Option<Upgraded>,
     framed: Framed<WsFraming>,
-    bytes_sent: Counter,
     state: web::Data<AppState>,
     /// The idle timeout, reset by every client frame (made on the first
     /// poll, on the task's runtime).
@@ -88,14 +86,12 @@ impl Serve {
     pub(super) fn new(
         taken: Box<Taken>,
         framed: Framed<WsFraming>,
-        bytes_sent: Counter,
         state: web::Data<AppState>,
     ) -> Serve {
         Serve {
             taken: Some(taken),
             conn: None,
             framed,
-            bytes_sent,
             idle_timeout: state.stream.effective_ws_idle_timeout(),
             pinged: state.lifecycle.ticks(),
             held: None,
@@ -205,10 +201,6 @@ impl Parkable for Serve {
 
     fn flushed(&self) -> bool {
         self.conn.as_ref().is_none_or(|c| !c.writer.holds_records())
-    }
-
-    fn bytes_counter(&self) -> Counter {
-        self.bytes_sent.clone()
     }
 
     fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
@@ -331,7 +323,6 @@ impl Serve {
                         let mut tail = [0u8; TAIL];
                         let msg = parts(None, &self.out[self.sent], &mut tail);
                         let n = msg.iter().map(|p| p.len() as u64).sum();
-                        self.bytes_sent.inc_by(n);
                         self.framed.wrote(n);
                         self.sent += 1;
                     }

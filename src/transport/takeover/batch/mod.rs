@@ -72,7 +72,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::Bytes;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -115,9 +114,6 @@ pub(crate) trait Parkable: Send + Sized + 'static {
     fn flushed(&self) -> bool {
         true
     }
-
-    /// The counter of bytes sent on this stream's resource and transport.
-    fn bytes_counter(&self) -> Counter;
 
     /// Bytes each message this stream is sent counts beyond the shared
     /// frames' own ([`BatchSource::frame_step`]'s `message_bytes`): a

@@ -105,10 +105,6 @@ impl Parkable for Fake {
         Ok((went, bytes.len()))
     }
 
-    fn bytes_counter(&self) -> Counter {
-        Counter::default()
-    }
-
     fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
         *lock(&self.socket.unparked) = Some(rest);
     }

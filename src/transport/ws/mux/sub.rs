@@ -22,7 +22,6 @@ use std::task::{Context, Poll};
 
 use actix_web::web;
 use bytes::Bytes;
-use prometheus_client::metrics::counter::Counter;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -36,8 +35,7 @@ use crate::transport::ws::message::{Outgoing, WsFraming, error_message, message}
 /// Starting a subscription: its authorization and its hub's sync; then the
 /// subscription framed, and the counter of the bytes sent on its
 /// resource; or the `Status` that refused it.
-pub(super) type Starting =
-    Pin<Box<dyn Future<Output = Result<(Framed<WsFraming>, Counter), Value>> + Send>>;
+pub(super) type Starting = Pin<Box<dyn Future<Output = Result<Framed<WsFraming>, Value>> + Send>>;
 
 pub(super) struct Sub {
     state: web::Data<AppState>,
@@ -49,7 +47,6 @@ pub(super) struct Sub {
     prefix: Bytes,
     phase: Phase,
     /// The bytes sent on its resource (once subscribed).
-    bytes_sent: Counter,
     /// A frame waiting for room in the outbox.
     next: Option<Frame>,
     /// Frames its hub's writer made and could not queue: queued first.
@@ -86,7 +83,6 @@ impl Sub {
             id: id.into(),
             prefix,
             phase: Phase::Starting(starting),
-            bytes_sent: Counter::default(),
             next: None,
             rest: None,
             out: Vec::new(),
@@ -130,7 +126,6 @@ impl Parkable for Sub {
             }
             if let Some(msg) = self.out.get(self.sent) {
                 let text = message(Some(&self.prefix), msg);
-                self.bytes_sent.inc_by(text.len() as u64);
                 if let Phase::Streaming(framed) = &mut self.phase {
                     framed.wrote(text.len() as u64);
                 }
@@ -151,8 +146,7 @@ impl Parkable for Sub {
             match &mut self.phase {
                 Phase::Starting(starting) => match starting.as_mut().poll(cx) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok((framed, bytes_sent))) => {
-                        self.bytes_sent = bytes_sent;
+                    Poll::Ready(Ok(framed)) => {
                         self.phase = Phase::Streaming(Box::new(framed));
                     }
                     Poll::Ready(Err(status)) => {
@@ -203,10 +197,6 @@ impl Parkable for Sub {
         }
     }
 
-    fn bytes_counter(&self) -> Counter {
-        self.bytes_sent.clone()
-    }
-
     /// Its prefix, beyond the shared frames' `{`.
     fn extra_per_message(&self) -> u64 {
         self.prefix.len() as u64 - 1
@@ -230,7 +220,7 @@ impl Parkable for Sub {
             Some((bytes, counted)) => {
                 // Counted as the shared frames' messages: and the prefixes.
                 let spliced = spliced_payloads(&self.prefix, &bytes);
-                framed.wrote(spliced.saturating_sub(counted));
+                framed.wrote_batched(spliced.saturating_sub(counted));
                 Tick::Send(bytes, spliced)
             }
             None => Tick::Nothing,

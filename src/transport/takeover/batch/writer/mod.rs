@@ -133,7 +133,7 @@ impl<M: Parkable> Writer<M> {
             return self.refuse(stream);
         };
         if self.counters.is_none() {
-            self.counters = Some((source.events_counter(), stream.bytes_counter()));
+            self.counters = Some(source.counters());
         }
         self.generation += 1;
         let generation = self.generation;
