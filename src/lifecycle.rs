@@ -99,6 +99,11 @@ impl Lifecycle {
         self.epoch.advance();
     }
 
+    /// Whether the hard stop came.
+    pub fn is_hard_stopped(&self) -> bool {
+        self.hard_stop.is_cancelled()
+    }
+
     /// Resolves at the hard stop.
     pub async fn hard_stopped(&self) {
         self.hard_stop.cancelled().await

@@ -32,6 +32,7 @@ use super::message::{
 use super::ops::{Op, OpError, parse_op};
 use super::{ClientFrame, Ending};
 use crate::auth::Principal;
+use crate::epoch::{Epoch, Registration};
 use crate::metrics::Transport;
 use crate::status::status_json;
 use crate::transport::message::shutdown_status;
@@ -131,36 +132,53 @@ impl Socket {
         let outbox = self.outbox.clone();
         self.state.streams.spawn(write(writer, outbox.clone()));
         let lifecycle = self.state.lifecycle.clone();
-        // Past the grace period nothing more is waited for.
-        let hard_stop = lifecycle.hard_stopped();
-        tokio::pin!(hard_stop);
+        // One wait on the lifecycle, whose epoch moves on each tick, at
+        // shutdown and at the hard stop (not three futures in the
+        // socket's state).
+        let mut life = LifeWait {
+            epoch: lifecycle.epoch(),
+            reg: Registration::default(),
+        };
+        let mut life_seen = lifecycle.epoch().current();
         let mut ticks = lifecycle.ticks();
         let idle = tokio::time::sleep(self.idle_timeout);
         tokio::pin!(idle);
         let deadline = self.principal.deadline();
-        let expiry = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now));
-        tokio::pin!(expiry);
+        // Boxed, and only for credentials that end: an anonymous socket
+        // keeps no timer for it.
+        let mut expiry = deadline.map(|at| Box::pin(tokio::time::sleep_until(at)));
         let ending: Ending = loop {
+            if lifecycle.is_shutting_down() && self.subs.is_empty() {
+                break Some(close_reason(CloseCode::Away, GOING_AWAY));
+            }
+            // Past the grace period nothing more is waited for.
+            if lifecycle.is_hard_stopped() {
+                break None;
+            }
             tokio::select! {
                 // Ordered: an ended subscription frees its id before the
                 // next client message is read.
                 biased;
-                _ = lifecycle.shutting_down(), if self.subs.is_empty() => {
-                    break Some(close_reason(CloseCode::Away, GOING_AWAY));
+                () = poll_fn(|cx| life.epoch.poll_moved(life_seen, &mut life.reg, cx)) => {
+                    life_seen = lifecycle.epoch().current();
+                    let ticked = lifecycle.ticks();
+                    if ticked != ticks && !lifecycle.is_shutting_down() {
+                        ticks = ticked;
+                        self.outbox.try_push(Frame::Ping);
+                    }
                 }
-                () = &mut hard_stop => break None,
                 notice = poll_fn(|cx| outbox.poll_ended(cx)) => self.ended(notice),
-                ticked = lifecycle.next_tick(ticks), if !lifecycle.is_shutting_down() => {
-                    ticks = ticked;
-                    self.outbox.try_push(Frame::Ping);
-                }
                 _ = &mut idle => break Some(close_reason(CloseCode::Policy, IDLE)),
                 // The socket's own credentials: its subscriptions end
                 // themselves at the same moment, each with its ERROR (401).
-                _ = &mut expiry, if deadline.is_some() => {
+                _ = async { expiry.as_mut().expect("a deadline").as_mut().await }, if expiry.is_some() => {
                     // A refreshed session moved its end: wait for that.
                     match self.principal.lease().and_then(|lease| lease.later()) {
-                        Some(later) => expiry.as_mut().reset(later),
+                        Some(later) => {
+                            if let Some(expiry) = &mut expiry {
+                                expiry.as_mut().reset(later);
+                            }
+                        }
                         _ => break Box::pin(self.expire()).await,
                     }
                 }
@@ -173,7 +191,7 @@ impl Socket {
                             // read: a client that pings faster than it reads
                             // pongs is not read either (and its pings spend
                             // the socket's ration, `takeover::ws_read`).
-                            if !self.queue(Frame::Pong(payload)).await {
+                            if !Box::pin(self.queue(Frame::Pong(payload))).await {
                                 break Some(close_reason(CloseCode::Policy, "not reading"));
                             }
                         }
@@ -189,6 +207,7 @@ impl Socket {
                 }
             }
         };
+        drop(life);
         Box::pin(self.finish(ending)).await;
     }
 
@@ -330,6 +349,19 @@ impl Socket {
     }
 }
 
+/// The control loop's registration with the lifecycle's epoch, taken out
+/// when the loop ends (or its task is dropped).
+struct LifeWait<'a> {
+    epoch: &'a Epoch,
+    reg: Registration,
+}
+
+impl Drop for LifeWait<'_> {
+    fn drop(&mut self) {
+        self.epoch.deregister(&mut self.reg);
+    }
+}
+
 /// The socket's one writer task: the outbox, in order, until a Close or
 /// the peer is gone. Until the handshake response went, nothing is written
 /// past it.
@@ -345,7 +377,7 @@ async fn write(mut raw: WsWriter, outbox: Arc<Outbox>) {
                 let (code, text) = reason.map_or((1000, String::new()), |r| {
                     (u16::from(r.code), r.description.unwrap_or_default())
                 });
-                raw.close(code, &text).await;
+                Box::pin(raw.close(code, &text)).await;
                 outbox.failed();
                 return;
             }
@@ -360,5 +392,5 @@ async fn write(mut raw: WsWriter, outbox: Arc<Outbox>) {
         }
         outbox.wrote();
     }
-    raw.close(1000, "").await;
+    Box::pin(raw.close(1000, "")).await;
 }
