@@ -69,11 +69,6 @@ impl Socket {
         Socket { tcp, tls: None }
     }
 
-    /// No TLS: what is written goes straight to the TCP socket.
-    pub fn is_plain(&self) -> bool {
-        self.tls.is_none()
-    }
-
     /// The TCP socket underneath: its readiness is the connection's.
     pub fn tcp(&self) -> &TcpStream {
         &self.tcp

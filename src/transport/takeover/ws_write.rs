@@ -256,13 +256,14 @@ impl WsWriter {
     }
 }
 
-/// A plain WebSocket's socket, written past its [`WsWriter`]: its owner
+/// A WebSocket's socket, written past its [`WsWriter`]: its owner
 /// makes sure that no frame of the writer's is half written meanwhile.
 #[derive(Clone)]
 pub struct DirectSocket(Arc<Socket>);
 
 impl DirectSocket {
-    /// One `sendmsg` of `bufs` (`Socket::send_now`): how many bytes went;
+    /// One try at writing `bufs` (`Socket::send_now`: one `sendmsg`, or
+    /// over TLS encrypted into the session first): how many bytes went;
     /// `WouldBlock` if none did.
     pub fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         self.0.send_now(bufs)

@@ -9,7 +9,7 @@
 //!
 //! So a stream that is caught up (HTTP/1.1, plain or over TLS, where its
 //! bytes are encrypted into its own session and the records leave in one
-//! write; HTTP/2; a `/ws` subscription on a plain socket), with nothing
+//! write; HTTP/2; a `/ws` subscription), with nothing
 //! owed but its subscription's next events
 //! ([`crate::transport::stream::BatchSource::batchable`]),
 //! leaves its task and is *parked* with its hub's [`Writer`]: one task per
