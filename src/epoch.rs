@@ -34,6 +34,25 @@ struct Waiters {
     spare: Slab<Waker>,
 }
 
+/// [`Epoch::poll_moved`] with a [`Registration`] taken out on drop.
+pub struct Waiting<'a> {
+    epoch: &'a Epoch,
+    reg: Registration,
+}
+
+impl Waiting<'_> {
+    /// Ready once the epoch is past `seen` ([`Epoch::poll_moved`]).
+    pub fn poll_moved(&mut self, seen: u64, cx: &mut Context<'_>) -> Poll<()> {
+        self.epoch.poll_moved(seen, &mut self.reg, cx)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.epoch.deregister(&mut self.reg);
+    }
+}
+
 /// One waiter's place in an epoch: the epoch it registered in and its key.
 /// Whoever holds one must [`Epoch::deregister`] it when done waiting (a
 /// subscription does in its `Drop`; [`Epoch::until`] does itself).
@@ -106,31 +125,28 @@ impl Epoch {
     /// Resolves once `done` holds, checking it now and whenever the epoch
     /// moves. Cancel-safe: a dropped wait leaves no waker behind.
     pub async fn until(&self, mut done: impl FnMut() -> bool) {
-        struct Waiting<'a> {
-            epoch: &'a Epoch,
-            reg: Registration,
-        }
-        impl Drop for Waiting<'_> {
-            fn drop(&mut self) {
-                self.epoch.deregister(&mut self.reg);
-            }
-        }
-        let mut waiting = Waiting {
-            epoch: self,
-            reg: Registration::default(),
-        };
+        let mut waiting = self.waiting();
         std::future::poll_fn(|cx| {
             loop {
                 let seen = self.current();
                 if done() {
                     return Poll::Ready(());
                 }
-                if self.poll_moved(seen, &mut waiting.reg, cx).is_pending() {
+                if waiting.poll_moved(seen, cx).is_pending() {
                     return Poll::Pending;
                 }
             }
         })
         .await
+    }
+
+    /// A registration with this epoch that deregisters itself when
+    /// dropped, for a waiter whose wait may be dropped (an `async fn`).
+    pub fn waiting(&self) -> Waiting<'_> {
+        Waiting {
+            epoch: self,
+            reg: Registration::default(),
+        }
     }
 
     /// Takes `reg`'s waker out, if it is still waiting in this epoch.

@@ -124,14 +124,7 @@ async fn streams_with_expiring_tokens_are_batched_and_end_at_their_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keepalive_ticks_are_written_by_the_writer_without_unparking() {
     let env = batching_env(test_config(&["pods"])).await;
-    let mut subs = Vec::new();
-    for path in BATCH_PATHS {
-        subs.push((path, crate::sse::subscribed(&env, path).await));
-    }
-    batched_through_churn(&env, &mut subs, async |sse, view, rv| {
-        view.follow(sse, rv).await
-    })
-    .await;
+    let mut subs = crate::sse::batched_sse(&env).await;
     let before = unparked(&env, None).await;
     // Three ticks (every 100 ms here): each stream gets its keep-alives.
     for _ in 0..3 {

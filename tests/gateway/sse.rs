@@ -770,6 +770,11 @@ pub(crate) const BATCH_PATHS: [&str; 6] = [
 /// `batch/tracked`.
 pub(crate) async fn batching_env(mut cfg: kubefan::config::Config) -> crate::support::TestEnv {
     cfg.stream.keepalive = Duration::from_millis(100);
+    tracked_env(cfg).await
+}
+
+/// A gateway as `cfg` says, with the pod `batch/tracked`.
+async fn tracked_env(cfg: kubefan::config::Config) -> crate::support::TestEnv {
     let env = spawn(seeded(30), cfg).await;
     env.synced("pods").await;
     env.sim
@@ -791,6 +796,22 @@ pub(crate) async fn churned_batch_truth(sim: &Sim) -> (u64, Vec<Value>, Vec<Valu
         .cloned()
         .collect();
     (rv, objects, in_batch)
+}
+
+/// Streams opened on [`BATCH_PATHS`], brought to their hubs' writers
+/// through churn ([`batched_through_churn`]).
+pub(crate) async fn batched_sse(
+    env: &crate::support::TestEnv,
+) -> Vec<(&'static str, (SseClient, ClientView))> {
+    let mut subs = Vec::new();
+    for path in BATCH_PATHS {
+        subs.push((path, subscribed(env, path).await));
+    }
+    batched_through_churn(env, &mut subs, async |sse, view, rv| {
+        view.follow(sse, rv).await
+    })
+    .await;
+    subs
 }
 
 /// The streams `subs` (opened on [`BATCH_PATHS`]) come to be written by
@@ -844,21 +865,10 @@ pub(crate) async fn batched_through_churn<C>(
 async fn every_byte_a_stream_reads_is_counted_once_whichever_writer_sent_it() {
     // The default keep-alive (15 s): no tick in flight when the bytes are
     // compared.
-    let env = spawn(seeded(30), test_config(&["pods"])).await;
-    env.synced("pods").await;
-    env.sim
-        .create("pods", pod("tracked").ns("batch").build())
-        .unwrap();
-    let mut subs = Vec::new();
-    for path in BATCH_PATHS {
-        subs.push((path, subscribed(&env, path).await));
-    }
+    let env = tracked_env(test_config(&["pods"])).await;
     // The snapshots and first changes through each stream's task, the
     // rest through its hub's writer.
-    batched_through_churn(&env, &mut subs, async |sse, view, rv| {
-        view.follow(sse, rv).await
-    })
-    .await;
+    let subs = batched_sse(&env).await;
     let received: u64 = subs.iter().map(|(_, (sse, _))| sse.received).sum();
     let counted = env
         .metrics()
@@ -879,13 +889,6 @@ async fn every_byte_a_stream_reads_is_counted_once_whichever_writer_sent_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caught_up_streams_are_written_together_and_get_every_change_once() {
     let env = batching_env(test_config(&["pods"])).await;
-    let mut subs = Vec::new();
-    for path in BATCH_PATHS {
-        subs.push((path, subscribed(&env, path).await));
-    }
-    batched_through_churn(&env, &mut subs, async |sse, view, rv| {
-        view.follow(sse, rv).await
-    })
-    .await;
+    batched_sse(&env).await;
     env.stop().await;
 }

@@ -574,6 +574,54 @@ async fn kubectl_lists_pods_over_https_with_the_kubeconfig_kubefan_writes() {
     env.stop().await;
 }
 
+/// A WebSocket over TLS to `url` (HTTP/1.1 by ALPN), and the handshake's
+/// response.
+async fn wss(
+    env: &TestEnv,
+    ca: &Authority,
+    url: &str,
+) -> (
+    tokio_tungstenite::WebSocketStream<TlsStream<TcpStream>>,
+    tokio_tungstenite::tungstenite::handshake::client::Response,
+) {
+    let tls = connect(
+        env.app.local_addr(),
+        client_config(&ca.pem(), &[b"http/1.1"]),
+    )
+    .await;
+    tokio_tungstenite::client_async(url, tls)
+        .await
+        .expect("WebSocket handshake over TLS")
+}
+
+/// A `/ws` socket over TLS with subscription `a` to pods (of `namespace`,
+/// or all), its snapshot read and the subscription parked with its hub's
+/// writer ([`until_wss_batched`], its changes named after `tag`).
+async fn wss_mux_parked(
+    env: &TestEnv,
+    ca: &Authority,
+    namespace: Option<&str>,
+    tag: &str,
+) -> tokio_tungstenite::WebSocketStream<TlsStream<TcpStream>> {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let (mut ws, _) = wss(env, ca, "wss://127.0.0.1/ws").await;
+    let mut subscribe = serde_json::json!({"op": "subscribe", "id": "a", "resource": "pods"});
+    if let Some(ns) = namespace {
+        subscribe["namespace"] = ns.into();
+    }
+    ws.send(Message::text(subscribe.to_string())).await.unwrap();
+    loop {
+        if let Message::Text(text) = next_frame(&mut ws).await
+            && text.contains("k8s.io/initial-events-end")
+        {
+            break;
+        }
+    }
+    until_wss_batched(env, &mut ws, tag).await;
+    ws
+}
+
 /// The next frame off `ws`, in time.
 async fn next_frame(
     ws: &mut tokio_tungstenite::WebSocketStream<TlsStream<TcpStream>>,
@@ -593,29 +641,9 @@ async fn ws_subscriptions_over_tls_are_written_by_their_hubs_writer_through_the_
     let ca = Authority::new("kubefan test CA");
     let dir = Dir::new("wss-mux");
     let env = spawn_tls(&dir, &ca.leaf("first"), |_| {}).await;
-    let tls = connect(
-        env.app.local_addr(),
-        client_config(&ca.pem(), &[b"http/1.1"]),
-    )
-    .await;
-    let (mut ws, _) = tokio_tungstenite::client_async("wss://127.0.0.1/ws", tls)
-        .await
-        .expect("WebSocket handshake over TLS");
-    ws.send(Message::text(
-        r#"{"op":"subscribe","id":"a","resource":"pods","namespace":"wss"}"#,
-    ))
-    .await
-    .unwrap();
-    loop {
-        if let Message::Text(text) = next_frame(&mut ws).await
-            && text.contains("k8s.io/initial-events-end")
-        {
-            break;
-        }
-    }
     // Caught up: parked with its hub's writer, whose frames (spliced with
     // `{"sub":"a",`) go through the socket's TLS session.
-    until_wss_batched(&env, &mut ws, "mux").await;
+    let mut ws = wss_mux_parked(&env, &ca, Some("wss"), "mux").await;
     for i in 0..20 {
         let name = format!("parked-{i}");
         env.sim
@@ -646,7 +674,6 @@ async fn ws_subscriptions_over_tls_are_written_by_their_hubs_writer_through_the_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ws_subscription_over_tls_whose_client_stops_reading_gets_every_frame_whole_in_order() {
-    use futures::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
     let ca = Authority::new("kubefan test CA");
     let dir = Dir::new("wss-slow");
@@ -654,27 +681,7 @@ async fn a_ws_subscription_over_tls_whose_client_stops_reading_gets_every_frame_
     env.sim
         .create("pods", pod("big").ns("web").build())
         .unwrap();
-    let tls = connect(
-        env.app.local_addr(),
-        client_config(&ca.pem(), &[b"http/1.1"]),
-    )
-    .await;
-    let (mut ws, _) = tokio_tungstenite::client_async("wss://127.0.0.1/ws", tls)
-        .await
-        .expect("WebSocket handshake over TLS");
-    ws.send(Message::text(
-        r#"{"op":"subscribe","id":"a","resource":"pods"}"#,
-    ))
-    .await
-    .unwrap();
-    loop {
-        if let Message::Text(text) = next_frame(&mut ws).await
-            && text.contains("k8s.io/initial-events-end")
-        {
-            break;
-        }
-    }
-    until_wss_batched(&env, &mut ws, "slow").await;
+    let mut ws = wss_mux_parked(&env, &ca, None, "slow").await;
     // ~12 MB of changes while the client reads nothing: more than the
     // sockets' buffers. Each frame (~6 KB) fits the session's buffer, so
     // a direct write the socket takes only part of leaves records in the
@@ -760,15 +767,7 @@ async fn a_websocket_over_tls_is_taken_over_and_reads_and_writes_through_the_ses
     let ca = Authority::new("kubefan test CA");
     let dir = Dir::new("wss");
     let env = spawn_tls(&dir, &ca.leaf("first"), |_| {}).await;
-    let tls = connect(
-        env.app.local_addr(),
-        client_config(&ca.pem(), &[b"http/1.1"]),
-    )
-    .await;
-    let (mut ws, response) =
-        tokio_tungstenite::client_async("wss://127.0.0.1/stream/pods?namespace=wss", tls)
-            .await
-            .expect("WebSocket handshake over TLS");
+    let (mut ws, response) = wss(&env, &ca, "wss://127.0.0.1/stream/pods?namespace=wss").await;
     assert_eq!(response.status(), 101);
     loop {
         if let Message::Text(text) = next_frame(&mut ws).await
@@ -806,7 +805,7 @@ async fn a_websocket_over_tls_is_taken_over_and_reads_and_writes_through_the_ses
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caught_up_tls_streams_are_written_together_through_their_sessions() {
-    use crate::sse::{BATCH_PATHS, batched_through_churn, batching_env};
+    use crate::sse::batching_env;
     let ca = Authority::new("kubefan test CA");
     let dir = Dir::new("tls-batch");
     let leaf = ca.leaf("127.0.0.1");
@@ -819,15 +818,8 @@ async fn caught_up_tls_streams_are_written_together_through_their_sessions() {
         .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
         .build()
         .unwrap();
-    let mut subs = Vec::new();
-    for path in BATCH_PATHS {
-        subs.push((path, crate::sse::subscribed(&env, path).await));
-    }
-    // Each stream's events are encrypted into its own session by its view's
+    // Each stream's events are encrypted into its own session by its hub's
     // writer, and arrive whole, once, in order.
-    batched_through_churn(&env, &mut subs, async |sse, view, rv| {
-        view.follow(sse, rv).await
-    })
-    .await;
+    crate::sse::batched_sse(&env).await;
     env.stop().await;
 }

@@ -32,7 +32,6 @@ use super::message::{
 use super::ops::{Op, OpError, parse_op};
 use super::{ClientFrame, Ending};
 use crate::auth::Principal;
-use crate::epoch::{Epoch, Registration};
 use crate::metrics::Transport;
 use crate::status::status_json;
 use crate::transport::message::shutdown_status;
@@ -135,10 +134,7 @@ impl Socket {
         // One wait on the lifecycle, whose epoch moves on each tick, at
         // shutdown and at the hard stop (not three futures in the
         // socket's state).
-        let mut life = LifeWait {
-            epoch: lifecycle.epoch(),
-            reg: Registration::default(),
-        };
+        let mut life = lifecycle.epoch().waiting();
         let mut life_seen = lifecycle.epoch().current();
         let mut ticks = lifecycle.ticks();
         let idle = tokio::time::sleep(self.idle_timeout);
@@ -159,7 +155,7 @@ impl Socket {
                 // Ordered: an ended subscription frees its id before the
                 // next client message is read.
                 biased;
-                () = poll_fn(|cx| life.epoch.poll_moved(life_seen, &mut life.reg, cx)) => {
+                () = poll_fn(|cx| life.poll_moved(life_seen, cx)) => {
                     life_seen = lifecycle.epoch().current();
                     let ticked = lifecycle.ticks();
                     if ticked != ticks && !lifecycle.is_shutting_down() {
@@ -346,19 +342,6 @@ impl Socket {
                 }
             }
         }
-    }
-}
-
-/// The control loop's registration with the lifecycle's epoch, taken out
-/// when the loop ends (or its task is dropped).
-struct LifeWait<'a> {
-    epoch: &'a Epoch,
-    reg: Registration,
-}
-
-impl Drop for LifeWait<'_> {
-    fn drop(&mut self) {
-        self.epoch.deregister(&mut self.reg);
     }
 }
 
