@@ -391,13 +391,28 @@ async fn every_stream_gets_each_event_once_in_order_across_yields() {
         sockets.push(s.parked().await);
     }
     run_until("all parked", || s.parked_now() == n as i64).await;
-    let mut expected = Vec::new();
-    for _ in 0..3 {
-        expected.extend(s.append());
-        // One turn: the writer stops after SENDS_PER_POLL writes, and
-        // the next event comes in the middle of its pass.
-        tokio::task::yield_now().await;
+    // The second change comes just after the last write before the
+    // writer's first yield, the third in the middle of the poll after it:
+    // both in the middle of a pass (a hook on the write, since a test
+    // task's `yield_now` lets the writer run its whole pass first).
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (at, rv) in [
+        (SENDS_PER_POLL - 1, s.rv + 2),
+        (SENDS_PER_POLL + 10, s.rv + 3),
+    ] {
+        let (hub, tx) = (s.hub.clone(), tx.clone());
+        *lock(&sockets[at].after_write) = Some(Box::new(move || {
+            tx.send(append(&hub, rv)).unwrap();
+        }));
     }
+    let mut expected = s.append();
+    s.rv += 2;
+    run_until("both changes made", || {
+        sockets[SENDS_PER_POLL + 10].wrote().len() > expected.len()
+    })
+    .await;
+    expected.extend(rx.try_recv().expect("the second change"));
+    expected.extend(rx.try_recv().expect("the third change"));
     run_until("every stream written", || {
         sockets.iter().all(|s| s.wrote().len() >= expected.len())
     })
