@@ -374,6 +374,21 @@ pub fn tls_config(ca_pem: &str, alpn: &[&[u8]]) -> anyhow::Result<rustls::Client
     Ok(cfg)
 }
 
+/// A TLS session over `tcp`, trusting `ca_pem`, offering `alpn`, for the
+/// server's IP address.
+async fn tls_connect(
+    ca_pem: &str,
+    alpn: &[&[u8]],
+    tcp: tokio::net::TcpStream,
+) -> anyhow::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let name = rustls::pki_types::ServerName::try_from(tcp.peer_addr()?.ip().to_string())?;
+    Ok(
+        tokio_rustls::TlsConnector::from(Arc::new(tls_config(ca_pem, alpn)?))
+            .connect(name, tcp)
+            .await?,
+    )
+}
+
 /// `host:port` of a base URL.
 fn authority(base: &str) -> anyhow::Result<&str> {
     base.split("://")
@@ -396,11 +411,7 @@ pub async fn h2_connection(
     let addr: std::net::SocketAddr = host.parse()?;
     let socket = tokio::net::TcpSocket::new_v4()?;
     socket.bind((local, 0).into())?;
-    let tcp = socket.connect(addr).await?;
-    let name = rustls::pki_types::ServerName::try_from(addr.ip().to_string())?;
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(tls_config(ca, &[b"h2"])?))
-        .connect(name, tcp)
-        .await?;
+    let tls = tls_connect(ca, &[b"h2"], socket.connect(addr).await?).await?;
     if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
         bail!("{host} did not agree to HTTP/2");
     }
@@ -579,16 +590,8 @@ pub async fn connect(
             let addr: std::net::SocketAddr = host.parse()?;
             let stream = socket.connect(addr).await?;
             let stream: Box<dyn WsIo> = match (&target.ca_pem, url.starts_with("wss:")) {
-                (Some(ca), true) => {
-                    // One session per subscriber, as a browser's tab has.
-                    let name = rustls::pki_types::ServerName::try_from(addr.ip().to_string())?;
-                    let cfg = Arc::new(tls_config(ca, &[b"http/1.1"])?);
-                    Box::new(
-                        tokio_rustls::TlsConnector::from(cfg)
-                            .connect(name, stream)
-                            .await?,
-                    )
-                }
+                // One session per subscriber, as a browser's tab has.
+                (Some(ca), true) => Box::new(tls_connect(ca, &[b"http/1.1"], stream).await?),
                 (None, true) => bail!("{url}: wss needs --tls-ca"),
                 _ => Box::new(stream),
             };

@@ -16,6 +16,7 @@ mod sub;
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use actix_web::web;
@@ -167,7 +168,7 @@ impl Socket {
                 _ = &mut idle => break Some(close_reason(CloseCode::Policy, IDLE)),
                 // The socket's own credentials: its subscriptions end
                 // themselves at the same moment, each with its ERROR (401).
-                _ = async { expiry.as_mut().expect("a deadline").as_mut().await }, if expiry.is_some() => {
+                () = poll_fn(|cx| expiry.as_mut().map_or(Poll::Pending, |e| e.as_mut().poll(cx))) => {
                     // A refreshed session moved its end: wait for that.
                     match self.principal.lease().and_then(|lease| lease.later()) {
                         Some(later) => {
