@@ -772,12 +772,12 @@ async fn mux_tasks_are_streams_that_the_stop_waits_for() {
             .all(|s| m.views.get(*s).is_some_and(|v| v.snapshots == 1))
     })
     .await;
-    // The control loop, the writer and each subscription (in a task of
-    // its own, or parked with its hub's writer, a task too), all counted
-    // where the stop waits (one more for a moment while a subscription's
-    // task hands it to its writer).
+    // The control loop (which writes the socket too) and each
+    // subscription (in a task of its own, or parked with its hub's
+    // writer, a task too), all counted where the stop waits (one more for
+    // a moment while a subscription's task hands it to its writer).
     let running = streams.running();
-    assert!((before + 4..=before + 6).contains(&running), "{running}");
+    assert!((before + 3..=before + 5).contains(&running), "{running}");
     let nodes = env.app.informers().hub("nodes").await.unwrap();
     let mut watching_nodes = nodes.subscribers_rx();
     ws.send_json(json!({"op": "unsubscribe", "id": "b"})).await;
@@ -856,6 +856,78 @@ async fn a_mux_socket_whose_client_reads_nothing_ends_at_the_hard_stop() {
     assert_eq!(streams.running(), 0);
     drop(conn);
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mux_client_that_reads_none_of_its_replies_is_not_read_then_cut_off() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.stream.write_timeout = Duration::from_secs(2);
+    cfg.stream.keepalive = Duration::from_secs(600);
+    cfg.stream.ws_idle_timeout = Duration::from_millis(600);
+    let env = spawn(seeded(1), cfg).await;
+    env.synced("pods").await;
+    let streams = env.app.streams().clone();
+    let before = streams.running();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut conn = socket.connect(env.app.local_addr()).await.unwrap();
+    conn.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: kubefan\r\nUpgrade: websocket\r\n\
+          Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+          Sec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let byte = tokio::time::timeout(WAIT, conn.read_u8())
+            .await
+            .expect("the 101 in time")
+            .unwrap();
+        head.push(byte);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{head:?}");
+    // Each request is answered (a 404: no such subscription); none of the
+    // answers is read. Masked text frames (a zero mask).
+    let op = br#"{"op":"unsubscribe","id":"nope"}"#;
+    let mut frame = vec![0x81, 0x80 | op.len() as u8, 0, 0, 0, 0];
+    frame.extend_from_slice(op);
+    let burst: Vec<u8> = frame.repeat(1000);
+    // The control loop reads the client only while the socket's outbox has
+    // room: once the answers back up, it stops reading, and the client's
+    // writes stall (a burst that does not go within 200 ms, a third of the
+    // idle timeout), well before the write timeout would cut the socket.
+    let stalled = tokio::time::timeout(WAIT, async {
+        loop {
+            match tokio::time::timeout(Duration::from_millis(200), conn.write_all(&burst)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => break false,
+                Err(_) => break true,
+            }
+        }
+    })
+    .await
+    .expect("the client's writes stall or fail");
+    assert!(
+        stalled,
+        "the gateway stops reading a client that reads none of its answers"
+    );
+    // Still reading nothing: not read for the idle timeout, then its Close
+    // not taken within the write timeout, the connection is dropped, and
+    // the client's writes fail.
+    let cut = tokio::time::timeout(WAIT, async {
+        while conn.write_all(&burst).await.is_ok() {}
+    })
+    .await;
+    assert!(cut.is_ok(), "the gateway drops the connection");
+    tokio::time::timeout(WAIT, async {
+        while streams.running() > before {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the socket's task ends");
+    env.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,6 +21,9 @@ pub const CLOSE_FORBIDDEN: u16 = 4003;
 
 /// Why a socket closes on an idle timeout.
 pub const IDLE: &str = "no pong or message within the idle timeout";
+/// ... on a `/ws` socket not read for the idle timeout because its
+/// client took nothing it was sent.
+pub const NOT_READING: &str = "not reading what it is sent";
 /// ... on shutdown.
 pub const GOING_AWAY: &str = "kubefan is shutting down; reconnect";
 

@@ -1,9 +1,9 @@
 //! A `/ws` socket: many subscriptions on one connection, opened and closed
 //! by client messages ([`super::ops`]). One control loop reads the client
 //! (answering each of its pings before reading on), pings and keeps the
-//! idle timeout; each subscription is a stream of its own ([`sub`]), in a
-//! task or parked with its hub's batch writer; all write through the
-//! socket's [`outbox`], whose writer task writes what is queued.
+//! idle timeout, and writes what the socket's [`outbox`] queues; each
+//! subscription is a stream of its own ([`sub`]), in a task or parked
+//! with its hub's batch writer, and writes through the outbox.
 //!
 //! All of them are streams (`takeover::Streams`): they run on the streams'
 //! runtime, where the connection is opened (so its readiness and the hubs'
@@ -16,19 +16,19 @@ mod sub;
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use actix_web::web;
-use actix_ws::CloseCode;
+use actix_ws::{CloseCode, CloseReason};
 use bytes::Bytes;
 use bytestring::ByteString;
 use futures::StreamExt;
 use tokio::time::Instant;
 
 use super::message::{
-    CLOSE_UNAUTHORIZED, GOING_AWAY, IDLE, Id, NULL_PREFIX, Outgoing, close_reason, error_message,
-    message, sub_prefix,
+    CLOSE_UNAUTHORIZED, GOING_AWAY, IDLE, Id, NOT_READING, NULL_PREFIX, Outgoing, close_reason,
+    error_message, message, sub_prefix,
 };
 use super::ops::{Op, OpError, parse_op};
 use super::{ClientFrame, Ending};
@@ -113,13 +113,21 @@ impl Socket {
         }
     }
 
-    /// Opens the connection on the current runtime (the streams'), starts
-    /// the writer, then runs the socket's control loop: client messages,
-    /// pings, the idle timeout, the end of the credentials the socket was
-    /// opened with, and the hard stop.
+    /// Opens the connection on the current runtime (the streams'), then
+    /// runs the socket's control loop: the socket's writing (the handshake
+    /// response, then what the outbox queues), client messages, pings, the
+    /// idle timeout, the end of the credentials the socket was opened
+    /// with, and the hard stop.
+    ///
+    /// One task for all of it, not a control loop and a writer task: a
+    /// writer task was a second task header and future (576 bytes) per
+    /// socket. The control loop reads the client only while the outbox has
+    /// room, so what it queues for a client message (a pong, a reply)
+    /// stays within the outbox's bound without waiting for room in a
+    /// handler, which only the writing it would block could make.
     async fn run(mut self, taken: Box<Taken>) {
         let Upgraded {
-            writer,
+            writer: raw,
             inbox: mut msgs,
         } = match (*taken).open(Messages::Taken) {
             Ok(upgraded) => upgraded,
@@ -129,8 +137,8 @@ impl Socket {
                 return;
             }
         };
+        let mut writer = Writer::new(raw);
         let outbox = self.outbox.clone();
-        self.state.streams.spawn(write(writer, outbox.clone()));
         let lifecycle = self.state.lifecycle.clone();
         // One wait on the lifecycle, whose epoch moves on each tick, at
         // shutdown and at the hard stop (not three futures in the
@@ -152,20 +160,31 @@ impl Socket {
             if lifecycle.is_hard_stopped() {
                 break None;
             }
+            let room = outbox.has_room();
             tokio::select! {
-                // Ordered: an ended subscription frees its id before the
-                // next client message is read.
+                // Ordered: what is written makes room first, and an ended
+                // subscription frees its id before the next client message
+                // is read.
                 biased;
+                wrote = poll_fn(|cx| writer.poll(&outbox, cx)) => {
+                    if !matches!(wrote, Wrote::Frame) {
+                        // The socket failed (only `finish` queues a Close
+                        // or closes the outbox).
+                        break None;
+                    }
+                }
                 () = poll_fn(|cx| life.poll_moved(life_seen, cx)) => {
                     life_seen = lifecycle.epoch().current();
                     let ticked = lifecycle.ticks();
                     if ticked != ticks && !lifecycle.is_shutting_down() {
                         ticks = ticked;
-                        self.outbox.try_push(Frame::Ping);
+                        outbox.try_push(Frame::Ping);
                     }
                 }
                 notice = poll_fn(|cx| outbox.poll_ended(cx)) => self.ended(notice),
-                _ = &mut idle => break Some(close_reason(CloseCode::Policy, IDLE)),
+                // Not read for the idle timeout because it did not take
+                // what it was sent is "not reading"; otherwise it was quiet.
+                _ = &mut idle => break Some(close_reason(CloseCode::Policy, if room { IDLE } else { NOT_READING })),
                 // The socket's own credentials: its subscriptions end
                 // themselves at the same moment, each with its ERROR (401).
                 () = poll_fn(|cx| expiry.as_mut().map_or(Poll::Pending, |e| e.as_mut().poll(cx))) => {
@@ -176,59 +195,78 @@ impl Socket {
                                 expiry.as_mut().reset(later);
                             }
                         }
-                        _ => break Box::pin(self.expire()).await,
+                        _ => break Box::pin(self.expire(&mut writer)).await,
                     }
                 }
-                msg = msgs.next() => {
+                // Read only while the outbox has room: a client that
+                // pings faster than it reads pongs, or sends requests
+                // faster than it reads the replies, is not read either
+                // (and its pings spend the socket's ration,
+                // `takeover::ws_read`).
+                msg = msgs.next(), if room => {
                     idle.as_mut().reset(Instant::now() + self.idle_timeout);
                     match ClientFrame::of(msg) {
                         ClientFrame::End(ending) => break ending,
                         ClientFrame::Ping(payload) => {
-                            // Each ping is answered before the next frame is
-                            // read: a client that pings faster than it reads
-                            // pongs is not read either (and its pings spend
-                            // the socket's ration, `takeover::ws_read`).
-                            if !Box::pin(self.queue(Frame::Pong(payload))).await {
-                                break Some(close_reason(CloseCode::Policy, "not reading"));
-                            }
+                            outbox.push(Frame::Pong(payload));
                         }
                         ClientFrame::Pong => {}
-                        ClientFrame::Text(text) => {
-                            // Boxed, as the other rare steps: the socket's
-                            // task keeps only the state of its waiting.
-                            if !Box::pin(self.handle(&text)).await {
-                                break Some(close_reason(CloseCode::Policy, "not reading"));
-                            }
-                        }
+                        ClientFrame::Text(text) => self.handle(&text),
                     }
                 }
             }
         };
         drop(life);
-        Box::pin(self.finish(ending)).await;
+        Box::pin(self.finish(ending, writer)).await;
     }
 
-    /// Ends every subscription, then queues the Close frame (at most
-    /// [`CLOSE_WAIT`] behind a stuck socket) and lets the writer drain.
-    async fn finish(self, ending: Ending) {
+    /// Ends every subscription, queues the Close frame behind what is
+    /// queued, and writes them.
+    async fn finish(self, ending: Ending, mut writer: Writer) {
         self.outbox.remove_all();
         if let Some(reason) = ending {
-            let _ = tokio::time::timeout(CLOSE_WAIT, self.queue(Frame::Close(Some(reason)))).await;
+            self.outbox.push(Frame::Close(Some(reason)));
         }
-        // Without a Close (the peer is gone) the writer ends once it wrote
-        // what is queued.
         self.outbox.close();
+        // Each write is held to the write timeout (and ends at the hard
+        // stop); without a Close (the peer is gone) the socket is closed
+        // once what is queued went.
+        loop {
+            match poll_fn(|cx| writer.poll(&self.outbox, cx)).await {
+                Wrote::Frame => {}
+                Wrote::Close(reason) => {
+                    let (code, text) = reason.map_or((1000, String::new()), |r| {
+                        (u16::from(r.code), r.description.unwrap_or_default())
+                    });
+                    writer.raw.close(code, &text).await;
+                    self.outbox.failed();
+                    return;
+                }
+                Wrote::Drained => {
+                    writer.raw.close(1000, "").await;
+                    return;
+                }
+                Wrote::Failed => return,
+            }
+        }
     }
 
     /// The credentials the socket was opened with ended: its
     /// subscriptions send their ERROR (401) and end (at most
     /// [`CLOSE_WAIT`]), then the socket closes with [`CLOSE_UNAUTHORIZED`].
-    async fn expire(&mut self) -> Ending {
+    async fn expire(&mut self, writer: &mut Writer) -> Ending {
         let outbox = self.outbox.clone();
         let _ = tokio::time::timeout(CLOSE_WAIT, async {
             while !self.subs.is_empty() {
-                let notice = poll_fn(|cx| outbox.poll_ended(cx)).await;
-                self.ended(notice);
+                tokio::select! {
+                    biased;
+                    wrote = poll_fn(|cx| writer.poll(&outbox, cx)) => {
+                        if !matches!(wrote, Wrote::Frame) {
+                            break;
+                        }
+                    }
+                    notice = poll_fn(|cx| outbox.poll_ended(cx)) => self.ended(notice),
+                }
             }
         })
         .await;
@@ -254,36 +292,22 @@ impl Socket {
         self.subs.insert(id, self.generation);
     }
 
-    /// Queues a reply from the control loop; false if the socket accepted
-    /// nothing for the idle timeout.
-    async fn reply(&self, msg: ByteString) -> bool {
-        self.queue(Frame::Text(msg)).await
+    /// Queues a reply from the control loop.
+    fn reply(&self, msg: ByteString) {
+        self.outbox.push(Frame::Text(msg));
     }
 
-    /// Queues a frame from the control loop, waiting while the socket is
-    /// backed up; false if it accepted nothing for the idle timeout.
-    async fn queue(&self, frame: Frame) -> bool {
-        let mut frame = Some(frame);
-        tokio::time::timeout(
-            self.idle_timeout,
-            poll_fn(|cx| self.outbox.poll_push(cx, &mut frame, None)),
-        )
-        .await
-        .unwrap_or(false)
-    }
-
-    /// Acts on one client message of a `/ws` socket.
-    async fn handle(&mut self, text: &str) -> bool {
+    /// Acts on one client message of a `/ws` socket: queues at most one
+    /// frame (its reply), or starts a subscription.
+    fn handle(&mut self, text: &str) {
         let op = match parse_op(text) {
             Ok(op) => op,
             Err(OpError::Socket(msg)) => {
                 let status = status_json(400, "BadRequest", &msg);
-                return self.reply(error_message(Some(NULL_PREFIX), &status)).await;
+                return self.reply(error_message(Some(NULL_PREFIX), &status));
             }
             Err(OpError::Sub(id, err)) => {
-                return self
-                    .reply(error_message(Some(&sub_prefix(&id)), &err.status()))
-                    .await;
+                return self.reply(error_message(Some(&sub_prefix(&id)), &err.status()));
             }
         };
         match op {
@@ -311,14 +335,8 @@ impl Socket {
                     None
                 };
                 match refusal {
-                    Some(status) => {
-                        self.reply(error_message(Some(&sub_prefix(&id)), &status))
-                            .await
-                    }
-                    None => {
-                        self.spawn(id, resource, params);
-                        true
-                    }
+                    Some(status) => self.reply(error_message(Some(&sub_prefix(&id)), &status)),
+                    None => self.spawn(id, resource, params),
                 }
             }
             Op::Unsubscribe { id } => {
@@ -329,8 +347,7 @@ impl Socket {
                         // of it can follow (it ends once woken).
                         self.outbox.remove(generation);
                         let json = Bytes::from_static(br#"{"type":"UNSUBSCRIBED"}"#);
-                        self.reply(message(Some(&prefix), &Outgoing::event(json, Id::None)))
-                            .await
+                        self.reply(message(Some(&prefix), &Outgoing::event(json, Id::None)));
                     }
                     None => {
                         let status = status_json(
@@ -338,7 +355,7 @@ impl Socket {
                             "NotFound",
                             &format!("no active subscription {id:?} on this socket"),
                         );
-                        self.reply(error_message(Some(&prefix), &status)).await
+                        self.reply(error_message(Some(&prefix), &status));
                     }
                 }
             }
@@ -346,35 +363,107 @@ impl Socket {
     }
 }
 
-/// The socket's one writer task: the outbox, in order, until a Close or
-/// the peer is gone. Until the handshake response went, nothing is written
-/// past it.
-async fn write(mut raw: WsWriter, outbox: Arc<Outbox>) {
-    if raw.open().await.is_err() {
-        outbox.failed();
-        return;
+/// What the socket's writing did ([`Writer::poll`]).
+enum Wrote {
+    /// A frame went whole.
+    Frame,
+    /// The next frame is the Close (with this reason): the caller sends
+    /// it and ends the connection.
+    Close(Option<CloseReason>),
+    /// The outbox is closed and everything in it went.
+    Drained,
+    /// The socket failed (or never opened): nothing more is written.
+    Failed,
+}
+
+/// The socket's write half, driven by its control loop: the handshake
+/// response, then the outbox's frames in order, each under the write
+/// timeout (`takeover::io`). Until the handshake response went, nothing
+/// is written past it.
+struct Writer {
+    raw: WsWriter,
+    /// The frame under way, and how many of its bytes went.
+    sending: Option<(Frame, usize)>,
+    /// Frames written since the socket last made the task wait.
+    streak: usize,
+    opened: bool,
+    failed: bool,
+}
+
+/// Frames the control loop writes in a row before it lets the other tasks
+/// of its thread run (a queue its subscriptions keep full, to a socket
+/// that takes all).
+const WRITES_PER_POLL: usize = 32;
+
+impl Writer {
+    fn new(raw: WsWriter) -> Writer {
+        Writer {
+            raw,
+            sending: None,
+            streak: 0,
+            opened: false,
+            failed: false,
+        }
     }
-    outbox.opened(raw.direct());
-    while let Some(frame) = poll_fn(|cx| outbox.poll_next(cx)).await {
-        let sent = match frame {
-            Frame::Close(reason) => {
-                let (code, text) = reason.map_or((1000, String::new()), |r| {
-                    (u16::from(r.code), r.description.unwrap_or_default())
-                });
-                Box::pin(raw.close(code, &text)).await;
-                outbox.failed();
-                return;
+
+    /// Writes on: ready when a frame went, or with how the writing ended;
+    /// pending while the socket takes no more or nothing is queued.
+    fn poll(&mut self, outbox: &Outbox, cx: &mut Context<'_>) -> Poll<Wrote> {
+        if self.failed {
+            return Poll::Ready(Wrote::Failed);
+        }
+        if !self.opened {
+            if ready!(self.raw.poll_open(cx)).is_err() {
+                return Poll::Ready(self.fail(outbox));
             }
-            Frame::Text(text) => raw.send(Opcode::Text, text.as_bytes()).await,
-            Frame::Raw(frames) => raw.write_frames(&frames).await,
-            Frame::Ping => raw.send(Opcode::Ping, &[]).await,
-            Frame::Pong(payload) => raw.send(Opcode::Pong, &payload).await,
+            outbox.opened(self.raw.direct());
+            self.opened = true;
+        }
+        let (frame, written) = match &mut self.sending {
+            Some(sending) => sending,
+            None => {
+                if self.streak >= WRITES_PER_POLL {
+                    self.streak = 0;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                let Poll::Ready(next) = outbox.poll_next(cx) else {
+                    self.streak = 0;
+                    return Poll::Pending;
+                };
+                match next {
+                    None => return Poll::Ready(Wrote::Drained),
+                    Some(Frame::Close(reason)) => return Poll::Ready(Wrote::Close(reason)),
+                    Some(frame) => self.sending.insert((frame, 0)),
+                }
+            }
+        };
+        let raw = &mut self.raw;
+        let sent = match frame {
+            Frame::Text(text) => raw.poll_send_parts(cx, Opcode::Text, &[text.as_bytes()], written),
+            Frame::Raw(frames) => raw.poll_write_frames(cx, frames, written),
+            Frame::Ping => raw.poll_send_parts(cx, Opcode::Ping, &[], written),
+            Frame::Pong(payload) => raw.poll_send_parts(cx, Opcode::Pong, &[payload], written),
+            // Never under way: handed to the caller when it comes next.
+            Frame::Close(_) => Poll::Ready(Ok(())),
+        };
+        let Poll::Ready(sent) = sent else {
+            self.streak = 0;
+            return Poll::Pending;
         };
         if sent.is_err() {
-            outbox.failed();
-            return;
+            return Poll::Ready(self.fail(outbox));
         }
+        self.sending = None;
+        self.streak += 1;
         outbox.wrote();
+        Poll::Ready(Wrote::Frame)
     }
-    Box::pin(raw.close(1000, "")).await;
+
+    fn fail(&mut self, outbox: &Outbox) -> Wrote {
+        self.failed = true;
+        self.sending = None;
+        outbox.failed();
+        Wrote::Failed
+    }
 }

@@ -5,13 +5,20 @@
 //!
 //! One rule keeps the frames whole and each subscription's in order: the
 //! socket is written *directly* (one `sendmsg`, under the outbox's lock)
-//! only while nothing is queued and the socket's writer task has no frame
-//! under way; anything else is queued, and the writer task writes the
-//! queue in order. A direct write the socket takes only part of queues
-//! its rest first, so nothing can come between. Over TLS a direct write
-//! is encrypted into the session; records its socket did not take are
-//! the writer task's to send (an empty frame, queued), and what follows
-//! queues behind them.
+//! only while nothing is queued and the socket's control loop has no
+//! frame under way; anything else is queued, and the control loop writes
+//! the queue in order (`super::Writer`). A direct write the socket takes
+//! only part of queues its rest first, so nothing can come between. Over
+//! TLS a direct write is encrypted into the session; records its socket
+//! did not take are the control loop's to send (an empty frame, queued),
+//! and what follows queues behind them.
+//!
+//! The queue is bounded for the subscriptions ([`OUTBOX`]: past it they
+//! wait for room), and for the control loop by its reading: it reads the
+//! client only while there is room ([`Outbox::has_room`]), and each
+//! client message queues at most one frame (a pong, a reply), so the
+//! queue holds at most [`OUTBOX`] frames and one of the control loop's
+//! beyond the rest of a direct write.
 //!
 //! The outbox also says which subscriptions may still write
 //! ([`Outbox::remove`]): a frame of one that was unsubscribed is refused
@@ -49,12 +56,12 @@ pub(super) struct Outbox(Mutex<State>);
 
 struct State {
     queue: VecDeque<Frame>,
-    /// The writer task has a frame under way (or the handshake response:
+    /// The control loop has a frame under way (or the handshake response:
     /// until [`Outbox::opened`]).
     busy: bool,
     /// The socket, for direct writes (once opened).
     direct: Option<DirectSocket>,
-    /// The writer task, while it waits for a frame.
+    /// The control loop, while it waits for a frame to write.
     writer: Option<Waker>,
     /// Tasks waiting for room in the queue.
     room: Vec<Waker>,
@@ -161,7 +168,8 @@ impl Outbox {
         live.into_values().flatten().for_each(Waker::wake);
     }
 
-    /// Nothing more is queued; the writer task ends once it wrote what is.
+    /// Nothing more is queued; the control loop's writing ends once it
+    /// wrote what is.
     pub(super) fn close(&self) {
         let mut state = self.lock();
         state.closed = true;
@@ -187,16 +195,16 @@ impl Outbox {
     }
 
     /// Queues `frame` (taken from the option) for subscription
-    /// `generation` (`None`: the control loop), waiting for room: false if
-    /// it may not write any more (nothing is queued then).
+    /// `generation`, waiting for room: false if it may not write any more
+    /// (nothing is queued then).
     pub(super) fn poll_push(
         &self,
         cx: &mut Context<'_>,
         frame: &mut Option<Frame>,
-        generation: Option<u64>,
+        generation: u64,
     ) -> Poll<bool> {
         let mut state = self.lock();
-        if state.closed || generation.is_some_and(|g| !state.live.contains_key(&g)) {
+        if state.closed || !state.live.contains_key(&generation) {
             return Poll::Ready(false);
         }
         if state.queue.len() >= OUTBOX {
@@ -211,7 +219,26 @@ impl Outbox {
         Poll::Ready(true)
     }
 
-    /// Queues a frame of the control loop's if there is room.
+    /// Whether the subscriptions may queue more: the control loop reads
+    /// the client only then.
+    pub(super) fn has_room(&self) -> bool {
+        self.lock().queue.len() < OUTBOX
+    }
+
+    /// Queues a frame of the control loop's (a pong, a reply, the Close),
+    /// room or not (see the module's note on the bound): false if nothing
+    /// more is taken.
+    pub(super) fn push(&self, frame: Frame) -> bool {
+        let mut state = self.lock();
+        if state.closed {
+            return false;
+        }
+        state.push(frame);
+        true
+    }
+
+    /// Queues a ping of the control loop's if there is room (a tick's: the
+    /// next tick brings another).
     pub(super) fn try_push(&self, frame: Frame) -> bool {
         let mut state = self.lock();
         if state.closed || state.queue.len() >= OUTBOX {
@@ -239,7 +266,7 @@ impl Outbox {
             (Some(socket), true) => match write_spliced(socket, prefix, frames)? {
                 Written::All if socket.holds_records() => {
                     // A TLS session holds records its socket did not
-                    // take: the writer task sends them (an empty frame is
+                    // take: the control loop sends them (an empty frame is
                     // a write of what the session holds), and until it
                     // has, what follows is queued behind.
                     state.push(Frame::Raw(Bytes::new()));
@@ -257,8 +284,8 @@ impl Outbox {
         Ok(Direct::Sent)
     }
 
-    /// The writer task's next frame (it is under way until
-    /// [`Outbox::wrote`]); `None` once the outbox is closed and empty.
+    /// The next frame to write (it is under way until [`Outbox::wrote`]);
+    /// `None` once the outbox is closed and empty.
     pub(super) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
         let mut state = self.lock();
         match state.queue.pop_front() {
@@ -271,10 +298,12 @@ impl Outbox {
             }
             None if state.closed => Poll::Ready(None),
             None => {
-                // A burst (a snapshot behind a slow socket) leaves no
-                // queue of its size for the socket's life.
-                if state.queue.capacity() > 8 {
-                    state.queue.shrink_to(8);
+                // Frames are queued rarely once streams are caught up (a
+                // ping per tick, a reply): an idle socket keeps no queue
+                // (after a burst, a snapshot behind a slow socket, least
+                // of all).
+                if state.queue.capacity() > 0 {
+                    state.queue = VecDeque::new();
                 }
                 state.writer = Some(cx.waker().clone());
                 Poll::Pending
@@ -282,7 +311,7 @@ impl Outbox {
         }
     }
 
-    /// The writer task's frame went whole.
+    /// The frame under way went whole.
     pub(super) fn wrote(&self) {
         self.lock().busy = false;
     }

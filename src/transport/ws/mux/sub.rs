@@ -110,10 +110,7 @@ impl Parkable for Sub {
                 return Poll::Ready(Flow::Ended);
             }
             if self.next.is_some() {
-                match self
-                    .outbox
-                    .poll_push(cx, &mut self.next, Some(self.generation))
-                {
+                match self.outbox.poll_push(cx, &mut self.next, self.generation) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(false) => return Poll::Ready(Flow::Ended),
                     Poll::Ready(true) => continue,
