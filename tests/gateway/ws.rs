@@ -606,9 +606,10 @@ async fn a_peer_that_never_answers_pings_is_closed_while_a_live_one_stays() {
     let env = spawn(seeded(1), ws_config()).await;
     env.synced("pods").await;
     let (mut live, _view) = subscribed(&env, "/stream/pods?namespace=nobody-here").await;
-    let mut silent = SilentPeer::connect(&env, "/stream/pods?namespace=nobody-here").await;
     let started = tokio::time::Instant::now();
-    let silent = tokio::spawn(async move {
+    // A single-stream socket, and a `/ws` socket (whose control loop looks
+    // at the idle timeout on each tick).
+    let silent = |mut silent: SilentPeer| async move {
         let mut pings = 0;
         loop {
             match silent.frame().await {
@@ -620,13 +621,17 @@ async fn a_peer_that_never_answers_pings_is_closed_while_a_live_one_stays() {
                 None => panic!("closed without a Close frame"),
             }
         }
-    });
+    };
+    let silent = futures::future::join(
+        silent(SilentPeer::connect(&env, "/stream/pods?namespace=nobody-here").await),
+        silent(SilentPeer::connect(&env, "/ws").await),
+    );
     tokio::pin!(silent);
     // Meanwhile the live client keeps reading, so it answers every ping.
-    let (code, pings) = tokio::time::timeout(WAIT, async {
+    let ((code, pings), (mux_code, mux_pings)) = tokio::time::timeout(WAIT, async {
         loop {
             tokio::select! {
-                done = &mut silent => break done.unwrap(),
+                done = &mut silent => break done,
                 frame = live.ws.next() => match frame {
                     Some(Ok(Message::Ping(_))) => live.pings += 1,
                     other => panic!("the live client got {other:?}"),
@@ -635,9 +640,11 @@ async fn a_peer_that_never_answers_pings_is_closed_while_a_live_one_stays() {
         }
     })
     .await
-    .expect("the silent peer is closed in time");
+    .expect("the silent peers are closed in time");
     assert_eq!(code, 1008, "heartbeat timeout is a policy close");
+    assert_eq!(mux_code, 1008, "on /ws too");
     assert!(pings >= 2, "the server pinged ({pings})");
+    assert!(mux_pings >= 2, "the server pinged /ws ({mux_pings})");
     assert!(
         started.elapsed() >= Duration::from_millis(500),
         "closed after the idle timeout, not before: {:?}",
@@ -861,9 +868,10 @@ async fn a_mux_socket_whose_client_reads_nothing_ends_at_the_hard_stop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mux_client_that_reads_none_of_its_replies_is_not_read_then_cut_off() {
     let mut cfg = test_config(&["pods"]);
+    // Neither a tick nor the idle timeout comes: the write timeout ends it.
     cfg.stream.write_timeout = Duration::from_secs(2);
     cfg.stream.keepalive = Duration::from_secs(600);
-    cfg.stream.ws_idle_timeout = Duration::from_millis(600);
+    cfg.stream.ws_idle_timeout = Duration::from_secs(3600);
     let env = spawn(seeded(1), cfg).await;
     env.synced("pods").await;
     let streams = env.app.streams().clone();
@@ -895,8 +903,8 @@ async fn a_mux_client_that_reads_none_of_its_replies_is_not_read_then_cut_off() 
     let burst: Vec<u8> = frame.repeat(1000);
     // The control loop reads the client only while the socket's outbox has
     // room: once the answers back up, it stops reading, and the client's
-    // writes stall (a burst that does not go within 200 ms, a third of the
-    // idle timeout), well before the write timeout would cut the socket.
+    // writes stall (a burst that does not go within 200 ms), well before
+    // the write timeout cuts the socket.
     let stalled = tokio::time::timeout(WAIT, async {
         loop {
             match tokio::time::timeout(Duration::from_millis(200), conn.write_all(&burst)).await {
@@ -912,9 +920,8 @@ async fn a_mux_client_that_reads_none_of_its_replies_is_not_read_then_cut_off() 
         stalled,
         "the gateway stops reading a client that reads none of its answers"
     );
-    // Still reading nothing: not read for the idle timeout, then its Close
-    // not taken within the write timeout, the connection is dropped, and
-    // the client's writes fail.
+    // Still reading nothing: its answers not taken within the write
+    // timeout, the connection is dropped, and the client's writes fail.
     let cut = tokio::time::timeout(WAIT, async {
         while conn.write_all(&burst).await.is_ok() {}
     })

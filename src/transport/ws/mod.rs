@@ -24,13 +24,15 @@
 //! own task or, caught up, parked with its hub's batch writer as a
 //! single-stream socket is; both write through the socket's outbox
 //! (`mux::outbox`): straight onto the socket while nothing is queued, else
-//! into a bounded queue drained by one writer task. A socket that is not
-//! read fills the queue and its subscriptions wait. The control loop (client messages, pings, idle
-//! timeout) only ever *tries* to queue its own ping, and waits at most the
-//! idle timeout to queue anything else (a pong, a reply), so a stuck socket
-//! cannot pin it, and a client that does not read what it asks for is not
-//! read either. The control loop, the writer and every subscription task
-//! are streams too: on the streams' runtime, waited for at shutdown.
+//! into a bounded queue that the socket's control loop writes. A socket
+//! that is not read fills the queue and its subscriptions wait. The
+//! control loop (client messages, pings, idle timeout, the socket's
+//! writing) only ever *tries* to queue its own ping, and reads the client
+//! only while the queue has room, queueing at most one frame (a pong, a
+//! reply) per message read: a client that does not read what it asks for
+//! is not read either, and is closed at the idle timeout. The control loop
+//! and every subscription task are streams too: on the streams' runtime,
+//! waited for at shutdown.
 //!
 //! Either way the hub never waits for a subscriber and, if one stays
 //! behind, laps it: RESET and a fresh snapshot, as on SSE.

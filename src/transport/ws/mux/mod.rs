@@ -115,9 +115,9 @@ impl Socket {
 
     /// Opens the connection on the current runtime (the streams'), then
     /// runs the socket's control loop: the socket's writing (the handshake
-    /// response, then what the outbox queues), client messages, pings, the
-    /// idle timeout, the end of the credentials the socket was opened
-    /// with, and the hard stop.
+    /// response, then what the outbox queues), client messages, pings and
+    /// the idle timeout on each tick, the end of the credentials the socket
+    /// was opened with, and the hard stop.
     ///
     /// One task for all of it, not a control loop and a writer task: a
     /// writer task was a second task header and future (576 bytes) per
@@ -146,8 +146,10 @@ impl Socket {
         let mut life = lifecycle.epoch().waiting();
         let mut life_seen = lifecycle.epoch().current();
         let mut ticks = lifecycle.ticks();
-        let idle = tokio::time::sleep(self.idle_timeout);
-        tokio::pin!(idle);
+        // When the client was last read: its idle timeout is looked at on
+        // each tick, as a parked single-stream socket's is (no timer per
+        // socket; the timeout is at least 2.5 ticks, `StreamConfig`).
+        let mut heard = Instant::now();
         let deadline = self.principal.deadline();
         // Boxed, and only for credentials that end: an anonymous socket
         // keeps no timer for it.
@@ -176,15 +178,21 @@ impl Socket {
                 () = poll_fn(|cx| life.poll_moved(life_seen, cx)) => {
                     life_seen = lifecycle.epoch().current();
                     let ticked = lifecycle.ticks();
-                    if ticked != ticks && !lifecycle.is_shutting_down() {
+                    if ticked != ticks {
                         ticks = ticked;
-                        outbox.try_push(Frame::Ping);
+                        if heard.elapsed() >= self.idle_timeout {
+                            // Not read for the idle timeout because it did
+                            // not take what it was sent is "not reading";
+                            // otherwise it was quiet.
+                            let why = if room { IDLE } else { NOT_READING };
+                            break Some(close_reason(CloseCode::Policy, why));
+                        }
+                        if !lifecycle.is_shutting_down() {
+                            outbox.try_push(Frame::Ping);
+                        }
                     }
                 }
                 notice = poll_fn(|cx| outbox.poll_ended(cx)) => self.ended(notice),
-                // Not read for the idle timeout because it did not take
-                // what it was sent is "not reading"; otherwise it was quiet.
-                _ = &mut idle => break Some(close_reason(CloseCode::Policy, if room { IDLE } else { NOT_READING })),
                 // The socket's own credentials: its subscriptions end
                 // themselves at the same moment, each with its ERROR (401).
                 () = poll_fn(|cx| expiry.as_mut().map_or(Poll::Pending, |e| e.as_mut().poll(cx))) => {
@@ -204,7 +212,7 @@ impl Socket {
                 // (and its pings spend the socket's ration,
                 // `takeover::ws_read`).
                 msg = msgs.next(), if room => {
-                    idle.as_mut().reset(Instant::now() + self.idle_timeout);
+                    heard = Instant::now();
                     match ClientFrame::of(msg) {
                         ClientFrame::End(ending) => break ending,
                         ClientFrame::Ping(payload) => {
