@@ -26,7 +26,7 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, SendStream};
 
-use super::batch::{Batches, Flow, Parkable, Task};
+use super::batch::{Batches, Parkable, Task};
 use super::io::{Blocked, WriteDeadline};
 use super::{CorsHeaders, Streams};
 use crate::lifecycle::Lifecycle;
@@ -144,35 +144,24 @@ impl<S: ChunkSource> H2Pump<S> {
         self.chunk = None;
         Poll::Ready(Ok(()))
     }
-
-    /// Nothing of its own under way, and its source has only its
-    /// subscription's events left to send.
-    fn batchable(&mut self) -> bool {
-        self.chunk.is_none()
-            && !self.ending
-            && self
-                .source
-                .batch()
-                .is_some_and(|source| source.batchable().is_some())
-    }
 }
 
 impl<S: ChunkSource> Parkable for H2Pump<S> {
-    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
             // The client reset the stream, or the connection is gone.
             if self.send.poll_reset(cx).is_ready() {
-                return Poll::Ready(Flow::Ended);
+                return Poll::Ready(());
             }
             if self.chunk.is_some() {
                 match ready!(self.poll_send(cx)) {
                     Ok(()) => continue,
-                    Err(()) => return Poll::Ready(Flow::Ended),
+                    Err(()) => return Poll::Ready(()),
                 }
             }
             if self.ending {
                 let _ = self.send.send_data(Bytes::new(), true);
-                return Poll::Ready(Flow::Ended);
+                return Poll::Ready(());
             }
             match self.source.poll_chunk(cx) {
                 Poll::Ready(None) => self.ending = true,
@@ -180,10 +169,14 @@ impl<S: ChunkSource> Parkable for H2Pump<S> {
                 Poll::Ready(Some(chunk)) => {
                     self.chunk = Some(chunk);
                 }
-                Poll::Pending if self.batchable() => return Poll::Ready(Flow::Batch),
                 Poll::Pending => return Poll::Pending,
             }
         }
+    }
+
+    /// Nothing of its own under way.
+    fn idle(&self) -> bool {
+        self.chunk.is_none() && !self.ending
     }
 
     fn batches(&self) -> &Batches {

@@ -12,7 +12,7 @@ use std::io::{self, IoSlice, Write as _};
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use super::batch::{Batches, Flow, Parkable, Task};
+use super::batch::{Batches, Parkable, Task};
 use super::io::{Blocked, InputWatch, WriteDeadline, poll_write_parts};
 use super::socket::{Detached, Socket};
 use super::{CorsHeaders, Streams, h2_stream, not_taken_over, socket_of};
@@ -99,8 +99,14 @@ struct Pump<S> {
 }
 
 impl<S: ChunkSource> Parkable for Pump<S> {
-    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.poll_pump(cx)
+    }
+
+    /// An HTTP/1.1 chunked response (plain or TLS) with nothing being
+    /// written.
+    fn idle(&self) -> bool {
+        self.chunked && self.out.is_empty() && !self.ending && self.socket.is_some()
     }
 
     fn batches(&self) -> &Batches {
@@ -152,31 +158,17 @@ impl<S: ChunkSource> Parkable for Pump<S> {
 }
 
 impl<S: ChunkSource> Pump<S> {
-    /// Whether this stream can leave its task for its hub's batch writer:
-    /// an HTTP/1.1 chunked response (plain or TLS) with nothing being
-    /// written and nothing owed but its subscription's events.
-    fn batchable(&mut self) -> bool {
-        self.chunked
-            && self.out.is_empty()
-            && !self.ending
-            && self.socket.is_some()
-            && self
-                .source
-                .batch()
-                .is_some_and(|source| source.batchable().is_some())
-    }
-
-    fn poll_pump(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+    fn poll_pump(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let p = self;
         if p.socket.is_none() {
             match p.detached.take().map(Detached::attach) {
                 Some(Ok(socket)) => p.socket = Some(socket),
-                _ => return Poll::Ready(Flow::Ended),
+                _ => return Poll::Ready(()),
             }
         }
         loop {
             let Some(socket) = &p.socket else {
-                return Poll::Ready(Flow::Ended);
+                return Poll::Ready(());
             };
             if !p.out.is_empty() || p.ending {
                 match ready!(p.out.poll_write(socket, &p.deadline, &mut p.blocked, cx)) {
@@ -185,18 +177,14 @@ impl<S: ChunkSource> Pump<S> {
                         if done.is_ok() {
                             socket.shutdown();
                         }
-                        return Poll::Ready(Flow::Ended);
+                        return Poll::Ready(());
                     }
                 }
             }
             if p.hang_up.hung_up(socket, cx) {
-                return Poll::Ready(Flow::Ended);
+                return Poll::Ready(());
             }
-            let next = match p.source.poll_chunk(cx) {
-                Poll::Ready(next) => next,
-                Poll::Pending if p.batchable() => return Poll::Ready(Flow::Batch),
-                Poll::Pending => return Poll::Pending,
-            };
+            let next = ready!(p.source.poll_chunk(cx));
             match next {
                 Some(chunk) if chunk.is_empty() => {}
                 Some(chunk) => {

@@ -40,7 +40,7 @@ use actix_web::{HttpMessage, HttpRequest};
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
-pub(crate) use batch::{Batches, Flow, Parkable, Task, Tick};
+pub(crate) use batch::{Batches, Parkable, Task, Tick};
 pub use http::respond;
 use io::WriteDeadline;
 pub use io::{LINGER, Linger};

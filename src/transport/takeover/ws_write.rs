@@ -106,6 +106,11 @@ pub struct WsWriter {
 }
 
 impl WsWriter {
+    /// Whether the handshake response went.
+    pub fn opened(&self) -> bool {
+        self.head.is_none()
+    }
+
     /// Sends the handshake response (`101 Switching Protocols`).
     pub async fn open(&mut self) -> io::Result<()> {
         poll_fn(|cx| self.poll_open(cx)).await

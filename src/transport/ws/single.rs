@@ -30,7 +30,7 @@ use crate::lifecycle::Lifecycle;
 use crate::transport::state::AppState;
 use crate::transport::stream::{BatchSource, Framed};
 use crate::transport::takeover::{
-    Batches, Flow, LINGER, Linger, Messages, Opcode, Parkable, Taken, Tick, Upgraded, WsWriter,
+    Batches, LINGER, Linger, Messages, Opcode, Parkable, Taken, Tick, Upgraded, WsWriter,
 };
 
 /// A single-stream socket's task.
@@ -150,27 +150,41 @@ impl Serve {
 /// frame, a tick's ping, the idle timeout (looked at on the next tick, so
 /// noticed up to a keep-alive interval late), its stream's end.
 impl Parkable for Serve {
-    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.conn.is_none() {
             let Some(taken) = self.taken.take() else {
-                return Poll::Ready(Flow::Ended);
+                return Poll::Ready(());
             };
             match (*taken).open(Messages::Ignored) {
                 Ok(upgraded) => self.conn = Some(upgraded),
                 Err(err) => {
                     // Logged; the 101 is not sent, and the connection closes.
                     let _ = lost(err);
-                    return Poll::Ready(Flow::Ended);
+                    return Poll::Ready(());
                 }
             }
             self.idle = Some(Box::pin(tokio::time::sleep(self.idle_timeout)));
         }
         let Some(mut conn) = self.conn.take() else {
-            return Poll::Ready(Flow::Ended);
+            return Poll::Ready(());
         };
         let flow = self.poll_conn(&mut conn, cx);
         self.conn = Some(conn);
         flow
+    }
+
+    /// Open (its handshake response sent), nothing of its own being
+    /// written or owed, no frame half read. Over TLS too: the inbox reads
+    /// until the socket has nothing, so the session then holds no
+    /// plaintext that the socket's readiness would not announce.
+    fn idle(&self) -> bool {
+        self.conn
+            .as_ref()
+            .is_some_and(|conn| conn.writer.opened() && !conn.inbox.holds_input())
+            && matches!(self.sending, Sending::Nothing)
+            && self.out.is_empty()
+            && !self.item
+            && self.held.is_none()
     }
 
     fn batches(&self) -> &Batches {
@@ -274,24 +288,10 @@ impl Parkable for Serve {
 const PING: &[u8] = &[0x89, 0x00];
 
 impl Serve {
-    /// Whether the socket can be written by its hub's batch writer now:
-    /// nothing of its own being written or owed, no frame half read. Over
-    /// TLS too: the inbox reads until the socket has nothing, so the
-    /// session then holds no plaintext that the socket's readiness would
-    /// not announce.
-    fn batchable(&self, conn: &Upgraded) -> bool {
-        matches!(self.sending, Sending::Nothing)
-            && self.out.is_empty()
-            && !self.item
-            && !conn.inbox.holds_input()
-            && self.held.is_none()
-            && self.framed.batchable().is_some()
-    }
-
-    fn poll_conn(&mut self, conn: &mut Upgraded, cx: &mut Context<'_>) -> Poll<Flow> {
+    fn poll_conn(&mut self, conn: &mut Upgraded, cx: &mut Context<'_>) -> Poll<()> {
         // The handshake response before any frame (ready at once after it).
         if ready!(conn.writer.poll_open(cx)).is_err() {
-            return Poll::Ready(Flow::Ended);
+            return Poll::Ready(());
         }
         loop {
             if let Sending::Lingering(linger) = &mut self.sending {
@@ -299,14 +299,14 @@ impl Serve {
                 if conn.writer.poll_linger(linger, cx).is_ready()
                     || !matches!(timer, Some(Poll::Pending))
                 {
-                    return Poll::Ready(Flow::Ended);
+                    return Poll::Ready(());
                 }
                 return Poll::Pending;
             }
             // The frame in progress first: frames go out whole and in order.
             if !matches!(self.sending, Sending::Nothing) {
                 if ready!(self.poll_sending(&mut conn.writer, cx)).is_err() {
-                    return Poll::Ready(Flow::Ended);
+                    return Poll::Ready(());
                 }
                 match mem::take(&mut self.sending) {
                     Sending::Close(_) => {
@@ -370,7 +370,7 @@ impl Serve {
             };
             if let Some(frame) = frame {
                 match frame {
-                    ClientFrame::End(None) => return Poll::Ready(Flow::Ended),
+                    ClientFrame::End(None) => return Poll::Ready(()),
                     ClientFrame::End(Some(reason)) => self.close(&reason),
                     ClientFrame::Ping(payload) => self.send(Sending::Pong(payload)),
                     // A single stream takes no messages: text only proves
@@ -387,11 +387,7 @@ impl Serve {
                 self.close(&close_reason(CloseCode::Policy, IDLE));
                 continue;
             }
-            match self.framed.poll_next_into(cx, &mut self.out) {
-                Poll::Ready(more) => self.more = more,
-                Poll::Pending if self.batchable(conn) => return Poll::Ready(Flow::Batch),
-                Poll::Pending => return Poll::Pending,
-            }
+            self.more = ready!(self.framed.poll_next_into(cx, &mut self.out));
             self.item = true;
         }
     }

@@ -9,10 +9,8 @@
 //!
 //! So a stream that is caught up (HTTP/1.1, plain or over TLS, where its
 //! bytes are encrypted into its own session and the records leave in one
-//! write; HTTP/2; a `/ws` subscription), with nothing
-//! owed but its subscription's next events
-//! ([`crate::transport::stream::BatchSource::batchable`]),
-//! leaves its task and is *parked* with its hub's [`Writer`]: one task per
+//! write; HTTP/2; a `/ws` subscription), with nothing owed but its
+//! subscription's next events, leaves its task and is *parked* with its hub's [`Writer`]: one task per
 //! hub (and kind of stream), registered once with the hub and the
 //! lifecycle. On a change it reads the log once per view and cursor its
 //! streams are at (usually one cursor per view), frames the events once
@@ -21,6 +19,12 @@
 //! `/ws` subscription's socket is shared with its other subscriptions: its
 //! outbox splices the subscription's prefix into the frames as it writes
 //! them, `transport::ws::mux::outbox`.)
+//!
+//! Whether a stream may be parked is decided in one place for every
+//! transport, when its task finds it waiting ([`Parkable::parkable`]): its
+//! transport has nothing of its own under way ([`Parkable::idle`]) and its
+//! subscription owes nothing but its events
+//! ([`crate::transport::stream::BatchSource::batchable`]).
 //!
 //! A parked stream's obligations stay with the writer, in one structure
 //! each, not a task or a timer per stream:
@@ -89,8 +93,24 @@ use writer::Writer;
 /// WebSocket (`transport::ws::single`) or a `/ws` subscription
 /// (`transport::ws::mux`).
 pub(crate) trait Parkable: Send + Sized + 'static {
-    /// Polls the stream in its own task, until it ends or can be parked.
-    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Flow>;
+    /// Polls the stream in its own task: ready once it is over, pending
+    /// while it waits (its task then parks it if it may be,
+    /// [`Parkable::parkable`]).
+    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+
+    /// Whether nothing of the transport's own is under way: no bytes half
+    /// written, no frame half read, nothing owed the client but its
+    /// subscription's next events (a pong to send, a Close, the handshake
+    /// response), its socket open. Transport state only; what the
+    /// subscription owes is [`BatchSource::batchable`]'s.
+    fn idle(&self) -> bool;
+
+    /// Whether the stream may leave its task for its hub's writer: the one
+    /// place that decides, for every transport. Its transport is idle and
+    /// its subscription owes nothing but its events.
+    fn parkable(&mut self) -> bool {
+        self.idle() && self.source().is_some_and(|s| s.batchable().is_some())
+    }
 
     fn batches(&self) -> &Batches;
 
@@ -164,14 +184,6 @@ pub(crate) enum Tick {
 /// thread run: at ~2 µs a `sendmsg`, a few milliseconds.
 pub(crate) const SENDS_PER_POLL: usize = 2048;
 
-/// How a stream's task stops polling it.
-pub(crate) enum Flow {
-    /// The stream is over.
-    Ended,
-    /// The stream is caught up: its hub's writer takes it.
-    Batch,
-}
-
 /// A stream's task: the stream, until it is handed to its hub's writer
 /// (which starts a task again for it once it has anything of its own to
 /// do). The stream's state is boxed, and stays in that one place for the
@@ -195,9 +207,14 @@ impl<M: Parkable> Future for Task<M> {
         let Some(stream) = &mut task.0 else {
             return Poll::Ready(());
         };
-        let flow = std::task::ready!(stream.poll_stream(cx));
-        if let (Flow::Batch, Some(stream)) = (flow, task.0.take()) {
-            stream.batches().clone().park(stream);
+        match stream.poll_stream(cx) {
+            Poll::Ready(()) => {}
+            Poll::Pending if stream.parkable() => {
+                if let Some(stream) = task.0.take() {
+                    stream.batches().clone().park(stream);
+                }
+            }
+            Poll::Pending => return Poll::Pending,
         }
         task.0 = None;
         Poll::Ready(())

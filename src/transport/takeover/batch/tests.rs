@@ -33,6 +33,11 @@ struct Socket {
     script: Mutex<VecDeque<Write>>,
     /// `poll_input` is ready.
     input: Mutex<bool>,
+    /// Its task finds it waiting for its subscription (else it hands its
+    /// subscription to the test and ends).
+    waiting: Mutex<bool>,
+    /// Its transport has something of its own under way.
+    busy: Mutex<bool>,
     /// The waker the writer last gave `poll_input`.
     input_waker: Mutex<Option<Waker>>,
     /// `unparked(rest)`, once called.
@@ -61,11 +66,18 @@ struct Fake {
 }
 
 impl Parkable for Fake {
-    fn poll_stream(&mut self, _cx: &mut Context<'_>) -> Poll<Flow> {
+    fn poll_stream(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
+        if *lock(&self.socket.waiting) {
+            return Poll::Pending;
+        }
         // Only an unparked stream's task polls it: hand its
         // subscription to the test, and end.
         *lock(&self.socket.returned) = self.framed.take();
-        Poll::Ready(Flow::Ended)
+        Poll::Ready(())
+    }
+
+    fn idle(&self) -> bool {
+        !*lock(&self.socket.busy)
     }
 
     fn batches(&self) -> &Batches {
@@ -483,4 +495,25 @@ async fn a_tick_is_written_without_unparking() {
     }
     assert_eq!(s.unparked_total(), 0);
     assert_eq!(s.parked_now(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_stream_is_parked_only_once_its_transport_has_nothing_under_way() {
+    let mut s = Setup::new(LogLimits::default());
+    let (fake, socket) = s.stream().await;
+    *lock(&socket.waiting) = true;
+    *lock(&socket.busy) = true;
+    let mut task = Task(Some(fake));
+    let waker = Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    // Caught up, but its transport is busy (a write under way, a ping to
+    // answer): it stays in its task.
+    assert!(Pin::new(&mut task).poll(&mut cx).is_pending());
+    assert_eq!(s.parked_now(), 0);
+    // Idle: its task hands it to its hub's writer and ends.
+    *lock(&socket.busy) = false;
+    assert!(Pin::new(&mut task).poll(&mut cx).is_ready());
+    run_until("the writer took it", || s.parked_now() == 1).await;
+    let frame = s.append();
+    run_until("the writer wrote the change", || socket.wrote() == frame).await;
 }

@@ -18,7 +18,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use actix_web::web;
 use bytes::Bytes;
@@ -29,7 +29,7 @@ use super::outbox::{Direct, Frame, Outbox, spliced, spliced_payloads};
 use crate::lifecycle::Lifecycle;
 use crate::transport::state::AppState;
 use crate::transport::stream::{BatchSource, Framed};
-use crate::transport::takeover::{Batches, Flow, Parkable, Tick};
+use crate::transport::takeover::{Batches, Parkable, Tick};
 use crate::transport::ws::message::{Outgoing, WsFraming, error_message, message};
 
 /// Starting a subscription: its authorization and its hub's sync; then the
@@ -90,29 +90,19 @@ impl Sub {
             more: true,
         }
     }
-
-    /// Caught up with nothing of its own under way, its socket open.
-    fn batchable(&self) -> bool {
-        self.next.is_none()
-            && self.rest.is_none()
-            && self.out.is_empty()
-            && self.more
-            && self.outbox.direct()
-            && matches!(&self.phase, Phase::Streaming(f) if f.batchable().is_some())
-    }
 }
 
 impl Parkable for Sub {
-    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
             // Unsubscribed, or the socket ended: nothing more is written.
             if self.outbox.poll_live(self.generation, cx).is_ready() {
-                return Poll::Ready(Flow::Ended);
+                return Poll::Ready(());
             }
             if self.next.is_some() {
                 match self.outbox.poll_push(cx, &mut self.next, self.generation) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(false) => return Poll::Ready(Flow::Ended),
+                    Poll::Ready(false) => return Poll::Ready(()),
                     Poll::Ready(true) => continue,
                 }
             }
@@ -138,7 +128,7 @@ impl Parkable for Sub {
                 self.out.shrink_to(4);
             }
             if !self.more {
-                return Poll::Ready(Flow::Ended);
+                return Poll::Ready(());
             }
             match &mut self.phase {
                 Phase::Starting(starting) => match starting.as_mut().poll(cx) {
@@ -152,14 +142,22 @@ impl Parkable for Sub {
                         self.phase = Phase::Refused;
                     }
                 },
-                Phase::Streaming(framed) => match framed.poll_next_into(cx, &mut self.out) {
-                    Poll::Ready(more) => self.more = more,
-                    Poll::Pending if self.batchable() => return Poll::Ready(Flow::Batch),
-                    Poll::Pending => return Poll::Pending,
-                },
+                Phase::Streaming(framed) => {
+                    self.more = ready!(framed.poll_next_into(cx, &mut self.out));
+                }
                 Phase::Refused => self.more = false,
             }
         }
+    }
+
+    /// Nothing of its own under way, its socket open. (Its subscription
+    /// is its [`Parkable::source`] only once started.)
+    fn idle(&self) -> bool {
+        self.next.is_none()
+            && self.rest.is_none()
+            && self.out.is_empty()
+            && self.more
+            && self.outbox.direct()
     }
 
     fn batches(&self) -> &Batches {
