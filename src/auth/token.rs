@@ -35,11 +35,18 @@ pub fn bearer_token(value: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
+/// Whether a query pair's key is `access_token`, read as the stream
+/// parsers read keys: percent-decoded (`access%5Ftoken` is one too, and
+/// must be neither ignored as a credential nor logged).
+fn is_token_key(key: &str) -> bool {
+    key == TOKEN_PARAM || (key.contains('%') && percent_decode(key).as_deref() == Some(TOKEN_PARAM))
+}
+
 /// The first non-empty `access_token` in a query string, percent-decoded.
 pub fn query_token(query: &str) -> Option<String> {
     query.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=')?;
-        if key != TOKEN_PARAM || value.is_empty() {
+        if !is_token_key(key) || value.is_empty() {
             return None;
         }
         let decoded = percent_decode(value)?;
@@ -50,7 +57,7 @@ pub fn query_token(query: &str) -> Option<String> {
 /// The query string without `access_token` pairs, so that stream query
 /// parsers (which refuse unknown parameters) never see the token.
 pub fn strip_token(query: &str) -> Cow<'_, str> {
-    let is_token = |pair: &&str| pair.split('=').next() == Some(TOKEN_PARAM);
+    let is_token = |pair: &&str| pair.split('=').next().is_some_and(is_token_key);
     if !query.split('&').any(|p| is_token(&p)) {
         return Cow::Borrowed(query);
     }
@@ -142,5 +149,14 @@ mod tests {
             "namespace=a"
         );
         assert_eq!(strip_token("access_token=x"), "");
+        // Its key percent-encoded is still the token: stripped, and read.
+        assert_eq!(
+            strip_token("access%5Ftoken=secret&namespace=a&access%5ftoken"),
+            "namespace=a"
+        );
+        assert_eq!(
+            query_token("namespace=a&access%5Ftoken=q").as_deref(),
+            Some("q")
+        );
     }
 }
