@@ -1,9 +1,10 @@
 //! A `/ws` socket: many subscriptions on one connection, opened and closed
-//! by client messages ([`super::ops`]). One control loop reads the client
-//! (answering each of its pings before reading on), pings and keeps the
-//! idle timeout, and writes what the socket's [`outbox`] queues; each
-//! subscription is a stream of its own ([`sub`]), in a task or parked
-//! with its hub's batch writer, and writes through the outbox.
+//! by client messages ([`super::ops`]). One control loop ([`Control`], a
+//! task of its own) reads the client while the socket's [`outbox`] has
+//! room (queueing at most a pong or a reply per message), pings and keeps
+//! the idle timeout, and writes what the outbox queues; each subscription
+//! is a stream of its own ([`sub`]), in a task or parked with its hub's
+//! batch writer, and writes through the outbox.
 //!
 //! All of them are streams (`takeover::Streams`): they run on the streams'
 //! runtime, where the connection is opened (so its readiness and the hubs'
@@ -15,6 +16,7 @@ mod sub;
 
 use std::collections::HashMap;
 use std::future::poll_fn;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -24,7 +26,7 @@ use actix_ws::{CloseCode, CloseReason};
 use bytes::Bytes;
 use bytestring::ByteString;
 use futures::StreamExt;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::message::{
     CLOSE_UNAUTHORIZED, GOING_AWAY, IDLE, Id, NOT_READING, NULL_PREFIX, Outgoing, close_reason,
@@ -33,11 +35,13 @@ use super::message::{
 use super::ops::{Op, OpError, parse_op};
 use super::{ClientFrame, Ending};
 use crate::auth::Principal;
+use crate::epoch::Registration;
+use crate::lifecycle::Lifecycle;
 use crate::metrics::Transport;
 use crate::status::status_json;
 use crate::transport::message::shutdown_status;
 use crate::transport::state::AppState;
-use crate::transport::takeover::{Messages, Opcode, Taken, Task, Upgraded, WsWriter};
+use crate::transport::takeover::{Inbox, Messages, Opcode, Taken, Task, Upgraded, WsWriter};
 use crate::transport::{StreamParams, subscribe};
 use outbox::{Frame, Outbox};
 use sub::{Starting, Sub};
@@ -47,11 +51,59 @@ use sub::{Starting, Sub};
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// Starts a `/ws` socket's control loop on the streams' runtime; it opens
-/// the connection there and starts the writer.
+/// the connection there.
 pub(super) fn spawn(state: web::Data<AppState>, taken: Box<Taken>, principal: Principal) {
-    let max = state.stream.max_subscriptions_per_socket.max(1);
     let streams = state.streams.clone();
-    streams.spawn(Socket::new(state, max, principal).run(taken));
+    streams.spawn(run(state, taken, principal));
+}
+
+/// Opens the connection on the current runtime (the streams'), then runs
+/// the socket's control loop ([`Control`]) until the socket ends, and
+/// closes it.
+///
+/// One task for all of it, not a control loop and a writer task: a writer
+/// task was a second task header and future (576 bytes) per socket. The
+/// control loop reads the client only while the outbox has room, so what
+/// it queues for a client message (a pong, a reply) stays within the
+/// outbox's bound without waiting for room in a handler, which only the
+/// writing it would block could make.
+///
+/// Its arguments are small: an `async fn` keeps its arguments beside its
+/// locals for its whole life, so the socket's state is made here.
+async fn run(state: web::Data<AppState>, taken: Box<Taken>, principal: Principal) {
+    let Upgraded { writer, inbox } = match (*taken).open(Messages::Taken) {
+        Ok(upgraded) => upgraded,
+        Err(err) => {
+            // Logged; the 101 is not sent, and the connection closes.
+            let _ = super::lost(err);
+            return;
+        }
+    };
+    let max = state.stream.max_subscriptions_per_socket.max(1);
+    let mut control = Control::new(
+        Socket::new(state, max, principal),
+        Writer::new(writer),
+        inbox,
+    );
+    let stop = poll_fn(|cx| control.poll(cx)).await;
+    // Boxed: the socket's task keeps only the state of its waiting.
+    Box::pin(end(control, stop)).await;
+}
+
+/// Ends the socket as its control loop stopped.
+async fn end(control: Control, stop: Stop) {
+    let Control {
+        mut socket,
+        mut writer,
+        life,
+        ..
+    } = control;
+    drop(life);
+    let ending = match stop {
+        Stop::End(ending) => ending,
+        Stop::Expired => socket.expire(&mut writer).await,
+    };
+    socket.finish(ending, writer).await;
 }
 
 /// Subscribes `principal` to `resource` as `params` say, unless the
@@ -73,7 +125,7 @@ fn starting(
     })
 }
 
-/// A `/ws` socket: its writer, its subscriptions, its control loop.
+/// A `/ws` socket's subscriptions, as its control loop keeps them.
 struct Socket {
     state: web::Data<AppState>,
     outbox: Arc<Outbox>,
@@ -111,121 +163,6 @@ impl Socket {
         {
             self.subs.remove(&*id);
         }
-    }
-
-    /// Opens the connection on the current runtime (the streams'), then
-    /// runs the socket's control loop: the socket's writing (the handshake
-    /// response, then what the outbox queues), client messages, pings and
-    /// the idle timeout on each tick, the end of the credentials the socket
-    /// was opened with, and the hard stop.
-    ///
-    /// One task for all of it, not a control loop and a writer task: a
-    /// writer task was a second task header and future (576 bytes) per
-    /// socket. The control loop reads the client only while the outbox has
-    /// room, so what it queues for a client message (a pong, a reply)
-    /// stays within the outbox's bound without waiting for room in a
-    /// handler, which only the writing it would block could make.
-    async fn run(mut self, taken: Box<Taken>) {
-        let Upgraded {
-            writer: raw,
-            inbox: mut msgs,
-        } = match (*taken).open(Messages::Taken) {
-            Ok(upgraded) => upgraded,
-            Err(err) => {
-                // Logged; the 101 is not sent, and the connection closes.
-                let _ = super::lost(err);
-                return;
-            }
-        };
-        let mut writer = Writer::new(raw);
-        let outbox = self.outbox.clone();
-        let lifecycle = self.state.lifecycle.clone();
-        // One wait on the lifecycle, whose epoch moves on each tick, at
-        // shutdown and at the hard stop (not three futures in the
-        // socket's state).
-        let mut life = lifecycle.epoch().waiting();
-        let mut life_seen = lifecycle.epoch().current();
-        let mut ticks = lifecycle.ticks();
-        // When the client was last read: its idle timeout is looked at on
-        // each tick, as a parked single-stream socket's is (no timer per
-        // socket; the timeout is at least 2.5 ticks, `StreamConfig`).
-        let mut heard = Instant::now();
-        let deadline = self.principal.deadline();
-        // Boxed, and only for credentials that end: an anonymous socket
-        // keeps no timer for it.
-        let mut expiry = deadline.map(|at| Box::pin(tokio::time::sleep_until(at)));
-        let ending: Ending = loop {
-            if lifecycle.is_shutting_down() && self.subs.is_empty() {
-                break Some(close_reason(CloseCode::Away, GOING_AWAY));
-            }
-            // Past the grace period nothing more is waited for.
-            if lifecycle.is_hard_stopped() {
-                break None;
-            }
-            let room = outbox.has_room();
-            tokio::select! {
-                // Ordered: what is written makes room first, and an ended
-                // subscription frees its id before the next client message
-                // is read.
-                biased;
-                wrote = poll_fn(|cx| writer.poll(&outbox, cx)) => {
-                    if !matches!(wrote, Wrote::Frame) {
-                        // The socket failed (only `finish` queues a Close
-                        // or closes the outbox).
-                        break None;
-                    }
-                }
-                () = poll_fn(|cx| life.poll_moved(life_seen, cx)) => {
-                    life_seen = lifecycle.epoch().current();
-                    let ticked = lifecycle.ticks();
-                    if ticked != ticks {
-                        ticks = ticked;
-                        if heard.elapsed() >= self.idle_timeout {
-                            // Not read for the idle timeout because it did
-                            // not take what it was sent is "not reading";
-                            // otherwise it was quiet.
-                            let why = if room { IDLE } else { NOT_READING };
-                            break Some(close_reason(CloseCode::Policy, why));
-                        }
-                        if !lifecycle.is_shutting_down() {
-                            outbox.try_push(Frame::Ping);
-                        }
-                    }
-                }
-                notice = poll_fn(|cx| outbox.poll_ended(cx)) => self.ended(notice),
-                // The socket's own credentials: its subscriptions end
-                // themselves at the same moment, each with its ERROR (401).
-                () = poll_fn(|cx| expiry.as_mut().map_or(Poll::Pending, |e| e.as_mut().poll(cx))) => {
-                    // A refreshed session moved its end: wait for that.
-                    match self.principal.lease().and_then(|lease| lease.later()) {
-                        Some(later) => {
-                            if let Some(expiry) = &mut expiry {
-                                expiry.as_mut().reset(later);
-                            }
-                        }
-                        _ => break Box::pin(self.expire(&mut writer)).await,
-                    }
-                }
-                // Read only while the outbox has room: a client that
-                // pings faster than it reads pongs, or sends requests
-                // faster than it reads the replies, is not read either
-                // (and its pings spend the socket's ration,
-                // `takeover::ws_read`).
-                msg = msgs.next(), if room => {
-                    heard = Instant::now();
-                    match ClientFrame::of(msg) {
-                        ClientFrame::End(ending) => break ending,
-                        ClientFrame::Ping(payload) => {
-                            outbox.push(Frame::Pong(payload));
-                        }
-                        ClientFrame::Pong => {}
-                        ClientFrame::Text(text) => self.handle(&text),
-                    }
-                }
-            }
-        };
-        drop(life);
-        Box::pin(self.finish(ending, writer)).await;
     }
 
     /// Ends every subscription, queues the Close frame behind what is
@@ -368,6 +305,158 @@ impl Socket {
                 }
             }
         }
+    }
+}
+
+/// How the control loop stopped.
+enum Stop {
+    /// The socket ends, with a Close of this reason (none if the peer is
+    /// gone or the hard stop came).
+    End(Ending),
+    /// The credentials it was opened with ended.
+    Expired,
+}
+
+/// A `/ws` socket's control loop while it runs: the socket's writing (the
+/// handshake response, then what the outbox queues), the ends of its
+/// subscriptions, pings and the idle timeout on each tick, the end of the
+/// credentials it was opened with, client messages, shutdown and the hard
+/// stop. Polled by hand: the `async fn` with a `select!` it replaces kept
+/// each branch's future and its arguments beside this state (944 bytes).
+struct Control {
+    socket: Socket,
+    writer: Writer,
+    msgs: Inbox,
+    outbox: Arc<Outbox>,
+    /// One wait on the lifecycle, whose epoch moves on each tick, at
+    /// shutdown and at the hard stop.
+    life: LifeWait,
+    life_seen: u64,
+    ticks: u64,
+    /// When the client was last read: its idle timeout is looked at on
+    /// each tick, as a parked single-stream socket's is (no timer per
+    /// socket; the timeout is at least 2.5 ticks, `StreamConfig`).
+    heard: Instant,
+    /// Boxed, and only for credentials that end: an anonymous socket keeps
+    /// no timer for it.
+    expiry: Option<Pin<Box<Sleep>>>,
+}
+
+impl Control {
+    fn new(socket: Socket, writer: Writer, msgs: Inbox) -> Control {
+        let lifecycle = socket.state.lifecycle.clone();
+        let expiry = socket
+            .principal
+            .deadline()
+            .map(|at| Box::pin(tokio::time::sleep_until(at)));
+        Control {
+            outbox: socket.outbox.clone(),
+            writer,
+            msgs,
+            life_seen: lifecycle.epoch().current(),
+            ticks: lifecycle.ticks(),
+            life: LifeWait {
+                lifecycle,
+                reg: Registration::default(),
+            },
+            heard: Instant::now(),
+            expiry,
+            socket,
+        }
+    }
+
+    /// Ready once the socket is to end. Each step in order (what is
+    /// written makes room first, and an ended subscription frees its id
+    /// before the next client message is read); after any that did
+    /// something, from the top again.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Stop> {
+        let lifecycle = self.life.lifecycle.clone();
+        loop {
+            if lifecycle.is_shutting_down() && self.socket.subs.is_empty() {
+                return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Away, GOING_AWAY))));
+            }
+            // Past the grace period nothing more is waited for.
+            if lifecycle.is_hard_stopped() {
+                return Poll::Ready(Stop::End(None));
+            }
+            let room = self.outbox.has_room();
+            if let Poll::Ready(wrote) = self.writer.poll(&self.outbox, cx) {
+                if !matches!(wrote, Wrote::Frame) {
+                    // The socket failed (only `finish` queues a Close or
+                    // closes the outbox).
+                    return Poll::Ready(Stop::End(None));
+                }
+                continue;
+            }
+            let epoch = lifecycle.epoch();
+            if epoch
+                .poll_moved(self.life_seen, &mut self.life.reg, cx)
+                .is_ready()
+            {
+                self.life_seen = epoch.current();
+                let ticked = lifecycle.ticks();
+                if ticked != self.ticks {
+                    self.ticks = ticked;
+                    if self.heard.elapsed() >= self.socket.idle_timeout {
+                        // Not read for the idle timeout because it did not
+                        // take what it was sent is "not reading"; otherwise
+                        // it was quiet.
+                        let why = if room { IDLE } else { NOT_READING };
+                        return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Policy, why))));
+                    }
+                    if !lifecycle.is_shutting_down() {
+                        self.outbox.try_push(Frame::Ping);
+                    }
+                }
+                continue;
+            }
+            if let Poll::Ready(notice) = self.outbox.poll_ended(cx) {
+                self.socket.ended(notice);
+                continue;
+            }
+            // The socket's own credentials: its subscriptions end
+            // themselves at the same moment, each with its ERROR (401).
+            if let Some(expiry) = &mut self.expiry
+                && expiry.as_mut().poll(cx).is_ready()
+            {
+                // A refreshed session moved its end: wait for that.
+                match self.socket.principal.lease().and_then(|l| l.later()) {
+                    Some(later) => expiry.as_mut().reset(later),
+                    None => return Poll::Ready(Stop::Expired),
+                }
+                continue;
+            }
+            // Read only while the outbox has room: a client that pings
+            // faster than it reads pongs, or sends requests faster than it
+            // reads the replies, is not read either (and its pings spend
+            // the socket's ration, `takeover::ws_read`).
+            if room && let Poll::Ready(msg) = self.msgs.poll_next_unpin(cx) {
+                self.heard = Instant::now();
+                match ClientFrame::of(msg) {
+                    ClientFrame::End(ending) => return Poll::Ready(Stop::End(ending)),
+                    ClientFrame::Ping(payload) => {
+                        self.outbox.push(Frame::Pong(payload));
+                    }
+                    ClientFrame::Pong => {}
+                    ClientFrame::Text(text) => self.socket.handle(&text),
+                }
+                continue;
+            }
+            return Poll::Pending;
+        }
+    }
+}
+
+/// The control loop's registration with the lifecycle's epoch, taken out
+/// when the loop ends.
+struct LifeWait {
+    lifecycle: Arc<Lifecycle>,
+    reg: Registration,
+}
+
+impl Drop for LifeWait {
+    fn drop(&mut self) {
+        self.lifecycle.epoch().deregister(&mut self.reg);
     }
 }
 
