@@ -810,6 +810,32 @@ async fn mux_tasks_are_streams_that_the_stop_waits_for() {
     server.stop().await;
 }
 
+/// A `/ws` connection with a small receive buffer, whose client has read
+/// the 101 head (a client sends no frame before it, RFC 6455, 4.1) and
+/// reads nothing after it unless the test does.
+async fn unread_mux_socket(env: &TestEnv) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut conn = socket.connect(env.app.local_addr()).await.unwrap();
+    conn.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: kubefan\r\nUpgrade: websocket\r\n\
+          Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+          Sec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let byte = tokio::time::timeout(WAIT, conn.read_u8())
+            .await
+            .expect("the 101 in time")
+            .unwrap();
+        head.push(byte);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{head:?}");
+    conn
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mux_socket_whose_client_reads_nothing_ends_at_the_hard_stop() {
     let mut cfg = test_config(&["pods"]);
@@ -825,27 +851,7 @@ async fn a_mux_socket_whose_client_reads_nothing_ends_at_the_hard_stop() {
     env.synced("pods").await;
     let hub = env.app.informers().hub("pods").await.unwrap();
     let mut subscribers = hub.subscribers_rx();
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut conn = socket.connect(env.app.local_addr()).await.unwrap();
-    conn.write_all(
-        b"GET /ws HTTP/1.1\r\nHost: kubefan\r\nUpgrade: websocket\r\n\
-          Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-          Sec-WebSocket-Version: 13\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    // The 101 first: a client sends no frame before it (RFC 6455, 4.1).
-    // Only its head is read; after it, nothing is.
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let byte = tokio::time::timeout(WAIT, conn.read_u8())
-            .await
-            .expect("the 101 in time")
-            .unwrap();
-        head.push(byte);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"), "{head:?}");
+    let mut conn = unread_mux_socket(&env).await;
     // One masked text frame (a zero mask leaves the payload as it is).
     let op = br#"{"op":"subscribe","id":"a","resource":"pods"}"#;
     let mut frame = vec![0x81, 0x80 | op.len() as u8, 0, 0, 0, 0];
@@ -876,25 +882,7 @@ async fn a_mux_client_that_reads_none_of_its_replies_is_not_read_then_cut_off() 
     env.synced("pods").await;
     let streams = env.app.streams().clone();
     let before = streams.running();
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut conn = socket.connect(env.app.local_addr()).await.unwrap();
-    conn.write_all(
-        b"GET /ws HTTP/1.1\r\nHost: kubefan\r\nUpgrade: websocket\r\n\
-          Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-          Sec-WebSocket-Version: 13\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let byte = tokio::time::timeout(WAIT, conn.read_u8())
-            .await
-            .expect("the 101 in time")
-            .unwrap();
-        head.push(byte);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"), "{head:?}");
+    let mut conn = unread_mux_socket(&env).await;
     // Each request is answered (a 404: no such subscription); none of the
     // answers is read. Masked text frames (a zero mask).
     let op = br#"{"op":"unsubscribe","id":"nope"}"#;
