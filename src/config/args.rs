@@ -79,6 +79,10 @@ pub struct GatewayArgs {
     /// Subscriptions one multiplexed WebSocket (`/ws`) may hold at once.
     #[arg(long, env = "KUBEFAN_WS_MAX_SUBSCRIPTIONS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub ws_max_subscriptions: u64,
+    /// Subscriptions one `/ws` socket may start at once, and again every
+    /// minute; past them a subscribe gets an ERROR (429) for its id.
+    #[arg(long, env = "KUBEFAN_WS_SUBSCRIBES_PER_MINUTE", default_value_t = 600, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub ws_subscribes_per_minute: u32,
     /// Seconds a stream waits for a client that reads nothing before it
     /// closes the connection.
     #[arg(long, env = "KUBEFAN_WRITE_TIMEOUT_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -371,6 +375,7 @@ impl GatewayArgs {
                 ws_max_message: self.ws_max_message_bytes as usize,
                 ws_max_fragments: self.ws_max_fragments as usize,
                 max_subscriptions_per_socket: self.ws_max_subscriptions as usize,
+                subscribes_per_minute: self.ws_subscribes_per_minute,
                 write_timeout: Duration::from_secs(self.write_timeout_secs),
             },
             auth: AuthConfig {

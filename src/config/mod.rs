@@ -40,6 +40,10 @@ pub struct StreamConfig {
     pub ws_max_fragments: usize,
     /// Subscriptions one `/ws` socket may hold at once.
     pub max_subscriptions_per_socket: usize,
+    /// Subscriptions one `/ws` socket may start at once, and again every
+    /// minute: each one starts a stream and sends its snapshot, so a
+    /// client that subscribes and unsubscribes in a loop is rationed.
+    pub subscribes_per_minute: u32,
     /// A stream whose client takes no byte for this long is closed (as
     /// nginx's `send_timeout`); a slow reader that still reads is lapped
     /// instead (RESET and a fresh snapshot).
@@ -64,6 +68,7 @@ impl Default for StreamConfig {
             ws_max_message: 64 << 10,
             ws_max_fragments: 64,
             max_subscriptions_per_socket: 100,
+            subscribes_per_minute: 600,
             write_timeout: Duration::from_secs(60),
         }
     }

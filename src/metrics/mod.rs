@@ -289,7 +289,7 @@ impl Metrics {
         );
         registry.register(
             "limits_hit",
-            "Requests refused by a limit (requests_per_second, connections)",
+            "Requests and connections refused or cut off by a limit (connections, requests_per_second, write_timeout, ws_message_size, idle_frames, ws_subscribes)",
             m.limits_hit.clone(),
         );
         registry.register(

@@ -511,6 +511,61 @@ async fn bad_requests_on_ws_get_errors_for_their_id_and_the_socket_keeps_flowing
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribing_again_and_again_is_rationed_per_socket() {
+    let mut cfg = ws_config();
+    cfg.stream.subscribes_per_minute = 3;
+    let env = spawn(seeded(2), cfg).await;
+    env.synced("pods").await;
+    let mut ws = WsClient::connect(&env, "/ws").await;
+    let mut mux = Mux::default();
+    // Subscribing and unsubscribing in a loop: each subscription starts a
+    // stream and sends its snapshot. Three at once are allowed, and then
+    // three a minute.
+    for id in ["s1", "s2", "s3"] {
+        ws.subscribe(json!({"op": "subscribe", "id": id, "resource": "pods"}))
+            .await;
+        mux.until(&mut ws, |m| {
+            m.views.get(id).is_some_and(|v| v.snapshots == 1)
+        })
+        .await;
+        ws.send_json(json!({"op": "unsubscribe", "id": id})).await;
+        mux.until(&mut ws, |m| m.find(json!(id), "UNSUBSCRIBED").is_some())
+            .await;
+    }
+    ws.subscribe(json!({"op": "subscribe", "id": "s4", "resource": "pods"}))
+        .await;
+    mux.until(&mut ws, |m| m.find(json!("s4"), "ERROR").is_some())
+        .await;
+    let err = mux.find(json!("s4"), "ERROR").unwrap();
+    assert_eq!(err["object"]["code"], 429, "{err}");
+    assert_eq!(err["object"]["reason"], "TooManyRequests");
+    assert!(
+        err["object"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("within the last minute"),
+        "{err}"
+    );
+    assert!(
+        env.metrics()
+            .await
+            .contains(r#"kubefan_limits_hit_total{kind="ws_subscribes"} 1"#)
+    );
+    // The socket itself goes on: its requests are still answered.
+    ws.send_json(json!({"op": "unsubscribe", "id": "s4"})).await;
+    let errors = |m: &Mux| -> Vec<Value> {
+        m.other
+            .iter()
+            .filter(|(s, msg)| *s == json!("s4") && msg["type"] == "ERROR")
+            .map(|(_, msg)| msg["object"]["code"].clone())
+            .collect()
+    };
+    mux.until(&mut ws, |m| errors(m).len() == 2).await;
+    assert_eq!(errors(&mux), [json!(429), json!(404)], "not subscribed");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_and_binary_frames_close_the_socket_with_their_codes() {
     let mut cfg = ws_config();
     cfg.stream.ws_max_message = 1024;

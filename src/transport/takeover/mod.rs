@@ -26,7 +26,7 @@ mod h2_guard;
 mod h2_stream;
 mod http;
 mod io;
-mod ration;
+pub(crate) mod ration;
 pub mod server;
 mod socket;
 mod ws_read;

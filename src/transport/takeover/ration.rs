@@ -20,14 +20,20 @@ use tokio::time::Instant;
 
 /// The `kind` label frames past a connection's ration are counted under.
 pub const IDLE_FRAMES: &str = "idle_frames";
+/// ... and `/ws` subscriptions past a socket's ration of them
+/// (`transport::ws::mux`).
+pub const WS_SUBSCRIBES: &str = "ws_subscribes";
 
-/// One connection's ration (see the module documentation).
+/// How far ahead of now a ration may be spent: a minute's allowance is
+/// the burst.
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// One connection's ration (see the module documentation); 32 bytes, kept
+/// by every WebSocket.
 #[derive(Debug, Clone)]
 pub struct Ration {
     /// Time one frame's allowance takes to come back.
     interval: Duration,
-    /// How far ahead of now the allowance may be spent: the burst.
-    window: Duration,
     /// When the allowance spent so far is back in full.
     full_at: Instant,
 }
@@ -36,10 +42,8 @@ impl Ration {
     /// A ration of `per_minute` frames in a burst, refilled at
     /// `per_minute` a minute (at least one).
     pub fn per_minute(per_minute: u32) -> Ration {
-        let window = Duration::from_secs(60);
         Ration {
-            interval: window / per_minute.max(1),
-            window,
+            interval: WINDOW / per_minute.max(1),
             full_at: Instant::now(),
         }
     }
@@ -48,7 +52,7 @@ impl Ration {
     /// allowance is not spent then).
     pub fn spend(&mut self, now: Instant) -> bool {
         let full_at = self.full_at.max(now) + self.interval;
-        if full_at > now + self.window {
+        if full_at > now + WINDOW {
             return false;
         }
         self.full_at = full_at;

@@ -41,6 +41,7 @@ use crate::metrics::Transport;
 use crate::status::status_json;
 use crate::transport::message::shutdown_status;
 use crate::transport::state::AppState;
+use crate::transport::takeover::ration::{Ration, WS_SUBSCRIBES};
 use crate::transport::takeover::{Inbox, Messages, Opcode, Taken, Task, Upgraded, WsWriter};
 use crate::transport::{StreamParams, subscribe};
 use outbox::{Frame, Outbox};
@@ -133,6 +134,10 @@ struct Socket {
     /// is.
     subs: HashMap<String, u64>,
     max_subs: usize,
+    /// Subscriptions it may start now ([`StreamConfig::subscribes_per_minute`]).
+    ///
+    /// [`StreamConfig::subscribes_per_minute`]: crate::config::StreamConfig::subscribes_per_minute
+    subscribes: Ration,
     generation: u64,
     idle_timeout: Duration,
     /// Who opened the socket; `/ws` subscriptions are authorized as it.
@@ -143,6 +148,7 @@ impl Socket {
     fn new(state: web::Data<AppState>, max_subs: usize, principal: Principal) -> Socket {
         let idle_timeout = state.stream.effective_ws_idle_timeout();
         Socket {
+            subscribes: Ration::per_minute(state.stream.subscribes_per_minute),
             state,
             outbox: Arc::new(Outbox::new()),
             subs: HashMap::new(),
@@ -274,6 +280,16 @@ impl Socket {
                         &format!(
                             "this socket already holds {} subscriptions, the most allowed",
                             self.max_subs
+                        ),
+                    ))
+                } else if !self.subscribes.spend(Instant::now()) {
+                    self.state.metrics.limit_hit(WS_SUBSCRIBES);
+                    Some(status_json(
+                        429,
+                        "TooManyRequests",
+                        &format!(
+                            "this socket started {} subscriptions within the last minute, the most allowed; subscribe again later",
+                            self.state.stream.subscribes_per_minute
                         ),
                     ))
                 } else {
