@@ -685,7 +685,7 @@ async fn a_ws_subscription_over_tls_whose_client_stops_reading_gets_every_frame_
     // ~12 MB of changes while the client reads nothing: more than the
     // sockets' buffers. Each frame (~6 KB) fits the session's buffer, so
     // a direct write the socket takes only part of leaves records in the
-    // session for the socket's writer task; then frames queue in the
+    // session for the socket's control loop; then frames queue in the
     // outbox, and the subscription goes back to its task and returns.
     const BATCHES: usize = 40;
     let blob = "x".repeat(4 << 10);
