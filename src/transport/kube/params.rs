@@ -126,9 +126,13 @@ impl KubeQuery {
                 "resourceVersionMatch" => {
                     q.resource_version_match = Some(value).filter(|v| !v.is_empty())
                 }
+                // An int64, as `metav1.ListOptions.Limit`; zero or less is no
+                // limit, as kube-apiserver's storage reads it (`GetList` in
+                // `k8s.io/apiserver/pkg/storage/etcd3/store.go`: `paging :=
+                // opts.Predicate.Limit > 0`).
                 "limit" => {
-                    q.limit = Some(number::<usize>(&key, &value, "a non-negative integer")?)
-                        .filter(|l| *l > 0)
+                    let limit = number::<i64>(&key, &value, "a 64-bit integer")?;
+                    q.limit = (limit > 0).then(|| usize::try_from(limit).unwrap_or(usize::MAX));
                 }
                 "continue" => q.continue_token = Some(value).filter(|v| !v.is_empty()),
                 "labelSelector" => q.label_selector = value,
@@ -392,6 +396,10 @@ mod tests {
         );
         let q = KubeQuery::parse("limit=500&continue=abc&pretty=true").unwrap();
         assert_eq!(q.limit, Some(500));
+        // Zero or less is no limit, as kube-apiserver reads it.
+        for none in ["limit=0", "limit=-1", "limit=-9223372036854775808"] {
+            assert_eq!(KubeQuery::parse(none).unwrap().limit, None, "{none}");
+        }
         assert_eq!(q.continue_token.as_deref(), Some("abc"));
     }
 
@@ -399,7 +407,7 @@ mod tests {
     fn refuses_what_it_does_not_implement() {
         for bad in [
             "watch=maybe",
-            "limit=-1",
+            "limit=ten",
             "resourceVersionMatch=Newest&resourceVersion=1",
             "dryRun=All",
             "labelSelector=a%20b",
