@@ -11,41 +11,39 @@
 //! wake-ups cross no thread), and `Streams::stop` waits for each, so every
 //! subscription's last message goes out before the gateway stops.
 
+mod control;
 mod outbox;
 mod sub;
+mod writer;
 
 use std::collections::HashMap;
 use std::future::poll_fn;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use actix_web::web;
-use actix_ws::{CloseCode, CloseReason};
+use actix_ws::CloseCode;
 use bytes::Bytes;
 use bytestring::ByteString;
-use futures::StreamExt;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
+use super::Ending;
 use super::message::{
-    CLOSE_UNAUTHORIZED, GOING_AWAY, IDLE, Id, NOT_READING, NULL_PREFIX, Outgoing, close_reason,
-    error_message, message, sub_prefix,
+    CLOSE_UNAUTHORIZED, Id, NULL_PREFIX, Outgoing, close_reason, error_message, message, sub_prefix,
 };
 use super::ops::{Op, OpError, parse_op};
-use super::{ClientFrame, Ending};
 use crate::auth::Principal;
-use crate::epoch::Registration;
-use crate::lifecycle::Lifecycle;
 use crate::metrics::Transport;
 use crate::status::status_json;
 use crate::transport::message::shutdown_status;
 use crate::transport::state::AppState;
 use crate::transport::takeover::ration::{Ration, WS_SUBSCRIBES};
-use crate::transport::takeover::{Inbox, Messages, Opcode, Taken, Task, Upgraded, WsWriter};
+use crate::transport::takeover::{Messages, Taken, Task, Upgraded};
 use crate::transport::{StreamParams, subscribe};
+use control::{Control, Stop};
 use outbox::{Frame, Outbox};
 use sub::{Starting, Sub};
+use writer::{Writer, Wrote};
 
 /// Time a Close frame gets to be queued behind a stuck socket, and
 /// subscriptions to send their last message.
@@ -321,262 +319,5 @@ impl Socket {
                 }
             }
         }
-    }
-}
-
-/// How the control loop stopped.
-enum Stop {
-    /// The socket ends, with a Close of this reason (none if the peer is
-    /// gone or the hard stop came).
-    End(Ending),
-    /// The credentials it was opened with ended.
-    Expired,
-}
-
-/// A `/ws` socket's control loop while it runs: the socket's writing (the
-/// handshake response, then what the outbox queues), the ends of its
-/// subscriptions, pings and the idle timeout on each tick, the end of the
-/// credentials it was opened with, client messages, shutdown and the hard
-/// stop. Polled by hand: the `async fn` with a `select!` it replaces kept
-/// each branch's future and its arguments beside this state (944 bytes).
-struct Control {
-    socket: Socket,
-    writer: Writer,
-    msgs: Inbox,
-    outbox: Arc<Outbox>,
-    /// One wait on the lifecycle, whose epoch moves on each tick, at
-    /// shutdown and at the hard stop.
-    life: LifeWait,
-    life_seen: u64,
-    ticks: u64,
-    /// When the client was last read: its idle timeout is looked at on
-    /// each tick, as a parked single-stream socket's is (no timer per
-    /// socket; the timeout is at least 2.5 ticks, `StreamConfig`).
-    heard: Instant,
-    /// Boxed, and only for credentials that end: an anonymous socket keeps
-    /// no timer for it.
-    expiry: Option<Pin<Box<Sleep>>>,
-}
-
-impl Control {
-    fn new(socket: Socket, writer: Writer, msgs: Inbox) -> Control {
-        let lifecycle = socket.state.lifecycle.clone();
-        let expiry = socket
-            .principal
-            .deadline()
-            .map(|at| Box::pin(tokio::time::sleep_until(at)));
-        Control {
-            outbox: socket.outbox.clone(),
-            writer,
-            msgs,
-            life_seen: lifecycle.epoch().current(),
-            ticks: lifecycle.ticks(),
-            life: LifeWait {
-                lifecycle,
-                reg: Registration::default(),
-            },
-            heard: Instant::now(),
-            expiry,
-            socket,
-        }
-    }
-
-    /// Ready once the socket is to end. Each step in order (what is
-    /// written makes room first, and an ended subscription frees its id
-    /// before the next client message is read); after any that did
-    /// something, from the top again.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Stop> {
-        let lifecycle = self.life.lifecycle.clone();
-        loop {
-            if lifecycle.is_shutting_down() && self.socket.subs.is_empty() {
-                return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Away, GOING_AWAY))));
-            }
-            // Past the grace period nothing more is waited for.
-            if lifecycle.is_hard_stopped() {
-                return Poll::Ready(Stop::End(None));
-            }
-            let room = self.outbox.has_room();
-            if let Poll::Ready(wrote) = self.writer.poll(&self.outbox, cx) {
-                if !matches!(wrote, Wrote::Frame) {
-                    // The socket failed (only `finish` queues a Close or
-                    // closes the outbox).
-                    return Poll::Ready(Stop::End(None));
-                }
-                continue;
-            }
-            let epoch = lifecycle.epoch();
-            if epoch
-                .poll_moved(self.life_seen, &mut self.life.reg, cx)
-                .is_ready()
-            {
-                self.life_seen = epoch.current();
-                let ticked = lifecycle.ticks();
-                if ticked != self.ticks {
-                    self.ticks = ticked;
-                    if self.heard.elapsed() >= self.socket.idle_timeout {
-                        // Not read for the idle timeout because it did not
-                        // take what it was sent is "not reading"; otherwise
-                        // it was quiet.
-                        let why = if room { IDLE } else { NOT_READING };
-                        return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Policy, why))));
-                    }
-                    if !lifecycle.is_shutting_down() {
-                        self.outbox.try_push(Frame::Ping);
-                    }
-                }
-                continue;
-            }
-            if let Poll::Ready(notice) = self.outbox.poll_ended(cx) {
-                self.socket.ended(notice);
-                continue;
-            }
-            // The socket's own credentials: its subscriptions end
-            // themselves at the same moment, each with its ERROR (401).
-            if let Some(expiry) = &mut self.expiry
-                && expiry.as_mut().poll(cx).is_ready()
-            {
-                // A refreshed session moved its end: wait for that.
-                match self.socket.principal.lease().and_then(|l| l.later()) {
-                    Some(later) => expiry.as_mut().reset(later),
-                    None => return Poll::Ready(Stop::Expired),
-                }
-                continue;
-            }
-            // Read only while the outbox has room: a client that pings
-            // faster than it reads pongs, or sends requests faster than it
-            // reads the replies, is not read either (and its pings spend
-            // the socket's ration, `takeover::ws_read`).
-            if room && let Poll::Ready(msg) = self.msgs.poll_next_unpin(cx) {
-                self.heard = Instant::now();
-                match ClientFrame::of(msg) {
-                    ClientFrame::End(ending) => return Poll::Ready(Stop::End(ending)),
-                    ClientFrame::Ping(payload) => {
-                        self.outbox.push(Frame::Pong(payload));
-                    }
-                    ClientFrame::Pong => {}
-                    ClientFrame::Text(text) => self.socket.handle(&text),
-                }
-                continue;
-            }
-            return Poll::Pending;
-        }
-    }
-}
-
-/// The control loop's registration with the lifecycle's epoch, taken out
-/// when the loop ends.
-struct LifeWait {
-    lifecycle: Arc<Lifecycle>,
-    reg: Registration,
-}
-
-impl Drop for LifeWait {
-    fn drop(&mut self) {
-        self.lifecycle.epoch().deregister(&mut self.reg);
-    }
-}
-
-/// What the socket's writing did ([`Writer::poll`]).
-enum Wrote {
-    /// A frame went whole.
-    Frame,
-    /// The next frame is the Close (with this reason): the caller sends
-    /// it and ends the connection.
-    Close(Option<CloseReason>),
-    /// The outbox is closed and everything in it went.
-    Drained,
-    /// The socket failed (or never opened): nothing more is written.
-    Failed,
-}
-
-/// The socket's write half, driven by its control loop: the handshake
-/// response, then the outbox's frames in order, each under the write
-/// timeout (`takeover::io`). Until the handshake response went, nothing
-/// is written past it.
-struct Writer {
-    raw: WsWriter,
-    /// The frame under way, and how many of its bytes went.
-    sending: Option<(Frame, usize)>,
-    /// Frames written since the socket last made the task wait.
-    streak: usize,
-    opened: bool,
-    failed: bool,
-}
-
-/// Frames the control loop writes in a row before it lets the other tasks
-/// of its thread run (a queue its subscriptions keep full, to a socket
-/// that takes all).
-const WRITES_PER_POLL: usize = 32;
-
-impl Writer {
-    fn new(raw: WsWriter) -> Writer {
-        Writer {
-            raw,
-            sending: None,
-            streak: 0,
-            opened: false,
-            failed: false,
-        }
-    }
-
-    /// Writes on: ready when a frame went, or with how the writing ended;
-    /// pending while the socket takes no more or nothing is queued.
-    fn poll(&mut self, outbox: &Outbox, cx: &mut Context<'_>) -> Poll<Wrote> {
-        if self.failed {
-            return Poll::Ready(Wrote::Failed);
-        }
-        if !self.opened {
-            if ready!(self.raw.poll_open(cx)).is_err() {
-                return Poll::Ready(self.fail(outbox));
-            }
-            outbox.opened(self.raw.direct());
-            self.opened = true;
-        }
-        let (frame, written) = match &mut self.sending {
-            Some(sending) => sending,
-            None => {
-                if self.streak >= WRITES_PER_POLL {
-                    self.streak = 0;
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
-                let Poll::Ready(next) = outbox.poll_next(cx) else {
-                    self.streak = 0;
-                    return Poll::Pending;
-                };
-                match next {
-                    None => return Poll::Ready(Wrote::Drained),
-                    Some(Frame::Close(reason)) => return Poll::Ready(Wrote::Close(reason)),
-                    Some(frame) => self.sending.insert((frame, 0)),
-                }
-            }
-        };
-        let raw = &mut self.raw;
-        let sent = match frame {
-            Frame::Text(text) => raw.poll_send_parts(cx, Opcode::Text, &[text.as_bytes()], written),
-            Frame::Raw(frames) => raw.poll_write_frames(cx, frames, written),
-            Frame::Ping => raw.poll_send_parts(cx, Opcode::Ping, &[], written),
-            Frame::Pong(payload) => raw.poll_send_parts(cx, Opcode::Pong, &[payload], written),
-            // Never under way: handed to the caller when it comes next.
-            Frame::Close(_) => Poll::Ready(Ok(())),
-        };
-        let Poll::Ready(sent) = sent else {
-            self.streak = 0;
-            return Poll::Pending;
-        };
-        if sent.is_err() {
-            return Poll::Ready(self.fail(outbox));
-        }
-        self.sending = None;
-        self.streak += 1;
-        outbox.wrote();
-        Poll::Ready(Wrote::Frame)
-    }
-
-    fn fail(&mut self, outbox: &Outbox) -> Wrote {
-        self.failed = true;
-        self.sending = None;
-        outbox.failed();
-        Wrote::Failed
     }
 }

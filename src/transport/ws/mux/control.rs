@@ -1,0 +1,171 @@
+//! A `/ws` socket's control loop ([`Control`]): one struct, polled by hand
+//! in the socket's one task, until the socket is to end.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use actix_ws::CloseCode;
+use futures::StreamExt;
+use tokio::time::{Instant, Sleep};
+
+use super::Socket;
+use super::outbox::{Frame, Outbox};
+use super::writer::{Writer, Wrote};
+use crate::epoch::Registration;
+use crate::lifecycle::Lifecycle;
+use crate::transport::takeover::Inbox;
+use crate::transport::ws::message::{GOING_AWAY, IDLE, NOT_READING, close_reason};
+use crate::transport::ws::{ClientFrame, Ending};
+
+/// How the control loop stopped.
+pub(super) enum Stop {
+    /// The socket ends, with a Close of this reason (none if the peer is
+    /// gone or the hard stop came).
+    End(Ending),
+    /// The credentials it was opened with ended.
+    Expired,
+}
+
+/// A `/ws` socket's control loop while it runs: the socket's writing (the
+/// handshake response, then what the outbox queues), the ends of its
+/// subscriptions, pings and the idle timeout on each tick, the end of the
+/// credentials it was opened with, client messages, shutdown and the hard
+/// stop. Polled by hand: the `async fn` with a `select!` it replaces kept
+/// each branch's future and its arguments beside this state (944 bytes).
+pub(super) struct Control {
+    pub(super) socket: Socket,
+    pub(super) writer: Writer,
+    msgs: Inbox,
+    outbox: Arc<Outbox>,
+    /// One wait on the lifecycle, whose epoch moves on each tick, at
+    /// shutdown and at the hard stop.
+    pub(super) life: LifeWait,
+    life_seen: u64,
+    ticks: u64,
+    /// When the client was last read: its idle timeout is looked at on
+    /// each tick, as a parked single-stream socket's is (no timer per
+    /// socket; the timeout is at least 2.5 ticks, `StreamConfig`).
+    heard: Instant,
+    /// Boxed, and only for credentials that end: an anonymous socket keeps
+    /// no timer for it.
+    expiry: Option<Pin<Box<Sleep>>>,
+}
+
+impl Control {
+    pub(super) fn new(socket: Socket, writer: Writer, msgs: Inbox) -> Control {
+        let lifecycle = socket.state.lifecycle.clone();
+        let expiry = socket
+            .principal
+            .deadline()
+            .map(|at| Box::pin(tokio::time::sleep_until(at)));
+        Control {
+            outbox: socket.outbox.clone(),
+            writer,
+            msgs,
+            life_seen: lifecycle.epoch().current(),
+            ticks: lifecycle.ticks(),
+            life: LifeWait {
+                lifecycle,
+                reg: Registration::default(),
+            },
+            heard: Instant::now(),
+            expiry,
+            socket,
+        }
+    }
+
+    /// Ready once the socket is to end. Each step in order (what is
+    /// written makes room first, and an ended subscription frees its id
+    /// before the next client message is read); after any that did
+    /// something, from the top again.
+    pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Stop> {
+        let lifecycle = self.life.lifecycle.clone();
+        loop {
+            if lifecycle.is_shutting_down() && self.socket.subs.is_empty() {
+                return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Away, GOING_AWAY))));
+            }
+            // Past the grace period nothing more is waited for.
+            if lifecycle.is_hard_stopped() {
+                return Poll::Ready(Stop::End(None));
+            }
+            let room = self.outbox.has_room();
+            if let Poll::Ready(wrote) = self.writer.poll(&self.outbox, cx) {
+                if !matches!(wrote, Wrote::Frame) {
+                    // The socket failed (only `finish` queues a Close or
+                    // closes the outbox).
+                    return Poll::Ready(Stop::End(None));
+                }
+                continue;
+            }
+            let epoch = lifecycle.epoch();
+            if epoch
+                .poll_moved(self.life_seen, &mut self.life.reg, cx)
+                .is_ready()
+            {
+                self.life_seen = epoch.current();
+                let ticked = lifecycle.ticks();
+                if ticked != self.ticks {
+                    self.ticks = ticked;
+                    if self.heard.elapsed() >= self.socket.idle_timeout {
+                        // Not read for the idle timeout because it did not
+                        // take what it was sent is "not reading"; otherwise
+                        // it was quiet.
+                        let why = if room { IDLE } else { NOT_READING };
+                        return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Policy, why))));
+                    }
+                    if !lifecycle.is_shutting_down() {
+                        self.outbox.try_push(Frame::Ping);
+                    }
+                }
+                continue;
+            }
+            if let Poll::Ready(notice) = self.outbox.poll_ended(cx) {
+                self.socket.ended(notice);
+                continue;
+            }
+            // The socket's own credentials: its subscriptions end
+            // themselves at the same moment, each with its ERROR (401).
+            if let Some(expiry) = &mut self.expiry
+                && expiry.as_mut().poll(cx).is_ready()
+            {
+                // A refreshed session moved its end: wait for that.
+                match self.socket.principal.lease().and_then(|l| l.later()) {
+                    Some(later) => expiry.as_mut().reset(later),
+                    None => return Poll::Ready(Stop::Expired),
+                }
+                continue;
+            }
+            // Read only while the outbox has room: a client that pings
+            // faster than it reads pongs, or sends requests faster than it
+            // reads the replies, is not read either (and its pings spend
+            // the socket's ration, `takeover::ws_read`).
+            if room && let Poll::Ready(msg) = self.msgs.poll_next_unpin(cx) {
+                self.heard = Instant::now();
+                match ClientFrame::of(msg) {
+                    ClientFrame::End(ending) => return Poll::Ready(Stop::End(ending)),
+                    ClientFrame::Ping(payload) => {
+                        self.outbox.push(Frame::Pong(payload));
+                    }
+                    ClientFrame::Pong => {}
+                    ClientFrame::Text(text) => self.socket.handle(&text),
+                }
+                continue;
+            }
+            return Poll::Pending;
+        }
+    }
+}
+
+/// The control loop's registration with the lifecycle's epoch, taken out
+/// when the loop ends.
+pub(super) struct LifeWait {
+    lifecycle: Arc<Lifecycle>,
+    reg: Registration,
+}
+
+impl Drop for LifeWait {
+    fn drop(&mut self) {
+        self.lifecycle.epoch().deregister(&mut self.reg);
+    }
+}
