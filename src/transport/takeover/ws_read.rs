@@ -198,7 +198,9 @@ pub struct Frames {
     buffered: BytesMut,
     limits: InboxLimits,
     messages: Messages,
-    joining: Option<Joining>,
+    /// Boxed: fragmented messages are rare, and every socket's reader
+    /// would carry the room for one.
+    joining: Option<Box<Joining>>,
     ration: Ration,
 }
 
@@ -326,10 +328,12 @@ impl Frames {
             OpCode::Continue => (false, payload),
             OpCode::Bad => return Err(Refusal::Protocol("unknown opcode")),
         };
-        let joining = self.joining.get_or_insert(Joining {
-            text,
-            parts: Vec::new(),
-            size: 0,
+        let joining = self.joining.get_or_insert_with(|| {
+            Box::new(Joining {
+                text,
+                parts: Vec::new(),
+                size: 0,
+            })
         });
         joining.size += bytes.len();
         // Every fragment counts towards `max_fragments`, empty ones too.

@@ -76,7 +76,9 @@ impl Outgoing {
 /// to know how its stream ended, to choose its Close frame.
 #[derive(Default)]
 pub struct WsFraming {
-    pub ending: Option<Ending>,
+    /// Boxed: every stream's framing would carry the room for it, and it
+    /// is only known at the stream's end.
+    pub ending: Option<Box<Ending>>,
 }
 
 impl Framing for WsFraming {
@@ -137,7 +139,7 @@ impl Framing for WsFraming {
             ),
             Message::End(ending) => {
                 out.push(Outgoing::event(error_json(&ending.status(meta)), Id::None));
-                self.ending = Some(ending);
+                self.ending = Some(Box::new(ending));
                 return false;
             }
         };

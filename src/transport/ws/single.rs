@@ -187,6 +187,12 @@ impl Parkable for Serve {
             && self.held.is_none()
     }
 
+    /// Its messages' buffer, kept at four for its task's next item: a
+    /// parked stream's writer frames for it.
+    fn shed(&mut self) {
+        self.out = Vec::new();
+    }
+
     fn batches(&self) -> &Batches {
         self.state.streams.batches()
     }
@@ -341,7 +347,7 @@ impl Serve {
                 // size for the socket's whole life.
                 self.out.shrink_to(4);
                 if !self.more {
-                    let reason = close_for(self.framed.framing().ending.as_ref());
+                    let reason = close_for(self.framed.framing().ending.as_deref());
                     self.close(&reason);
                     continue;
                 }

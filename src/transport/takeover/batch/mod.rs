@@ -112,6 +112,10 @@ pub(crate) trait Parkable: Send + Sized + 'static {
         self.idle() && self.source().is_some_and(|s| s.batchable().is_some())
     }
 
+    /// Frees what only its task uses (buffers kept for its next item): it
+    /// is being parked, and a parked stream keeps no more than its state.
+    fn shed(&mut self) {}
+
     fn batches(&self) -> &Batches;
 
     fn lifecycle(&self) -> &Arc<Lifecycle>;
@@ -263,6 +267,7 @@ impl Batches {
     /// Hands a caught-up stream to its hub's writer (started if there is
     /// none). The stream's task ends after this.
     fn park<M: Parkable>(&self, mut stream: Box<M>) {
+        stream.shed();
         let Some(source) = stream.source() else {
             self.unpark(stream, None);
             return;

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use tokio::time::{Instant, Sleep};
 
 use super::Socket;
-use super::outbox::{Frame, Outbox};
+use super::outbox::Frame;
 use super::writer::{Writer, Wrote};
 use crate::epoch::Registration;
 use crate::lifecycle::Lifecycle;
@@ -37,7 +37,6 @@ pub(super) struct Control {
     pub(super) socket: Socket,
     pub(super) writer: Writer,
     msgs: Inbox,
-    outbox: Arc<Outbox>,
     /// One wait on the lifecycle, whose epoch moves on each tick, at
     /// shutdown and at the hard stop.
     pub(super) life: LifeWait,
@@ -60,7 +59,6 @@ impl Control {
             .deadline()
             .map(|at| Box::pin(tokio::time::sleep_until(at)));
         Control {
-            outbox: socket.outbox.clone(),
             writer,
             msgs,
             life_seen: lifecycle.epoch().current(),
@@ -82,15 +80,15 @@ impl Control {
     pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Stop> {
         let lifecycle = self.life.lifecycle.clone();
         loop {
-            if lifecycle.is_shutting_down() && self.socket.subs.is_empty() {
+            if lifecycle.is_shutting_down() && self.socket.outbox.subscriptions() == 0 {
                 return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Away, GOING_AWAY))));
             }
             // Past the grace period nothing more is waited for.
             if lifecycle.is_hard_stopped() {
                 return Poll::Ready(Stop::End(None));
             }
-            let room = self.outbox.has_room();
-            if let Poll::Ready(wrote) = self.writer.poll(&self.outbox, cx) {
+            let room = self.socket.outbox.has_room();
+            if let Poll::Ready(wrote) = self.writer.poll(&self.socket.outbox, cx) {
                 if !matches!(wrote, Wrote::Frame) {
                     // The socket failed (only `finish` queues a Close or
                     // closes the outbox).
@@ -107,7 +105,8 @@ impl Control {
                 let ticked = lifecycle.ticks();
                 if ticked != self.ticks {
                     self.ticks = ticked;
-                    if self.heard.elapsed() >= self.socket.idle_timeout {
+                    if self.heard.elapsed() >= self.socket.state.stream.effective_ws_idle_timeout()
+                    {
                         // Not read for the idle timeout because it did not
                         // take what it was sent is "not reading"; otherwise
                         // it was quiet.
@@ -115,13 +114,12 @@ impl Control {
                         return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Policy, why))));
                     }
                     if !lifecycle.is_shutting_down() {
-                        self.outbox.try_push(Frame::Ping);
+                        self.socket.outbox.try_push(Frame::Ping);
                     }
                 }
                 continue;
             }
-            if let Poll::Ready(notice) = self.outbox.poll_ended(cx) {
-                self.socket.ended(notice);
+            if self.socket.outbox.poll_ended(cx).is_ready() {
                 continue;
             }
             // The socket's own credentials: its subscriptions end
@@ -145,7 +143,7 @@ impl Control {
                 match ClientFrame::of(msg) {
                     ClientFrame::End(ending) => return Poll::Ready(Stop::End(ending)),
                     ClientFrame::Ping(payload) => {
-                        self.outbox.push(Frame::Pong(payload));
+                        self.socket.outbox.push(Frame::Pong(payload));
                     }
                     ClientFrame::Pong => {}
                     ClientFrame::Text(text) => self.socket.handle(&text),

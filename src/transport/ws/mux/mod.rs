@@ -16,9 +16,10 @@ mod outbox;
 mod sub;
 mod writer;
 
-use std::collections::HashMap;
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use actix_web::web;
@@ -49,16 +50,17 @@ use writer::{Writer, Wrote};
 /// subscriptions to send their last message.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
-/// Starts a `/ws` socket's control loop on the streams' runtime; it opens
-/// the connection there.
+/// Starts a `/ws` socket's task on the streams' runtime; it opens the
+/// connection there.
 pub(super) fn spawn(state: web::Data<AppState>, taken: Box<Taken>, principal: Principal) {
     let streams = state.streams.clone();
-    streams.spawn(run(state, taken, principal));
+    let task = SocketTask::Opening(Some((state, taken, principal)));
+    streams.spawn(task);
 }
 
-/// Opens the connection on the current runtime (the streams'), then runs
-/// the socket's control loop ([`Control`]) until the socket ends, and
-/// closes it.
+/// A `/ws` socket's one task: it opens the connection on the current
+/// runtime (the streams'), runs the socket's control loop ([`Control`])
+/// until the socket is to end, and ends it.
 ///
 /// One task for all of it, not a control loop and a writer task: a writer
 /// task was a second task header and future (576 bytes) per socket. The
@@ -67,26 +69,62 @@ pub(super) fn spawn(state: web::Data<AppState>, taken: Box<Taken>, principal: Pr
 /// outbox's bound without waiting for room in a handler, which only the
 /// writing it would block could make.
 ///
-/// Its arguments are small: an `async fn` keeps its arguments beside its
-/// locals for its whole life, so the socket's state is made here.
-async fn run(state: web::Data<AppState>, taken: Box<Taken>, principal: Principal) {
-    let Upgraded { writer, inbox } = match (*taken).open(Messages::Taken) {
-        Ok(upgraded) => upgraded,
-        Err(err) => {
-            // Logged; the 101 is not sent, and the connection closes.
-            let _ = super::lost(err);
-            return;
+/// Written by hand, not an `async fn`: that kept its arguments and its
+/// awaits' state beside the control loop's for the socket's whole life,
+/// 48 bytes more than the control loop's own, enough to put the task in
+/// the next larger block (`tokio` rounds a task to 128 bytes).
+#[expect(
+    clippy::large_enum_variant,
+    reason = "the control loop is the task's state for the socket's life; boxing it would add an allocation"
+)]
+enum SocketTask {
+    Opening(Option<(web::Data<AppState>, Box<Taken>, Principal)>),
+    Running(Control),
+    /// Boxed: made only when the loop stops.
+    Ending(Pin<Box<dyn Future<Output = ()> + Send>>),
+    Done,
+}
+
+impl Future for SocketTask {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let task = self.get_mut();
+        loop {
+            match task {
+                SocketTask::Opening(args) => {
+                    let Some((state, taken, principal)) = args.take() else {
+                        return Poll::Ready(());
+                    };
+                    *task = match (*taken).open(Messages::Taken) {
+                        Ok(Upgraded { writer, inbox }) => SocketTask::Running(Control::new(
+                            Socket::new(state, principal),
+                            Writer::new(writer),
+                            inbox,
+                        )),
+                        Err(err) => {
+                            // Logged; the 101 is not sent, and the
+                            // connection closes.
+                            let _ = super::lost(err);
+                            SocketTask::Done
+                        }
+                    };
+                }
+                SocketTask::Running(control) => {
+                    let stop = ready!(control.poll(cx));
+                    if let SocketTask::Running(control) = std::mem::replace(task, SocketTask::Done)
+                    {
+                        *task = SocketTask::Ending(Box::pin(end(control, stop)));
+                    }
+                }
+                SocketTask::Ending(ending) => {
+                    ready!(ending.as_mut().poll(cx));
+                    *task = SocketTask::Done;
+                }
+                SocketTask::Done => return Poll::Ready(()),
+            }
         }
-    };
-    let max = state.stream.max_subscriptions_per_socket.max(1);
-    let mut control = Control::new(
-        Socket::new(state, max, principal),
-        Writer::new(writer),
-        inbox,
-    );
-    let stop = poll_fn(|cx| control.poll(cx)).await;
-    // Boxed: the socket's task keeps only the state of its waiting.
-    Box::pin(end(control, stop)).await;
+    }
 }
 
 /// Ends the socket as its control loop stopped.
@@ -127,46 +165,32 @@ fn starting(
 /// A `/ws` socket's subscriptions, as its control loop keeps them.
 struct Socket {
     state: web::Data<AppState>,
+    /// Its subscriptions are listed in the outbox (`Outbox::holds`).
     outbox: Arc<Outbox>,
-    /// Each active subscription's generation: which of its id's uses it
-    /// is.
-    subs: HashMap<String, u64>,
-    max_subs: usize,
     /// Subscriptions it may start now ([`StreamConfig::subscribes_per_minute`]).
     ///
     /// [`StreamConfig::subscribes_per_minute`]: crate::config::StreamConfig::subscribes_per_minute
     subscribes: Ration,
+    /// The last subscription's: which of its id's uses it is.
     generation: u64,
-    idle_timeout: Duration,
     /// Who opened the socket; `/ws` subscriptions are authorized as it.
     principal: Principal,
 }
 
 impl Socket {
-    fn new(state: web::Data<AppState>, max_subs: usize, principal: Principal) -> Socket {
-        let idle_timeout = state.stream.effective_ws_idle_timeout();
+    fn new(state: web::Data<AppState>, principal: Principal) -> Socket {
         Socket {
             subscribes: Ration::per_minute(state.stream.subscribes_per_minute),
             state,
             outbox: Arc::new(Outbox::new()),
-            subs: HashMap::new(),
-            max_subs,
             generation: 0,
-            idle_timeout,
             principal,
         }
     }
 
-    /// A subscription's end notice: its id is free again (unless a later
-    /// subscription holds it already).
-    fn ended(&mut self, (id, generation): (Box<str>, u64)) {
-        if self
-            .subs
-            .get(&*id)
-            .is_some_and(|active| *active == generation)
-        {
-            self.subs.remove(&*id);
-        }
+    /// The most subscriptions it may hold at once.
+    fn max_subs(&self) -> usize {
+        self.state.stream.max_subscriptions_per_socket.max(1)
     }
 
     /// Ends every subscription, queues the Close frame behind what is
@@ -206,7 +230,7 @@ impl Socket {
     async fn expire(&mut self, writer: &mut Writer) -> Ending {
         let outbox = self.outbox.clone();
         let _ = tokio::time::timeout(CLOSE_WAIT, async {
-            while !self.subs.is_empty() {
+            while outbox.subscriptions() > 0 {
                 tokio::select! {
                     biased;
                     wrote = poll_fn(|cx| writer.poll(&outbox, cx)) => {
@@ -214,7 +238,7 @@ impl Socket {
                             break;
                         }
                     }
-                    notice = poll_fn(|cx| outbox.poll_ended(cx)) => self.ended(notice),
+                    () = poll_fn(|cx| outbox.poll_ended(cx)) => {}
                 }
             }
         })
@@ -238,7 +262,6 @@ impl Socket {
             starting(self.state.clone(), self.principal.clone(), resource, params),
         );
         self.state.streams.spawn(Task::new(sub));
-        self.subs.insert(id, self.generation);
     }
 
     /// Queues a reply from the control loop.
@@ -265,19 +288,19 @@ impl Socket {
                 resource,
                 params,
             } => {
-                let refusal = if self.subs.contains_key(&id) {
+                let refusal = if self.outbox.holds(&id) {
                     Some(status_json(
                         409,
                         "AlreadyExists",
                         &format!("subscription {id:?} is already active on this socket"),
                     ))
-                } else if self.subs.len() >= self.max_subs {
+                } else if self.outbox.subscriptions() >= self.max_subs() {
                     Some(status_json(
                         429,
                         "TooManyRequests",
                         &format!(
                             "this socket already holds {} subscriptions, the most allowed",
-                            self.max_subs
+                            self.max_subs()
                         ),
                     ))
                 } else if !self.subscribes.spend(Instant::now()) {
@@ -300,15 +323,14 @@ impl Socket {
             }
             Op::Unsubscribe { id } => {
                 let prefix = sub_prefix(&id);
-                match self.subs.remove(&id) {
-                    Some(generation) => {
-                        // Whatever it queued is ahead of the reply; nothing
-                        // of it can follow (it ends once woken).
-                        self.outbox.remove(generation);
+                // Whatever it queued is ahead of the reply; nothing of it
+                // can follow (it ends once woken).
+                match self.outbox.remove(&id) {
+                    true => {
                         let json = Bytes::from_static(br#"{"type":"UNSUBSCRIBED"}"#);
                         self.reply(message(Some(&prefix), &Outgoing::event(json, Id::None)));
                     }
-                    None => {
+                    false => {
                         let status = status_json(
                             404,
                             "NotFound",

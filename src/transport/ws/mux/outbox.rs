@@ -27,7 +27,7 @@
 //! holds it. Removing one wakes it (it is waiting on its subscription, for
 //! room, or parked), and it ends.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
@@ -61,19 +61,70 @@ struct State {
     busy: bool,
     /// The socket, for direct writes (once opened).
     direct: Option<DirectSocket>,
-    /// The control loop, while it waits for a frame to write.
-    writer: Option<Waker>,
-    /// Tasks waiting for room in the queue.
-    room: Vec<Waker>,
-    /// The subscriptions that may write (by generation), and what to wake
-    /// when one may not any more.
-    live: HashMap<u64, Option<Waker>>,
+    /// The socket's subscriptions, in the order they were admitted (by
+    /// generation), while they may write. The one list of them: the
+    /// control loop looks ids up here too.
+    live: Vec<Live>,
     /// Nothing more is taken: a Close is queued, or the socket is gone.
     closed: bool,
-    /// Subscriptions that ended (id, generation), for the control loop;
-    /// and the control loop, while it waits for one.
-    ended: Vec<(Box<str>, u64)>,
+    /// A subscription ended since the control loop last looked.
+    ended: bool,
+    /// Some subscription waits for room in the queue ([`Live::room`]).
+    waiting: bool,
+    /// The control loop, while it waits for a frame to write or for a
+    /// subscription to end (one task: one waker for both).
     control: Option<Waker>,
+}
+
+/// A subscription that may write: its id, and what to wake when it may
+/// not any more.
+///
+/// A short list, not a map: a socket holds one subscription, or a few
+/// (at most `--ws-max-subscriptions`), and a map allocates room for
+/// several on its first entry.
+struct Live {
+    generation: u64,
+    id: Box<str>,
+    /// Its task (or its batch writer's wake-up for it), woken when it may
+    /// not write any more, or when there is room again if it waits for
+    /// some (`room`).
+    waker: Option<Waker>,
+    room: bool,
+}
+
+impl State {
+    fn live(&mut self, generation: u64) -> Option<&mut Live> {
+        let at = self
+            .live
+            .binary_search_by_key(&generation, |l| l.generation)
+            .ok()?;
+        Some(&mut self.live[at])
+    }
+
+    /// The subscriptions that waited for room, no longer waiting: to be
+    /// woken (outside the lock).
+    fn room_made(&mut self) -> Vec<Waker> {
+        if !std::mem::take(&mut self.waiting) {
+            return Vec::new();
+        }
+        self.live
+            .iter_mut()
+            .filter_map(|l| {
+                std::mem::take(&mut l.room)
+                    .then(|| l.waker.clone())
+                    .flatten()
+            })
+            .collect()
+    }
+
+    /// Takes subscription `generation` out of the list: what to wake.
+    fn unlist(&mut self, generation: u64) -> Option<Option<Waker>> {
+        let at = self
+            .live
+            .binary_search_by_key(&generation, |l| l.generation)
+            .ok()?;
+        Some(self.live.remove(at).waker)
+    }
 }
 
 /// What a direct write of a subscription's frames did.
@@ -93,11 +144,10 @@ impl Outbox {
             queue: VecDeque::new(),
             busy: true,
             direct: None,
-            writer: None,
-            room: Vec::new(),
-            live: HashMap::new(),
+            live: Vec::new(),
             closed: false,
-            ended: Vec::new(),
+            ended: false,
+            waiting: false,
             control: None,
         }))
     }
@@ -119,30 +169,56 @@ impl Outbox {
         self.lock().direct.is_some()
     }
 
-    /// Subscription `generation` may write from now on.
-    pub(super) fn admit(&self, generation: u64) {
-        self.lock().live.insert(generation, None);
+    /// Subscription `id` of `generation` may write from now on;
+    /// generations only grow.
+    pub(super) fn admit(&self, id: &str, generation: u64) {
+        let mut state = self.lock();
+        if state.live.len() == state.live.capacity() && state.live.len() < 4 {
+            // One at a time while they are few: most sockets hold one.
+            state.live.reserve_exact(1);
+        }
+        state.live.push(Live {
+            generation,
+            id: id.into(),
+            waker: None,
+            room: false,
+        });
     }
 
-    /// Subscription `generation` may not write any more: nothing of it
-    /// follows what is queued next. It is woken to end.
-    pub(super) fn remove(&self, generation: u64) {
-        let waker = self.lock().live.remove(&generation).flatten();
+    /// Whether a subscription of this id may write.
+    pub(super) fn holds(&self, id: &str) -> bool {
+        self.lock().live.iter().any(|l| &*l.id == id)
+    }
+
+    /// How many subscriptions may write.
+    pub(super) fn subscriptions(&self) -> usize {
+        self.lock().live.len()
+    }
+
+    /// Subscription `id` may not write any more: nothing of it follows
+    /// what is queued next. It is woken to end. False if there is none.
+    pub(super) fn remove(&self, id: &str) -> bool {
+        let mut state = self.lock();
+        let Some(at) = state.live.iter().position(|l| &*l.id == id) else {
+            return false;
+        };
+        let waker = state.live.remove(at).waker;
+        drop(state);
         if let Some(waker) = waker {
             waker.wake();
         }
+        true
     }
 
-    /// Subscription `id` of `generation` ended (it was dropped, wherever it
-    /// was): the control loop frees its id.
-    pub(super) fn ended(&self, id: Box<str>, generation: u64) {
+    /// Subscription `generation` ended (it was dropped, wherever it was):
+    /// its id is free again, and the control loop is told.
+    pub(super) fn ended(&self, generation: u64) {
         let mut state = self.lock();
-        state.live.remove(&generation);
-        if state.closed {
-            // The control loop is done with ids.
+        if state.unlist(generation).is_none() {
+            // Removed already, and its id freed then.
             return;
         }
-        state.ended.push((id, generation));
+        state.ended = true;
         let control = state.control.take();
         drop(state);
         if let Some(control) = control {
@@ -150,22 +226,29 @@ impl Outbox {
         }
     }
 
-    /// The next subscription that ended, for the control loop.
-    pub(super) fn poll_ended(&self, cx: &mut Context<'_>) -> Poll<(Box<str>, u64)> {
+    /// Ready if a subscription ended since the control loop last looked;
+    /// it is woken when one does.
+    pub(super) fn poll_ended(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = self.lock();
-        match state.ended.pop() {
-            Some(ended) => Poll::Ready(ended),
-            None => {
-                state.control = Some(cx.waker().clone());
-                Poll::Pending
-            }
+        if std::mem::take(&mut state.ended) {
+            return Poll::Ready(());
         }
+        if !state
+            .control
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            state.control = Some(cx.waker().clone());
+        }
+        Poll::Pending
     }
 
     /// No subscription may write any more; each is woken to end.
     pub(super) fn remove_all(&self) {
         let live = std::mem::take(&mut self.lock().live);
-        live.into_values().flatten().for_each(Waker::wake);
+        live.into_iter()
+            .filter_map(|l| l.waker)
+            .for_each(Waker::wake);
     }
 
     /// Nothing more is queued; the control loop's writing ends once it
@@ -173,21 +256,21 @@ impl Outbox {
     pub(super) fn close(&self) {
         let mut state = self.lock();
         state.closed = true;
-        let writer = state.writer.take();
-        let room = std::mem::take(&mut state.room);
+        let control = state.control.take();
+        let room = state.room_made();
         drop(state);
-        writer.into_iter().chain(room).for_each(Waker::wake);
+        control.into_iter().chain(room).for_each(Waker::wake);
     }
 
     /// Whether subscription `generation` may still write; if it may, `cx`
     /// is woken once it may not.
     pub(super) fn poll_live(&self, generation: u64, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = self.lock();
-        match state.live.get_mut(&generation) {
+        match state.live(generation) {
             None => Poll::Ready(()),
-            Some(waker) => {
-                if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    *waker = Some(cx.waker().clone());
+            Some(live) => {
+                if !live.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    live.waker = Some(cx.waker().clone());
                 }
                 Poll::Pending
             }
@@ -204,12 +287,16 @@ impl Outbox {
         generation: u64,
     ) -> Poll<bool> {
         let mut state = self.lock();
-        if state.closed || !state.live.contains_key(&generation) {
+        if state.closed || state.live(generation).is_none() {
             return Poll::Ready(false);
         }
         if state.queue.len() >= OUTBOX {
-            if !state.room.iter().any(|w| w.will_wake(cx.waker())) {
-                state.room.push(cx.waker().clone());
+            state.waiting = true;
+            if let Some(live) = state.live(generation) {
+                live.room = true;
+                if !live.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    live.waker = Some(cx.waker().clone());
+                }
             }
             return Poll::Pending;
         }
@@ -258,7 +345,7 @@ impl Outbox {
         frames: &Bytes,
     ) -> io::Result<Direct> {
         let mut state = self.lock();
-        if state.closed || !state.live.contains_key(&generation) {
+        if state.closed || state.live(generation).is_none() {
             return Ok(Direct::Gone);
         }
         let idle = !state.busy && state.queue.is_empty();
@@ -291,7 +378,7 @@ impl Outbox {
         match state.queue.pop_front() {
             Some(frame) => {
                 state.busy = true;
-                let room = std::mem::take(&mut state.room);
+                let room = state.room_made();
                 drop(state);
                 room.into_iter().for_each(Waker::wake);
                 Poll::Ready(Some(frame))
@@ -305,7 +392,13 @@ impl Outbox {
                 if state.queue.capacity() > 0 {
                     state.queue = VecDeque::new();
                 }
-                state.writer = Some(cx.waker().clone());
+                if !state
+                    .control
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+                {
+                    state.control = Some(cx.waker().clone());
+                }
                 Poll::Pending
             }
         }
@@ -324,11 +417,10 @@ impl Outbox {
         state.queue.clear();
         state.direct = None;
         let live = std::mem::take(&mut state.live);
-        let room = std::mem::take(&mut state.room);
+        state.waiting = false;
         drop(state);
-        live.into_values()
-            .flatten()
-            .chain(room)
+        live.into_iter()
+            .filter_map(|l| l.waker)
             .for_each(Waker::wake);
     }
 }
@@ -336,8 +428,8 @@ impl Outbox {
 impl State {
     fn push(&mut self, frame: Frame) {
         self.queue.push_back(frame);
-        if let Some(writer) = self.writer.take() {
-            writer.wake();
+        if let Some(control) = self.control.take() {
+            control.wake();
         }
     }
 }
@@ -506,6 +598,100 @@ mod tests {
     use crate::transport::stream::Framing;
     use crate::transport::ws::message::WsFraming;
     use crate::transport::ws::message::{Id, Outgoing, message, sub_prefix};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    /// A waker that counts its wakes.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count::default());
+        (count.clone(), Waker::from(count))
+    }
+
+    #[test]
+    fn an_id_is_held_until_its_subscription_ends_and_a_late_end_frees_no_later_one() {
+        let outbox = Outbox::new();
+        outbox.admit("a", 1);
+        outbox.admit("b", 2);
+        assert!(outbox.holds("a") && outbox.holds("b"));
+        assert_eq!(outbox.subscriptions(), 2);
+        // Unsubscribed: the id is free at once, and its task is woken to end.
+        let (woken, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        assert!(outbox.poll_live(1, &mut cx).is_pending());
+        assert!(outbox.remove("a"));
+        assert_eq!(woken.0.load(Ordering::SeqCst), 1);
+        assert!(!outbox.holds("a"));
+        assert!(outbox.poll_live(1, &mut cx).is_ready());
+        assert!(!outbox.remove("a"), "nothing is left to remove");
+        // Subscribed again before the first one's task ended: that late end
+        // leaves the new one listed, and tells the control loop nothing.
+        outbox.admit("a", 3);
+        outbox.ended(1);
+        assert!(outbox.holds("a"));
+        assert!(outbox.poll_ended(&mut cx).is_pending());
+        // A subscription that ends by itself frees its id and wakes the
+        // control loop.
+        let (control, control_waker) = counting();
+        let mut control_cx = Context::from_waker(&control_waker);
+        assert!(outbox.poll_ended(&mut control_cx).is_pending());
+        outbox.ended(2);
+        assert_eq!(control.0.load(Ordering::SeqCst), 1);
+        assert!(!outbox.holds("b"));
+        assert!(outbox.poll_ended(&mut control_cx).is_ready());
+        assert!(outbox.poll_ended(&mut control_cx).is_pending());
+        assert_eq!(outbox.subscriptions(), 1);
+    }
+
+    #[test]
+    fn a_subscription_waiting_for_room_is_woken_when_a_frame_leaves() {
+        let outbox = Outbox::new();
+        outbox.admit("a", 1);
+        let (woken, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        for _ in 0..OUTBOX {
+            let mut frame = Some(Frame::Ping);
+            assert_eq!(outbox.poll_push(&mut cx, &mut frame, 1), Poll::Ready(true));
+        }
+        assert!(!outbox.has_room());
+        let mut frame = Some(Frame::Ping);
+        assert!(outbox.poll_push(&mut cx, &mut frame, 1).is_pending());
+        assert!(frame.is_some(), "nothing was queued");
+        assert_eq!(woken.0.load(Ordering::SeqCst), 0);
+        // The control loop takes a frame: room, and the waiter is woken
+        // (once: it is no longer waiting).
+        let (_, control) = counting();
+        let mut control_cx = Context::from_waker(&control);
+        assert!(matches!(
+            outbox.poll_next(&mut control_cx),
+            Poll::Ready(Some(_))
+        ));
+        outbox.wrote();
+        assert_eq!(woken.0.load(Ordering::SeqCst), 1);
+        assert!(matches!(
+            outbox.poll_next(&mut control_cx),
+            Poll::Ready(Some(_))
+        ));
+        assert_eq!(woken.0.load(Ordering::SeqCst), 1);
+        assert_eq!(outbox.poll_push(&mut cx, &mut frame, 1), Poll::Ready(true));
+        // A socket that fails wakes whoever waits, and takes nothing more.
+        let mut frame = Some(Frame::Ping);
+        while outbox.poll_push(&mut cx, &mut frame, 1).is_ready() {
+            frame = Some(Frame::Ping);
+        }
+        outbox.failed();
+        assert_eq!(woken.0.load(Ordering::SeqCst), 2);
+        assert_eq!(outbox.poll_push(&mut cx, &mut frame, 1), Poll::Ready(false));
+    }
 
     #[test]
     fn a_batch_writers_frames_spliced_are_the_messages_a_subscription_sends() {

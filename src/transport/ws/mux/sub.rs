@@ -42,7 +42,6 @@ pub(super) struct Sub {
     outbox: Arc<Outbox>,
     /// Tells this subscription from an earlier one of the same id.
     generation: u64,
-    id: Box<str>,
     /// `{"sub":ID,`.
     prefix: Bytes,
     phase: Phase,
@@ -75,12 +74,11 @@ impl Sub {
         prefix: Bytes,
         starting: Starting,
     ) -> Sub {
-        outbox.admit(generation);
+        outbox.admit(id, generation);
         Sub {
             state,
             outbox,
             generation,
-            id: id.into(),
             prefix,
             phase: Phase::Starting(starting),
             next: None,
@@ -160,6 +158,12 @@ impl Parkable for Sub {
             && self.outbox.direct()
     }
 
+    /// Its messages' buffer, kept at four for its task's next item: a
+    /// parked stream's writer frames for it.
+    fn shed(&mut self) {
+        self.out = Vec::new();
+    }
+
     fn batches(&self) -> &Batches {
         self.state.streams.batches()
     }
@@ -230,7 +234,6 @@ impl Parkable for Sub {
 
 impl Drop for Sub {
     fn drop(&mut self) {
-        self.outbox
-            .ended(std::mem::take(&mut self.id), self.generation);
+        self.outbox.ended(self.generation);
     }
 }
