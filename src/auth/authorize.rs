@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use super::rbac::Rbac;
-use super::rbac::access::{AccessSet, Namespaces};
+use super::rbac::access::{AccessSet, Namespaces, Request, request_namespace};
 use super::scope::{CredentialScope, RbacScope, qualified};
 use super::{Access, Auth, Grant, Principal, User, UserAuthorizer, Verb, kubernetes};
 use crate::hub::scope::{FixedScope, Scope, Scoping};
@@ -156,40 +156,75 @@ impl Auth {
         }
     }
 
-    /// Whether `principal` may `get` the object `name` (in `namespace`):
-    /// `resourceNames` grants count here.
-    pub async fn authorize_get(
+    /// Whether `principal` may `verb` the one object `name` of a resolved
+    /// resource, in `namespace` (none: cluster-scoped, or every
+    /// namespace): `resourceNames` grants count here. A `get` by the
+    /// object's path, or a `list`/`watch` whose field selector requires
+    /// `metadata.name=NAME`, which kube-apiserver authorizes with that name
+    /// (`RequestInfo.Name`, `k8s.io/apiserver/pkg/endpoints/request/requestinfo.go`).
+    pub async fn authorize_named(
         &self,
         principal: &Principal,
         informers: &Informers,
         info: &ResourceInfo,
+        verb: Verb,
         namespace: Option<&str>,
         name: &str,
     ) -> Result<(), ApiError> {
-        if let (Access::User(user), Some(UserAuthorizer::Rbac(rbac))) =
-            (principal.access(), &self.users)
-        {
-            let access = self.rbac_access(rbac, user).await?;
-            let ns = namespace.unwrap_or("");
-            if access.may_get(&info.api.group, &info.api.plural, ns, name) {
-                return Ok(());
+        let ns = request_namespace(
+            verb,
+            &info.api.group,
+            &info.api.plural,
+            namespace.unwrap_or(""),
+            name,
+        );
+        let allowed = match (principal.access(), &self.users) {
+            (Access::User(user), Some(UserAuthorizer::Rbac(rbac))) => {
+                let access = self.rbac_access(rbac, user).await?;
+                access.allows(&Request {
+                    verb,
+                    group: &info.api.group,
+                    resource: &info.api.plural,
+                    subresource: "",
+                    namespace: ns,
+                    name,
+                })
             }
-            return Err(match namespace {
-                Some(ns) => forbidden_in(principal, Verb::Get, &info.canonical_name(), ns),
-                None => forbidden(principal, Verb::Get, &info.canonical_name(), None),
-            });
+            (Access::User(user), Some(UserAuthorizer::Review(kube))) => {
+                let attrs = kubernetes::Attributes {
+                    verb,
+                    group: info.api.group.clone(),
+                    resource: info.api.plural.clone(),
+                    namespace: ns.to_string(),
+                    name: name.to_string(),
+                };
+                kube.allowed(user, attrs).await?
+            }
+            // Claims and everything else name no objects: the collection's
+            // rules decide.
+            _ => {
+                let requested: Vec<String> = namespace.iter().map(|n| n.to_string()).collect();
+                return self
+                    .authorize(
+                        principal,
+                        informers,
+                        info,
+                        verb,
+                        &requested,
+                        AcrossNamespaces::Refuse,
+                    )
+                    .await
+                    .map(|_| ());
+            }
+        };
+        if allowed {
+            return Ok(());
         }
-        let requested: Vec<String> = namespace.iter().map(|n| n.to_string()).collect();
-        self.authorize(
-            principal,
-            informers,
-            info,
-            Verb::Get,
-            &requested,
-            AcrossNamespaces::Refuse,
-        )
-        .await
-        .map(|_| ())
+        let resource = info.canonical_name();
+        Err(match namespace {
+            Some(ns) => forbidden_in(principal, verb, &format!("{resource} {name:?}"), ns),
+            None => forbidden(principal, verb, &format!("{resource} {name:?}"), None),
+        })
     }
 
     /// The answer for a resource that does not exist: `not_found` only
@@ -219,6 +254,7 @@ impl Auth {
                         group: group.to_string(),
                         resource: plural.to_string(),
                         namespace: ns,
+                        name: String::new(),
                     };
                     kube.allowed(user, attrs).await.unwrap_or(false)
                 }
@@ -266,6 +302,7 @@ async fn review(
         group: info.api.group.clone(),
         resource: info.api.plural.clone(),
         namespace: namespace.to_string(),
+        name: String::new(),
     };
     if requested.is_empty() || !info.namespaced {
         if kube.allowed(user, attrs("")).await? {

@@ -48,6 +48,9 @@ pub struct Attributes {
     pub resource: String,
     /// Empty: cluster-wide (every namespace).
     pub namespace: String,
+    /// The object a request names (a `get`, or a `list`/`watch` narrowed
+    /// to one name); empty for a collection.
+    pub name: String,
 }
 
 /// A token that authenticated requests, held while they or their streams
@@ -320,6 +323,7 @@ impl Reviewer {
                     group: Some(attrs.group.clone()),
                     resource: Some(attrs.resource.clone()),
                     namespace: Some(attrs.namespace.clone()).filter(|ns| !ns.is_empty()),
+                    name: Some(attrs.name.clone()).filter(|n| !n.is_empty()),
                     ..Default::default()
                 }),
                 ..Default::default()

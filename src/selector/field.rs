@@ -193,6 +193,16 @@ impl FieldSelector {
             .all(|r| (value(&r.field, &r.pointer) == r.value) == r.equal)
     }
 
+    /// The value `field` must equal for anything to match, if the
+    /// selector requires one (its first `field=VALUE` term), as
+    /// apimachinery's `Selector.RequiresExactMatch` reads it.
+    pub fn requires_exact(&self, field: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|r| r.equal && r.field == field)
+            .map(|r| r.value.as_str())
+    }
+
     /// The dotted paths this selector reads.
     pub fn fields(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(|r| r.field.as_str())

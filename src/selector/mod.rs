@@ -248,6 +248,29 @@ mod tests {
         assert!(FieldSelector::parse("metadata.name", &extra).is_err());
     }
 
+    #[test]
+    fn a_name_is_required_only_by_an_equality_on_metadata_name() {
+        let exact = |s: &str| {
+            FieldSelector::parse(s, &[])
+                .unwrap()
+                .requires_exact("metadata.name")
+                .map(str::to_owned)
+        };
+        assert_eq!(exact("metadata.name=a").as_deref(), Some("a"));
+        assert_eq!(
+            exact("metadata.namespace=ns,metadata.name==b").as_deref(),
+            Some("b")
+        );
+        assert_eq!(exact("metadata.name!=a"), None);
+        assert_eq!(exact("metadata.namespace=a"), None);
+        assert_eq!(exact(""), None);
+        // The first of two, as apimachinery's andTerm answers.
+        assert_eq!(
+            exact("metadata.name=a,metadata.name=b").as_deref(),
+            Some("a")
+        );
+    }
+
     /// A reference model of one requirement, rendered with random spacing
     /// and evaluated directly, against which the parser is checked.
     #[derive(Debug, Clone)]

@@ -711,8 +711,10 @@ async fn lists_without_resource_version_are_consistent_with_shared_probes() {
     env.stop().await;
 }
 
-/// `.../pods/NAME?watch=1` watches that one object, as kube-apiserver
-/// serves it (the collection with `fieldSelector=metadata.name=NAME`).
+/// `/api/v1/watch/namespaces/NS/pods/NAME` (kube-apiserver's deprecated
+/// watch path) watches that one object, as kube-apiserver serves it (the
+/// collection with `fieldSelector=metadata.name=NAME`); `.../pods/NAME?watch=1`
+/// is a GET of the object, as kube-apiserver v1.36.2 answers it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_watched_by_its_path_sends_only_its_events() {
     let env = spawn(seeded(0), test_config(&["pods"])).await;
@@ -727,7 +729,7 @@ async fn an_object_watched_by_its_path_sends_only_its_events() {
     let resp = env
         .http
         .get(format!(
-            "{}/api/v1/namespaces/web/pods/one?watch=1&resourceVersion={rv}",
+            "{}/api/v1/watch/namespaces/web/pods/one?resourceVersion={rv}",
             env.base
         ))
         .send()
@@ -765,9 +767,13 @@ async fn an_object_watched_by_its_path_sends_only_its_events() {
             ("DELETED".to_string(), "one".to_string()),
         ]
     );
-    let (status, body) = env
-        .get_json("/api/v1/namespaces/web/pods/a,b?watch=1")
-        .await;
+    let (status, body) = env.get_json("/api/v1/watch/namespaces/web/pods/a,b").await;
     assert_eq!(status, 400, "{body}");
+    let (status, body) = env
+        .get_json("/api/v1/namespaces/web/pods/other?watch=1")
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["kind"], "Pod", "the object itself: {body}");
+    assert_eq!(body["metadata"]["name"], "other");
     env.stop().await;
 }

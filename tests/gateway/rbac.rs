@@ -14,7 +14,7 @@ use crate::ws::{WsClient, event};
 use kubefan::config::AuthMethod;
 use kubefan_sim::{Sim, SimUser};
 
-const ROLES: &str = "roles.rbac.authorization.k8s.io";
+pub(crate) const ROLES: &str = "roles.rbac.authorization.k8s.io";
 pub(crate) const ROLE_BINDINGS: &str = "rolebindings.rbac.authorization.k8s.io";
 const CLUSTER_ROLES: &str = "clusterroles.rbac.authorization.k8s.io";
 const CLUSTER_ROLE_BINDINGS: &str = "clusterrolebindings.rbac.authorization.k8s.io";
@@ -640,4 +640,127 @@ async fn a_leaf_reviews_tokens_with_the_api_server_and_reads_rbac_through_its_ro
     assert_eq!(root.sim.stats().resource("pods").open_watches, 1);
     tokio::time::timeout(WAIT, leaf.stop()).await.unwrap();
     root.stop().await;
+}
+
+/// A Role in `ns` that may get, list and watch only the pod `name`.
+pub(crate) fn one_pod_reader(ns: &str, name: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "one-pod", "namespace": ns},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "resourceNames": [name],
+                   "verbs": ["get", "list", "watch"]}]})
+}
+
+/// A grant limited by `resourceNames` opens that one object to `get`, and
+/// to a `list` or `watch` whose field selector requires its name, as
+/// kube-apiserver authorizes them (`RequestInfo.Name` from
+/// `metadata.name=NAME`); the collection stays closed. Both with RBAC
+/// evaluated here and with every decision a SubjectAccessReview.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_by_resource_name_opens_that_object_to_get_list_and_watch() {
+    for review in [false, true] {
+        let sim = team_sim();
+        let mine = pods_in(&sim, &["web"]);
+        let name = mine[0]["metadata"]["name"].as_str().unwrap().to_string();
+        let other = mine[1]["metadata"]["name"].as_str().unwrap().to_string();
+        sim.create(ROLES, one_pod_reader("web", &name)).unwrap();
+        sim.create(ROLE_BINDINGS, json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding", "metadata": {"name": "dana-one", "namespace": "web"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "one-pod"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dana"}]}))
+            .unwrap();
+        let env = rbac_env(sim, |cfg| {
+            if review {
+                cfg.auth.authorization = kubefan::config::AuthorizationMode::Review;
+            }
+        })
+        .await;
+        let status = |path: String| {
+            let env = &env;
+            async move { env.get_as(&path, "dana-token").await.status().as_u16() }
+        };
+        let pods = "/api/v1/namespaces/web/pods";
+        let mode = if review { "review" } else { "rbac" };
+        assert_eq!(status(format!("{pods}/{name}")).await, 200, "{mode}: get");
+        assert_eq!(
+            status(format!("{pods}/{other}")).await,
+            403,
+            "{mode}: another"
+        );
+        assert_eq!(
+            status(pods.to_string()).await,
+            403,
+            "{mode}: the collection"
+        );
+        assert_eq!(
+            status(format!("{pods}?fieldSelector=metadata.name!%3D{name}")).await,
+            403,
+            "{mode}: all but it"
+        );
+        assert_eq!(
+            status(format!("/api/v1/namespaces/web/pods/{other}?watch=1")).await,
+            403,
+            "{mode}: another, by its path (a get)"
+        );
+        assert_eq!(
+            status(format!("/api/v1/watch/namespaces/web/pods/{other}")).await,
+            403,
+            "{mode}: another, by the deprecated watch path"
+        );
+        assert_eq!(
+            status(format!("/api/v1/pods?fieldSelector=metadata.name%3D{name}")).await,
+            403,
+            "{mode}: across namespaces, where the RoleBinding does not reach"
+        );
+        let listed = env
+            .get_as(
+                &format!("{pods}?fieldSelector=metadata.name%3D{name}"),
+                "dana-token",
+            )
+            .await;
+        assert_eq!(listed.status(), 200, "{mode}: the list naming it");
+        let listed: Value = listed.json().await.unwrap();
+        let names: Vec<&str> = listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, [name.as_str()], "{mode}");
+        // The watch naming it: its ADDED, then its changes only.
+        let watch = env
+            .get_as(
+                &format!("{pods}?fieldSelector=metadata.name%3D{name}&watch=1"),
+                "dana-token",
+            )
+            .await;
+        assert_eq!(watch.status(), 200, "{mode}: the watch naming it");
+        let mut lines = crate::tables::Lines::new(watch);
+        let added = lines.next().await;
+        assert_eq!(added["type"], "ADDED", "{mode}: {added}");
+        assert_eq!(added["object"]["metadata"]["name"], name.as_str());
+        for pod in [&other, &name] {
+            env.sim
+                .merge_patch(
+                    "pods",
+                    Some("web"),
+                    pod,
+                    &json!({"metadata": {"labels": {"touched": "yes"}}}),
+                )
+                .unwrap();
+        }
+        let modified = lines.next().await;
+        assert_eq!(modified["type"], "MODIFIED", "{mode}: {modified}");
+        assert_eq!(modified["object"]["metadata"]["name"], name.as_str());
+        // And by the deprecated watch path.
+        let by_path = env
+            .get_as(
+                &format!("/api/v1/watch/namespaces/web/pods/{name}"),
+                "dana-token",
+            )
+            .await;
+        assert_eq!(by_path.status(), 200, "{mode}: the watch path naming it");
+        let added = crate::tables::Lines::new(by_path).next().await;
+        assert_eq!(added["object"]["metadata"]["name"], name.as_str(), "{mode}");
+        env.stop().await;
+    }
 }

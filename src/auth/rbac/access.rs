@@ -252,21 +252,35 @@ impl AccessSet {
     /// Whether object `name` of `group`/`resource` in `namespace` (empty:
     /// a cluster-scoped object) may be read with `get`. A Namespace object
     /// counts as being in itself, as kube-apiserver reads
-    /// `GET /api/v1/namespaces/NAME`.
+    /// `GET /api/v1/namespaces/NAME` ([`request_namespace`]).
     pub fn may_get(&self, group: &str, resource: &str, namespace: &str, name: &str) -> bool {
-        let namespace = if group.is_empty() && resource == "namespaces" {
-            name
-        } else {
-            namespace
-        };
         self.allows(&Request {
             verb: Verb::Get,
             group,
             resource,
             subresource: "",
-            namespace,
+            namespace: request_namespace(Verb::Get, group, resource, namespace, name),
             name,
         })
+    }
+}
+
+/// The namespace kube-apiserver's `RequestInfo` gives a request of `verb`
+/// for object `name` of `group`/`resource` in `namespace`: its own, but a
+/// Namespace's `get` (`GET /api/v1/namespaces/NAME`) is in namespace NAME
+/// (`k8s.io/apiserver/pkg/endpoints/request/requestinfo.go`); a list of
+/// namespaces is in none.
+pub fn request_namespace<'a>(
+    verb: Verb,
+    group: &str,
+    resource: &str,
+    namespace: &'a str,
+    name: &'a str,
+) -> &'a str {
+    if verb == Verb::Get && group.is_empty() && resource == "namespaces" {
+        name
+    } else {
+        namespace
     }
 }
 

@@ -79,15 +79,24 @@ struct Target {
     plural: String,
     namespace: Option<String>,
     name: Option<String>,
+    /// The path began with `watch/` (kube-apiserver's deprecated watch
+    /// paths, `/api/v1/watch/namespaces/NS/pods[/NAME]`): a watch whatever
+    /// the query says, of one object when it names one.
+    watch: bool,
 }
 
 /// Parses what follows `/api/v1/` or `/apis/{g}/{v}/`.
 fn parse_tail(tail: &str) -> Result<Target, ApiError> {
-    let segs: Vec<&str> = tail.trim_end_matches('/').split('/').collect();
+    let (watch, rest) = match tail.strip_prefix("watch/") {
+        Some(rest) => (true, rest),
+        None => (false, tail),
+    };
+    let segs: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
     let target = |plural: &str, namespace: Option<&str>, name: Option<&str>| Target {
         plural: plural.to_string(),
         namespace: namespace.map(str::to_string),
         name: name.map(str::to_string),
+        watch,
     };
     match segs.as_slice() {
         [plural] if !plural.is_empty() => Ok(target(plural, None, None)),
@@ -156,7 +165,17 @@ async fn serve(
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let target = parse_tail(&tail)?;
-    let query = KubeQuery::parse(&auth::strip_token(req.query_string()))?;
+    let mut query = KubeQuery::parse(&auth::strip_token(req.query_string()))?;
+    if target.watch {
+        query.watch = true;
+    } else if target.name.is_some() {
+        // One object by its path is a GET, whose options have no `watch`:
+        // kube-apiserver answers `.../pods/NAME?watch=1` with the object
+        // (`installer.go` routes the item path to `GetResource`); a watch
+        // of one object is `?fieldSelector=metadata.name=NAME&watch=1`, or
+        // the deprecated `/watch/` path.
+        query.watch = false;
+    }
     // What the response carries, decided first as kube-apiserver does: an
     // Accept it cannot serve is 406 before anything else.
     let accept = req
@@ -182,23 +201,33 @@ async fn serve(
         }
         Err(err) => return Err(err),
     };
-    let namespaces = match &target.name {
-        // A single object: `resourceNames` grants count.
-        Some(name) if !query.watch => {
+    // One object, named by its path or by a field selector that requires
+    // `metadata.name=NAME` (a list or watch; not on a `/watch/` path):
+    // authorized with its name, so `resourceNames` grants count, as
+    // kube-apiserver's `RequestInfo` reads the request; anything else as
+    // the collection.
+    let fields = crate::selector::selectable_fields(&info.api.group, &info.api.plural);
+    let named = match &target.name {
+        Some(name) => Some(name.clone()),
+        None if target.watch => None,
+        None => query.selected_name(fields),
+    };
+    let namespaces = match &named {
+        Some(name) => {
             state
                 .auth
-                .authorize_get(
+                .authorize_named(
                     &principal,
                     &state.informers,
                     &info,
+                    verb,
                     target.namespace.as_deref(),
                     name,
                 )
                 .await?;
             requested.clone()
         }
-        // A collection, or one object watched by its path.
-        _ => {
+        None => {
             state
                 .auth
                 .authorize(
@@ -216,10 +245,9 @@ async fn serve(
         return Err(not_found(&group, &version, &target.plural));
     }
     super::access_log::note(&req, verb, &info.canonical_name(), &namespaces);
-    // `.../pods/NAME?watch=1` watches the collection narrowed to that name,
+    // `/watch/.../pods/NAME` watches the collection narrowed to that name,
     // as kube-apiserver turns it into `fieldSelector=metadata.name=NAME`
     // (apiserver `handlers/get.go`, `ListResource` with a name).
-    let fields = crate::selector::selectable_fields(&info.api.group, &info.api.plural);
     let plan = query.plan(target.name.as_deref(), fields)?;
     let query = &plan.query;
     let filter = Filter {
@@ -371,6 +399,11 @@ mod tests {
             plural: p.into(),
             namespace: ns.map(Into::into),
             name: name.map(Into::into),
+            watch: false,
+        };
+        let watched = |target: Target| Target {
+            watch: true,
+            ..target
         };
         assert_eq!(parse_tail("pods").unwrap(), t("pods", None, None));
         assert_eq!(
@@ -391,5 +424,15 @@ mod tests {
         );
         assert!(parse_tail("namespaces/web/pods/a/status").is_err());
         assert!(parse_tail("").is_err());
+        // The deprecated watch paths.
+        assert_eq!(
+            parse_tail("watch/namespaces/web/pods/a").unwrap(),
+            watched(t("pods", Some("web"), Some("a")))
+        );
+        assert_eq!(
+            parse_tail("watch/pods").unwrap(),
+            watched(t("pods", None, None))
+        );
+        assert!(parse_tail("watch/").is_err());
     }
 }

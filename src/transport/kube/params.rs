@@ -279,6 +279,20 @@ impl KubeQuery {
         }
     }
 
+    /// The object a list or watch names, as kube-apiserver's `RequestInfo`
+    /// reads it for authorization: its field selector requires
+    /// `metadata.name=NAME`, and NAME could be a path segment
+    /// (`k8s.io/apiserver/pkg/endpoints/request/requestinfo.go`:
+    /// `RequiresExactMatch("metadata.name")`, `IsPathSegmentName`). `None`
+    /// when the selector does not parse: the request is authorized as a
+    /// collection, then refused with 400.
+    pub fn selected_name(&self, selectable: &[&str]) -> Option<String> {
+        let selector = self.field_selector(selectable).ok()?;
+        let name = selector.requires_exact("metadata.name")?;
+        let segment = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '%']);
+        segment.then(|| name.to_owned())
+    }
+
     /// Adds `metadata.name=NAME` to the field selector (a watch of one
     /// object by its path).
     pub fn select_name(&mut self, name: &str) -> Result<(), ApiError> {
