@@ -1,7 +1,8 @@
 //! Printers of the core group (besides pods and events): nodes,
 //! namespaces, services, endpoints, configmaps, secrets, serviceaccounts,
 //! persistentvolumes and persistentvolumeclaims (kubernetes
-//! `pkg/printers/internalversion/printers.go`, v1.33: `printNode`,
+//! `pkg/printers/internalversion/printers.go`, v1.33; a node's kernel
+//! version as v1.36 prints it): `printNode`,
 //! `printNamespace`, `printService`, `printEndpoints`, `printConfigMap`,
 //! `printSecret`, `printServiceAccount`, `printPersistentVolume`,
 //! `printPersistentVolumeClaim`).
@@ -121,9 +122,18 @@ pub(super) fn print_node(node: &Value, clock: &Clock) -> Printed {
         Cell::Str(node_address(node, "InternalIP")),
         Cell::Str(node_address(node, "ExternalIP")),
         Cell::Str(info("osImage")),
-        Cell::Str(info("kernelVersion")),
+        Cell::Str(kernel_version(node, info("kernelVersion"))),
         Cell::Str(info("containerRuntimeVersion")),
     ])
+}
+
+/// The kernel version, with the node's architecture after it when it has
+/// one (`6.1.0 (amd64)`, `<unknown> (arm64)`): v1.36's `printNode`.
+fn kernel_version(node: &Value, kernel: String) -> String {
+    match str_at(node, &["status", "nodeInfo", "architecture"]) {
+        "" => kernel,
+        arch => format!("{kernel} ({arch})"),
+    }
 }
 
 pub(super) const NAMESPACE_COLUMNS: &[Column] = &[
@@ -684,6 +694,40 @@ mod tests {
         );
         let c = wide_cells(&print_node(&n, &CLOCK));
         assert_eq!((&c[5], &c[6]), (&json!("3.3.3.3"), &json!("2.2.2.2")));
+        // v1.36: the architecture after the kernel version (its
+        // printers_test.go cases "KernelVersion with Arch" and "KernelVersion
+        // unknown with Arch").
+        for (info, kernel) in [
+            (
+                json!({"kernelVersion": "fake-kernel-version", "architecture": "fake-arch-amd64"}),
+                "fake-kernel-version (fake-arch-amd64)",
+            ),
+            (
+                json!({"architecture": "fake-arch-arm64"}),
+                "<unknown> (fake-arch-arm64)",
+            ),
+        ] {
+            let n = node(
+                "foo",
+                json!({}),
+                json!({"nodeInfo": info, "addresses": [{"type": "ExternalIP", "address": "1.1.1.1"}]}),
+            );
+            assert_eq!(
+                wide_cells(&print_node(&n, &CLOCK)),
+                json!([
+                    "foo",
+                    "Unknown",
+                    "<none>",
+                    "<unknown>",
+                    "",
+                    "<none>",
+                    "1.1.1.1",
+                    "<unknown>",
+                    kernel,
+                    "<unknown>"
+                ])
+            );
+        }
         let n = json!({"metadata": {"name": "n", "creationTimestamp": ago(90)},
             "status": {"nodeInfo": {"kubeletVersion": "v1.33.1"}, "conditions": [ready("True")]}});
         assert_eq!(
