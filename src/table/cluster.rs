@@ -219,13 +219,25 @@ pub(super) fn print_ingress_class(ic: &Value, clock: &Clock) -> Printed {
             format!("{p}/{}", str_at(ic, &["spec", "parameters", "name"]))
         }
     };
+    // v1.36: the default class says so.
+    let mut name = str_at(ic, &["metadata", "name"]).to_string();
+    if str_at(
+        ic,
+        &["metadata", "annotations", DEFAULT_INGRESS_CLASS_ANNOTATION],
+    ) == "true"
+    {
+        name.push_str(" (default)");
+    }
     Printed::cells(vec![
-        name(ic),
+        Cell::Str(name),
         Cell::from(str_at(ic, &["spec", "controller"])),
         Cell::Str(parameters),
         age(ic, clock),
     ])
 }
+
+/// `networkingv1.AnnotationIsDefaultIngressClass`.
+const DEFAULT_INGRESS_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
 
 pub(super) const NETWORK_POLICY_COLUMNS: &[Column] = &[
     NAME,
@@ -367,6 +379,19 @@ mod tests {
         );
         let ic = json!({"metadata": {"name": "test2"}, "spec": {"controller": "example.com/controller2"}});
         assert_eq!(wide_cells(&print_ingress_class(&ic, &CLOCK))[2], "<none>");
+        // v1.36's "example with default annotation".
+        let ic = json!({"metadata": {"name": "test-default", "creationTimestamp": ago(9 * 365 * 24 * 3600),
+                "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+            "spec": {"controller": "example.com/controller"}});
+        assert_eq!(
+            wide_cells(&print_ingress_class(&ic, &CLOCK)),
+            json!([
+                "test-default (default)",
+                "example.com/controller",
+                "<none>",
+                "9y"
+            ])
+        );
         let np = json!({"metadata": {"name": "policy1", "creationTimestamp": ago(0)}, "spec": {}});
         assert_eq!(
             wide_cells(&print_network_policy(&np, &CLOCK)),

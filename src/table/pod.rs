@@ -1,6 +1,6 @@
 //! The pod printer: READY, STATUS and RESTARTS as kube-apiserver derives
 //! them (kubernetes `pkg/printers/internalversion/printers.go`, `printPod`,
-//! v1.33).
+//! v1.36).
 //!
 //! STATUS starts as the phase (or `status.reason`), becomes
 //! `SchedulingGated`, then `Init:…` while init containers run (`Init:N/M`,
@@ -8,8 +8,9 @@
 //! `Init:Signal:N`), then the reason of the last container (in reverse
 //! order, so the first container wins) that waits or terminated
 //! (`CrashLoopBackOff`, `Completed`, `Error`, `ExitCode:N`, `Signal:N`);
-//! `Completed` with a container still running reads `Running` or
-//! `NotReady`; a pod being deleted reads `Terminating`, or `Unknown` when
+//! `Completed` with a container still running reads `Running` (the pod
+//! ready), else the reason of a container that exited non-zero if any
+//! (v1.36), else `NotReady`; a pod being deleted reads `Terminating`, or `Unknown` when
 //! its node was lost. Restartable init containers (sidecars) count towards
 //! READY and, once the pod is initialized, towards RESTARTS.
 
@@ -206,6 +207,9 @@ pub(super) fn print(pod: &Value, clock: &Clock) -> Printed {
         restarts = restartable_restarts;
         last_restart = last_restartable_restart;
         let mut has_running = false;
+        // The reason of a container that ended with a non-zero exit code
+        // (v1.36): a pod whose first container completed shows it.
+        let mut error_reason = None;
         for container in list_at(pod, &["status", "containerStatuses"]).iter().rev() {
             restarts += int_at(container, &["restartCount"]);
             if let Some(finished) = last_termination(container) {
@@ -217,18 +221,25 @@ pub(super) fn print(pod: &Value, clock: &Clock) -> Printed {
                 reason = r.to_string();
             } else if let Some(t) = terminated {
                 reason = terminated_reason(t, "");
+                if int_at(t, &["exitCode"]) != 0 {
+                    error_reason = Some(reason.clone());
+                }
             } else if bool_at(container, &["ready"]) && state(container, "running").is_some() {
                 has_running = true;
                 ready += 1;
             }
         }
-        // Back to "Running" if at least one container still runs.
-        if reason == "Completed" && has_running {
-            reason = if pod_ready(conditions) {
-                "Running".to_string()
-            } else {
-                "NotReady".to_string()
-            };
+        // Back to "Running" if at least one container still runs and the
+        // pod is ready; else the reason of one that failed, if any; else
+        // "NotReady" while one still runs.
+        if reason == "Completed" {
+            if has_running && pod_ready(conditions) {
+                reason = "Running".to_string();
+            } else if let Some(error) = error_reason {
+                reason = error;
+            } else if has_running {
+                reason = "NotReady".to_string();
+            }
         }
     }
 
@@ -406,6 +417,38 @@ mod tests {
             short(&p),
             json!(["test6", "1/2", "Running", "6", "<unknown>"])
         );
+        // v1.36: a pod whose first container completed and another failed
+        // shows the failure, not "Completed" (or "NotReady" while a third
+        // runs).
+        for (others, status) in [
+            (
+                json!([{"state": {"terminated": {"reason": "Error", "exitCode": 1}}}]),
+                "Error",
+            ),
+            (
+                json!([{"state": {"terminated": {"exitCode": 2}}}]),
+                "ExitCode:2",
+            ),
+            (
+                json!([{"state": {"terminated": {"reason": "Error", "exitCode": 1}}}, running(true, 0)]),
+                "Error",
+            ),
+            (
+                json!([{"state": {"terminated": {"reason": "Completed", "exitCode": 0}}}]),
+                "Completed",
+            ),
+        ] {
+            let mut statuses =
+                vec![json!({"state": {"terminated": {"reason": "Completed", "exitCode": 0}}})];
+            statuses.extend(others.as_array().unwrap().iter().cloned());
+            let n = statuses.len();
+            let p = pod(
+                "test7",
+                n,
+                json!({"phase": "Running", "containerStatuses": statuses}),
+            );
+            assert_eq!(short(&p)[2], status, "{statuses:?}");
+        }
     }
 
     #[test]

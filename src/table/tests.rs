@@ -44,11 +44,7 @@ const UPSTREAM: &[(&str, &str, &str)] = &[
         "secrets",
         "Name:string:name Type:string Data:string Age:string",
     ),
-    (
-        "",
-        "serviceaccounts",
-        "Name:string:name Secrets:string Age:string",
-    ),
+    ("", "serviceaccounts", "Name:string:name Age:string"),
     (
         "",
         "persistentvolumes",
