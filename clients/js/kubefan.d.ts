@@ -110,6 +110,8 @@ export interface WatchEvents<T> {
   state: (state: WatchState, previous: WatchState) => void;
   /** A stream was refused or ended with an ERROR (token expired, shutdown, bad selector, ...). */
   error: (status: Status) => void;
+  /** The Kubernetes API server's warning about the resource (a deprecated API's), as `/ws` passes it on. */
+  warning: (message: string) => void;
 }
 
 /** A live store of one resource's objects, keyed `namespace/name` (or `name`). */

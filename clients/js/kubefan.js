@@ -366,6 +366,11 @@ export class Watch extends Emitter {
         this._failed(msg.object || statusOf(500, null, 'InternalError'), 0);
         break;
       }
+      case 'WARNING':
+        // The API server's warning about the resource (a deprecated API):
+        // `/ws` sends it before a subscription's first event.
+        this.emit('warning', msg.message);
+        break;
       default:
       // Unknown types are for newer clients: ignored.
     }
@@ -914,6 +919,7 @@ export class WsClient extends Client {
     const out = {type: msg.type, object: msg.object};
     if (msg.id !== undefined) out.id = msg.id;
     if (msg.patch) out.patch = msg.patch;
+    if (msg.message !== undefined) out.message = msg.message;
     entry.sink.message(out);
     if (msg.type === 'ERROR') this._idle();
   }

@@ -122,6 +122,9 @@ pub struct Hub {
     /// Users counted in ([`Hub::enter`]): open subscriptions and readers.
     /// The informer registry stops an on-demand hub that stays at 0.
     subscribers_tx: watch::Sender<usize>,
+    /// The `Warning`s the API server sent with the resource's last LIST
+    /// (`upstream::warning`): kubefan's answers for it carry them too.
+    warnings: std::sync::Mutex<Arc<[&'static str]>>,
     /// Live views by their normalised spec (see [`Hub::view`]).
     views: std::sync::Mutex<HashMap<ViewSpec, std::sync::Weak<View>>>,
     metrics: HubMetrics,
@@ -164,6 +167,7 @@ impl Hub {
             changes: Epoch::default(),
             is_closed: AtomicBool::new(false),
             subscribers_tx: watch::channel(0).0,
+            warnings: std::sync::Mutex::new(Arc::from([])),
             views: std::sync::Mutex::new(HashMap::new()),
             metrics: metrics.hub_metrics(&meta.name),
             meta,
@@ -176,6 +180,23 @@ impl Hub {
 
     pub fn name(&self) -> &str {
         &self.meta.name
+    }
+
+    /// The API server's `Warning`s for this resource, as its last LIST
+    /// came with them (none, for most).
+    pub fn warnings(&self) -> Arc<[&'static str]> {
+        self.warnings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Keeps the `Warning`s the resource's LIST came with.
+    pub fn set_warnings(&self, warnings: Vec<&'static str>) {
+        let mut kept = self.warnings.lock().unwrap_or_else(PoisonError::into_inner);
+        if **kept != *warnings {
+            *kept = Arc::from(warnings);
+        }
     }
 
     // Nothing panics while holding the lock, but a poisoned lock must not

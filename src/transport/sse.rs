@@ -45,6 +45,7 @@ pub async fn stream(
     }
     let sub = subscribe(&state, &principal, &resource, &params, Transport::Sse).await?;
     access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
+    let warnings = sub.hub().warnings();
     let body = SseBody {
         preamble: Some(Bytes::from(format!(
             "retry: {}\n\n",
@@ -58,17 +59,15 @@ pub async fn stream(
             principal.name(),
         ),
     };
-    Ok(takeover::respond(
-        &req,
-        &state.streams,
-        &[
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-            // Behind nginx (an ingress): pass each event on at once.
-            (HeaderName::from_static("x-accel-buffering"), "no"),
-        ],
-        body,
-    ))
+    let mut headers = vec![
+        (header::CONTENT_TYPE, "text/event-stream"),
+        (header::CACHE_CONTROL, "no-cache"),
+        // Behind nginx (an ingress): pass each event on at once.
+        (HeaderName::from_static("x-accel-buffering"), "no"),
+    ];
+    // The API server's warnings for the resource (a deprecated API's).
+    headers.extend(warnings.iter().map(|w| (header::WARNING, *w)));
+    Ok(takeover::respond(&req, &state.streams, &headers, body))
 }
 
 pub(crate) fn parse_last_event_id(value: &HeaderValue) -> Result<Option<Position>, ApiError> {

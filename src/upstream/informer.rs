@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject, ListParams, VersionMatch, WatchEvent, WatchParams};
+use kube::api::{
+    Api, DynamicObject, ListParams, ObjectList, VersionMatch, WatchEvent, WatchParams,
+};
 use kube::core::ApiResource;
 use tokio_util::sync::CancellationToken;
 
@@ -239,6 +241,7 @@ impl Informer {
     /// both together.)
     async fn list_all(&self, at: Option<u64>) -> Result<(Vec<Obj>, u64), kube::Error> {
         let mut objects = Vec::new();
+        let mut warnings = Vec::new();
         let mut token: Option<String> = None;
         let at = at.map(|rv| rv.to_string());
         loop {
@@ -248,7 +251,12 @@ impl Informer {
                 (None, Some(rv)) => lp = lp.at(rv).matching(VersionMatch::Exact),
                 (None, None) => {}
             }
-            let page = self.api.list(&lp).await?;
+            let (page, page_warnings) = self.list_page(&lp).await?;
+            for warning in page_warnings {
+                if !warnings.contains(&warning) {
+                    warnings.push(warning);
+                }
+            }
             for item in page.items {
                 match ingest(item, &self.resource, self.cfg.ingest) {
                     Ok(obj) => objects.push(obj),
@@ -268,10 +276,41 @@ impl Informer {
                             .boxed(),
                         )
                     })?;
+                    self.hub.set_warnings(warnings);
                     return Ok((objects, rv));
                 }
             }
         }
+    }
+
+    /// One page of the LIST, and the `Warning`s it came with (what
+    /// `Api::list` drops): the request `Api::list` makes, sent as it sends
+    /// it, its errors read as it reads them.
+    async fn list_page(
+        &self,
+        lp: &ListParams,
+    ) -> Result<(ObjectList<DynamicObject>, Vec<&'static str>), kube::Error> {
+        let request = kube::core::Request::new(self.api.resource_url())
+            .list(lp)
+            .map_err(kube::Error::BuildRequest)?;
+        let client = self.api.clone().into_client();
+        let response = client.send(request.map(kube::client::Body::from)).await?;
+        let status = response.status();
+        let warnings = super::warning::of(response.headers());
+        let body = response.into_body().collect_bytes().await?;
+        if status.is_client_error() || status.is_server_error() {
+            let failure = match serde_json::from_slice::<kube::core::Status>(&body) {
+                Ok(failure) => failure,
+                Err(_) => kube::core::Status::failure(
+                    String::from_utf8_lossy(&body).trim(),
+                    "Failed to parse error data",
+                )
+                .with_code(status.as_u16()),
+            };
+            return Err(kube::Error::Api(failure.boxed()));
+        }
+        let page = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
+        Ok((page, warnings))
     }
 
     fn decode_failed(&self, err: super::ingest::IngestError) {

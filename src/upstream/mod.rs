@@ -54,6 +54,7 @@ mod policy;
 pub mod positions;
 pub mod reflector;
 mod registry;
+pub mod warning;
 
 use std::future::Future;
 use std::sync::atomic::AtomicBool;

@@ -777,3 +777,98 @@ async fn an_object_watched_by_its_path_sends_only_its_events() {
     assert_eq!(body["metadata"]["name"], "other");
     env.stop().await;
 }
+
+/// The API server's warnings for a resource (v1 Endpoints is deprecated)
+/// reach kubefan's clients as kube-apiserver sends them: a `Warning`
+/// header on the Kubernetes face's LIST, WATCH and GET (a missing object's
+/// 404 too) and on a stream's response; a resource without any gets none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_servers_deprecation_warnings_reach_kubefans_clients() {
+    const DEPRECATED: &str =
+        r#"299 - "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice""#;
+    let env = spawn(seeded(3), test_config(&["endpoints", "pods"])).await;
+    env.synced("endpoints").await;
+    env.synced("pods").await;
+    let warnings = |resp: &reqwest::Response| -> Vec<String> {
+        resp.headers()
+            .get_all("warning")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect()
+    };
+    let get = |path: &str| {
+        let url = format!("{}{path}", env.base);
+        let http = env.http.clone();
+        async move {
+            tokio::time::timeout(WAIT, http.get(url).send())
+                .await
+                .expect("an answer in time")
+                .unwrap()
+        }
+    };
+    for path in [
+        "/api/v1/endpoints",
+        "/api/v1/namespaces/default/endpoints",
+        "/api/v1/namespaces/default/endpoints?watch=1",
+        "/stream/endpoints",
+    ] {
+        let resp = get(path).await;
+        assert_eq!(resp.status(), 200, "{path}");
+        assert_eq!(warnings(&resp), [DEPRECATED], "{path}");
+    }
+    let missing = get("/api/v1/namespaces/default/endpoints/not-there").await;
+    assert_eq!(missing.status(), 404);
+    assert_eq!(warnings(&missing), [DEPRECATED], "a 404 of the resource");
+    for path in ["/api/v1/pods", "/api/v1/pods?watch=1", "/stream/pods"] {
+        let resp = get(path).await;
+        assert_eq!(resp.status(), 200, "{path}");
+        assert!(warnings(&resp).is_empty(), "{path}");
+    }
+    // A single-stream WebSocket: with its `101`.
+    for (path, want) in [
+        ("/stream/endpoints", vec![DEPRECATED]),
+        ("/stream/pods", vec![]),
+    ] {
+        let url = format!("ws://{}{path}", env.app.local_addr());
+        let (_ws, resp) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
+            .await
+            .expect("handshake in time")
+            .unwrap();
+        assert_eq!(resp.status(), 101);
+        let got: Vec<&str> = resp
+            .headers()
+            .get_all("warning")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(got, want, "{path}");
+    }
+    // A `/ws` subscription has no response of its own: a WARNING message
+    // (valid by the schema) before its first event; none for pods.
+    let mut ws = crate::ws::WsClient::connect(&env, "/ws").await;
+    for (id, resource) in [("ep", "endpoints"), ("p", "pods")] {
+        ws.send_json(json!({"op": "subscribe", "id": id, "resource": resource}))
+            .await;
+        let first = ws.next().await;
+        assert_eq!(first["sub"], id, "{first}");
+        if resource == "endpoints" {
+            assert_eq!(first["type"], "WARNING", "{first}");
+            assert_eq!(
+                first["message"],
+                "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice"
+            );
+            let next = ws.next().await;
+            assert_ne!(next["type"], "WARNING", "once: {next}");
+        } else {
+            assert_ne!(first["type"], "WARNING", "{first}");
+        }
+        ws.send_json(json!({"op": "unsubscribe", "id": id})).await;
+        loop {
+            let msg = ws.next().await;
+            if msg["sub"] == id && msg["type"] == "UNSUBSCRIBED" {
+                break;
+            }
+        }
+    }
+    env.stop().await;
+}

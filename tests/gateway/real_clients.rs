@@ -853,3 +853,57 @@ async fn real_client_kubectl_reads_the_one_pod_a_grant_by_resource_name_opens() 
     drop(watch);
     env.stop().await;
 }
+
+/// The API server's deprecation warning reaches kubectl through kubefan
+/// (issue 27): `kubectl get endpoints` prints it on stderr, as against
+/// kube-apiserver v1.36, and `kubectl get pods` prints none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kubectl: run through conformance/run"]
+async fn real_client_kubectl_prints_the_api_servers_deprecation_warning() {
+    let kubectl = program("KUBEFAN_KUBECTL");
+    let env = crate::support::spawn(
+        crate::sse::seeded(3),
+        crate::support::test_config(&["endpoints", "pods"]),
+    )
+    .await;
+    env.synced("endpoints").await;
+    env.synced("pods").await;
+    let cache = std::env::temp_dir().join(format!("kubefan-kubectl-{}", uuid::Uuid::new_v4()));
+    let stderr_of = |resource: &'static str| {
+        let args = [
+            "--server".to_string(),
+            env.base.clone(),
+            "--cache-dir".into(),
+            cache.display().to_string(),
+            "get".into(),
+            resource.into(),
+            "-A".into(),
+        ];
+        let kubectl = kubectl.clone();
+        async move {
+            let out = tokio::time::timeout(
+                process::CLIENT_WAIT,
+                Command::new(&kubectl).args(args).output(),
+            )
+            .await
+            .expect("kubectl finishes")
+            .expect("kubectl runs");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        }
+    };
+    let stderr = stderr_of("endpoints").await;
+    assert!(
+        stderr.contains(
+            "Warning: v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice"
+        ),
+        "{stderr}"
+    );
+    let stderr = stderr_of("pods").await;
+    assert!(!stderr.contains("Warning"), "{stderr}");
+    env.stop().await;
+}

@@ -119,7 +119,7 @@ impl WsClient {
             .expect("send");
     }
 
-    async fn send_json(&mut self, v: Value) {
+    pub(crate) async fn send_json(&mut self, v: Value) {
         self.send(Message::text(v.to_string())).await;
     }
 

@@ -31,6 +31,20 @@ test('a snapshot is applied at its end marker, not before', () => {
   assert.deepEqual(log, ['state syncing', 'added a', 'added b', 'state live', 'synced 10']);
 });
 
+test('a WARNING from the gateway is emitted as a warning, and changes nothing else', () => {
+  const {w, client, log} = watching();
+  const warnings = [];
+  w.on('warning', (m) => warnings.push(m));
+  const s = client.last;
+  s.sink.opened();
+  s.sink.message({type: 'WARNING', message: 'v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice'});
+  s.sink.message(added(pod('a', {rv: '3'})));
+  s.sink.message(end('10'));
+  assert.deepEqual(warnings, ['v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice']);
+  assert.deepEqual(names(w), ['a']);
+  assert.deepEqual(log, ['state syncing', 'added a', 'state live', 'synced 10']);
+});
+
 test('changes after the snapshot are applied in order and move the position', () => {
   const {w, client, log} = watching();
   const s = client.last;

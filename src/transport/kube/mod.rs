@@ -273,6 +273,10 @@ async fn serve(
             Ok((hub, guard))
         })
         .await?;
+    // The API server's warnings for the resource (a deprecated API's),
+    // on whatever kubefan answers from here on, errors too, as
+    // kube-apiserver adds them once a request reached the resource.
+    let warnings = hub.warnings();
     let read = list::Read {
         state: &state,
         hub: &hub,
@@ -280,13 +284,12 @@ async fn serve(
         shape: &shape,
         probes: &probes,
     };
-    if let (Some(name), false) = (&target.name, query.watch) {
+    let answer = if let (Some(name), false) = (&target.name, query.watch) {
         // Without a resourceVersion, a GET is consistent too.
         let consistent = query.resource_version.is_none();
-        return list::get(read, target.namespace.as_deref(), name, consistent).await;
-    }
-    if query.watch {
-        watch::watch(&req, &state, hub, filter, shape, &plan, &principal).await
+        list::get(read, target.namespace.as_deref(), name, consistent).await
+    } else if query.watch {
+        watch::watch(&req, &state, hub.clone(), filter, shape, &plan, &principal).await
     } else {
         let owner = PageOwner {
             principal,
@@ -294,7 +297,26 @@ async fn serve(
             filter,
         };
         list::list(read, &pages, owner, &plan).await
+    };
+    Ok(with_warnings(answer, &warnings))
+}
+
+/// `answer` (an error as its `Status` response) with the API server's
+/// `warnings` as `Warning` headers. (A watch's response was written by
+/// its stream, with them: `watch::watch`.)
+fn with_warnings(
+    answer: Result<HttpResponse, ApiError>,
+    warnings: &[&'static str],
+) -> HttpResponse {
+    use actix_web::ResponseError;
+    let mut response = answer.unwrap_or_else(|e| e.error_response());
+    for warning in warnings {
+        response.headers_mut().append(
+            actix_web::http::header::WARNING,
+            actix_web::http::header::HeaderValue::from_static(warning),
+        );
     }
+    response
 }
 
 /// How objects are encoded for `output` (`Accept`): as themselves, as

@@ -78,6 +78,7 @@ pub async fn watch(
         lease: principal.lease().cloned(),
         access: None,
     };
+    let hub_warnings = hub.warnings();
     let sub = Subscription::start(hub.clone(), request, &state.subscriptions).await?;
     let framing = WatchFraming {
         hub,
@@ -87,6 +88,13 @@ pub async fn watch(
         shape,
         columns_sent: false,
     };
+    // The API server's warnings for the resource, as kube-apiserver sends
+    // them with a watch's response.
+    let mut headers = vec![
+        (header::CONTENT_TYPE, "application/json"),
+        (header::CACHE_CONTROL, "no-cache, private"),
+    ];
+    headers.extend(hub_warnings.iter().map(|w| (header::WARNING, *w)));
     let body = WatchBody {
         framed: Framed::new(
             sub,
@@ -100,15 +108,7 @@ pub async fn watch(
         deadline: Instant::now().checked_add(plan.timeout),
         timer: None,
     };
-    Ok(takeover::respond(
-        req,
-        &state.streams,
-        &[
-            (header::CONTENT_TYPE, "application/json"),
-            (header::CACHE_CONTROL, "no-cache, private"),
-        ],
-        body,
-    ))
+    Ok(takeover::respond(req, &state.streams, &headers, body))
 }
 
 struct WatchBody {

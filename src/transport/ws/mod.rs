@@ -69,7 +69,7 @@ pub async fn stream(
     let params = parse_stream_query(&auth::strip_token(req.query_string()))?;
     let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
     access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
-    let taken = handshake(&req, &state)?;
+    let taken = handshake(&req, &state, &sub.hub().warnings())?;
     let framed = framed(sub, &state, principal.name());
     state.streams.spawn(Task::new(single::Serve::new(
         Box::new(taken),
@@ -87,7 +87,7 @@ pub async fn mux(
     state: web::Data<AppState>,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
-    let taken = handshake(&req, &state)?;
+    let taken = handshake(&req, &state, &[])?;
     mux::spawn(state, Box::new(taken), principal);
     // actix writes this into the emptied connection, where it vanishes.
     Ok(HttpResponse::Ok().finish())
@@ -96,10 +96,23 @@ pub async fn mux(
 /// Validates the handshake and takes the connection over from actix: kubefan
 /// reads the client's frames from the socket and writes its own, without
 /// actix's connection, buffers and body stream.
-fn handshake(req: &HttpRequest, state: &AppState) -> Result<Taken, ApiError> {
-    let accept = actix_http::ws::handshake(req.head())
+///
+/// `warnings` (the API server's for the resource) go with the `101` as
+/// `Warning` headers.
+fn handshake(
+    req: &HttpRequest,
+    state: &AppState,
+    warnings: &[&'static str],
+) -> Result<Taken, ApiError> {
+    let mut accept = actix_http::ws::handshake(req.head())
         .map_err(|e| ApiError::BadRequest(format!("not a WebSocket handshake: {e}")))?
         .finish();
+    for warning in warnings {
+        accept.headers_mut().append(
+            actix_web::http::header::WARNING,
+            actix_web::http::header::HeaderValue::from_static(warning),
+        );
+    }
     let limits = InboxLimits {
         max_message: state.stream.ws_max_message,
         max_fragments: state.stream.ws_max_fragments,

@@ -302,6 +302,42 @@ async fn resource_endpoint(
     if (ns.is_some() && !def.namespaced) || (name.is_some() && ns.is_none() && def.namespaced) {
         return Err(SimError::UnknownResource(req.path().into()));
     }
+    let answer = resource_request(req, body, sim, &def, ns, name).await;
+    // Every answer for a deprecated resource, errors too (a GET of a name
+    // that is not there), once it is authorized, as kube-apiserver's
+    // deprecation filter adds it (`endpoints/deprecation`,
+    // `warning.AddWarning`).
+    let Some(warning) = deprecation_warning(group, version, plural) else {
+        return answer;
+    };
+    let mut response = answer.unwrap_or_else(|e| status_response(&e));
+    response
+        .headers_mut()
+        .append(header::WARNING, header::HeaderValue::from_static(warning));
+    Ok(response)
+}
+
+/// The `Warning` kube-apiserver v1.36 attaches to every request for a
+/// deprecated resource the simulator serves.
+fn deprecation_warning(group: &str, version: &str, plural: &str) -> Option<&'static str> {
+    match (group, version, plural) {
+        ("", "v1", "endpoints") => Some(
+            r#"299 - "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice""#,
+        ),
+        _ => None,
+    }
+}
+
+/// A request for `def`'s objects (in `ns`, or `name`).
+async fn resource_request(
+    req: &HttpRequest,
+    body: &[u8],
+    sim: &Sim,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    name: Option<&str>,
+) -> Result<HttpResponse, SimError> {
+    let def = def.clone();
     let key = def.key();
     let ok = |w: Written| HttpResponse::Ok().content_type(JSON).body(w.encoded);
     let created = |w: Written| HttpResponse::Created().content_type(JSON).body(w.encoded);

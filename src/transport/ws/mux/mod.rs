@@ -158,7 +158,8 @@ fn starting(
             _ = state.lifecycle.shutting_down() => Err(shutdown_status()),
             started = subscribe(&state, &principal, &resource, &params, Transport::WebSocket) => started.map_err(|e| e.status()),
         }?;
-        Ok(super::framed(sub, &state, principal.name()))
+        let warnings = sub.hub().warnings();
+        Ok((super::framed(sub, &state, principal.name()), warnings))
     })
 }
 

@@ -30,12 +30,16 @@ use crate::lifecycle::Lifecycle;
 use crate::transport::state::AppState;
 use crate::transport::stream::{BatchSource, Framed};
 use crate::transport::takeover::{Batches, Parkable, Tick};
-use crate::transport::ws::message::{Outgoing, WsFraming, error_message, message};
+use crate::transport::ws::message::{Id, Outgoing, WsFraming, error_message, message};
 
 /// Starting a subscription: its authorization and its hub's sync; then the
 /// subscription framed, and the counter of the bytes sent on its
 /// resource; or the `Status` that refused it.
-pub(super) type Starting = Pin<Box<dyn Future<Output = Result<Framed<WsFraming>, Value>> + Send>>;
+pub(super) type Starting = Pin<Box<dyn Future<Output = Result<Started, Value>> + Send>>;
+
+/// A subscription started: framed, and the API server's warnings for its
+/// resource (`upstream::warning`), sent first as WARNING messages.
+pub(super) type Started = (Framed<WsFraming>, Arc<[&'static str]>);
 
 pub(super) struct Sub {
     state: web::Data<AppState>,
@@ -90,6 +94,15 @@ impl Sub {
     }
 }
 
+/// `{"type":"WARNING","message":TEXT}` for a `Warning` header value.
+fn warning_message(warning: &str) -> Outgoing {
+    let json = serde_json::json!({
+        "type": "WARNING",
+        "message": crate::upstream::warning::text(warning),
+    });
+    Outgoing::event(Bytes::from(json.to_string()), Id::None)
+}
+
 impl Parkable for Sub {
     fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
@@ -131,7 +144,10 @@ impl Parkable for Sub {
             match &mut self.phase {
                 Phase::Starting(starting) => match starting.as_mut().poll(cx) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(framed)) => {
+                    Poll::Ready(Ok((framed, warnings))) => {
+                        // Before its first event: a `/ws` subscription has
+                        // no response of its own to carry them as headers.
+                        self.out.extend(warnings.iter().map(|w| warning_message(w)));
                         self.phase = Phase::Streaming(Box::new(framed));
                     }
                     Poll::Ready(Err(status)) => {
