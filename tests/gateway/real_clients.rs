@@ -759,28 +759,19 @@ async fn real_client_kubectl_reads_the_one_pod_a_grant_by_resource_name_opens() 
     )
     .unwrap();
     // Over TLS: kubectl sends no bearer token over plain HTTP.
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("kubefan-kubectl-names-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let authority = crate::support::Authority::new("kubefan test CA");
-    let (cert, cert_key) = authority.leaf("kubefan");
-    let (cert_file, key_file, ca_file) =
-        (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
-    std::fs::write(&cert_file, cert).unwrap();
-    std::fs::write(&key_file, cert_key).unwrap();
-    std::fs::write(&ca_file, authority.pem()).unwrap();
+    let tls = process::TlsFiles::new("kubectl-names");
     let env = crate::rbac::rbac_env(sim, |cfg| {
-        cfg.tls.cert_file = Some(cert_file.clone());
-        cfg.tls.key_file = Some(key_file.clone());
+        cfg.tls.cert_file = Some(tls.cert_file.clone());
+        cfg.tls.key_file = Some(tls.key_file.clone());
     })
     .await;
-    let cache = dir.join("cache");
+    let cache = tls.dir.join("cache");
     let args = |rest: &[&str]| {
         let mut all: Vec<String> = vec![
             "--server".into(),
             format!("https://{}", env.app.local_addr()),
             "--certificate-authority".into(),
-            ca_file.display().to_string(),
+            tls.ca_file.display().to_string(),
             "--token".into(),
             "dana-token".into(),
             "--cache-dir".into(),

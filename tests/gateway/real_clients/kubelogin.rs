@@ -9,7 +9,7 @@
 //! verifies it and authorizes the user by the simulated cluster's RBAC.
 //! Nothing here signs in at a browser: that is kubelogin's part.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 use base64::Engine;
@@ -21,7 +21,6 @@ use tokio::process::Command;
 use super::process::{CLIENT_WAIT, program};
 use crate::issuer::{Issuer, SigningKey};
 use crate::oidc::{CLIENT, claims, now, oidc_config, oidc_env, team_sim};
-use crate::support::Authority;
 
 const STANDIN: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -67,16 +66,12 @@ async fn real_client_kubectl_signs_in_with_the_kubelogin_user_kubefan_kubeconfig
     let kubectl = program("KUBEFAN_KUBECTL");
     let key = SigningKey::rsa("rsa-private.pem", "k1");
     let issuer = Issuer::start(&[&key]).await;
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("kubefan-kubelogin-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let authority = Authority::new("kubefan test CA");
-    let (cert, cert_key) = authority.leaf("kubefan");
-    let (cert_file, key_file, ca_file) =
-        (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
-    std::fs::write(&cert_file, cert).unwrap();
-    std::fs::write(&key_file, cert_key).unwrap();
-    std::fs::write(&ca_file, authority.pem()).unwrap();
+    let super::process::TlsFiles {
+        dir,
+        cert_file,
+        key_file,
+        ca_file,
+    } = super::process::TlsFiles::new("kubelogin");
     let mut cfg = oidc_config(&issuer);
     cfg.tls.cert_file = Some(cert_file.clone());
     cfg.tls.key_file = Some(key_file.clone());

@@ -223,3 +223,33 @@ where
     );
     output.stdout
 }
+
+/// A certificate for kubefan, signed by a test CA, written for a client
+/// that verifies it (kubectl sends no bearer token over plain HTTP).
+pub struct TlsFiles {
+    pub dir: PathBuf,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub ca_file: PathBuf,
+}
+
+impl TlsFiles {
+    /// In a fresh directory named after `name`.
+    pub fn new(name: &str) -> TlsFiles {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("kubefan-{name}-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let authority = crate::support::Authority::new("kubefan test CA");
+        let (cert, key) = authority.leaf("kubefan");
+        let files = TlsFiles {
+            cert_file: dir.join("tls.crt"),
+            key_file: dir.join("tls.key"),
+            ca_file: dir.join("ca.crt"),
+            dir,
+        };
+        std::fs::write(&files.cert_file, cert).unwrap();
+        std::fs::write(&files.key_file, key).unwrap();
+        std::fs::write(&files.ca_file, authority.pem()).unwrap();
+        files
+    }
+}

@@ -13,6 +13,7 @@
 
 mod control;
 mod outbox;
+mod splice;
 mod sub;
 mod writer;
 

@@ -25,7 +25,8 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::outbox::{Direct, Frame, Outbox, spliced, spliced_payloads};
+use super::outbox::{Direct, Frame, Outbox};
+use super::splice::{spliced, spliced_payloads};
 use crate::lifecycle::Lifecycle;
 use crate::transport::state::AppState;
 use crate::transport::stream::{BatchSource, Framed};
