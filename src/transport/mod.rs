@@ -238,6 +238,19 @@ fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// The API server's warnings for a resource (`upstream::warning`), as the
+/// `Warning` headers of a response kubefan answers about it: appended to
+/// an actix response's `headers`.
+pub(crate) fn append_warnings(
+    headers: &mut actix_web::http::header::HeaderMap,
+    warnings: &[&'static str],
+) {
+    use actix_web::http::header::{HeaderValue, WARNING};
+    for warning in warnings {
+        headers.append(WARNING, HeaderValue::from_static(warning));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -310,12 +310,7 @@ fn with_warnings(
 ) -> HttpResponse {
     use actix_web::ResponseError;
     let mut response = answer.unwrap_or_else(|e| e.error_response());
-    for warning in warnings {
-        response.headers_mut().append(
-            actix_web::http::header::WARNING,
-            actix_web::http::header::HeaderValue::from_static(warning),
-        );
-    }
+    crate::transport::append_warnings(response.headers_mut(), warnings);
     response
 }
 

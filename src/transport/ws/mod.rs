@@ -107,12 +107,7 @@ fn handshake(
     let mut accept = actix_http::ws::handshake(req.head())
         .map_err(|e| ApiError::BadRequest(format!("not a WebSocket handshake: {e}")))?
         .finish();
-    for warning in warnings {
-        accept.headers_mut().append(
-            actix_web::http::header::WARNING,
-            actix_web::http::header::HeaderValue::from_static(warning),
-        );
-    }
+    crate::transport::append_warnings(accept.headers_mut(), warnings);
     let limits = InboxLimits {
         max_message: state.stream.ws_max_message,
         max_fragments: state.stream.ws_max_fragments,
