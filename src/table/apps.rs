@@ -1,6 +1,6 @@
 //! Printers of workload controllers: deployments, replicasets,
 //! statefulsets, daemonsets (`apps`) and replicationcontrollers (core)
-//! (kubernetes `pkg/printers/internalversion/printers.go`, v1.33:
+//! (kubernetes `pkg/printers/internalversion/printers.go`, v1.36:
 //! `printDeployment`, `printReplicaSet`, `printStatefulSet`,
 //! `printDaemonSet`, `printReplicationController`).
 //!

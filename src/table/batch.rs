@@ -1,5 +1,5 @@
 //! Printers of the `batch` group: jobs and cronjobs (kubernetes
-//! `pkg/printers/internalversion/printers.go`, v1.33: `printJob`,
+//! `pkg/printers/internalversion/printers.go`, v1.36: `printJob`,
 //! `printCronJob`).
 
 use serde_json::Value;

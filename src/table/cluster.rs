@@ -1,7 +1,7 @@
 //! Printers of cluster policy and configuration: poddisruptionbudgets,
 //! rolebindings, clusterrolebindings, storageclasses, priorityclasses,
 //! ingressclasses, networkpolicies, leases (kubernetes
-//! `pkg/printers/internalversion/printers.go`, v1.33:
+//! `pkg/printers/internalversion/printers.go`, v1.36:
 //! `printPodDisruptionBudget`, `printRoleBinding`,
 //! `printClusterRoleBinding`, `printStorageClass`, `printPriorityClass`,
 //! `printIngressClass`, `printNetworkPolicy`, `printLease`; `SubjectsStrings`

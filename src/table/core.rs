@@ -1,8 +1,7 @@
 //! Printers of the core group (besides pods and events): nodes,
 //! namespaces, services, endpoints, configmaps, secrets, serviceaccounts,
 //! persistentvolumes and persistentvolumeclaims (kubernetes
-//! `pkg/printers/internalversion/printers.go`, v1.33; a node's kernel
-//! version as v1.36 prints it): `printNode`,
+//! `pkg/printers/internalversion/printers.go`, v1.36: `printNode`,
 //! `printNamespace`, `printService`, `printEndpoints`, `printConfigMap`,
 //! `printSecret`, `printServiceAccount`, `printPersistentVolume`,
 //! `printPersistentVolumeClaim`).

@@ -1,5 +1,5 @@
 //! The event printer, for `v1` events and `events.k8s.io/v1` events alike
-//! (kubernetes `pkg/printers/internalversion/printers.go`, v1.33:
+//! (kubernetes `pkg/printers/internalversion/printers.go`, v1.36:
 //! `printEvent`).
 //!
 //! kube-apiserver stores both as the internal core `Event` and prints that;

@@ -12,7 +12,7 @@
 //!
 //! Facts are ported from Kubernetes and each file names its source:
 //! printers from kubernetes `pkg/printers/internalversion/printers.go`
-//! (v1.33) for pods, nodes, namespaces, services, endpoints,
+//! (v1.36) for pods, nodes, namespaces, services, endpoints,
 //! endpointslices, deployments, replicasets, statefulsets, daemonsets,
 //! jobs, cronjobs, configmaps, secrets, events (`v1` and
 //! `events.k8s.io/v1`), ingresses, persistentvolumes,
@@ -24,6 +24,8 @@
 //! `Name`/`Created At` for anything else, as apiserver's default table
 //! convertor. Cells are computed from JSON, never a typed decode: a
 //! malformed field reads as unset and gets the printer's fallback.
+//! `goldens` checks every printer, cell by cell, against the tables a real
+//! kube-apiserver v1.36.2 printed for the fixtures in `tests/goldens/`.
 //!
 //! # Layout
 //! - [`negotiate`](negotiate()): `Accept` and `includeObject`.
@@ -33,6 +35,7 @@
 //! - `crd`, `jsonpath`: `additionalPrinterColumns`.
 //! - `encode`: [`TableView`], [`Row`], partial metadata.
 //! - `format`, `cell`, `column`, `read`, `swagger`: how values are spelled.
+//! - `goldens` (tests): the recorded tables of a real kube-apiserver.
 //!
 //! # Use
 //! ```text
@@ -56,6 +59,8 @@ mod crd;
 mod encode;
 mod events;
 mod format;
+#[cfg(test)]
+mod goldens;
 mod jsonpath;
 mod negotiate;
 mod network;

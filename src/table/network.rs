@@ -1,6 +1,6 @@
 //! Printers of networking resources: ingresses (`networking.k8s.io`) and
 //! endpointslices (`discovery.k8s.io`) (kubernetes
-//! `pkg/printers/internalversion/printers.go`, v1.33: `printIngress`,
+//! `pkg/printers/internalversion/printers.go`, v1.36: `printIngress`,
 //! `printEndpointSlice`).
 
 use serde_json::Value;

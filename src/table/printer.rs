@@ -4,7 +4,7 @@
 //! Three kinds, as in kube-apiserver:
 //! - built-in printers, ported from kubernetes
 //!   `pkg/printers/internalversion/printers.go` (`AddHandlers` and the
-//!   `print*` functions, v1.33) for the resources kubefan knows;
+//!   `print*` functions, v1.36) for the resources kubefan knows;
 //! - CRD printers from `additionalPrinterColumns` (see [`super::crd`]);
 //! - the default convertor for everything else: `Name` and `Created At`,
 //!   as apiserver `pkg/registry/rest/table.go` (`defaultTableConvertor`)

@@ -1,8 +1,9 @@
 //! Column descriptions, as kube-apiserver's printers take them from the API
 //! types' documentation (`SwaggerDoc()` of k8s.io/api and apimachinery
-//! v0.33.0, `types_swagger_doc_generated.go`). Copied verbatim: the
-//! `description` of a column definition is part of what kube-apiserver
-//! serves, and tests compare it.
+//! `types_swagger_doc_generated.go`), as kube-apiserver v1.36.2 serves them.
+//! Copied verbatim: the `description` of a column definition is part of
+//! what kube-apiserver serves, and the recorded tables (`goldens.rs`)
+//! compare it.
 
 /// `ObjectMeta.name`
 pub(super) const OBJECT_META_NAME: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
@@ -87,7 +88,7 @@ pub(super) const EXT_DEPLOYMENT_STATUS_UPDATED_REPLICAS: &str = "Total number of
 /// `DeploymentStatus.availableReplicas`
 pub(super) const EXT_DEPLOYMENT_STATUS_AVAILABLE_REPLICAS: &str = "Total number of available non-terminating pods (ready for at least minReadySeconds) targeted by this deployment.";
 /// `DeploymentSpec.selector`
-pub(super) const EXT_DEPLOYMENT_SPEC_SELECTOR: &str = "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.";
+pub(super) const EXT_DEPLOYMENT_SPEC_SELECTOR: &str = "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment. It must match the pod template's labels.";
 /// `ReplicaSetSpec.replicas`
 pub(super) const EXT_REPLICA_SET_SPEC_REPLICAS: &str = "Replicas is the number of desired pods. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicaset";
 /// `ReplicaSetStatus.replicas`
@@ -96,13 +97,13 @@ pub(super) const EXT_REPLICA_SET_STATUS_REPLICAS: &str = "Replicas is the most r
 pub(super) const EXT_REPLICA_SET_STATUS_READY_REPLICAS: &str =
     "The number of non-terminating pods targeted by this ReplicaSet with a Ready Condition.";
 /// `ReplicaSetSpec.selector`
-pub(super) const EXT_REPLICA_SET_SPEC_SELECTOR: &str = "Selector is a label query over pods that should match the replica count. If the selector is empty, it is defaulted to the labels present on the pod template. Label keys and values that must match in order to be controlled by this replica set. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors";
+pub(super) const EXT_REPLICA_SET_SPEC_SELECTOR: &str = "Selector is a label query over pods that should match the replica count. Label keys and values that must match in order to be controlled by this replica set. It must match the pod template's labels. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors";
 /// `DaemonSetStatus.desiredNumberScheduled`
 pub(super) const EXT_DAEMON_SET_STATUS_DESIRED_NUMBER_SCHEDULED: &str = "The total number of nodes that should be running the daemon pod (including nodes correctly running the daemon pod). More info: https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/";
 /// `DaemonSetStatus.currentNumberScheduled`
 pub(super) const EXT_DAEMON_SET_STATUS_CURRENT_NUMBER_SCHEDULED: &str = "The number of nodes that are running at least 1 daemon pod and are supposed to run the daemon pod. More info: https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/";
 /// `DaemonSetStatus.numberReady`
-pub(super) const EXT_DAEMON_SET_STATUS_NUMBER_READY: &str = "The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and ready.";
+pub(super) const EXT_DAEMON_SET_STATUS_NUMBER_READY: &str = "numberReady is the number of nodes that should be running the daemon pod and have one or more of the daemon pod running with a Ready Condition.";
 /// `DaemonSetStatus.updatedNumberScheduled`
 pub(super) const EXT_DAEMON_SET_STATUS_UPDATED_NUMBER_SCHEDULED: &str =
     "The total number of nodes that are running updated daemon pod";
@@ -111,7 +112,7 @@ pub(super) const EXT_DAEMON_SET_STATUS_NUMBER_AVAILABLE: &str = "The number of n
 /// `PodSpec.nodeSelector`
 pub(super) const POD_SPEC_NODE_SELECTOR: &str = "NodeSelector is a selector which must be true for the pod to fit on a node. Selector which must match a node's labels for the pod to be scheduled on that node. More info: https://kubernetes.io/docs/concepts/configuration/assign-pod-node/";
 /// `DaemonSetSpec.selector`
-pub(super) const EXT_DAEMON_SET_SPEC_SELECTOR: &str = "A label query over pods that are managed by the daemon set. Must match in order to be controlled. If empty, defaulted to labels on Pod template. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors";
+pub(super) const EXT_DAEMON_SET_SPEC_SELECTOR: &str = "A label query over pods that are managed by the daemon set. Must match in order to be controlled. It must match the pod template's labels. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors";
 /// `JobStatus.succeeded`
 pub(super) const JOB_STATUS_SUCCEEDED: &str = "The number of pods which reached phase Succeeded. The value increases monotonically for a given spec. However, it may decrease in reaction to scale down of elastic indexed jobs.";
 /// `JobSpec.selector`
@@ -143,9 +144,9 @@ pub(super) const ENDPOINTS_SUBSETS: &str = "The set of all endpoints is the unio
 /// `ConfigMap.data`
 pub(super) const CONFIG_MAP_DATA: &str = "Data contains the configuration data. Each key must consist of alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced during validation process.";
 /// `EndpointSlice.addressType`
-pub(super) const ENDPOINT_SLICE_ADDRESS_TYPE: &str = "addressType specifies the type of address carried by this EndpointSlice. All addresses in this slice must be the same type. This field is immutable after creation. The following address types are currently supported: * IPv4: Represents an IPv4 Address. * IPv6: Represents an IPv6 Address. * FQDN: Represents a Fully Qualified Domain Name.";
+pub(super) const ENDPOINT_SLICE_ADDRESS_TYPE: &str = "addressType specifies the type of address carried by this EndpointSlice. All addresses in this slice must be the same type. This field is immutable after creation. The following address types are currently supported: * IPv4: Represents an IPv4 Address. * IPv6: Represents an IPv6 Address. * FQDN: Represents a Fully Qualified Domain Name. (Deprecated) The EndpointSlice controller only generates, and kube-proxy only processes, slices of addressType \"IPv4\" and \"IPv6\". No semantics are defined for the \"FQDN\" type.";
 /// `EndpointSlice.ports`
-pub(super) const ENDPOINT_SLICE_PORTS: &str = "ports specifies the list of network ports exposed by each endpoint in this slice. Each port must have a unique name. When ports is empty, it indicates that there are no defined ports. When a port is defined with a nil port value, it indicates \"all ports\". Each slice may include a maximum of 100 ports.";
+pub(super) const ENDPOINT_SLICE_PORTS: &str = "ports specifies the list of network ports exposed by each endpoint in this slice. Each port must have a unique name. Each slice may include a maximum of 100 ports. Services always have at least 1 port, so EndpointSlices generated by the EndpointSlice controller will likewise always have at least 1 port. EndpointSlices used for other purposes may have an empty ports list.";
 /// `EndpointSlice.endpoints`
 pub(super) const ENDPOINT_SLICE_ENDPOINTS: &str = "endpoints is a list of unique endpoints in this slice. Each slice may include a maximum of 1000 endpoints.";
 /// `ReplicationControllerSpec.replicas`
@@ -180,4 +181,4 @@ pub(super) const PRIORITY_CLASS_GLOBAL_DEFAULT: &str = "globalDefault specifies 
 /// `PriorityClass.preemptionPolicy`
 pub(super) const PRIORITY_CLASS_PREEMPTION_POLICY: &str = "preemptionPolicy is the Policy for preempting pods with lower priority. One of Never, PreemptLowerPriority. Defaults to PreemptLowerPriority if unset.";
 /// `NetworkPolicySpec.podSelector`
-pub(super) const EXT_NETWORK_POLICY_SPEC_POD_SELECTOR: &str = "Selects the pods to which this NetworkPolicy object applies.  The array of ingress rules is applied to any pods selected by this field. Multiple network policies can select the same set of pods.  In this case, the ingress rules for each are combined additively. This field is NOT optional and follows standard label selector semantics. An empty podSelector matches all pods in this namespace.";
+pub(super) const EXT_NETWORK_POLICY_SPEC_POD_SELECTOR: &str = "podSelector selects the pods to which this NetworkPolicy object applies. The array of rules is applied to any pods selected by this field. An empty selector matches all pods in the policy's namespace. Multiple network policies can select the same set of pods. In this case, the ingress rules for each are combined additively. This field is optional. If it is not specified, it defaults to an empty selector.";

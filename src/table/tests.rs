@@ -10,7 +10,7 @@ use super::{
 };
 
 /// Column definitions transcribed from kubernetes
-/// `pkg/printers/internalversion/printers.go` `AddHandlers` (v1.33):
+/// `pkg/printers/internalversion/printers.go` `AddHandlers` (v1.36):
 /// `name:type` with `:name` for `Format: "name"` and `*` for priority 1.
 const UPSTREAM: &[(&str, &str, &str)] = &[
     (
