@@ -17,7 +17,6 @@ use std::cell::RefCell;
 use std::future::poll_fn;
 use std::io;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -26,13 +25,12 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, SendStream};
 
-use super::batch::{Batches, Parkable, Task};
+use super::batch::Task;
 use super::io::{Blocked, WriteDeadline};
+use super::pump::{Pump, Wire};
 use super::{CorsHeaders, Streams};
-use crate::lifecycle::Lifecycle;
 use crate::limits::Permit;
 use crate::transport::ChunkSource;
-use crate::transport::stream::BatchSource;
 
 /// A request's HTTP/2 stream, in the request's extensions until a stream
 /// handler takes it (or the connection answers the request itself).
@@ -70,16 +68,18 @@ impl Taken {
                 return HttpResponse::Ok().finish();
             }
         };
-        streams.spawn(Task::new(H2Pump {
-            batches: streams.batches.clone(),
-            send,
+        let permit = req.extensions_mut().remove::<Permit>();
+        streams.spawn(Task::new(Pump::new(
+            streams.batches.clone(),
             source,
-            deadline: streams.deadline.clone(),
-            _permit: req.extensions_mut().remove::<Permit>(),
-            chunk: None,
-            blocked: Blocked::default(),
-            ending: false,
-        }));
+            H2 {
+                send,
+                chunk: None,
+                end: false,
+            },
+            streams.deadline.clone(),
+            permit,
+        )));
         HttpResponse::Ok().finish()
     }
 }
@@ -102,93 +102,59 @@ fn head(headers: &[(HeaderName, &'static str)], cors: Option<&HeaderMap>) -> htt
     head
 }
 
-/// A stream's response on its HTTP/2 stream: every chunk of its source,
-/// as the window allows, until the source ends, the client resets the
-/// stream, or a send fails or gets no window for the write timeout.
-/// Polled by its own task ([`Task`]) or, while caught up, written by its
-/// hub's batch writer (`batch`): a caught-up stream's DATA goes straight
-/// into the connection's send buffer as the window allows, and the
-/// connection's task writes the frames of all its streams together.
-///
-/// Written by hand, as an HTTP/1.1 stream is (`http::Pump`): its whole
-/// state is this one allocation.
-struct H2Pump<S> {
-    batches: Batches,
+/// A chunk stream's wire on its HTTP/2 stream (the [`Wire`] its [`Pump`]
+/// drives there): every chunk as the window allows, then `END_STREAM`. A
+/// caught-up stream's DATA goes straight into the connection's send buffer
+/// as the window allows, and the connection's task writes the frames of
+/// all its streams together. The client's reset, or the connection's end,
+/// is the client gone.
+struct H2 {
     send: SendStream<Bytes>,
-    source: S,
-    deadline: WriteDeadline,
-    /// Held for as long as the stream lasts (the connection limits).
-    _permit: Option<Permit>,
     /// What is left of the chunk being sent.
     chunk: Option<Bytes>,
-    /// While the window is shut: when the stream gives up.
-    blocked: Blocked,
-    /// The source ended: once `chunk` went, the stream is over.
-    ending: bool,
+    /// The end is to be sent, after the chunk.
+    end: bool,
 }
 
-impl<S: ChunkSource> H2Pump<S> {
-    /// Sends what is left of the chunk as the window allows: ready once
-    /// it went, or with an error once the stream is gone or got no window
-    /// for the write timeout (reset with `CANCEL` then).
-    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ()>> {
+impl Wire for H2 {
+    fn start(&mut self, chunk: Bytes) {
+        self.chunk = Some(chunk);
+    }
+
+    fn finish(&mut self) {
+        self.end = true;
+    }
+
+    fn busy(&self) -> bool {
+        self.chunk.is_some() || self.end
+    }
+
+    /// What is left of the chunk, as the window allows; then the end (an
+    /// empty DATA frame with `END_STREAM`, which needs no window).
+    fn poll_write(
+        &mut self,
+        deadline: &WriteDeadline,
+        blocked: &mut Blocked,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), ()>> {
         if let Some(chunk) = &mut self.chunk {
             ready!(poll_send_chunk(
                 &mut self.send,
                 chunk,
-                &mut self.blocked,
-                &self.deadline,
+                blocked,
+                deadline,
                 cx
             ))?;
         }
         self.chunk = None;
+        if std::mem::take(&mut self.end) {
+            let _ = self.send.send_data(Bytes::new(), true);
+        }
         Poll::Ready(Ok(()))
     }
-}
 
-impl<S: ChunkSource> Parkable for H2Pump<S> {
-    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        loop {
-            // The client reset the stream, or the connection is gone.
-            if self.send.poll_reset(cx).is_ready() {
-                return Poll::Ready(());
-            }
-            if self.chunk.is_some() {
-                match ready!(self.poll_send(cx)) {
-                    Ok(()) => continue,
-                    Err(()) => return Poll::Ready(()),
-                }
-            }
-            if self.ending {
-                let _ = self.send.send_data(Bytes::new(), true);
-                return Poll::Ready(());
-            }
-            match self.source.poll_chunk(cx) {
-                Poll::Ready(None) => self.ending = true,
-                Poll::Ready(Some(chunk)) if chunk.is_empty() => {}
-                Poll::Ready(Some(chunk)) => {
-                    self.chunk = Some(chunk);
-                }
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-    }
-
-    /// Nothing of its own under way.
-    fn idle(&self) -> bool {
-        self.chunk.is_none() && !self.ending
-    }
-
-    fn batches(&self) -> &Batches {
-        &self.batches
-    }
-
-    fn lifecycle(&self) -> &Arc<Lifecycle> {
-        &self.deadline.lifecycle
-    }
-
-    fn source(&mut self) -> Option<&mut dyn BatchSource> {
-        self.source.batch()
+    fn gone(&mut self, cx: &mut Context<'_>) -> bool {
+        self.send.poll_reset(cx).is_ready()
     }
 
     /// The client's reset, or the connection's end.

@@ -1,4 +1,5 @@
-//! HTTP/1.1 responses written by kubefan on a taken-over socket: the head,
+//! HTTP/1.1 responses written by kubefan on a taken-over socket (the
+//! [`Wire`] a chunk stream's [`Pump`] drives there): the head,
 //! then each chunk as it comes, straight from the hub's shared buffers (one
 //! vectored write per chunk, no copy). HTTP/1.1 responses are chunked and end
 //! with the last chunk; HTTP/1.0 ones end when the connection closes. Both
@@ -9,17 +10,15 @@
 //! instead (`h2_stream`).
 
 use std::io::{self, IoSlice, Write as _};
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use super::batch::{Batches, Parkable, Task};
+use super::batch::Task;
 use super::io::{Blocked, InputWatch, WriteDeadline, poll_write_parts};
+use super::pump::{Pump, Wire};
 use super::socket::{Detached, Socket};
 use super::{CorsHeaders, Streams, h2_stream, not_taken_over, socket_of};
-use crate::lifecycle::Lifecycle;
 use crate::limits::Permit;
 use crate::transport::ChunkSource;
-use crate::transport::stream::BatchSource;
 use actix_web::http::Version;
 use actix_web::http::header::{self, HeaderMap, HeaderName};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, ResponseError};
@@ -50,75 +49,100 @@ pub fn respond<S: ChunkSource>(
     let chunked = req.version() != Version::HTTP_10;
     let cors = req.extensions().get::<CorsHeaders>().cloned();
     let head = head(headers, cors.as_ref().map(|c| &c.0), chunked);
-    streams.spawn(Task::new(Pump {
-        batches: streams.batches.clone(),
+    let wire = Http1 {
         detached: Some(socket),
         socket: None,
-        source,
         chunked,
-        deadline: streams.deadline.clone(),
-        _permit: req.extensions_mut().remove::<Permit>(),
         hang_up: InputWatch::default(),
-        blocked: Blocked::default(),
         out: Out::bytes(head),
-        ending: false,
-    }));
+    };
+    let permit = req.extensions_mut().remove::<Permit>();
+    streams.spawn(Task::new(Pump::new(
+        streams.batches.clone(),
+        source,
+        wire,
+        streams.deadline.clone(),
+        permit,
+    )));
     // actix writes this into the emptied connection, where it vanishes.
     HttpResponse::Ok().finish()
 }
 
-/// A stream: writes the response head, then every chunk of its source,
-/// until the source ends, the client hangs up or a write fails. Polled by
-/// its own task ([`Task`]) or, while caught up (plain or over TLS), written
-/// by its hub's batch writer (`batch`).
-///
-/// Written by hand rather than as an `async fn`, for memory: an `async fn`
-/// keeps each of its arguments twice (as passed, and as moved into its
-/// body) and the states of the futures it awaits beside its own, which
-/// cost an SSE stream ~1.2 KB in two allocations (`-Zprint-type-sizes`,
-/// heaptrack: `loadtest/RESULTS.md`). This is the stream's whole state, in
-/// one allocation: the source is polled, never awaited.
-struct Pump<S> {
-    /// Where the stream goes while it is caught up.
-    batches: Batches,
+/// A chunk stream's wire on a taken-over HTTP/1.1 socket (plain or TLS):
+/// the response head first, then each chunk (framed as one chunk of a
+/// chunked response; as it is for HTTP/1.0, whose end is the
+/// connection's), then the last chunk and the socket's shutdown. A client
+/// that hangs up is noticed without waiting for the next write.
+struct Http1 {
     /// Taken on the first poll: attached to the task's runtime.
     detached: Option<Detached>,
     socket: Option<Socket>,
-    source: S,
     chunked: bool,
-    deadline: WriteDeadline,
-    /// Held for as long as the stream lasts (the connection limits).
-    _permit: Option<Permit>,
     hang_up: InputWatch,
-    /// How a write waits for a client that takes nothing.
-    blocked: Blocked,
     /// What is being written.
     out: Out,
-    /// The source ended: once `out` is written, the stream is over.
-    ending: bool,
 }
 
-impl<S: ChunkSource> Parkable for Pump<S> {
-    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.poll_pump(cx)
+impl Wire for Http1 {
+    fn open(&mut self) -> bool {
+        match self.detached.take().map(Detached::attach) {
+            Some(Ok(socket)) => {
+                self.socket = Some(socket);
+                true
+            }
+            _ => false,
+        }
     }
 
-    /// An HTTP/1.1 chunked response (plain or TLS) with nothing being
-    /// written.
-    fn idle(&self) -> bool {
-        self.chunked && self.out.is_empty() && !self.ending && self.socket.is_some()
+    fn start(&mut self, chunk: Bytes) {
+        self.out = if self.chunked {
+            Out::chunk(chunk)
+        } else {
+            Out::bytes(chunk)
+        };
     }
 
-    fn batches(&self) -> &Batches {
-        &self.batches
+    fn finish(&mut self) {
+        if self.chunked {
+            self.out = Out::bytes(Bytes::from_static(b"0\r\n\r\n"));
+        }
     }
 
-    fn lifecycle(&self) -> &Arc<Lifecycle> {
-        &self.deadline.lifecycle
+    fn busy(&self) -> bool {
+        !self.out.is_empty()
     }
 
-    fn source(&mut self) -> Option<&mut dyn BatchSource> {
-        self.source.batch()
+    /// Over TLS, also sends what the session holds (an empty `out` too).
+    fn poll_write(
+        &mut self,
+        deadline: &WriteDeadline,
+        blocked: &mut Blocked,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), ()>> {
+        let Some(socket) = &self.socket else {
+            return Poll::Ready(Err(()));
+        };
+        self.out
+            .poll_write(socket, deadline, blocked, cx)
+            .map(|done| done.map_err(drop))
+    }
+
+    fn close(&mut self) {
+        if let Some(socket) = &self.socket {
+            socket.shutdown();
+        }
+    }
+
+    fn gone(&mut self, cx: &mut Context<'_>) -> bool {
+        match &self.socket {
+            Some(socket) => self.hang_up.hung_up(socket, cx),
+            None => true,
+        }
+    }
+
+    /// Chunked: an HTTP/1.0 response has no chunks to frame a batch in.
+    fn batchable(&self) -> bool {
+        self.chunked
     }
 
     fn poll_input(&mut self, cx: &mut Context<'_>) -> Poll<()> {
@@ -154,54 +178,6 @@ impl<S: ChunkSource> Parkable for Pump<S> {
         }
         // Its task watches the socket with its own waker.
         self.hang_up.rearm();
-    }
-}
-
-impl<S: ChunkSource> Pump<S> {
-    fn poll_pump(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let p = self;
-        if p.socket.is_none() {
-            match p.detached.take().map(Detached::attach) {
-                Some(Ok(socket)) => p.socket = Some(socket),
-                _ => return Poll::Ready(()),
-            }
-        }
-        loop {
-            let Some(socket) = &p.socket else {
-                return Poll::Ready(());
-            };
-            if !p.out.is_empty() || p.ending {
-                match ready!(p.out.poll_write(socket, &p.deadline, &mut p.blocked, cx)) {
-                    Ok(()) if !p.ending => {}
-                    done => {
-                        if done.is_ok() {
-                            socket.shutdown();
-                        }
-                        return Poll::Ready(());
-                    }
-                }
-            }
-            if p.hang_up.hung_up(socket, cx) {
-                return Poll::Ready(());
-            }
-            let next = ready!(p.source.poll_chunk(cx));
-            match next {
-                Some(chunk) if chunk.is_empty() => {}
-                Some(chunk) => {
-                    p.out = if p.chunked {
-                        Out::chunk(chunk)
-                    } else {
-                        Out::bytes(chunk)
-                    };
-                }
-                None => {
-                    p.ending = true;
-                    if p.chunked {
-                        p.out = Out::bytes(Bytes::from_static(b"0\r\n\r\n"));
-                    }
-                }
-            }
-        }
     }
 }
 

@@ -7,7 +7,8 @@
 //!
 //! One file per concept: [`server`] (the HTTP server whose connections can
 //! be taken: plain, or TLS with ALPN), `socket` (a taken-over connection,
-//! plain or TLS), `http` (a chunked response written by kubefan),
+//! plain or TLS), `pump` (one driver for every chunk stream, SSE or a
+//! watch, on any wire), `http` (a chunked response written by kubefan),
 //! `ws_read` and `ws_write` (a WebSocket's two halves), `ration` (what a
 //! connection may send that does nothing), `io` (bounded writes and
 //! watching for client input), [`h2`] (HTTP/2 connections,
@@ -26,6 +27,7 @@ mod h2_guard;
 mod h2_stream;
 mod http;
 mod io;
+mod pump;
 pub(crate) mod ration;
 pub mod server;
 mod socket;

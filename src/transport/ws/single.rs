@@ -6,7 +6,7 @@
 //! outbox, no second task.
 //!
 //! The stream is written by hand, as an SSE stream's is
-//! (`takeover::http::Pump`): its state is this one struct in one
+//! (`takeover::pump::Pump`): its state is this one struct in one
 //! allocation, with no `async` state beside it, polled by its own task or,
 //! while caught up (plain or over TLS), written by its hub's batch writer
 //! (`takeover::batch`).

@@ -89,7 +89,7 @@ mod writer;
 use writer::Writer;
 
 /// A stream that can leave its task for its hub's writer: an SSE
-/// response or a Kubernetes watch (`http::Pump`), a single-stream
+/// response or a Kubernetes watch over HTTP/1.1 or HTTP/2 (`pump::Pump`), a single-stream
 /// WebSocket (`transport::ws::single`) or a `/ws` subscription
 /// (`transport::ws::mux`).
 pub(crate) trait Parkable: Send + Sized + 'static {
