@@ -76,6 +76,7 @@ pub struct Metrics {
     connections: Family<ProtocolLabel, Counter>,
     batched: Gauge,
     unparked: Family<ReasonLabel, Counter>,
+    signins: Family<SignInLabels, Counter>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -105,6 +106,47 @@ pub enum Unparked {
     Closed,
     /// It owed something of its own by the time its writer took it.
     Refused,
+}
+
+/// A step of signing in (`signin`): `/login`, the issuer's callback,
+/// `/session/refresh`, `/logout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum SignInStep {
+    Login,
+    Callback,
+    Refresh,
+    Logout,
+}
+
+/// How a sign-in step ended, from its answer's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum SignInResult {
+    /// Done (a redirect, or the answer asked for).
+    Ok,
+    /// The request did not add up (a 4xx other than 401: a stale or
+    /// forged sign-in, a refused code, sign-in not configured).
+    Refused,
+    /// The session is over (401): sign in again.
+    Ended,
+    /// The issuer could not be reached or answered wrongly (5xx).
+    Failed,
+}
+
+impl SignInResult {
+    fn of_status(status: u16) -> SignInResult {
+        match status {
+            401 => SignInResult::Ended,
+            400..=499 => SignInResult::Refused,
+            500.. => SignInResult::Failed,
+            _ => SignInResult::Ok,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SignInLabels {
+    step: SignInStep,
+    result: SignInResult,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -189,6 +231,7 @@ impl Metrics {
             last_sync: Family::default(),
             batched: Gauge::default(),
             unparked: Family::default(),
+            signins: Family::default(),
             registry: Registry::default(),
         };
         registry.register("subscribers", "Open subscriptions", m.subscribers.clone());
@@ -201,6 +244,11 @@ impl Metrics {
             "streams_unparked",
             "Batched streams sent back to a task of their own, by why",
             m.unparked.clone(),
+        );
+        registry.register(
+            "signins",
+            "Sign-in steps (login, callback, refresh, logout) by result: Ok, Refused, Ended, Failed",
+            m.signins.clone(),
         );
         registry.register(
             "events_received",
@@ -369,6 +417,14 @@ impl Metrics {
     /// Streams written by their hub's batch writer now.
     pub fn batched(&self) -> Gauge {
         self.batched.clone()
+    }
+
+    /// A sign-in step answered with `status`.
+    pub fn signin(&self, step: SignInStep, status: u16) {
+        let result = SignInResult::of_status(status);
+        self.signins
+            .get_or_create(&SignInLabels { step, result })
+            .inc();
     }
 
     /// A batched stream went back to a task of its own.
@@ -543,5 +599,28 @@ fn rl(resource: &str, reason: &str) -> ReasonLabels {
     ReasonLabels {
         resource: resource.to_string(),
         reason: reason.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sign_in_steps_result_follows_its_status() {
+        assert_eq!(SignInResult::of_status(302), SignInResult::Ok);
+        assert_eq!(SignInResult::of_status(200), SignInResult::Ok);
+        assert_eq!(SignInResult::of_status(401), SignInResult::Ended);
+        assert_eq!(SignInResult::of_status(400), SignInResult::Refused);
+        assert_eq!(SignInResult::of_status(404), SignInResult::Refused);
+        assert_eq!(SignInResult::of_status(502), SignInResult::Failed);
+        assert_eq!(SignInResult::of_status(503), SignInResult::Failed);
+        let metrics = Metrics::new();
+        metrics.signin(SignInStep::Callback, 502);
+        let text = metrics.encode();
+        assert!(
+            text.contains("kubefan_signins_total{step=\"Callback\",result=\"Failed\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -48,6 +48,7 @@ use crate::auth::oidc::Issuer;
 use crate::auth::session::{
     PendingSignIn, SESSION_COOKIE, SIGNIN_COOKIE, Sessions, at, cookie_of, random_id, unix_now,
 };
+use crate::metrics::SignInStep;
 use crate::status::ApiError;
 use crate::transport::state::AppState;
 
@@ -76,15 +77,36 @@ pub struct LoginQuery {
     then: Option<String>,
 }
 
+/// A sign-in step's answer, counted in `kubefan_signins_total` by its
+/// status.
+fn counted(
+    state: &AppState,
+    step: SignInStep,
+    answer: Result<HttpResponse, ApiError>,
+) -> HttpResponse {
+    let resp = answer.unwrap_or_else(|err| err.error_response());
+    state.metrics.signin(step, resp.status().as_u16());
+    resp
+}
+
 /// `GET /login`.
 pub async fn login(
     req: HttpRequest,
     state: web::Data<AppState>,
     query: web::Query<LoginQuery>,
+) -> HttpResponse {
+    let answer = start(&req, &state, &query).await;
+    counted(&state, SignInStep::Login, answer)
+}
+
+async fn start(
+    req: &HttpRequest,
+    state: &AppState,
+    query: &LoginQuery,
 ) -> Result<HttpResponse, ApiError> {
-    let (issuer, sessions) = parts(&state)?;
+    let (issuer, sessions) = parts(state)?;
     let then = local_target(query.then.as_deref())?;
-    let (origin, secure) = origin(&req, &state)?;
+    let (origin, secure) = origin(req, state)?;
     let redirect_uri = redirect_uri(issuer, &origin);
     let client = client(issuer, &redirect_uri)?;
     let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
@@ -129,9 +151,18 @@ pub async fn callback(
     req: HttpRequest,
     state: web::Data<AppState>,
     query: web::Query<CallbackQuery>,
+) -> HttpResponse {
+    let answer = finish(&req, &state, &query).await;
+    counted(&state, SignInStep::Callback, answer)
+}
+
+async fn finish(
+    req: &HttpRequest,
+    state: &AppState,
+    query: &CallbackQuery,
 ) -> Result<HttpResponse, ApiError> {
-    let (issuer, sessions) = parts(&state)?;
-    let (_, secure) = origin(&req, &state)?;
+    let (issuer, sessions) = parts(state)?;
+    let (_, secure) = origin(req, state)?;
     let pending: PendingSignIn = cookie_of(req.headers(), SIGNIN_COOKIE)
         .and_then(|sealed| sessions.open(SIGNIN_COOKIE, &sealed))
         .ok_or_else(|| {
@@ -204,18 +235,19 @@ pub async fn whoami(req: HttpRequest, state: web::Data<AppState>) -> HttpRespons
 
 /// `POST /session/refresh`.
 pub async fn refresh(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
-    match refreshed(&req, &state).await {
-        Ok(resp) => resp,
+    let answer = match refreshed(&req, &state).await {
+        Ok(resp) => Ok(resp),
         Err(Refusal::Ended(why, secure)) => {
             let mut resp = ApiError::Unauthorized(why).error_response();
             resp.headers_mut().append(
                 header::SET_COOKIE,
                 cookie(SESSION_COOKIE, "", Duration::ZERO, secure),
             );
-            resp
+            Ok(resp)
         }
-        Err(Refusal::Error(err)) => err.error_response(),
-    }
+        Err(Refusal::Error(err)) => Err(err),
+    };
+    counted(&state, SignInStep::Refresh, answer)
 }
 
 /// Why a refresh was refused: the session is over (its cookie is
@@ -339,5 +371,8 @@ pub async fn logout(req: HttpRequest, state: web::Data<AppState>) -> HttpRespons
     if let Ok(token) = HeaderValue::from_str(&token) {
         resp.headers_mut().append(header::SET_COOKIE, token);
     }
+    state
+        .metrics
+        .signin(SignInStep::Logout, resp.status().as_u16());
     resp
 }

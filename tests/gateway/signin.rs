@@ -170,7 +170,9 @@ async fn issuer_for_alice() -> (Issuer, SigningKey) {
 async fn a_signed_in_browser_streams_past_the_id_tokens_life_until_the_issuer_stops_refreshing() {
     let (issuer, _key) = issuer_for_alice().await;
     issuer.set_id_token_ttl(6);
-    let env = oidc_env(team_sim(), signin_config(&issuer, None)).await;
+    let mut cfg = signin_config(&issuer, None);
+    cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let env = oidc_env(team_sim(), cfg).await;
     let mut browser = Browser::new(&issuer);
 
     let signed_in_at = unix_now();
@@ -268,6 +270,11 @@ async fn a_signed_in_browser_streams_past_the_id_tokens_life_until_the_issuer_st
     );
     let resp = browser.get(&env, "/stream/pods").await;
     assert_eq!(resp.status(), 401);
+    // Two refreshes answered (one too early to ask the issuer), one session
+    // ended.
+    let metrics = env.metrics().await;
+    assert_eq!(signins(&metrics, "Refresh", "Ok"), 2, "{metrics}");
+    assert_eq!(signins(&metrics, "Refresh", "Ended"), 1, "{metrics}");
     env.stop().await;
 }
 
@@ -311,7 +318,9 @@ async fn a_session_made_on_one_replica_works_on_another_with_the_shared_secret()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_ins_that_do_not_add_up_are_refused_never_followed() {
     let (issuer, _key) = issuer_for_alice().await;
-    let env = oidc_env(team_sim(), signin_config(&issuer, None)).await;
+    let mut cfg = signin_config(&issuer, None);
+    cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let env = oidc_env(team_sim(), cfg).await;
     let refused = |resp: reqwest::Response, why: &'static str| async move {
         assert_eq!(resp.status(), 400, "{why}");
         let body: Value = resp.json().await.unwrap();
@@ -387,7 +396,36 @@ async fn sign_ins_that_do_not_add_up_are_refused_never_followed() {
             .contains("sign in at /login"),
         "{body}"
     );
+
+    // Each step counted by how it ended: what an operator watches for a
+    // sign-in that fails for everyone (a wrong redirect URI, an issuer
+    // down) or for someone (forged or stale callbacks).
+    let metrics = env.metrics().await;
+    for (step, result, n) in [
+        ("Login", "Refused", 3),
+        ("Login", "Ok", 4),
+        ("Callback", "Refused", 4),
+        ("Callback", "Ok", 2),
+        ("Logout", "Ok", 1),
+    ] {
+        assert_eq!(
+            signins(&metrics, step, result),
+            n,
+            "{step} {result}:\n{metrics}"
+        );
+    }
     env.stop().await;
+}
+
+/// `kubefan_signins_total{step,result}` in a `/metrics` text.
+fn signins(metrics: &str, step: &str, result: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("kubefan_signins_total{"))
+        .filter(|l| l.contains(&format!("step=\"{step}\"")))
+        .filter(|l| l.contains(&format!("result=\"{result}\"")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
