@@ -316,33 +316,46 @@ fn log_config(cfg: &kubefan::config::Config) {
 /// `args_conflicts_with_subcommands` (which keeps `kubefan --listen X sim`
 /// from silently dropping `--listen`) refuses them there too
 /// (clap-rs/clap#1204 and its relatives), and `kubefan --config F serve`
-/// is how a user writes it. Anything else before the subcommand leaves
-/// the line as it is, for clap to refuse.
+/// is how a user writes it. Anything else before the subcommand stays
+/// before it, for clap to refuse, naming it alone (not the globals too).
 fn globals_after_subcommand(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     const GLOBALS: [&str; 2] = ["--config", "--log-format"];
     let args: Vec<OsString> = args.into_iter().collect();
     let cmd = Cli::command();
+    let (mut globals, mut others) = (Vec::new(), Vec::new());
     let mut at = 1;
-    while let Some(arg) = args.get(at).and_then(|a| a.to_str()) {
-        if GLOBALS.contains(&arg) {
-            at += 2;
-        } else if GLOBALS.iter().any(|g| {
-            arg.strip_prefix(g)
-                .is_some_and(|rest| rest.starts_with('='))
-        }) {
-            at += 1;
-        } else {
-            let subcommand = cmd
-                .get_subcommands()
-                .any(|c| c.get_name() == arg || c.get_all_aliases().any(|a| a == arg));
-            if subcommand && at > 1 {
-                let mut moved = vec![args[0].clone(), args[at].clone()];
-                moved.extend_from_slice(&args[1..at]);
-                moved.extend_from_slice(&args[at + 1..]);
-                return moved;
-            }
+    while let Some(arg) = args.get(at) {
+        let text = arg.to_str().unwrap_or_default();
+        if text == "--" {
             break;
         }
+        if GLOBALS.contains(&text) {
+            globals.extend(args[at..].iter().take(2).cloned());
+            at += 2;
+            continue;
+        }
+        if GLOBALS.iter().any(|g| {
+            text.strip_prefix(g)
+                .is_some_and(|rest| rest.starts_with('='))
+        }) {
+            globals.push(arg.clone());
+        } else if cmd
+            .get_subcommands()
+            .any(|c| c.get_name() == text || c.get_all_aliases().any(|a| a == text))
+        {
+            if globals.is_empty() {
+                break;
+            }
+            let mut moved = vec![args[0].clone()];
+            moved.append(&mut others);
+            moved.push(arg.clone());
+            moved.append(&mut globals);
+            moved.extend_from_slice(&args[at + 1..]);
+            return moved;
+        } else {
+            others.push(arg.clone());
+        }
+        at += 1;
     }
     args
 }
@@ -527,6 +540,10 @@ mod tests {
         .err()
         .expect("refused");
         assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        // Naming the serve flag, not the global beside it.
+        let text = err.to_string();
+        assert!(text.contains("--listen"), "{text}");
+        assert!(!text.contains("--config"), "{text}");
         // Without a subcommand, the line is as it was.
         let cli = parse(&["kubefan", "--config", "/k.yaml", "--listen", "127.0.0.1:1"]).unwrap();
         assert!(cli.command.is_none());
