@@ -90,6 +90,9 @@ struct ReasonLabel {
 pub enum Unparked {
     /// Its socket took only part of a write, or none.
     Write,
+    /// All of a write went into its TLS session, but the socket did not
+    /// take all of the session's records.
+    Flush,
     /// Input on its socket that needs an answer, or a hang-up.
     Input,
     /// Its credentials' deadline came.

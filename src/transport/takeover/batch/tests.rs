@@ -38,6 +38,8 @@ struct Socket {
     waiting: Mutex<bool>,
     /// Its transport has something of its own under way.
     busy: Mutex<bool>,
+    /// Its TLS session holds records its socket did not take.
+    holds_records: Mutex<bool>,
     /// The waker the writer last gave `poll_input`.
     input_waker: Mutex<Option<Waker>>,
     /// `unparked(rest)`, once called.
@@ -115,6 +117,10 @@ impl Parkable for Fake {
             after();
         }
         Ok((went, bytes.len()))
+    }
+
+    fn flushed(&self) -> bool {
+        !*lock(&self.socket.holds_records)
     }
 
     fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
@@ -301,6 +307,26 @@ async fn a_partial_write_unparks_with_the_rest() {
     })
     .await;
     assert_eq!(a.wrote(), &event[..5]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tls_session_left_holding_records_unparks_its_stream_to_flush_them() {
+    let mut s = Setup::new(LogLimits::default());
+    let (a, b) = (s.parked().await, s.parked().await);
+    run_until("all parked", || s.parked_now() == 2).await;
+    *lock(&a.holds_records) = true;
+    let event = s.append();
+    run_until("a unparked", || a.unparked().is_some()).await;
+    // All of it went into the session: its task is handed the write, all
+    // of it gone, which makes it send what the session holds.
+    let (bytes, went) = a.unparked().unwrap().expect("the write, to flush");
+    assert_eq!((&bytes[..], went), (&event[..], event.len()));
+    assert_eq!(a.wrote(), event);
+    run_until("b written", || b.wrote() == event).await;
+    assert_eq!(s.unparked("Flush"), 1);
+    assert_eq!(s.unparked("Write"), 0);
+    assert_eq!(s.unparked_total(), 1);
+    assert_eq!(s.parked_now(), 1);
 }
 
 #[tokio::test(start_paused = true)]

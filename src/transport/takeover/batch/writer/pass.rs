@@ -31,7 +31,16 @@ fn send<M: Parkable>(
     ended: &mut Vec<usize>,
 ) -> bool {
     let rest = match stream.send_now(bytes) {
-        Ok((went, all)) if went == all && stream.flushed() => return true,
+        Ok((went, all)) if went == all => {
+            if stream.flushed() {
+                return true;
+            }
+            // All of it went into its TLS session, whose records the
+            // socket did not all take: its task sends them (the write,
+            // all of it gone, is what makes its task flush).
+            unpark.push((key, Some((bytes.clone(), went)), Unparked::Flush));
+            return true;
+        }
         Ok((went, _)) => went,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
         Err(_) => {
