@@ -80,6 +80,19 @@ fn row_of(view: &TableView, recorded_row: &Value, clock: &Clock) -> Row {
     view.row(object, &json, clock)
 }
 
+/// `value[key]` as a slice (empty when absent or not an array).
+fn array<'a>(value: &'a Value, key: &str) -> &'a [Value] {
+    value[key].as_array().map_or(&[], Vec::as_slice)
+}
+
+/// Appends a line to `out` if the two have different lengths.
+fn compare_len(out: &mut String, what: &str, noun: &str, theirs: &[Value], ours: &[Value]) {
+    if theirs.len() != ours.len() {
+        let (a, b) = (theirs.len(), ours.len());
+        let _ = writeln!(out, "{what}: {a} {noun} != {b} {noun}");
+    }
+}
+
 /// Appends to `out` every way `ours` differs from `theirs` (two `Table`s).
 fn compare_tables(what: &str, theirs: &Value, ours: &Value, out: &mut String) {
     for key in ["kind", "apiVersion", "metadata"] {
@@ -87,35 +100,26 @@ fn compare_tables(what: &str, theirs: &Value, ours: &Value, out: &mut String) {
             let _ = writeln!(out, "{what}: {key} {} != {}", theirs[key], ours[key]);
         }
     }
-    let no_columns = Vec::new();
-    let their_columns = theirs["columnDefinitions"]
-        .as_array()
-        .unwrap_or(&no_columns);
-    let our_columns = ours["columnDefinitions"].as_array().unwrap_or(&no_columns);
-    if theirs["columnDefinitions"].is_null() != ours["columnDefinitions"].is_null() {
+    let present = |t: &Value| {
+        if t["columnDefinitions"].is_null() {
+            "null"
+        } else {
+            "present"
+        }
+    };
+    if present(theirs) != present(ours) {
         let _ = writeln!(
             out,
             "{what}: columnDefinitions {} != {}",
-            if theirs["columnDefinitions"].is_null() {
-                "null"
-            } else {
-                "present"
-            },
-            if ours["columnDefinitions"].is_null() {
-                "null"
-            } else {
-                "present"
-            },
+            present(theirs),
+            present(ours)
         );
     }
-    if their_columns.len() != our_columns.len() {
-        let _ = writeln!(
-            out,
-            "{what}: {} columns != {} columns",
-            their_columns.len(),
-            our_columns.len()
-        );
-    }
+    let (their_columns, our_columns) = (
+        array(theirs, "columnDefinitions"),
+        array(ours, "columnDefinitions"),
+    );
+    compare_len(out, what, "columns", their_columns, our_columns);
     for (i, (their, our)) in their_columns.iter().zip(our_columns).enumerate() {
         for field in ["name", "type", "format", "description", "priority"] {
             if their[field] != our[field] {
@@ -127,35 +131,21 @@ fn compare_tables(what: &str, theirs: &Value, ours: &Value, out: &mut String) {
             }
         }
     }
-    let no_rows = Vec::new();
-    let their_rows = theirs["rows"].as_array().unwrap_or(&no_rows);
-    let our_rows = ours["rows"].as_array().unwrap_or(&no_rows);
-    if their_rows.len() != our_rows.len() {
-        let _ = writeln!(
-            out,
-            "{what}: {} rows != {} rows",
-            their_rows.len(),
-            our_rows.len()
-        );
-    }
+    let (their_rows, our_rows) = (array(theirs, "rows"), array(ours, "rows"));
+    compare_len(out, what, "rows", their_rows, our_rows);
     for (their, our) in their_rows.iter().zip(our_rows) {
         let name = their["object"]["metadata"]["name"].as_str().unwrap_or("?");
-        let their_cells = their["cells"].as_array().unwrap_or(&no_rows);
-        let our_cells = our["cells"].as_array().unwrap_or(&no_rows);
-        if their_cells.len() != our_cells.len() {
-            let _ = writeln!(
-                out,
-                "{what}: {name}: {} cells != {} cells",
-                their_cells.len(),
-                our_cells.len()
-            );
-        }
+        let (their_cells, our_cells) = (array(their, "cells"), array(our, "cells"));
+        compare_len(
+            out,
+            &format!("{what}: {name}"),
+            "cells",
+            their_cells,
+            our_cells,
+        );
         for (i, (their_cell, our_cell)) in their_cells.iter().zip(our_cells).enumerate() {
             if their_cell != our_cell {
-                let column = their_columns
-                    .get(i)
-                    .map(|c| &c["name"])
-                    .unwrap_or(&Value::Null);
+                let column = their_columns.get(i).map_or(&Value::Null, |c| &c["name"]);
                 let _ = writeln!(
                     out,
                     "{what}: {name}: {column}: kube-apiserver {their_cell}, kubefan {our_cell}"
