@@ -78,7 +78,9 @@ impl Control {
     /// before the next client message is read); after any that did
     /// something, from the top again.
     pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Stop> {
-        let lifecycle = self.life.lifecycle.clone();
+        // Borrowed apart from the registration beside it (no `Arc` clone
+        // per poll).
+        let lifecycle: &Lifecycle = &self.life.lifecycle;
         loop {
             if lifecycle.is_shutting_down() && self.socket.outbox.subscriptions() == 0 {
                 return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Away, GOING_AWAY))));
