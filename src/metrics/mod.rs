@@ -5,47 +5,19 @@
 //! This module sits below everything that records (hub, upstream,
 //! transports): it knows their labels as plain words, not their types.
 
+mod labels;
 mod process;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use labels::{
+    KindLabel, ProtocolLabel, ReasonLabel, ReasonLabels, ResourceLabel, SignInLabels,
+    TransportLabels, TypeLabels, res, rl, tl,
+};
+pub use labels::{Protocol, SignInResult, SignInStep, Transport, Unparked};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-
-/// How a subscriber is connected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
-pub enum Transport {
-    Sse,
-    WebSocket,
-    KubeWatch,
-    /// kubefan's own readers (the RBAC objects it evaluates).
-    Internal,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct ResourceLabel {
-    resource: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct TransportLabels {
-    resource: String,
-    transport: Transport,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct TypeLabels {
-    resource: String,
-    r#type: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct ReasonLabels {
-    resource: String,
-    reason: String,
-}
 
 /// Every metric kubefan exports.
 pub struct Metrics {
@@ -77,102 +49,6 @@ pub struct Metrics {
     batched: Gauge,
     unparked: Family<ReasonLabel, Counter>,
     signins: Family<SignInLabels, Counter>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct ReasonLabel {
-    reason: Unparked,
-}
-
-/// Why a caught-up stream left its hub's batch writer for a task of its
-/// own (`transport::takeover::batch`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
-pub enum Unparked {
-    /// Its socket took only part of a write, or none.
-    Write,
-    /// All of a write went into its TLS session, but the socket did not
-    /// take all of the session's records.
-    Flush,
-    /// Input on its socket that needs an answer, or a hang-up.
-    Input,
-    /// Its credentials' deadline came.
-    Deadline,
-    /// The access it follows moved.
-    Access,
-    /// A keep-alive tick found it past its idle timeout.
-    Idle,
-    /// Its cursor fell off the log.
-    Lapped,
-    /// Shutdown.
-    Shutdown,
-    /// Its resource is no longer served.
-    Closed,
-    /// It owed something of its own by the time its writer took it.
-    Refused,
-}
-
-/// A step of signing in (`signin`): `/login`, the issuer's callback,
-/// `/session/refresh`, `/logout`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
-pub enum SignInStep {
-    Login,
-    Callback,
-    Refresh,
-    Logout,
-}
-
-/// How a sign-in step ended, from its answer's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
-pub enum SignInResult {
-    /// Done (a redirect, or the answer asked for).
-    Ok,
-    /// The request did not add up (a 4xx other than 401: a stale or
-    /// forged sign-in, a refused code, sign-in not configured).
-    Refused,
-    /// The session is over (401): sign in again.
-    Ended,
-    /// The issuer could not be reached or answered wrongly (5xx).
-    Failed,
-}
-
-impl SignInResult {
-    fn of_status(status: u16) -> SignInResult {
-        match status {
-            401 => SignInResult::Ended,
-            400..=499 => SignInResult::Refused,
-            500.. => SignInResult::Failed,
-            _ => SignInResult::Ok,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct SignInLabels {
-    step: SignInStep,
-    result: SignInResult,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct ProtocolLabel {
-    protocol: Protocol,
-}
-
-/// What a client connection speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
-pub enum Protocol {
-    /// HTTP/1.x over plain TCP.
-    Http1,
-    /// HTTP/1.1 over TLS.
-    Https1,
-    /// HTTP/2 over TLS (ALPN `h2`).
-    H2,
-    /// A TLS handshake that failed or timed out.
-    TlsFailed,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct KindLabel {
-    kind: String,
 }
 
 fn object_buckets() -> Histogram {
@@ -582,26 +458,6 @@ impl HubMetrics {
         self.log_events.set(log_events as i64);
         self.log_bytes.set(log_bytes as i64);
         self.synced.set(i64::from(synced));
-    }
-}
-
-fn res(resource: &str) -> ResourceLabel {
-    ResourceLabel {
-        resource: resource.to_string(),
-    }
-}
-
-fn tl(resource: &str, transport: Transport) -> TransportLabels {
-    TransportLabels {
-        resource: resource.to_string(),
-        transport,
-    }
-}
-
-fn rl(resource: &str, reason: &str) -> ReasonLabels {
-    ReasonLabels {
-        resource: resource.to_string(),
-        reason: reason.to_string(),
     }
 }
 
