@@ -681,36 +681,28 @@ async fn a_grant_by_resource_name_opens_that_object_to_get_list_and_watch() {
         let pods = "/api/v1/namespaces/web/pods";
         let mode = if review { "review" } else { "rbac" };
         assert_eq!(status(format!("{pods}/{name}")).await, 200, "{mode}: get");
-        assert_eq!(
-            status(format!("{pods}/{other}")).await,
-            403,
-            "{mode}: another"
-        );
-        assert_eq!(
-            status(pods.to_string()).await,
-            403,
-            "{mode}: the collection"
-        );
-        assert_eq!(
-            status(format!("{pods}?fieldSelector=metadata.name!%3D{name}")).await,
-            403,
-            "{mode}: all but it"
-        );
-        assert_eq!(
-            status(format!("/api/v1/namespaces/web/pods/{other}?watch=1")).await,
-            403,
-            "{mode}: another, by its path (a get)"
-        );
-        assert_eq!(
-            status(format!("/api/v1/watch/namespaces/web/pods/{other}")).await,
-            403,
-            "{mode}: another, by the deprecated watch path"
-        );
-        assert_eq!(
-            status(format!("/api/v1/pods?fieldSelector=metadata.name%3D{name}")).await,
-            403,
-            "{mode}: across namespaces, where the RoleBinding does not reach"
-        );
+        for (path, what) in [
+            (format!("{pods}/{other}"), "another"),
+            (pods.to_string(), "the collection"),
+            (
+                format!("{pods}?fieldSelector=metadata.name!%3D{name}"),
+                "all but it",
+            ),
+            (
+                format!("/api/v1/namespaces/web/pods/{other}?watch=1"),
+                "another, by its path (a get)",
+            ),
+            (
+                format!("/api/v1/watch/namespaces/web/pods/{other}"),
+                "another, by the deprecated watch path",
+            ),
+            (
+                format!("/api/v1/pods?fieldSelector=metadata.name%3D{name}"),
+                "across namespaces, where the RoleBinding does not reach",
+            ),
+        ] {
+            assert_eq!(status(path).await, 403, "{mode}: {what}");
+        }
         let listed = env
             .get_as(
                 &format!("{pods}?fieldSelector=metadata.name%3D{name}"),
