@@ -122,13 +122,6 @@ impl<F: Framing> Framed<F> {
         self.bytes.inc_by(bytes);
     }
 
-    /// Counts `bytes` its batch writer sent for this stream beyond what
-    /// [`BatchSource::frame_tick`] counted, in its access-log record only:
-    /// the writer counts the counter for all its streams at once.
-    pub fn wrote_batched(&mut self, bytes: u64) {
-        self.delivered.bytes += bytes;
-    }
-
     /// Records why the stream ends, when the writer ends it.
     pub fn ending(&mut self, how: &str) {
         self.how.get_or_insert_with(|| how.into());
@@ -241,6 +234,12 @@ pub trait BatchSource: Send {
     /// Its bytes, and how many of them the stream counts as sent.
     fn frame_tick(&mut self) -> Option<(Bytes, u64)>;
 
+    /// Counts `bytes` its batch writer sent for this stream beyond what
+    /// [`BatchSource::frame_tick`] counted (a `/ws` subscription's
+    /// prefixes), in its access-log record only: the writer counts the
+    /// counter for all its streams at once.
+    fn wrote_batched(&mut self, bytes: u64);
+
     /// The counters of events and bytes sent on this stream's resource
     /// and transport (its writer counts for all its streams at once).
     fn counters(&self) -> (Counter, Counter);
@@ -308,6 +307,10 @@ impl<F: Framing + Send> BatchSource for Framed<F> {
         let (bytes, message_bytes) = F::batched(out)?;
         self.delivered.bytes += message_bytes;
         Some((bytes, message_bytes))
+    }
+
+    fn wrote_batched(&mut self, bytes: u64) {
+        self.delivered.bytes += bytes;
     }
 
     fn counters(&self) -> (Counter, Counter) {

@@ -156,6 +156,10 @@ impl BatchSource for WatchBody {
         self.framed.frame_tick()
     }
 
+    fn wrote_batched(&mut self, bytes: u64) {
+        self.framed.wrote_batched(bytes);
+    }
+
     fn counters(&self) -> (Counter, Counter) {
         self.framed.counters()
     }

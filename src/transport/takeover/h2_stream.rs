@@ -25,10 +25,10 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, SendStream};
 
-use super::batch::Task;
 use super::io::{Blocked, WriteDeadline};
-use super::pump::{Pump, Wire};
+use super::pump::{Chunks, Heard, Wire};
 use super::{CorsHeaders, Streams};
+use crate::lifecycle::Lifecycle;
 use crate::limits::Permit;
 use crate::transport::ChunkSource;
 
@@ -68,18 +68,15 @@ impl Taken {
                 return HttpResponse::Ok().finish();
             }
         };
-        let permit = req.extensions_mut().remove::<Permit>();
-        streams.spawn(Task::new(Pump::new(
-            streams.batches.clone(),
-            source,
+        streams.drive(
+            Chunks(source),
             H2 {
+                _permit: req.extensions_mut().remove::<Permit>(),
                 send,
                 chunk: None,
                 end: false,
             },
-            streams.deadline.clone(),
-            permit,
-        )));
+        );
         HttpResponse::Ok().finish()
     }
 }
@@ -109,6 +106,8 @@ fn head(headers: &[(HeaderName, &'static str)], cors: Option<&HeaderMap>) -> htt
 /// all its streams together. The client's reset, or the connection's end,
 /// is the client gone.
 struct H2 {
+    /// Held for as long as the stream lasts (the connection limits).
+    _permit: Option<Permit>,
     send: SendStream<Bytes>,
     /// What is left of the chunk being sent.
     chunk: Option<Bytes>,
@@ -117,11 +116,14 @@ struct H2 {
 }
 
 impl Wire for H2 {
+    type Item = Bytes;
+    type End = ();
+
     fn start(&mut self, chunk: Bytes) {
         self.chunk = Some(chunk);
     }
 
-    fn finish(&mut self) {
+    fn finish(&mut self, (): ()) {
         self.end = true;
     }
 
@@ -153,8 +155,12 @@ impl Wire for H2 {
         Poll::Ready(Ok(()))
     }
 
-    fn gone(&mut self, cx: &mut Context<'_>) -> bool {
-        self.send.poll_reset(cx).is_ready()
+    /// Only whether the client reset the stream.
+    fn heard(&mut self, _lifecycle: &Lifecycle, cx: &mut Context<'_>) -> Heard {
+        match self.send.poll_reset(cx) {
+            Poll::Pending => Heard::Nothing,
+            Poll::Ready(_) => Heard::Gone,
+        }
     }
 
     /// The client's reset, or the connection's end.

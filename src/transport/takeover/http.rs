@@ -12,11 +12,11 @@
 use std::io::{self, IoSlice, Write as _};
 use std::task::{Context, Poll, ready};
 
-use super::batch::Task;
 use super::io::{Blocked, InputWatch, WriteDeadline, poll_write_parts};
-use super::pump::{Pump, Wire};
+use super::pump::{Chunks, Heard, Wire};
 use super::socket::{Detached, Socket};
 use super::{CorsHeaders, Streams, h2_stream, not_taken_over, socket_of};
+use crate::lifecycle::Lifecycle;
 use crate::limits::Permit;
 use crate::transport::ChunkSource;
 use actix_web::http::Version;
@@ -50,20 +50,14 @@ pub fn respond<S: ChunkSource>(
     let cors = req.extensions().get::<CorsHeaders>().cloned();
     let head = head(headers, cors.as_ref().map(|c| &c.0), chunked);
     let wire = Http1 {
+        _permit: req.extensions_mut().remove::<Permit>(),
         detached: Some(socket),
         socket: None,
         chunked,
         hang_up: InputWatch::default(),
         out: Out::bytes(head),
     };
-    let permit = req.extensions_mut().remove::<Permit>();
-    streams.spawn(Task::new(Pump::new(
-        streams.batches.clone(),
-        source,
-        wire,
-        streams.deadline.clone(),
-        permit,
-    )));
+    streams.drive(Chunks(source), wire);
     // actix writes this into the emptied connection, where it vanishes.
     HttpResponse::Ok().finish()
 }
@@ -74,6 +68,8 @@ pub fn respond<S: ChunkSource>(
 /// connection's), then the last chunk and the socket's shutdown. A client
 /// that hangs up is noticed without waiting for the next write.
 struct Http1 {
+    /// Held for as long as the stream lasts (the connection limits).
+    _permit: Option<Permit>,
     /// Taken on the first poll: attached to the task's runtime.
     detached: Option<Detached>,
     socket: Option<Socket>,
@@ -84,14 +80,17 @@ struct Http1 {
 }
 
 impl Wire for Http1 {
-    fn open(&mut self) -> bool {
-        match self.detached.take().map(Detached::attach) {
+    type Item = Bytes;
+    type End = ();
+
+    fn poll_open(&mut self, _cx: &mut Context<'_>) -> Poll<bool> {
+        Poll::Ready(match self.detached.take().map(Detached::attach) {
             Some(Ok(socket)) => {
                 self.socket = Some(socket);
                 true
             }
             _ => false,
-        }
+        })
     }
 
     fn start(&mut self, chunk: Bytes) {
@@ -102,7 +101,7 @@ impl Wire for Http1 {
         };
     }
 
-    fn finish(&mut self) {
+    fn finish(&mut self, (): ()) {
         if self.chunked {
             self.out = Out::bytes(Bytes::from_static(b"0\r\n\r\n"));
         }
@@ -127,21 +126,23 @@ impl Wire for Http1 {
             .map(|done| done.map_err(drop))
     }
 
-    fn close(&mut self) {
+    fn poll_close(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
         if let Some(socket) = &self.socket {
             socket.shutdown();
         }
+        Poll::Ready(())
     }
 
-    fn gone(&mut self, cx: &mut Context<'_>) -> bool {
+    /// Only whether the client hung up: it has nothing else to say.
+    fn heard(&mut self, _lifecycle: &Lifecycle, cx: &mut Context<'_>) -> Heard {
         match &self.socket {
-            Some(socket) => self.hang_up.hung_up(socket, cx),
-            None => true,
+            Some(socket) if !self.hang_up.hung_up(socket, cx) => Heard::Nothing,
+            _ => Heard::Gone,
         }
     }
 
     /// Chunked: an HTTP/1.0 response has no chunks to frame a batch in.
-    fn batchable(&self) -> bool {
+    fn idle(&self) -> bool {
         self.chunked
     }
 

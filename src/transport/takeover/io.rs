@@ -12,15 +12,37 @@ use super::socket::Socket;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 
-/// When a stream blocked on a client that does not read gives up.
+/// When a stream blocked on a client that does not read gives up: one
+/// for all streams, each holding a pointer to it (a copy in every stream
+/// and WebSocket writer was 40 bytes of each).
 #[derive(Clone)]
-pub struct WriteDeadline {
+pub struct WriteDeadline(Arc<Deadline>);
+
+pub struct Deadline {
     /// Its hard stop ends every stream at once, even one blocked writing
     /// to a client that does not read (after the shutdown grace period).
     pub lifecycle: Arc<Lifecycle>,
     /// Longest wait for a client to take any byte at all.
     pub timeout: Duration,
     pub metrics: Arc<Metrics>,
+}
+
+impl WriteDeadline {
+    pub fn new(lifecycle: Arc<Lifecycle>, timeout: Duration, metrics: Arc<Metrics>) -> Self {
+        WriteDeadline(Arc::new(Deadline {
+            lifecycle,
+            timeout,
+            metrics,
+        }))
+    }
+}
+
+impl std::ops::Deref for WriteDeadline {
+    type Target = Deadline;
+
+    fn deref(&self) -> &Deadline {
+        &self.0
+    }
 }
 
 /// Reads a socket only when it has something: a look at its readiness (no
@@ -290,11 +312,7 @@ mod tests {
     use super::*;
 
     fn deadline(timeout: Duration) -> WriteDeadline {
-        WriteDeadline {
-            lifecycle: Lifecycle::new(),
-            timeout,
-            metrics: Arc::new(Metrics::new()),
-        }
+        WriteDeadline::new(Lifecycle::new(), timeout, Arc::new(Metrics::new()))
     }
 
     async fn pair() -> (Socket, TcpStream) {

@@ -7,8 +7,8 @@
 //!
 //! One file per concept: [`server`] (the HTTP server whose connections can
 //! be taken: plain, or TLS with ALPN), `socket` (a taken-over connection,
-//! plain or TLS), `pump` (one driver for every chunk stream, SSE or a
-//! watch, on any wire), `http` (a chunked response written by kubefan),
+//! plain or TLS), `pump` (one driver for every stream: SSE, a watch, a
+//! WebSocket or a `/ws` subscription, on any wire), `http` (a chunked response written by kubefan),
 //! `ws_read` and `ws_write` (a WebSocket's two halves), `ration` (what a
 //! connection may send that does nothing), `io` (bounded writes and
 //! watching for client input), [`h2`] (HTTP/2 connections,
@@ -42,10 +42,12 @@ use actix_web::{HttpMessage, HttpRequest};
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
-pub(crate) use batch::{Batches, Parkable, Task, Tick};
+pub(crate) use batch::{Task, Tick};
 pub use http::respond;
-use io::WriteDeadline;
+pub(crate) use io::{Blocked, WriteDeadline};
 pub use io::{LINGER, Linger};
+use pump::Pump;
+pub(crate) use pump::{Heard, Next, Source, Wire, owed};
 pub use ws_read::{Frames, Inbox, InboxError, InboxLimits, Messages, Refusal};
 pub use ws_write::{DirectSocket, Opcode, Taken, Upgraded, WsWriter, frame_header, upgrade};
 
@@ -78,17 +80,8 @@ impl Streams {
             batches: batch::Batches::new(runtime.clone(), tracker.clone(), metrics.clone()),
             runtime,
             tracker,
-            deadline: WriteDeadline {
-                lifecycle,
-                timeout: write_timeout,
-                metrics,
-            },
+            deadline: WriteDeadline::new(lifecycle, write_timeout, metrics),
         }
-    }
-
-    /// Where caught-up streams are written together.
-    pub(crate) fn batches(&self) -> &batch::Batches {
-        &self.batches
     }
 
     /// `fut`, counted among the streams [`Streams::stop`] waits for.
@@ -102,6 +95,18 @@ impl Streams {
     /// end (an aborted stream is no longer counted once that wait is over).
     pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, fut: F) -> JoinHandle<()> {
         self.runtime.spawn(self.tracker.track_future(fut))
+    }
+
+    /// Runs a stream, `source`'s items on `wire` (`pump`): in a task of
+    /// its own on the streams' runtime, parked with its hub's batch writer
+    /// while it is caught up.
+    pub(crate) fn drive<S, W>(&self, source: S, wire: W)
+    where
+        S: Source,
+        W: Wire<Item = S::Item, End = S::End>,
+    {
+        let pump = Pump::new(self.batches.clone(), source, wire, self.deadline.clone());
+        self.spawn(Task::new(pump));
     }
 
     /// How many streams' tasks [`Streams::stop`] would wait for now.

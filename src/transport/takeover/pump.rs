@@ -1,12 +1,23 @@
-//! One driver for every chunk stream (an SSE response, a Kubernetes
-//! watch), whatever carries it: [`Pump`] moves the source's chunks onto a
-//! [`Wire`] (a taken-over HTTP/1.1 socket, plain or TLS, in `http`; an
-//! HTTP/2 stream in `h2_stream`), in its own task while it owes anything
-//! only it can do, and leaves the rest to its hub's batch writer
-//! (`batch`) while it is caught up. The wire supplies the framing and the
-//! writes; the driver decides the order (the chunk in progress, then the
-//! client's hang-up, then the next chunk), the end, and what the writer
-//! needs.
+//! One driver for every stream, whatever it sends and whatever carries
+//! it: [`Pump`] moves a [`Source`]'s items onto a [`Wire`], in its own
+//! task while it owes anything only it can do, and leaves the rest to its
+//! hub's batch writer (`batch`) while it is caught up.
+//!
+//! - An SSE response or a Kubernetes watch is a [`Chunks`] source on a
+//!   taken-over HTTP/1.1 socket, plain or TLS (`http`), or on an HTTP/2
+//!   stream (`h2_stream`).
+//! - A single-stream WebSocket is its framed subscription's messages on
+//!   the socket (`ws::single`), a wire that also answers the client's
+//!   frames, pings on every keep-alive tick and lingers after its Close.
+//! - A subscription of a `/ws` socket is its messages, once started, on
+//!   the socket's shared outbox (`ws::mux::sub`).
+//!
+//! The driver decides the order (what is framed goes out first, whole;
+//! then what the client said or the wire owes of its own; then the next
+//! item), the end, and what the batch writer needs; the source says what
+//! is sent and counts it (`stream::Framed`); the wire frames and writes.
+//! Whether a stream may be parked is [`Parkable::parkable`]'s, from what
+//! the wire and the subscription owe.
 //!
 //! Written by hand rather than as an `async fn`, for memory: an `async fn`
 //! keeps each of its arguments twice (as passed, and as moved into its
@@ -20,28 +31,87 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
+use tokio::time::Instant;
 
-use super::batch::{Batches, Parkable};
+use super::batch::{Batches, Parkable, Tick};
 use super::io::{Blocked, WriteDeadline};
 use crate::lifecycle::Lifecycle;
-use crate::limits::Permit;
 use crate::transport::ChunkSource;
 use crate::transport::stream::BatchSource;
 
-/// What carries a chunk stream's bytes to its client: the framing of a
-/// chunk and of the end, the writes, and how the client's going is seen.
-pub(super) trait Wire: Send + 'static {
-    /// Made ready on the stream's first poll, on its task's runtime; false
-    /// if it cannot be (the connection is lost).
-    fn open(&mut self) -> bool {
-        true
+/// What a stream sends: items, then its end.
+pub(crate) trait Source: Send + 'static {
+    type Item: Send;
+    /// What the wire needs to know of the end (a WebSocket's Close code).
+    type End: Send;
+
+    /// The next item, or the end (once); `Pending`, with `cx` registered,
+    /// while there is neither. What it returns is counted as sent.
+    fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Next<Self::Item, Self::End>>;
+
+    /// Its framed subscription, once it sends nothing but that
+    /// subscription's events ([`ChunkSource::batch`]).
+    fn batch(&mut self) -> Option<&mut dyn BatchSource>;
+}
+
+pub(crate) enum Next<I, E> {
+    Item(I),
+    End(E),
+}
+
+/// A chunk source (an SSE body, a watch) as a stream's source: its
+/// chunks, empty ones skipped, then an end that says nothing.
+pub(super) struct Chunks<S>(pub(super) S);
+
+impl<S: ChunkSource> Source for Chunks<S> {
+    type Item = Bytes;
+    type End = ();
+
+    fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Next<Bytes, ()>> {
+        loop {
+            return Poll::Ready(match ready!(self.0.poll_chunk(cx)) {
+                Some(chunk) if chunk.is_empty() => continue,
+                Some(chunk) => Next::Item(chunk),
+                None => Next::End(()),
+            });
+        }
     }
 
-    /// Frames `chunk` (not empty) as what is written next.
-    fn start(&mut self, chunk: Bytes);
+    fn batch(&mut self) -> Option<&mut dyn BatchSource> {
+        self.0.batch()
+    }
+}
 
-    /// Frames the end of the response as what is written next.
-    fn finish(&mut self);
+/// What a wire heard from its client, or owes it of its own, between
+/// items.
+pub(crate) enum Heard {
+    Nothing,
+    /// It framed something of its own (a pong, a ping): written next.
+    Answer,
+    /// It framed the end of the stream (a Close): written next, and the
+    /// stream is over.
+    End,
+    /// The client has gone: the stream is over, nothing more is written.
+    Gone,
+}
+
+/// What carries a stream's items to its client: their framing and the
+/// end's, the writes, and what the client says.
+pub(crate) trait Wire: Send + 'static {
+    type Item;
+    type End;
+
+    /// Made ready on the stream's first polls, on its task's runtime:
+    /// false if it cannot be (the connection is lost).
+    fn poll_open(&mut self, _cx: &mut Context<'_>) -> Poll<bool> {
+        Poll::Ready(true)
+    }
+
+    /// Frames `item` as what is written next.
+    fn start(&mut self, item: Self::Item);
+
+    /// Frames the end of the stream as what is written next.
+    fn finish(&mut self, end: Self::End);
 
     /// Whether something framed is still to be written.
     fn busy(&self) -> bool;
@@ -56,23 +126,30 @@ pub(super) trait Wire: Send + 'static {
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), ()>>;
 
-    /// The end went: the connection's part after it (a socket's shutdown).
-    fn close(&mut self) {}
+    /// The end went: the connection's part after it (a socket's shutdown,
+    /// a WebSocket's wait for the client's side to close).
+    fn poll_close(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
+        Poll::Ready(())
+    }
 
-    /// Whether the client has gone (hung up, reset the stream); registers
-    /// `cx` to hear of it.
-    fn gone(&mut self, cx: &mut Context<'_>) -> bool;
+    /// What the client said, or the wire owes of its own, now; registers
+    /// `cx` to hear of the next.
+    fn heard(&mut self, lifecycle: &Lifecycle, cx: &mut Context<'_>) -> Heard;
 
-    /// Whether the batch writer can write this wire's chunks (an HTTP/1.0
-    /// response, unframed, cannot: its end is the connection's).
-    fn batchable(&self) -> bool {
+    /// Nothing of the wire's own is owed or half done (besides what
+    /// [`Wire::busy`] says): the batch writer can write its items.
+    fn idle(&self) -> bool {
         true
     }
+
+    /// [`Parkable::shed`].
+    fn shed(&mut self) {}
 
     /// [`Parkable::poll_input`].
     fn poll_input(&mut self, cx: &mut Context<'_>) -> Poll<()>;
 
-    /// [`Parkable::send_now`]: one try at writing `bytes` as one chunk.
+    /// [`Parkable::send_now`]: one try at writing the batch writer's
+    /// `bytes`.
     fn send_now(&mut self, bytes: &Bytes) -> io::Result<(usize, usize)>;
 
     /// [`Parkable::flushed`].
@@ -80,49 +157,71 @@ pub(super) trait Wire: Send + 'static {
         true
     }
 
+    /// [`Parkable::extra_per_message`].
+    fn extra_per_message(&self) -> u64 {
+        0
+    }
+
     /// [`Parkable::absorb`]: by default, input is the client hanging up.
     fn absorb(&mut self, _cx: &mut Context<'_>) -> bool {
         false
     }
 
-    /// [`Parkable::unparked`]: `rest` (a chunk, and how many of the bytes
-    /// [`Wire::send_now`] counted went) is what is written next.
+    /// [`Parkable::unparked`]: `rest` (the writer's bytes, and how many of
+    /// them [`Wire::send_now`] counted went) is what is written next.
     fn unparked(&mut self, rest: Option<(Bytes, usize)>);
+
+    /// [`Parkable::tick`]: by default, what the subscription owes.
+    fn tick(
+        &mut self,
+        _now: Instant,
+        _lifecycle: &Lifecycle,
+        source: Option<&mut dyn BatchSource>,
+    ) -> Tick {
+        owed(source)
+    }
 }
 
-/// A chunk stream: every chunk of its source, then the end, until the
-/// source ends, the client goes, or a write fails. Polled by its own task
+/// What a subscription owes a keep-alive tick, as a parked stream's
+/// writer sends it; to its task if it is not streaming yet.
+pub(crate) fn owed(source: Option<&mut dyn BatchSource>) -> Tick {
+    match source {
+        Some(source) => match source.frame_tick() {
+            Some((bytes, counted)) => Tick::Send(bytes, counted),
+            None => Tick::Nothing,
+        },
+        None => Tick::Unpark,
+    }
+}
+
+/// A stream: every item of its source, then the end, until the source
+/// ends, the client goes, or a write fails. Polled by its own task
 /// (`batch::Task`) or, while caught up, written by its hub's batch writer.
-pub(super) struct Pump<S, W> {
+pub(crate) struct Pump<S, W> {
     /// Where the stream goes while it is caught up.
     batches: Batches,
     source: S,
     wire: W,
     deadline: WriteDeadline,
-    /// Held for as long as the stream lasts (the connection limits).
-    _permit: Option<Permit>,
     /// How a write waits for a client that takes nothing.
     blocked: Blocked,
-    /// Whether the wire was opened (on the first poll).
+    /// Whether the wire was opened (on the first polls).
     opened: bool,
-    /// The source ended: once the end is written, the stream is over.
+    /// The end is framed: once it is written, the stream is over.
     ending: bool,
 }
 
-impl<S: ChunkSource, W: Wire> Pump<S, W> {
-    pub(super) fn new(
-        batches: Batches,
-        source: S,
-        wire: W,
-        deadline: WriteDeadline,
-        permit: Option<Permit>,
-    ) -> Self {
+impl<S, W> Pump<S, W>
+where
+    S: Source,
+    W: Wire<Item = S::Item, End = S::End>,
+{
+    pub(super) fn new(batches: Batches, source: S, wire: W, deadline: WriteDeadline) -> Self {
         Pump {
             batches,
             source,
             wire,
             deadline,
-            _permit: permit,
             blocked: Blocked::default(),
             opened: false,
             ending: false,
@@ -130,43 +229,59 @@ impl<S: ChunkSource, W: Wire> Pump<S, W> {
     }
 }
 
-impl<S: ChunkSource, W: Wire> Parkable for Pump<S, W> {
+impl<S, W> Parkable for Pump<S, W>
+where
+    S: Source,
+    W: Wire<Item = S::Item, End = S::End>,
+{
     fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if !self.opened {
-            if !self.wire.open() {
+            if !ready!(self.wire.poll_open(cx)) {
                 return Poll::Ready(());
             }
             self.opened = true;
         }
         loop {
-            // What is framed first: chunks go out whole and in order.
+            // What is framed first: items go out whole and in order.
             if self.wire.busy() || self.ending {
                 let written = ready!(self.wire.poll_write(&self.deadline, &mut self.blocked, cx));
                 if written.is_err() {
                     return Poll::Ready(());
                 }
                 if self.ending {
-                    self.wire.close();
+                    ready!(self.wire.poll_close(cx));
                     return Poll::Ready(());
                 }
             }
-            if self.wire.gone(cx) {
-                return Poll::Ready(());
-            }
-            match ready!(self.source.poll_chunk(cx)) {
-                Some(chunk) if chunk.is_empty() => {}
-                Some(chunk) => self.wire.start(chunk),
-                None => {
+            // Then the client: its frames are rare, and looking costs a
+            // load of the socket's readiness.
+            match self.wire.heard(&self.deadline.lifecycle, cx) {
+                Heard::Nothing => {}
+                Heard::Answer => continue,
+                Heard::End => {
                     self.ending = true;
-                    self.wire.finish();
+                    continue;
+                }
+                Heard::Gone => return Poll::Ready(()),
+            }
+            match ready!(self.source.poll_item(cx)) {
+                Next::Item(item) => self.wire.start(item),
+                Next::End(end) => {
+                    self.ending = true;
+                    self.wire.finish(end);
                 }
             }
         }
     }
 
-    /// Open, nothing framed being written, the end not begun.
+    /// Open, nothing framed being written, the end not begun, nothing of
+    /// the wire's own owed.
     fn idle(&self) -> bool {
-        self.opened && !self.wire.busy() && !self.ending && self.wire.batchable()
+        self.opened && !self.wire.busy() && !self.ending && self.wire.idle()
+    }
+
+    fn shed(&mut self) {
+        self.wire.shed();
     }
 
     fn batches(&self) -> &Batches {
@@ -193,11 +308,20 @@ impl<S: ChunkSource, W: Wire> Parkable for Pump<S, W> {
         self.wire.flushed()
     }
 
+    fn extra_per_message(&self) -> u64 {
+        self.wire.extra_per_message()
+    }
+
     fn absorb(&mut self, cx: &mut Context<'_>) -> bool {
         self.wire.absorb(cx)
     }
 
     fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
         self.wire.unparked(rest);
+    }
+
+    fn tick(&mut self, now: Instant) -> Tick {
+        self.wire
+            .tick(now, &self.deadline.lifecycle, self.source.batch())
     }
 }

@@ -70,6 +70,15 @@ impl Outgoing {
             added: false,
         }
     }
+
+    /// The length of its payload as a single-stream socket sends it.
+    pub fn payload_len(&self) -> u64 {
+        let mut tail = [0u8; TAIL];
+        parts(None, self, &mut tail)
+            .iter()
+            .map(|p| p.len() as u64)
+            .sum()
+    }
 }
 
 /// Messages as WebSocket text messages. A single-stream socket also needs

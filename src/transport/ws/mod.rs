@@ -14,15 +14,16 @@
 //! frame bounded from its header before its payload is buffered, and
 //! frames that do nothing rationed, `takeover::ws_read`).
 //!
-//! A single-stream socket is one task on the streams' runtime, as an SSE
-//! stream is: it pulls its subscription and writes each message straight
-//! onto the socket, and between messages looks at the socket's readiness
-//! for the client's frames (pongs, Close). A socket that is not read blocks
-//! its task (up to the write timeout) with the cursor in place.
+//! Both are driven as an SSE stream is (`takeover::Pump`), in one task
+//! on the streams' runtime or, caught up, parked with its hub's batch
+//! writer; only their wires differ. A single-stream socket's wire
+//! (`single`) writes each message straight onto the socket, and between
+//! messages looks at the socket's readiness for the client's frames
+//! (pings, pongs, Close). A socket that is not read blocks its task (up
+//! to the write timeout) with the cursor in place.
 //!
-//! On `/ws`, each subscription is a stream of its own (`mux::sub`), in its
-//! own task or, caught up, parked with its hub's batch writer as a
-//! single-stream socket is; both write through the socket's outbox
+//! On `/ws`, each subscription is a stream of its own (`mux::sub`), whose
+//! wire is its socket's outbox
 //! (`mux::outbox`): straight onto the socket while nothing is queued, else
 //! into a bounded queue that the socket's control loop writes. A socket
 //! that is not read fills the queue and its subscriptions wait. The
@@ -47,7 +48,9 @@ use actix_ws::{AggregatedMessage, CloseCode, CloseReason};
 use bytes::Bytes;
 use bytestring::ByteString;
 
-use super::takeover::{self, InboxError, InboxLimits, Taken, Task};
+use std::task::{Context, Poll, ready};
+
+use super::takeover::{self, InboxError, InboxLimits, Taken};
 use super::{access_log, parse_stream_query, subscribe};
 use crate::auth::{self, Principal, Verb};
 use crate::hub::Subscription;
@@ -55,7 +58,7 @@ use crate::metrics::Transport;
 use crate::status::ApiError;
 use crate::transport::state::AppState;
 use crate::transport::stream::Framed;
-use message::{WsFraming, close_reason};
+use message::{Outgoing, WsFraming, close_reason};
 
 /// `GET /stream/{resource}` with `Upgrade: websocket`: the SSE stream's
 /// messages, one JSON text frame each. The subscription starts before the
@@ -71,11 +74,12 @@ pub async fn stream(
     access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
     let taken = handshake(&req, &state, &sub.hub().warnings())?;
     let framed = framed(sub, &state, principal.name());
-    state.streams.spawn(Task::new(single::Serve::new(
+    let wire = single::Single::new(
         Box::new(taken),
-        framed,
-        state.clone(),
-    )));
+        state.stream.effective_ws_idle_timeout(),
+        state.lifecycle.ticks(),
+    );
+    state.streams.drive(framed, wire);
     // actix writes this into the emptied connection, where it vanishes.
     Ok(HttpResponse::Ok().finish())
 }
@@ -157,6 +161,23 @@ fn framed(sub: Subscription, state: &AppState, principal: &str) -> Framed<WsFram
         Transport::WebSocket,
         principal,
     )
+}
+
+/// The messages of a stream's next item, counted as sent: their payloads
+/// and `extra` bytes each (a `/ws` subscription's prefix); `None` once the
+/// stream is over.
+fn poll_messages(
+    framed: &mut Framed<WsFraming>,
+    cx: &mut Context<'_>,
+    extra: u64,
+) -> Poll<Option<Vec<Outgoing>>> {
+    let mut out = Vec::new();
+    if !ready!(framed.poll_next_into(cx, &mut out)) {
+        return Poll::Ready(None);
+    }
+    let bytes = out.iter().map(|msg| msg.payload_len() + extra).sum();
+    framed.wrote(bytes);
+    Poll::Ready(Some(out))
 }
 
 /// Why a socket ends: the Close frame to send (none when the connection is

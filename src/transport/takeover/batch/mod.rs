@@ -155,13 +155,7 @@ pub(crate) trait Parkable: Send + Sized + 'static {
     /// [`Parkable::send_now`] sends it. By default what the subscription
     /// owes ([`BatchSource::frame_tick`]).
     fn tick(&mut self, _now: Instant) -> Tick {
-        match self.source() {
-            Some(source) => match source.frame_tick() {
-                Some((bytes, counted)) => Tick::Send(bytes, counted),
-                None => Tick::Nothing,
-            },
-            None => Tick::Unpark,
-        }
+        super::pump::owed(self.source())
     }
 
     /// The socket has input: reads what it can with `cx` (the waker its

@@ -40,11 +40,11 @@ use crate::status::status_json;
 use crate::transport::message::shutdown_status;
 use crate::transport::state::AppState;
 use crate::transport::takeover::ration::{Ration, WS_SUBSCRIBES};
-use crate::transport::takeover::{Messages, Taken, Task, Upgraded};
+use crate::transport::takeover::{Messages, Taken, Upgraded};
 use crate::transport::{StreamParams, subscribe};
 use control::{Control, Stop};
 use outbox::{Frame, Outbox};
-use sub::{Starting, Sub};
+use sub::{Outboxed, Starting, Subscribing};
 use writer::{Writer, Wrote};
 
 /// Time a Close frame gets to be queued behind a stuck socket, and
@@ -255,15 +255,11 @@ impl Socket {
     /// runtime, like every other.
     fn spawn(&mut self, id: String, resource: String, params: StreamParams) {
         self.generation += 1;
-        let sub = Sub::new(
-            self.state.clone(),
-            self.outbox.clone(),
-            self.generation,
-            &id,
-            sub_prefix(&id),
-            starting(self.state.clone(), self.principal.clone(), resource, params),
-        );
-        self.state.streams.spawn(Task::new(sub));
+        let prefix = sub_prefix(&id);
+        let starting = starting(self.state.clone(), self.principal.clone(), resource, params);
+        let source = Subscribing::new(starting, &prefix);
+        let wire = Outboxed::new(self.outbox.clone(), self.generation, &id, prefix);
+        self.state.streams.drive(source, wire);
     }
 
     /// Queues a reply from the control loop.

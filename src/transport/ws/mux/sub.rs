@@ -1,14 +1,16 @@
-//! One subscription of a `/ws` socket, written by hand as a single-stream
-//! socket is (`ws::single`): one struct in one allocation, polled by its
-//! own task, or parked with its hub's batch writer (`takeover::batch`)
-//! while it is caught up.
+//! One subscription of a `/ws` socket, driven as every stream is
+//! (`takeover::Pump`): in its own task, or parked with its hub's batch
+//! writer (`takeover::batch`) while it is caught up.
 //!
-//! Its task subscribes, then frames the subscription's messages with the
-//! subscription's `{"sub":ID,` prefix into the socket's outbox
-//! ([`super::outbox`]), waiting for room there. Parked, it takes the
-//! frames its hub's writer made once for every stream at its cursor
-//! (framed as a single-stream socket's, `{` first) and the outbox splices
-//! its prefix into each as it writes them ([`Outbox::send_direct`]).
+//! Its source ([`Subscribing`]) starts the subscription (its authorization
+//! and its hub's sync), then sends the API server's warnings and the
+//! subscription's messages, or the `Status` that refused it. Its wire
+//! ([`Outboxed`]) frames each message with the subscription's
+//! `{"sub":ID,` prefix into the socket's outbox ([`super::outbox`]),
+//! waiting for room there. Parked, it takes the frames its hub's writer
+//! made once for every stream at its cursor (framed as a single-stream
+//! socket's, `{` first) and the outbox splices its prefix into each as it
+//! writes them ([`Outbox::send_direct`]).
 //!
 //! It ends when its stream does (after the stream's last message), when
 //! it is unsubscribed or its socket ends ([`Outbox::remove`], which wakes
@@ -20,7 +22,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use actix_web::web;
 use bytes::Bytes;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -28,10 +29,10 @@ use tokio::time::Instant;
 use super::outbox::{Direct, Frame, Outbox};
 use super::splice::{spliced, spliced_payloads};
 use crate::lifecycle::Lifecycle;
-use crate::transport::state::AppState;
 use crate::transport::stream::{BatchSource, Framed};
-use crate::transport::takeover::{Batches, Parkable, Tick};
+use crate::transport::takeover::{Blocked, Heard, Next, Source, Tick, Wire, WriteDeadline, owed};
 use crate::transport::ws::message::{Id, Outgoing, WsFraming, error_message, message};
+use crate::transport::ws::poll_messages;
 
 /// Starting a subscription: its authorization and its hub's sync; then the
 /// subscription framed, and the counter of the bytes sent on its
@@ -42,55 +43,115 @@ pub(super) type Starting = Pin<Box<dyn Future<Output = Result<Started, Value>> +
 /// resource (`upstream::warning`), sent first as WARNING messages.
 pub(super) type Started = (Framed<WsFraming>, Arc<[&'static str]>);
 
-pub(super) struct Sub {
-    state: web::Data<AppState>,
+/// A subscription's messages: once started, the API server's warnings,
+/// then its stream's; or, refused, the `Status` that ends it.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "streaming is its state for its life, in the stream's one allocation; boxing it would add another"
+)]
+pub(super) enum Subscribing {
+    Starting {
+        starting: Starting,
+        /// Bytes each message counts beyond its own payload: its prefix,
+        /// less the `{` it takes the place of.
+        extra: u64,
+    },
+    Streaming {
+        framed: Framed<WsFraming>,
+        extra: u64,
+    },
+    /// Refused (its end was sent).
+    Over,
+}
+
+impl Subscribing {
+    pub(super) fn new(starting: Starting, prefix: &[u8]) -> Subscribing {
+        Subscribing::Starting {
+            starting,
+            extra: prefix.len() as u64 - 1,
+        }
+    }
+}
+
+/// The end of a subscription's messages: its refusal's `Status`, or
+/// nothing (its stream's last message said why).
+impl Source for Subscribing {
+    type Item = Vec<Outgoing>;
+    type End = Option<Value>;
+
+    fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Next<Vec<Outgoing>, Option<Value>>> {
+        loop {
+            match self {
+                Subscribing::Starting { starting, extra } => {
+                    let extra = *extra;
+                    match ready!(starting.as_mut().poll(cx)) {
+                        Ok((mut framed, warnings)) => {
+                            // Before its first event: a `/ws` subscription
+                            // has no response of its own to carry them as
+                            // headers.
+                            let messages: Vec<Outgoing> =
+                                warnings.iter().map(|w| warning_message(w)).collect();
+                            let bytes = messages.iter().map(|m| m.payload_len() + extra).sum();
+                            framed.wrote(bytes);
+                            *self = Subscribing::Streaming { framed, extra };
+                            if !messages.is_empty() {
+                                return Poll::Ready(Next::Item(messages));
+                            }
+                        }
+                        Err(status) => {
+                            *self = Subscribing::Over;
+                            return Poll::Ready(Next::End(Some(status)));
+                        }
+                    }
+                }
+                Subscribing::Streaming { framed, extra } => {
+                    return Poll::Ready(match ready!(poll_messages(framed, cx, *extra)) {
+                        Some(messages) => Next::Item(messages),
+                        None => Next::End(None),
+                    });
+                }
+                Subscribing::Over => return Poll::Ready(Next::End(None)),
+            }
+        }
+    }
+
+    /// Its subscription, once started.
+    fn batch(&mut self) -> Option<&mut dyn BatchSource> {
+        match self {
+            Subscribing::Streaming { framed, .. } => Some(framed),
+            _ => None,
+        }
+    }
+}
+
+/// A subscription's wire: the socket's outbox, with its prefix.
+pub(super) struct Outboxed {
     outbox: Arc<Outbox>,
     /// Tells this subscription from an earlier one of the same id.
     generation: u64,
     /// `{"sub":ID,`.
     prefix: Bytes,
-    phase: Phase,
-    /// The bytes sent on its resource (once subscribed).
     /// A frame waiting for room in the outbox.
     next: Option<Frame>,
     /// Frames its hub's writer made and could not queue: queued first.
     rest: Option<Bytes>,
-    /// Messages framed from the stream's last item, and how many are
-    /// queued.
+    /// The messages of the stream's last item, and how many are queued.
     out: Vec<Outgoing>,
     sent: usize,
-    /// Whether the stream goes on after those messages.
-    more: bool,
 }
 
-enum Phase {
-    Starting(Starting),
-    Streaming(Box<Framed<WsFraming>>),
-    /// Refused: its ERROR is its last message.
-    Refused,
-}
-
-impl Sub {
-    pub(super) fn new(
-        state: web::Data<AppState>,
-        outbox: Arc<Outbox>,
-        generation: u64,
-        id: &str,
-        prefix: Bytes,
-        starting: Starting,
-    ) -> Sub {
+impl Outboxed {
+    /// Subscription `id`'s wire; it may write from now on.
+    pub(super) fn new(outbox: Arc<Outbox>, generation: u64, id: &str, prefix: Bytes) -> Outboxed {
         outbox.admit(id, generation);
-        Sub {
-            state,
+        Outboxed {
             outbox,
             generation,
             prefix,
-            phase: Phase::Starting(starting),
             next: None,
             rest: None,
             out: Vec::new(),
             sent: 0,
-            more: true,
         }
     }
 }
@@ -104,19 +165,41 @@ fn warning_message(warning: &str) -> Outgoing {
     Outgoing::event(Bytes::from(json.to_string()), Id::None)
 }
 
-impl Parkable for Sub {
-    fn poll_stream(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+impl Wire for Outboxed {
+    type Item = Vec<Outgoing>;
+    type End = Option<Value>;
+
+    fn start(&mut self, messages: Vec<Outgoing>) {
+        self.out = messages;
+        self.sent = 0;
+    }
+
+    /// A refusal's ERROR is its last message.
+    fn finish(&mut self, end: Option<Value>) {
+        if let Some(status) = end {
+            self.next = Some(Frame::Text(error_message(Some(&self.prefix), &status)));
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.next.is_some() || self.rest.is_some() || self.sent < self.out.len()
+    }
+
+    /// Queues each frame as the outbox has room: an error once the
+    /// subscription may not write any more. The socket's control loop
+    /// keeps its write deadline.
+    fn poll_write(
+        &mut self,
+        _deadline: &WriteDeadline,
+        _blocked: &mut Blocked,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), ()>> {
         loop {
-            // Unsubscribed, or the socket ended: nothing more is written.
-            if self.outbox.poll_live(self.generation, cx).is_ready() {
-                return Poll::Ready(());
-            }
             if self.next.is_some() {
-                match self.outbox.poll_push(cx, &mut self.next, self.generation) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(false) => return Poll::Ready(()),
-                    Poll::Ready(true) => continue,
+                if !ready!(self.outbox.poll_push(cx, &mut self.next, self.generation)) {
+                    return Poll::Ready(Err(()));
                 }
+                continue;
             }
             if let Some(rest) = self.rest.take() {
                 // Counted as sent by the writer that framed them.
@@ -124,76 +207,29 @@ impl Parkable for Sub {
                 continue;
             }
             if let Some(msg) = self.out.get(self.sent) {
-                let text = message(Some(&self.prefix), msg);
-                if let Phase::Streaming(framed) = &mut self.phase {
-                    framed.wrote(text.len() as u64);
-                }
-                self.next = Some(Frame::Text(text));
+                self.next = Some(Frame::Text(message(Some(&self.prefix), msg)));
                 self.sent += 1;
                 continue;
             }
-            if !self.out.is_empty() {
-                self.out.clear();
-                self.sent = 0;
-                // Kept for the next item, but not at a snapshot chunk's
-                // size for the subscription's whole life.
-                self.out.shrink_to(4);
-            }
-            if !self.more {
-                return Poll::Ready(());
-            }
-            match &mut self.phase {
-                Phase::Starting(starting) => match starting.as_mut().poll(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok((framed, warnings))) => {
-                        // Before its first event: a `/ws` subscription has
-                        // no response of its own to carry them as headers.
-                        self.out.extend(warnings.iter().map(|w| warning_message(w)));
-                        self.phase = Phase::Streaming(Box::new(framed));
-                    }
-                    Poll::Ready(Err(status)) => {
-                        self.next = Some(Frame::Text(error_message(Some(&self.prefix), &status)));
-                        self.more = false;
-                        self.phase = Phase::Refused;
-                    }
-                },
-                Phase::Streaming(framed) => {
-                    self.more = ready!(framed.poll_next_into(cx, &mut self.out));
-                }
-                Phase::Refused => self.more = false,
-            }
+            // Not kept at a snapshot chunk's size for the subscription's
+            // whole life.
+            self.out = Vec::new();
+            self.sent = 0;
+            return Poll::Ready(Ok(()));
         }
     }
 
-    /// Nothing of its own under way, its socket open. (Its subscription
-    /// is its [`Parkable::source`] only once started.)
+    /// Only whether it was unsubscribed, or its socket ended.
+    fn heard(&mut self, _lifecycle: &Lifecycle, cx: &mut Context<'_>) -> Heard {
+        match self.outbox.poll_live(self.generation, cx) {
+            Poll::Pending => Heard::Nothing,
+            Poll::Ready(()) => Heard::Gone,
+        }
+    }
+
+    /// Its socket open, nothing of the control loop's queued ahead.
     fn idle(&self) -> bool {
-        self.next.is_none()
-            && self.rest.is_none()
-            && self.out.is_empty()
-            && self.more
-            && self.outbox.direct()
-    }
-
-    /// Its messages' buffer, kept at four for its task's next item: a
-    /// parked stream's writer frames for it.
-    fn shed(&mut self) {
-        self.out = Vec::new();
-    }
-
-    fn batches(&self) -> &Batches {
-        self.state.streams.batches()
-    }
-
-    fn lifecycle(&self) -> &Arc<Lifecycle> {
-        &self.state.lifecycle
-    }
-
-    fn source(&mut self) -> Option<&mut dyn BatchSource> {
-        match &mut self.phase {
-            Phase::Streaming(framed) => Some(&mut **framed),
-            _ => None,
-        }
+        self.outbox.direct()
     }
 
     /// Ready once it may not write any more: its task ends it.
@@ -218,6 +254,11 @@ impl Parkable for Sub {
         self.prefix.len() as u64 - 1
     }
 
+    /// Woken only to end: it stays parked while it may write.
+    fn absorb(&mut self, cx: &mut Context<'_>) -> bool {
+        self.outbox.poll_live(self.generation, cx).is_pending()
+    }
+
     fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
         // Nothing of them went (`send_now` queues what a short write
         // leaves): all of them are queued by the task.
@@ -226,30 +267,31 @@ impl Parkable for Sub {
         }
     }
 
-    /// What the subscription owes a tick (a progress mark): the socket's
-    /// control loop pings for all its subscriptions.
-    fn tick(&mut self, _now: Instant) -> Tick {
-        let Phase::Streaming(framed) = &mut self.phase else {
-            return Tick::Unpark;
+    /// What the subscription owes a tick (a progress mark), with its
+    /// prefix counted: the socket's control loop pings for all its
+    /// subscriptions.
+    fn tick(
+        &mut self,
+        _now: Instant,
+        _lifecycle: &Lifecycle,
+        source: Option<&mut dyn BatchSource>,
+    ) -> Tick {
+        let Some(source) = source else {
+            return owed(None);
         };
-        match framed.frame_tick() {
+        match source.frame_tick() {
             Some((bytes, counted)) => {
                 // Counted as the shared frames' messages: and the prefixes.
                 let spliced = spliced_payloads(&self.prefix, &bytes);
-                framed.wrote_batched(spliced.saturating_sub(counted));
+                source.wrote_batched(spliced.saturating_sub(counted));
                 Tick::Send(bytes, spliced)
             }
             None => Tick::Nothing,
         }
     }
-
-    /// Woken only to end: it stays parked while it may write.
-    fn absorb(&mut self, cx: &mut Context<'_>) -> bool {
-        self.outbox.poll_live(self.generation, cx).is_pending()
-    }
 }
 
-impl Drop for Sub {
+impl Drop for Outboxed {
     fn drop(&mut self) {
         self.outbox.ended(self.generation);
     }
