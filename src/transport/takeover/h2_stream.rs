@@ -75,6 +75,7 @@ impl Taken {
                 send,
                 chunk: None,
                 end: false,
+                blocked: Blocked::default(),
             },
         );
         HttpResponse::Ok().finish()
@@ -113,6 +114,8 @@ struct H2 {
     chunk: Option<Bytes>,
     /// The end is to be sent, after the chunk.
     end: bool,
+    /// How a write waits for window.
+    blocked: Blocked,
 }
 
 impl Wire for H2 {
@@ -136,14 +139,13 @@ impl Wire for H2 {
     fn poll_write(
         &mut self,
         deadline: &WriteDeadline,
-        blocked: &mut Blocked,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), ()>> {
         if let Some(chunk) = &mut self.chunk {
             ready!(poll_send_chunk(
                 &mut self.send,
                 chunk,
-                blocked,
+                &mut self.blocked,
                 deadline,
                 cx
             ))?;

@@ -56,6 +56,7 @@ pub fn respond<S: ChunkSource>(
         chunked,
         hang_up: InputWatch::default(),
         out: Out::bytes(head),
+        blocked: Blocked::default(),
     };
     streams.drive(Chunks(source), wire);
     // actix writes this into the emptied connection, where it vanishes.
@@ -77,6 +78,8 @@ struct Http1 {
     hang_up: InputWatch,
     /// What is being written.
     out: Out,
+    /// How a write waits for a client that takes nothing.
+    blocked: Blocked,
 }
 
 impl Wire for Http1 {
@@ -115,14 +118,13 @@ impl Wire for Http1 {
     fn poll_write(
         &mut self,
         deadline: &WriteDeadline,
-        blocked: &mut Blocked,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), ()>> {
         let Some(socket) = &self.socket else {
             return Poll::Ready(Err(()));
         };
         self.out
-            .poll_write(socket, deadline, blocked, cx)
+            .poll_write(socket, deadline, &mut self.blocked, cx)
             .map(|done| done.map_err(drop))
     }
 

@@ -44,7 +44,7 @@ use tokio_util::task::TaskTracker;
 
 pub(crate) use batch::{Task, Tick};
 pub use http::respond;
-pub(crate) use io::{Blocked, WriteDeadline};
+pub(crate) use io::WriteDeadline;
 pub use io::{LINGER, Linger};
 use pump::Pump;
 pub(crate) use pump::{Heard, Next, Source, Wire, owed};

@@ -34,7 +34,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::batch::{Batches, Parkable, Tick};
-use super::io::{Blocked, WriteDeadline};
+use super::io::WriteDeadline;
 use crate::lifecycle::Lifecycle;
 use crate::transport::ChunkSource;
 use crate::transport::stream::BatchSource;
@@ -118,11 +118,10 @@ pub(crate) trait Wire: Send + 'static {
 
     /// Writes what is framed: ready once all of it went, or with an error
     /// once the client is gone or took nothing for the write timeout
-    /// (`blocked` holds that wait, `deadline` its length).
+    /// (`deadline`).
     fn poll_write(
         &mut self,
         deadline: &WriteDeadline,
-        blocked: &mut Blocked,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), ()>>;
 
@@ -203,8 +202,6 @@ pub(crate) struct Pump<S, W> {
     source: S,
     wire: W,
     deadline: WriteDeadline,
-    /// How a write waits for a client that takes nothing.
-    blocked: Blocked,
     /// Whether the wire was opened (on the first polls).
     opened: bool,
     /// The end is framed: once it is written, the stream is over.
@@ -222,7 +219,6 @@ where
             source,
             wire,
             deadline,
-            blocked: Blocked::default(),
             opened: false,
             ending: false,
         }
@@ -244,7 +240,7 @@ where
         loop {
             // What is framed first: items go out whole and in order.
             if self.wire.busy() || self.ending {
-                let written = ready!(self.wire.poll_write(&self.deadline, &mut self.blocked, cx));
+                let written = ready!(self.wire.poll_write(&self.deadline, cx));
                 if written.is_err() {
                     return Poll::Ready(());
                 }
@@ -323,5 +319,180 @@ where
     fn tick(&mut self, now: Instant) -> Tick {
         self.wire
             .tick(now, &self.deadline.lifecycle, self.source.batch())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The driver's order, against a scripted source and a wire that logs
+    //! what it is asked to do.
+
+    use std::collections::VecDeque;
+    use std::time::Duration;
+
+    use tokio_util::task::TaskTracker;
+
+    use super::*;
+    use crate::metrics::Metrics;
+
+    /// Items, then (once they are out) an end; `Pending` while empty.
+    struct Script(VecDeque<Next<&'static str, &'static str>>);
+
+    impl Source for Script {
+        type Item = &'static str;
+        type End = &'static str;
+
+        fn poll_item(&mut self, _cx: &mut Context<'_>) -> Poll<Next<&'static str, &'static str>> {
+            self.0.pop_front().map_or(Poll::Pending, Poll::Ready)
+        }
+
+        fn batch(&mut self) -> Option<&mut dyn BatchSource> {
+            None
+        }
+    }
+
+    /// Logs each call; a write goes once it was polled `pending` times;
+    /// `heard` answers from its script, then `Nothing`.
+    #[derive(Default)]
+    struct Logged {
+        log: Vec<String>,
+        framed: Option<String>,
+        pending: usize,
+        heard: VecDeque<Heard>,
+    }
+
+    impl Wire for Logged {
+        type Item = &'static str;
+        type End = &'static str;
+
+        fn start(&mut self, item: &'static str) {
+            self.framed = Some(item.to_string());
+        }
+
+        fn finish(&mut self, end: &'static str) {
+            self.framed = Some(format!("end {end}"));
+        }
+
+        fn busy(&self) -> bool {
+            self.framed.is_some()
+        }
+
+        fn poll_write(
+            &mut self,
+            _deadline: &WriteDeadline,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Result<(), ()>> {
+            if self.pending > 0 {
+                self.pending -= 1;
+                return Poll::Pending;
+            }
+            if let Some(framed) = self.framed.take() {
+                self.log.push(framed);
+            }
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_close(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
+            self.log.push("close".into());
+            Poll::Ready(())
+        }
+
+        fn heard(&mut self, _lifecycle: &Lifecycle, _cx: &mut Context<'_>) -> Heard {
+            match self.heard.pop_front() {
+                Some(Heard::Answer) => {
+                    self.framed = Some("pong".into());
+                    Heard::Answer
+                }
+                Some(Heard::End) => {
+                    self.framed = Some("client's close".into());
+                    Heard::End
+                }
+                Some(heard) => heard,
+                None => Heard::Nothing,
+            }
+        }
+
+        fn poll_input(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
+            Poll::Pending
+        }
+
+        fn send_now(&mut self, bytes: &Bytes) -> io::Result<(usize, usize)> {
+            Ok((bytes.len(), bytes.len()))
+        }
+
+        fn unparked(&mut self, _rest: Option<(Bytes, usize)>) {}
+    }
+
+    fn pump(items: Vec<Next<&'static str, &'static str>>, wire: Logged) -> Pump<Script, Logged> {
+        let metrics = Arc::new(Metrics::new());
+        let batches = Batches::new(
+            tokio::runtime::Handle::current(),
+            TaskTracker::new(),
+            metrics.clone(),
+        );
+        let deadline = WriteDeadline::new(Lifecycle::new(), Duration::from_secs(1), metrics);
+        Pump::new(batches, Script(items.into()), wire, deadline)
+    }
+
+    fn poll(pump: &mut Pump<Script, Logged>) -> Poll<()> {
+        pump.poll_stream(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    #[tokio::test]
+    async fn items_go_whole_and_in_order_then_the_end_then_the_close() {
+        let wire = Logged {
+            pending: 1,
+            heard: [Heard::Nothing, Heard::Answer].into(),
+            ..Logged::default()
+        };
+        let mut pump = pump(
+            vec![Next::Item("a"), Next::Item("b"), Next::End("done")],
+            wire,
+        );
+        assert!(!pump.idle(), "not open before its first poll");
+        // "a" is framed, and its write waits once: nothing else is looked
+        // at, and the stream is not idle.
+        assert!(poll(&mut pump).is_pending());
+        assert!(pump.wire.log.is_empty());
+        assert!(!pump.idle());
+        assert!(poll(&mut pump).is_ready());
+        // The wire's answer (a pong) goes between two items, never inside
+        // one; after the end, nothing but the close.
+        assert_eq!(pump.wire.log, ["a", "pong", "b", "end done", "close"]);
+    }
+
+    #[tokio::test]
+    async fn a_caught_up_stream_is_idle_and_its_end_is_not() {
+        let mut pump = pump(vec![Next::Item("a")], Logged::default());
+        assert!(poll(&mut pump).is_pending());
+        assert_eq!(pump.wire.log, ["a"]);
+        assert!(pump.idle(), "caught up: its writer may take it");
+        pump.source.0.push_back(Next::End("x"));
+        pump.wire.pending = 1;
+        assert!(poll(&mut pump).is_pending());
+        assert!(!pump.idle(), "its end is under way");
+    }
+
+    #[tokio::test]
+    async fn the_wire_may_end_the_stream_and_the_source_is_not_polled_again() {
+        let wire = Logged {
+            heard: [Heard::End].into(),
+            ..Logged::default()
+        };
+        let mut pump = pump(vec![Next::Item("a")], wire);
+        assert!(poll(&mut pump).is_ready());
+        assert_eq!(pump.wire.log, ["client's close", "close"]);
+        assert_eq!(pump.source.0.len(), 1, "the item was never taken");
+    }
+
+    #[tokio::test]
+    async fn a_client_gone_ends_it_with_nothing_more_written() {
+        let wire = Logged {
+            heard: [Heard::Nothing, Heard::Gone].into(),
+            ..Logged::default()
+        };
+        let mut pump = pump(vec![Next::Item("a"), Next::Item("b")], wire);
+        assert!(poll(&mut pump).is_ready());
+        assert_eq!(pump.wire.log, ["a"], "no close: nobody to send it to");
     }
 }

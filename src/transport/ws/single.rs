@@ -25,7 +25,7 @@ use super::{ClientFrame, lost, poll_messages};
 use crate::lifecycle::Lifecycle;
 use crate::transport::stream::{BatchSource, Framed};
 use crate::transport::takeover::{
-    Blocked, Heard, LINGER, Linger, Messages, Next, Opcode, Source, Taken, Tick, Upgraded, Wire,
+    Heard, LINGER, Linger, Messages, Next, Opcode, Source, Taken, Tick, Upgraded, Wire,
     WriteDeadline, WsWriter,
 };
 
@@ -187,7 +187,6 @@ impl Wire for Single {
     fn poll_write(
         &mut self,
         _deadline: &WriteDeadline,
-        _blocked: &mut Blocked,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), ()>> {
         let Some(conn) = &mut self.conn else {

@@ -258,7 +258,7 @@ impl Socket {
         let prefix = sub_prefix(&id);
         let starting = starting(self.state.clone(), self.principal.clone(), resource, params);
         let source = Subscribing::new(starting, &prefix);
-        let wire = Outboxed::new(self.outbox.clone(), self.generation, &id, prefix);
+        let wire = Outboxed::new(self.outbox.clone(), self.generation, &id, &prefix);
         self.state.streams.drive(source, wire);
     }
 

@@ -30,7 +30,7 @@ use super::outbox::{Direct, Frame, Outbox};
 use super::splice::{spliced, spliced_payloads};
 use crate::lifecycle::Lifecycle;
 use crate::transport::stream::{BatchSource, Framed};
-use crate::transport::takeover::{Blocked, Heard, Next, Source, Tick, Wire, WriteDeadline, owed};
+use crate::transport::takeover::{Heard, Next, Source, Tick, Wire, WriteDeadline, owed};
 use crate::transport::ws::message::{Id, Outgoing, WsFraming, error_message, message};
 use crate::transport::ws::poll_messages;
 
@@ -130,11 +130,11 @@ pub(super) struct Outboxed {
     /// Tells this subscription from an earlier one of the same id.
     generation: u64,
     /// `{"sub":ID,`.
-    prefix: Bytes,
-    /// A frame waiting for room in the outbox.
+    prefix: Box<[u8]>,
+    /// A frame waiting for room in the outbox: a message, or the frames
+    /// its hub's writer made and could not queue (queued first, counted
+    /// as sent by that writer).
     next: Option<Frame>,
-    /// Frames its hub's writer made and could not queue: queued first.
-    rest: Option<Bytes>,
     /// The messages of the stream's last item, and how many are queued.
     out: Vec<Outgoing>,
     sent: usize,
@@ -142,14 +142,13 @@ pub(super) struct Outboxed {
 
 impl Outboxed {
     /// Subscription `id`'s wire; it may write from now on.
-    pub(super) fn new(outbox: Arc<Outbox>, generation: u64, id: &str, prefix: Bytes) -> Outboxed {
+    pub(super) fn new(outbox: Arc<Outbox>, generation: u64, id: &str, prefix: &[u8]) -> Outboxed {
         outbox.admit(id, generation);
         Outboxed {
             outbox,
             generation,
-            prefix,
+            prefix: prefix.into(),
             next: None,
-            rest: None,
             out: Vec::new(),
             sent: 0,
         }
@@ -182,7 +181,7 @@ impl Wire for Outboxed {
     }
 
     fn busy(&self) -> bool {
-        self.next.is_some() || self.rest.is_some() || self.sent < self.out.len()
+        self.next.is_some() || self.sent < self.out.len()
     }
 
     /// Queues each frame as the outbox has room: an error once the
@@ -191,7 +190,6 @@ impl Wire for Outboxed {
     fn poll_write(
         &mut self,
         _deadline: &WriteDeadline,
-        _blocked: &mut Blocked,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), ()>> {
         loop {
@@ -199,11 +197,6 @@ impl Wire for Outboxed {
                 if !ready!(self.outbox.poll_push(cx, &mut self.next, self.generation)) {
                     return Poll::Ready(Err(()));
                 }
-                continue;
-            }
-            if let Some(rest) = self.rest.take() {
-                // Counted as sent by the writer that framed them.
-                self.next = Some(Frame::Raw(rest));
                 continue;
             }
             if let Some(msg) = self.out.get(self.sent) {
@@ -263,7 +256,7 @@ impl Wire for Outboxed {
         // Nothing of them went (`send_now` queues what a short write
         // leaves): all of them are queued by the task.
         if let Some((frames, _)) = rest {
-            self.rest = Some(spliced(&self.prefix, &frames));
+            self.next = Some(Frame::Raw(spliced(&self.prefix, &frames)));
         }
     }
 
