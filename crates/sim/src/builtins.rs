@@ -173,6 +173,15 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
         ))
         .with_short_names(&["pvc"]),
         meta_only(core("serviceaccounts", "ServiceAccount", true)).with_short_names(&["sa"]),
+        // pkg/apis/core/v1/conversion.go; the value is
+        // pkg/registry/core/replicationcontroller/strategy.go's
+        // ControllerToSelectableFields.
+        converted(
+            core("replicationcontrollers", "ReplicationController", true),
+            &["metadata.name", "metadata.namespace"],
+            vec![field("status.replicas", "/status/replicas", "0")],
+        )
+        .with_short_names(&["rc"]),
         meta_only(ResourceDef::new(
             "apps",
             "v1",
@@ -223,6 +232,52 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
             true,
         ))
         .with_short_names(&["ing"]),
+        meta_only(ResourceDef::new(
+            "networking.k8s.io",
+            "v1",
+            "ingressclasses",
+            "IngressClass",
+            false,
+        )),
+        meta_only(ResourceDef::new(
+            "networking.k8s.io",
+            "v1",
+            "networkpolicies",
+            "NetworkPolicy",
+            true,
+        ))
+        .with_short_names(&["netpol"]),
+        meta_only(ResourceDef::new(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            true,
+        ))
+        .with_short_names(&["pdb"]),
+        meta_only(ResourceDef::new(
+            "scheduling.k8s.io",
+            "v1",
+            "priorityclasses",
+            "PriorityClass",
+            false,
+        ))
+        .with_short_names(&["pc"]),
+        meta_only(ResourceDef::new(
+            "storage.k8s.io",
+            "v1",
+            "storageclasses",
+            "StorageClass",
+            false,
+        ))
+        .with_short_names(&["sc"]),
+        meta_only(ResourceDef::new(
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            "Lease",
+            true,
+        )),
         meta_only(ResourceDef::new(
             "discovery.k8s.io",
             "v1",
