@@ -47,7 +47,11 @@ impl Source for Framed<WsFraming> {
     }
 }
 
-/// A single-stream socket's wire.
+/// A single-stream socket's wire. Caught up, the socket is written by its
+/// hub's batch writer until it has anything of its own to do: a client
+/// frame other than a pong or text, the idle timeout (looked at on each
+/// tick, so noticed up to a keep-alive interval late), its stream's end.
+/// The writer sends the tick's ping itself ([`Wire::tick`]).
 pub(super) struct Single {
     /// Until the first poll: opened on the task's runtime.
     taken: Option<Box<Taken>>,
