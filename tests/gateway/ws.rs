@@ -1166,3 +1166,53 @@ async fn unparked_total(env: &TestEnv) -> u64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
+
+/// A single-stream socket's wire answers the client itself, parked with
+/// its writer or not: a ping gets its pong (same payload) and the stream
+/// goes on, back with its writer once caught up again; a Close is echoed
+/// with its code and the connection ends, the other sockets untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_stream_socket_answers_pings_and_echoes_a_close_parked_or_not() {
+    let (env, mut subs) = batched_sockets(Duration::from_secs(60)).await;
+    let (_, (ws, _)) = &mut subs[0];
+    ws.send(Message::Ping(b"are you there".to_vec().into()))
+        .await;
+    let pong = tokio::time::timeout(WAIT, async {
+        loop {
+            match ws.ws.next().await {
+                Some(Ok(Message::Pong(payload))) => return payload,
+                Some(Ok(Message::Ping(_))) => ws.pings += 1,
+                Some(Ok(Message::Text(_))) => {}
+                other => panic!("expected a pong, got {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a pong in time");
+    assert_eq!(&pong[..], b"are you there");
+    // The stream goes on after the answer, and every socket is written by
+    // its writer again once caught up (`batched_through_churn` waits for
+    // all of them to be parked).
+    crate::sse::batched_through_churn(&env, &mut subs, async |ws, view, rv| {
+        follow(ws, view, rv).await
+    })
+    .await;
+
+    let (_, (ws, _)) = &mut subs[0];
+    ws.send(Message::Close(Some(
+        tokio_tungstenite::tungstenite::protocol::CloseFrame {
+            code: 4321.into(),
+            reason: "bye".into(),
+        },
+    )))
+    .await;
+    assert_eq!(ws.closed().await, 4321, "its code echoed");
+    let rest = &mut subs[1..];
+    let rv = crate::sse::touch_tracked(&env.sim, "after the close");
+    for (path, (ws, view)) in rest.iter_mut() {
+        tokio::time::timeout(WAIT, follow(ws, view, rv))
+            .await
+            .unwrap_or_else(|_| panic!("{path} reached {rv} after another socket closed"));
+    }
+    env.stop().await;
+}
