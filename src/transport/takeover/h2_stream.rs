@@ -100,7 +100,7 @@ fn head(headers: &[(HeaderName, &'static str)], cors: Option<&HeaderMap>) -> htt
     head
 }
 
-/// A chunk stream's wire on its HTTP/2 stream (the [`Wire`] its [`Pump`]
+/// A chunk stream's wire on its HTTP/2 stream (the [`Wire`] its `Pump`
 /// drives there): every chunk as the window allows, then `END_STREAM`. A
 /// caught-up stream's DATA goes straight into the connection's send buffer
 /// as the window allows, and the connection's task writes the frames of

@@ -1,5 +1,5 @@
 //! HTTP/1.1 responses written by kubefan on a taken-over socket (the
-//! [`Wire`] a chunk stream's [`Pump`] drives there): the head,
+//! [`Wire`] a chunk stream's `Pump` drives there): the head,
 //! then each chunk as it comes, straight from the hub's shared buffers (one
 //! vectored write per chunk, no copy). HTTP/1.1 responses are chunked and end
 //! with the last chunk; HTTP/1.0 ones end when the connection closes. Both
