@@ -47,7 +47,7 @@ pub use http::respond;
 pub(crate) use io::WriteDeadline;
 pub use io::{LINGER, Linger};
 use pump::Pump;
-pub(crate) use pump::{Heard, Next, Source, Wire, owed};
+pub(crate) use pump::{Heard, Next, Source, Wire};
 pub use ws_read::{Frames, Inbox, InboxError, InboxLimits, Messages, Refusal};
 pub use ws_write::{DirectSocket, Opcode, Taken, Upgraded, WsWriter, frame_header, upgrade};
 

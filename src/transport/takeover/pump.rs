@@ -183,7 +183,7 @@ pub(crate) trait Wire: Send + 'static {
 
 /// What a subscription owes a keep-alive tick, as a parked stream's
 /// writer sends it; to its task if it is not streaming yet.
-pub(crate) fn owed(source: Option<&mut dyn BatchSource>) -> Tick {
+pub(super) fn owed(source: Option<&mut dyn BatchSource>) -> Tick {
     match source {
         Some(source) => match source.frame_tick() {
             Some((bytes, counted)) => Tick::Send(bytes, counted),

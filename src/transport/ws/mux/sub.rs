@@ -30,7 +30,7 @@ use super::outbox::{Direct, Frame, Outbox};
 use super::splice::{spliced, spliced_payloads};
 use crate::lifecycle::Lifecycle;
 use crate::transport::stream::{BatchSource, Framed};
-use crate::transport::takeover::{Heard, Next, Source, Tick, Wire, WriteDeadline, owed};
+use crate::transport::takeover::{Heard, Next, Source, Tick, Wire, WriteDeadline};
 use crate::transport::ws::message::{Id, Outgoing, WsFraming, error_message, message};
 use crate::transport::ws::poll_messages;
 
@@ -269,8 +269,9 @@ impl Wire for Outboxed {
         _lifecycle: &Lifecycle,
         source: Option<&mut dyn BatchSource>,
     ) -> Tick {
+        // Not started yet: its task owes the start.
         let Some(source) = source else {
-            return owed(None);
+            return Tick::Unpark;
         };
         match source.frame_tick() {
             Some((bytes, counted)) => {
