@@ -9,7 +9,8 @@ use actix_web::dev::ServerHandle;
 use actix_web::{HttpResponse, guard, web};
 use tokio::task::JoinHandle;
 
-use crate::auth::Auth;
+use crate::auth::{Auth, Authorizer};
+use crate::cluster::{Cluster, Clusters};
 use crate::config::Config;
 use crate::hub::SubscriptionContext;
 use crate::lifecycle::Lifecycle;
@@ -32,9 +33,21 @@ pub struct App {
     lifecycle: Arc<Lifecycle>,
     streams: Arc<Streams>,
     grace: std::time::Duration,
-    informers: Arc<Informers>,
+    clusters: Arc<Clusters>,
     metrics: Arc<Metrics>,
     auth: Arc<Auth>,
+}
+
+/// One cluster to serve: its name (`None`: the one unnamed cluster of a
+/// gateway run without `--cluster`), the API server it watches, and the
+/// one that reviews clients' tokens for it.
+pub struct Upstream {
+    pub name: Option<String>,
+    pub client: kube::Client,
+    pub reviews: kube::Client,
+    /// The API server's URL, which saved positions (`--state-dir`) belong
+    /// to; `None` keeps `cfg.upstream.positions` as it is.
+    pub url: Option<String>,
 }
 
 impl App {
@@ -51,8 +64,22 @@ impl App {
         client: kube::Client,
         reviews: kube::Client,
     ) -> std::io::Result<App> {
+        let upstream = Upstream {
+            name: None,
+            client,
+            reviews,
+            url: None,
+        };
+        Self::build_clusters(cfg, vec![upstream]).await
+    }
+
+    /// [`App::build`] for several clusters (`--cluster`), each named, or
+    /// for the one unnamed cluster.
+    pub async fn build_clusters(cfg: Config, upstreams: Vec<Upstream>) -> std::io::Result<App> {
+        crate::cluster::check_upstreams(&upstreams, cfg.clusters.default.as_deref())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let auth = Arc::new(
-            Auth::new(&cfg.auth, reviews, cfg.stream.sync_timeout)
+            Auth::new(&cfg.auth, cfg.stream.sync_timeout)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
         );
         log_exposure(&cfg);
@@ -62,24 +89,48 @@ impl App {
         }
         let lifecycle = Lifecycle::new();
         let metrics = Arc::new(Metrics::new());
-        let mut upstream = cfg.upstream.clone();
-        if auth.rbac().is_some() {
-            // Read for kubefan itself, and waited for by /readyz.
-            upstream.internal_resources = crate::auth::feed::resources();
-        }
-        let informers = Informers::new(client, upstream, metrics.clone(), lifecycle.child_token())?;
-        informers.start_boot();
         let subscriptions = SubscriptionContext {
             sync_timeout: cfg.stream.sync_timeout,
             lifecycle: lifecycle.clone(),
             metrics: metrics.clone(),
         };
-        auth.start(informers.clone(), subscriptions.clone());
+        let mut clusters = Vec::with_capacity(upstreams.len());
+        for upstream in upstreams {
+            let mut settings = cfg.upstream.clone();
+            if auth.reads_rbac() {
+                // Read for kubefan itself, and waited for by /readyz.
+                settings.internal_resources = crate::auth::feed::resources();
+            }
+            if let Some(positions) = &mut settings.positions {
+                if let Some(url) = upstream.url {
+                    positions.upstream = url;
+                }
+                if let Some(name) = &upstream.name {
+                    positions.dir = positions.dir.join("clusters").join(name);
+                }
+            }
+            let informers = Informers::new(
+                upstream.client,
+                settings,
+                metrics.clone(),
+                lifecycle.child_token(),
+            )?;
+            informers.start_boot();
+            let authorizer = auth.authorizer(upstream.reviews);
+            authorizer.start(informers.clone(), subscriptions.clone());
+            clusters.push(Arc::new(Cluster::new(upstream.name, informers, authorizer)));
+        }
+        let clusters = Arc::new(Clusters::new(
+            clusters,
+            cfg.clusters.default.as_deref(),
+            cfg.clusters.ready_when,
+        ));
+        auth.start(&lifecycle);
         crate::heap::spawn_trimmer(lifecycle.clone());
         lifecycle.spawn_ticker(cfg.stream.keepalive);
 
         let state = web::Data::new(AppState {
-            informers: informers.clone(),
+            clusters: clusters.clone(),
             metrics: metrics.clone(),
             stream: cfg.stream.clone(),
             lifecycle: lifecycle.clone(),
@@ -98,11 +149,6 @@ impl App {
                 .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
                 .collect(),
         });
-        // One for every worker: a continue token is served by any of them.
-        let pages = web::Data::new(kube_face::Pages::default());
-        let printers = web::Data::new(kube_face::KubePrinters::default());
-        let probes = web::Data::new(kube_face::Probes::default());
-        let informers_data = web::Data::new(informers.clone());
         let metrics_data = web::Data::new(metrics.clone());
         let listener = listen(cfg.listen)?;
         let addr = listener.local_addr()?;
@@ -146,7 +192,6 @@ impl App {
                     crate::middleware::check_request,
                 ))
                 .app_data(state.clone())
-                .app_data(informers_data.clone())
                 .app_data(metrics_data.clone())
                 .service(
                     web::resource("/stream/{resource}")
@@ -172,10 +217,9 @@ impl App {
                 .route("/logout", web::post().to(crate::signin::logout))
                 .route("/healthz", web::get().to(ops::healthz))
                 .route("/readyz", web::get().to(ops::readyz))
+                .route("/clusters", web::get().to(ops::clusters))
                 .route("/metrics", web::get().to(ops::metrics))
-                .configure(|cfg| {
-                    kube_face::configure(cfg, pages.clone(), printers.clone(), probes.clone())
-                })
+                .configure(kube_face::configure)
                 .default_service(web::to(not_found))
         })?;
         let handle = server.handle();
@@ -193,15 +237,26 @@ impl App {
             lifecycle,
             streams,
             grace,
-            informers,
+            clusters,
             metrics,
             auth,
         })
     }
 
-    /// The gateway's authenticator and authorizer.
+    /// The gateway's authenticators.
     pub fn auth(&self) -> &Arc<Auth> {
         &self.auth
+    }
+
+    /// The clusters served.
+    pub fn clusters(&self) -> &Arc<Clusters> {
+        &self.clusters
+    }
+
+    /// The first cluster's authorizer (the only one's, without
+    /// `--cluster`).
+    pub fn authorizer(&self) -> &Arc<Authorizer> {
+        self.clusters.all()[0].authorizer()
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -213,8 +268,10 @@ impl App {
         self.metrics_server.as_ref().map(|(addr, ..)| *addr)
     }
 
+    /// The first cluster's informers (the only one's, without
+    /// `--cluster`).
     pub fn informers(&self) -> &Arc<Informers> {
-        &self.informers
+        self.clusters.all()[0].informers()
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -241,7 +298,9 @@ impl App {
             handle.stop(true).await;
             let _ = server.await;
         }
-        self.informers.stopped().await;
+        for cluster in self.clusters.all() {
+            cluster.informers().stopped().await;
+        }
     }
 
     /// The gateway's lifecycle: shut down when [`App::stop`] begins.

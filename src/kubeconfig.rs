@@ -65,6 +65,12 @@ pub struct Kubeconfig {
     /// PEM certificates clients trust for `server`.
     pub ca_pem: Option<String>,
     pub user: User,
+    /// The gateway's named clusters (`--cluster`): one kubeconfig cluster
+    /// and context each, `NAME-CLUSTER`, whose server is `server` with
+    /// the cluster's `/clusters/CLUSTER` prefix (kubectl, client-go,
+    /// client-node and kube-rs keep a server URL's path); the first is the
+    /// current context. Empty: one, `NAME`, at `server`.
+    pub clusters: Vec<String>,
 }
 
 /// How the kubeconfig's user proves who it is.
@@ -266,13 +272,37 @@ impl Kubeconfig {
             User::Token(token) => serde_json::json!({ "token": token }),
             User::OidcLogin(login) => serde_json::json!({ "exec": login.exec() }),
         };
+        let named: Vec<(String, String)> = match self.clusters.as_slice() {
+            [] => vec![(self.name.clone(), self.server.clone())],
+            clusters => clusters
+                .iter()
+                .map(|c| {
+                    let server = format!("{}/clusters/{c}", self.server.trim_end_matches('/'));
+                    (format!("{}-{c}", self.name), server)
+                })
+                .collect(),
+        };
+        let clusters: Vec<_> = named
+            .iter()
+            .map(|(name, server)| {
+                let mut cluster = cluster.clone();
+                cluster["server"] = server.clone().into();
+                serde_json::json!({"name": name, "cluster": cluster})
+            })
+            .collect();
+        let contexts: Vec<_> = named
+            .iter()
+            .map(|(name, _)| {
+                serde_json::json!({"name": name, "context": {"cluster": name, "user": self.name}})
+            })
+            .collect();
         let doc = serde_json::json!({
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": self.name, "cluster": cluster}],
+            "clusters": clusters,
             "users": [{"name": self.name, "user": user}],
-            "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": self.name}}],
-            "current-context": self.name,
+            "contexts": contexts,
+            "current-context": named[0].0,
         });
         // Serializing a JSON value to YAML cannot fail.
         serde_norway::to_string(&doc).unwrap_or_default()
@@ -323,6 +353,7 @@ mod tests {
             server: "https://127.0.0.1:8443".into(),
             ca_pem: Some(ca.clone()),
             user: User::Token("t0ken".into()),
+            clusters: Vec::new(),
         };
         let parsed = kube::config::Kubeconfig::from_yaml(&kc.to_yaml()).unwrap();
         let cluster = parsed.clusters[0].cluster.as_ref().unwrap();
@@ -347,6 +378,34 @@ mod tests {
             Err(Error::Empty { .. })
         ));
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn a_context_per_cluster_reaches_it_under_its_path_with_one_user() {
+        let kc = Kubeconfig {
+            name: "kubefan".into(),
+            server: "https://kubefan.example/".into(),
+            ca_pem: None,
+            user: User::Token("t0ken".into()),
+            clusters: vec!["east".into(), "west".into()],
+        };
+        let parsed = kube::config::Kubeconfig::from_yaml(&kc.to_yaml()).unwrap();
+        assert_eq!(parsed.auth_infos.len(), 1);
+        assert_eq!(parsed.current_context.as_deref(), Some("kubefan-east"));
+        for cluster in ["east", "west"] {
+            let options = kube::config::KubeConfigOptions {
+                context: Some(format!("kubefan-{cluster}")),
+                ..Default::default()
+            };
+            let config = kube::Config::from_custom_kubeconfig(parsed.clone(), &options)
+                .await
+                .unwrap();
+            assert_eq!(
+                config.cluster_url.to_string(),
+                format!("https://kubefan.example/clusters/{cluster}")
+            );
+            assert!(config.auth_info.token.is_some());
+        }
     }
 
     fn oidc(issuer_url: &str, client_id: &str) -> OidcConfig {
@@ -377,6 +436,7 @@ mod tests {
             server: "https://kubefan.example".into(),
             ca_pem: None,
             user: User::OidcLogin(login),
+            clusters: Vec::new(),
         };
 
         let parsed = kube::config::Kubeconfig::from_yaml(&kc.to_yaml()).unwrap();

@@ -49,6 +49,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod epoch;
 #[doc(hidden)]

@@ -17,7 +17,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 
-use kubefan::app::App;
+use kubefan::app::{App, Upstream};
 use kubefan::config::GatewayArgs;
 use kubefan_sim as sim;
 
@@ -89,8 +89,64 @@ struct ServeArgs {
     /// account. Default: the upstream itself.
     #[arg(long, env = "KUBEFAN_AUTH_KUBECONFIG", value_name = "FILE|in-cluster")]
     auth_kubeconfig: Option<String>,
+    /// A cluster to serve, as NAME=KUBECONFIG[#CONTEXT] or NAME=in-cluster
+    /// (repeatable, or comma-separated; `clusters: [a=/k/a, b=/k/b#ctx]` in
+    /// --config). Each is served under /clusters/NAME/ with its own
+    /// watches, RBAC and readiness; --default-cluster also at the root
+    /// paths. NAME is a DNS label. Without it: one cluster, from
+    /// --kubeconfig and --context.
+    #[arg(
+        long = "cluster",
+        alias = "clusters",
+        env = "KUBEFAN_CLUSTERS",
+        value_delimiter = ',',
+        value_name = "NAME=KUBECONFIG[#CONTEXT]",
+        value_parser = parse_cluster,
+        conflicts_with_all = ["kubeconfig", "context", "auth_kubeconfig"]
+    )]
+    clusters: Vec<ClusterSpec>,
     #[command(flatten)]
     gateway: GatewayArgs,
+}
+
+/// One `--cluster`: its name and where its API server is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ClusterSpec {
+    name: String,
+    /// `None`: the pod's service account (`in-cluster`).
+    kubeconfig: Option<PathBuf>,
+    context: Option<String>,
+}
+
+fn parse_cluster(text: &str) -> Result<ClusterSpec, String> {
+    let text = text.trim();
+    let Some((name, source)) = text.split_once('=') else {
+        return Err(format!(
+            "{text:?} is not NAME=KUBECONFIG[#CONTEXT] or NAME=in-cluster"
+        ));
+    };
+    kubefan::cluster::check_name(name)?;
+    if source == "in-cluster" {
+        return Ok(ClusterSpec {
+            name: name.to_string(),
+            kubeconfig: None,
+            context: None,
+        });
+    }
+    let (file, context) = match source.split_once('#') {
+        Some((file, context)) => (file, Some(context.to_string())),
+        None => (source, None),
+    };
+    if file.is_empty() || context.as_deref() == Some("") {
+        return Err(format!(
+            "cluster {name:?}: {source:?} names no kubeconfig file or an empty context"
+        ));
+    }
+    Ok(ClusterSpec {
+        name: name.to_string(),
+        kubeconfig: Some(PathBuf::from(file)),
+        context,
+    })
 }
 
 #[derive(clap::Args)]
@@ -191,6 +247,10 @@ async fn forward_signals(shutdown: CancellationToken) {
 }
 
 async fn serve(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    if !args.clusters.is_empty() {
+        let upstreams = cluster_upstreams(&args.clusters).await?;
+        return run_gateway(args.gateway, upstreams, shutdown).await;
+    }
     let options = KubeConfigOptions {
         context: args.context.clone(),
         ..Default::default()
@@ -227,24 +287,61 @@ async fn serve(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<(
         }
         None => client.clone(),
     };
-    run_gateway(args.gateway, &upstream, client, reviews, shutdown).await
+    let upstream = Upstream {
+        name: None,
+        client,
+        reviews,
+        url: Some(upstream),
+    };
+    run_gateway(args.gateway, vec![upstream], shutdown).await
 }
 
-/// `upstream`: the API server's URL, which saved positions belong to.
+/// The clients of `--cluster`s, each reviewing its own tokens.
+async fn cluster_upstreams(specs: &[ClusterSpec]) -> anyhow::Result<Vec<Upstream>> {
+    if specs.iter().filter(|s| s.kubeconfig.is_none()).count() > 1 {
+        anyhow::bail!("--cluster: only one cluster can be in-cluster (the pod's own)");
+    }
+    let mut upstreams = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let name = &spec.name;
+        let config = match &spec.kubeconfig {
+            None => kube::Config::incluster()
+                .with_context(|| format!("--cluster {name}=in-cluster: not in a pod"))?,
+            Some(path) => {
+                let kc = Kubeconfig::read_from(path).with_context(|| {
+                    format!("--cluster {name}: reading kubeconfig {}", path.display())
+                })?;
+                let options = KubeConfigOptions {
+                    context: spec.context.clone(),
+                    ..Default::default()
+                };
+                kube::Config::from_custom_kubeconfig(kc, &options)
+                    .await
+                    .with_context(|| format!("--cluster {name}: {}", path.display()))?
+            }
+        };
+        let url = config.cluster_url.to_string();
+        tracing::info!(cluster = %name, server = %url, "using Kubernetes API server");
+        let client = kube::Client::try_from(config)?;
+        upstreams.push(Upstream {
+            name: Some(name.clone()),
+            client: client.clone(),
+            reviews: client,
+            url: Some(url),
+        });
+    }
+    Ok(upstreams)
+}
+
 async fn run_gateway(
     args: GatewayArgs,
-    upstream: &str,
-    client: kube::Client,
-    reviews: kube::Client,
+    upstreams: Vec<Upstream>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut cfg = args.into_config();
-    if let Some(positions) = &mut cfg.upstream.positions {
-        positions.upstream = upstream.to_owned();
-    }
+    let cfg = args.into_config();
     cfg.validate()?;
     log_config(&cfg);
-    let app = App::build_with_reviews(cfg, client, reviews)
+    let app = App::build_clusters(cfg, upstreams)
         .await
         .context("starting the gateway")?;
     shutdown.cancelled().await;
@@ -580,6 +677,60 @@ mod tests {
         assert!(args.oidc);
         assert_eq!(args.oidc_extra_scope, ["email", "groups"]);
         assert_eq!(args.gateway.into_config().auth.oidc.client_id, "kubefan");
+    }
+
+    #[test]
+    fn clusters_come_from_flags_or_a_config_file_list_and_are_checked() {
+        let file = "clusters: [east=/k/east.yaml, west=/k/west.yaml#ci]\ndefault-cluster: east\n";
+        let (cli, _) = parse_with_file(file, &["kubefan"]);
+        let east = ClusterSpec {
+            name: "east".into(),
+            kubeconfig: Some(PathBuf::from("/k/east.yaml")),
+            context: None,
+        };
+        let west = ClusterSpec {
+            name: "west".into(),
+            kubeconfig: Some(PathBuf::from("/k/west.yaml")),
+            context: Some("ci".into()),
+        };
+        assert_eq!(cli.serve.clusters, [east.clone(), west]);
+        assert_eq!(
+            cli.serve.gateway.into_config().clusters.default.as_deref(),
+            Some("east")
+        );
+        // The same file gives `kubefan kubeconfig` a context per cluster.
+        let (cli, _) = parse_with_file(file, &["kubefan", "kubeconfig"]);
+        let Some(Command::Kubeconfig(args)) = cli.command else {
+            panic!("kubeconfig")
+        };
+        assert_eq!(args.clusters, ["east", "west"]);
+
+        let cli = Cli::try_parse_from([
+            "kubefan",
+            "--cluster",
+            "east=/k/east.yaml",
+            "--cluster",
+            "here=in-cluster",
+        ])
+        .unwrap();
+        assert_eq!(cli.serve.clusters[0], east);
+        assert_eq!(cli.serve.clusters[1].kubeconfig, None);
+        for (bad, why) in [
+            ("East=/k", "not a DNS label"),
+            ("east", "not NAME=KUBECONFIG"),
+            ("east=/k#", "empty context"),
+        ] {
+            let err = Cli::try_parse_from(["kubefan", "--cluster", bad])
+                .err()
+                .expect(bad)
+                .to_string();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        let err = Cli::try_parse_from(["kubefan", "--cluster", "a=/k", "--kubeconfig", "/k"])
+            .err()
+            .expect("conflict")
+            .to_string();
+        assert!(err.contains("cannot be used with"), "{err}");
     }
 
     #[test]

@@ -2,6 +2,11 @@
 //! `/readyz`, the dashboard page and the client library excepted), in this
 //! order:
 //!
+//! 0. the cluster (every request, before routing): a `/clusters/NAME`
+//!    prefix is taken off the path, so that actix routes what follows, and
+//!    the cluster goes into the request's extensions
+//!    ([`crate::cluster::ClusterOf`]); an unknown name is 404. Any other
+//!    path is the default cluster's, if there is one;
 //! 1. size bounds: request target (414) and headers (431);
 //! 2. CORS preflights, answered here for allowed origins;
 //! 3. WebSocket upgrades from a foreign, unlisted `Origin`: 403
@@ -33,6 +38,7 @@ use actix_web::{HttpMessage, HttpResponse, ResponseError, web};
 use bytes::Bytes;
 
 use crate::auth::Principal;
+use crate::cluster::ClusterOf;
 use crate::limits::Permit;
 use crate::status::ApiError;
 use crate::transport::access_log::AccessNote;
@@ -45,9 +51,24 @@ use crate::transport::takeover::CorsHeaders;
 const OPEN: &[&str] = &["/healthz", "/readyz"];
 
 pub async fn check_request(
-    req: ServiceRequest,
+    mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    // Logged as the client sent it, before the cluster's prefix goes.
+    let path = req.path().to_string();
+    if let Some(state) = req.app_data::<web::Data<AppState>>().cloned() {
+        match state.clusters.route(req.path()) {
+            Ok((cluster, rest)) => {
+                if let Some(rest) = rest.map(str::to_string) {
+                    route_to(&mut req, &rest);
+                }
+                if let Some(cluster) = cluster {
+                    req.extensions_mut().insert(ClusterOf(cluster));
+                }
+            }
+            Err(err) => return Ok(req.into_response(err.error_response())),
+        }
+    }
     // Ending a token cookie needs no credentials (they may have expired);
     // nor does asking who is signed in. Signing in is not authenticated
     // either, but is bounded like any request (`checks`).
@@ -61,7 +82,6 @@ pub async fn check_request(
     };
     let started = Instant::now();
     let method = req.method().clone();
-    let path = req.path().to_string();
     // Never the token: the query without `access_token`.
     let query = crate::auth::strip_token(req.query_string()).into_owned();
     let res = checks(req, next, state).await?;
@@ -190,9 +210,17 @@ async fn checks(
         None
     } else {
         let client = crate::transport::takeover::peer_certificates(req.request());
+        // A Kubernetes token is reviewed by the cluster the request is for;
+        // a request for no cluster (`/clusters`, signing in) by the
+        // default cluster, or the first.
+        let reviews = req
+            .extensions()
+            .get::<ClusterOf>()
+            .map(|c| c.authorizer().clone())
+            .unwrap_or_else(|| state.clusters.all()[0].authorizer().clone());
         match state
             .auth
-            .authenticate(req.headers(), req.query_string(), client.as_ref())
+            .authenticate(req.headers(), req.query_string(), client.as_ref(), &reviews)
             .await
         {
             Ok(p) => Some(p),
@@ -236,6 +264,25 @@ async fn checks(
         res.headers_mut().append(name, value);
     }
     Ok(res.map_into_boxed_body())
+}
+
+/// Routes `req` as if it had been sent to `path` (its query kept), as
+/// actix's own `NormalizePath` rewrites a path before routing.
+fn route_to(req: &mut ServiceRequest, path: &str) {
+    let target = match req.uri().query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_string(),
+    };
+    let mut parts = req.head().uri.clone().into_parts();
+    // The target is a suffix of one that parsed, so it parses.
+    let Ok(target) = target.parse() else {
+        return;
+    };
+    parts.path_and_query = Some(target);
+    if let Ok(uri) = actix_web::http::Uri::from_parts(parts) {
+        req.match_info_mut().get_mut().update(&uri);
+        req.head_mut().uri = uri;
+    }
 }
 
 /// The `Origin` header, unless absent or `null`.

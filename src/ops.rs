@@ -5,8 +5,11 @@ use std::sync::Arc;
 use actix_web::{HttpResponse, web};
 use serde_json::json;
 
+use crate::auth::Principal;
+use crate::cluster::Clusters;
 use crate::metrics::Metrics;
-use crate::upstream::Informers;
+use crate::status::ApiError;
+use crate::transport::state::AppState;
 
 /// `GET /healthz`: the process serves HTTP.
 pub async fn healthz() -> HttpResponse {
@@ -14,21 +17,68 @@ pub async fn healthz() -> HttpResponse {
 }
 
 /// `GET /readyz`: 200 once every boot-time resource is synced; 503 naming
-/// the ones that are not, and why.
-pub async fn readyz(informers: web::Data<Arc<Informers>>) -> HttpResponse {
-    let report = informers.readiness();
-    let waiting: Vec<_> = report.iter().filter(|r| !r.ready).collect();
-    let body = json!({
-        "status": if waiting.is_empty() { "ready" } else { "not ready" },
-        "resources": report.iter().map(|r| json!({
-            "resource": r.resource, "ready": r.ready, "reason": r.reason,
-        })).collect::<Vec<_>>(),
-    });
-    if waiting.is_empty() {
+/// the ones that are not, and why. With `--cluster`, per cluster, and
+/// ready as `--ready-when` says (any cluster ready, or all).
+pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let clusters: &Clusters = &state.clusters;
+    let ready = clusters.ready();
+    let status = if ready { "ready" } else { "not ready" };
+    let body = if clusters.named() {
+        json!({
+            "status": status,
+            "clusters": clusters.all().iter().map(|c| {
+                let mut report = c.report();
+                report["name"] = json!(c.name());
+                report
+            }).collect::<Vec<_>>(),
+        })
+    } else {
+        let mut report = clusters.all()[0].report();
+        report["status"] = json!(status);
+        if let Some(map) = report.as_object_mut() {
+            map.remove("ready");
+        }
+        report
+    };
+    if ready {
         HttpResponse::Ok().json(body)
     } else {
         HttpResponse::ServiceUnavailable().json(body)
     }
+}
+
+/// `GET /clusters`: the clusters the caller may see (those where it may
+/// read something), each with its readiness and whether it is the one
+/// served at the root paths. A gateway without `--cluster` has none
+/// named: 404.
+pub async fn clusters(
+    state: web::Data<AppState>,
+    principal: Principal,
+) -> Result<HttpResponse, ApiError> {
+    let clusters: &Clusters = &state.clusters;
+    if !clusters.named() {
+        return Err(ApiError::NotFound(
+            "this gateway serves one cluster, at the root paths (no --cluster)".into(),
+        ));
+    }
+    let default = clusters.default_cluster().and_then(|c| c.name());
+    let items: Vec<_> = clusters
+        .visible(&principal)
+        .await
+        .into_iter()
+        .map(|c| {
+            let mut report = c.report();
+            report["name"] = json!(c.name());
+            report["default"] = json!(c.name() == default);
+            report["path"] = json!(format!(
+                "{}{}",
+                crate::cluster::PREFIX,
+                c.name().unwrap_or("")
+            ));
+            report
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({ "clusters": items })))
 }
 
 /// `GET /metrics`: Prometheus text format.

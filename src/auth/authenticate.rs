@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use actix_web::http::header::HeaderMap;
 
-use super::{Auth, Error, Principal, jwt, kubernetes, oidc, request_header, token_from};
+use super::{Auth, Authorizer, Error, Principal, jwt, oidc, request_header, token_from};
 use crate::tls::PeerCertificates;
 
 /// One authenticator of the chain.
@@ -29,7 +29,9 @@ pub(super) enum Authenticator {
     RequestHeader(Box<request_header::RequestHeader>),
     Jwt(Box<jwt::Verifier>),
     Oidc(Arc<oidc::Issuer>),
-    Kubernetes(Arc<kubernetes::Reviewer>),
+    /// TokenReview, by the cluster the request is for (its
+    /// [`Authorizer`]'s reviewer).
+    Kubernetes,
 }
 
 /// What one authenticator made of a request.
@@ -47,6 +49,7 @@ impl Authenticator {
         headers: &HeaderMap,
         token: Option<&str>,
         client: Option<&PeerCertificates>,
+        cluster: &Authorizer,
     ) -> Verdict {
         match (self, token) {
             (Authenticator::RequestHeader(proxy), _) => proxy.authenticate(headers, client),
@@ -54,12 +57,13 @@ impl Authenticator {
             (_, None) => Verdict::Pass(Error::NoToken(String::new())),
             (Authenticator::Jwt(verifier), Some(token)) => verifier.authenticate(token),
             (Authenticator::Oidc(issuer), Some(token)) => issuer.authenticate(token).await,
-            (Authenticator::Kubernetes(reviewer), Some(token)) => {
-                match reviewer.authenticate(token).await {
+            (Authenticator::Kubernetes, Some(token)) => match cluster.token_reviewer() {
+                Some(reviewer) => match reviewer.authenticate(token).await {
                     Ok(principal) => Verdict::Accepted(principal),
                     Err(err) => Verdict::Refused(err),
-                }
-            }
+                },
+                None => Verdict::Refused(Error::Setup("this cluster has no token reviewer".into())),
+            },
         }
     }
 }
@@ -67,12 +71,15 @@ impl Authenticator {
 impl Auth {
     /// Who sent a request with `headers` and `query` over a connection
     /// whose TLS client presented `client` (`None`: no certificate, or
-    /// plain HTTP): 401-class errors for missing or invalid credentials.
+    /// plain HTTP): 401-class errors for missing or invalid credentials. A
+    /// Kubernetes token (`--auth kubernetes`) is reviewed by `cluster`,
+    /// the cluster the request is for.
     pub async fn authenticate(
         &self,
         headers: &HeaderMap,
         query: &str,
         client: Option<&PeerCertificates>,
+        cluster: &Authorizer,
     ) -> Result<Principal, Error> {
         if self.anonymous() {
             return Ok(Principal::anonymous());
@@ -81,7 +88,7 @@ impl Auth {
         let mut passed = None;
         for authenticator in &self.authenticators {
             match authenticator
-                .authenticate(headers, token.as_deref(), client)
+                .authenticate(headers, token.as_deref(), client, cluster)
                 .await
             {
                 Verdict::Accepted(principal) => return Ok(principal),

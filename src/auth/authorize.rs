@@ -18,7 +18,7 @@ use std::sync::Arc;
 use super::rbac::Rbac;
 use super::rbac::access::{AccessSet, Namespaces, Request, request_namespace};
 use super::scope::{CredentialScope, RbacScope, qualified};
-use super::{Access, Auth, Grant, Principal, User, UserAuthorizer, Verb, kubernetes};
+use super::{Access, Authorizer, Grant, Principal, User, UserAuthorizer, Verb, kubernetes};
 use crate::hub::scope::{FixedScope, Scope, Scoping};
 use crate::status::ApiError;
 use crate::upstream::{self, Informers, ResourceInfo};
@@ -33,7 +33,7 @@ pub enum AcrossNamespaces {
     Refuse,
 }
 
-impl Auth {
+impl Authorizer {
     /// Authorizes a stream of `name` (watch): the namespaces to serve now
     /// (empty: all), and what the stream follows while open, when its
     /// access can narrow or end it.
@@ -265,6 +265,25 @@ impl Auth {
             not_found
         } else {
             forbidden(principal, verb, &name, None)
+        }
+    }
+
+    /// Whether `principal` may get, list or watch anything in this
+    /// cluster (what `/clusters` lists a cluster for). Under
+    /// `--authorization review` there is no question to ask the API
+    /// server for "anything", so a user it names sees the cluster, and
+    /// each request is reviewed as it comes.
+    pub async fn sees_anything(&self, principal: &Principal) -> bool {
+        match principal.access() {
+            Access::Everything | Access::Claims { .. } => true,
+            Access::User(user) => match &self.users {
+                Some(UserAuthorizer::Rbac(rbac)) => self
+                    .rbac_access(rbac, user)
+                    .await
+                    .is_ok_and(|access| !access.is_empty()),
+                Some(UserAuthorizer::Review(_)) => true,
+                None => false,
+            },
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::Auth;
+use super::Authorizer;
 use super::rbac::{GROUP, Kind, Rbac};
 use crate::hub::SubscriptionContext;
 use crate::upstream::Informers;
@@ -22,7 +22,7 @@ pub fn resources() -> Vec<String> {
 }
 
 /// Feeds every kind until shutdown (under `--authorization rbac`).
-pub fn spawn(auth: Arc<Auth>, informers: Arc<Informers>, cx: SubscriptionContext) {
+pub fn spawn(auth: Arc<Authorizer>, informers: Arc<Informers>, cx: SubscriptionContext) {
     let Some(rbac) = auth.rbac().cloned() else {
         return;
     };
@@ -41,7 +41,7 @@ pub fn spawn(auth: Arc<Auth>, informers: Arc<Informers>, cx: SubscriptionContext
 struct Feed {
     kind: Kind,
     rbac: Arc<Rbac>,
-    auth: Arc<Auth>,
+    auth: Arc<Authorizer>,
     informers: Arc<Informers>,
 }
 

@@ -175,17 +175,43 @@ enum UserAuthorizer {
     Review(Arc<kubernetes::Reviewer>),
 }
 
-/// The authenticators and authorizers of one gateway.
+/// The authenticators of one gateway: who a request comes from. What a
+/// principal may see is each cluster's [`Authorizer`]'s to say.
 pub struct Auth {
     methods: String,
     cookie: String,
     authenticators: Vec<authenticate::Authenticator>,
-    /// TokenReview and SubjectAccessReview (`--auth kubernetes`, or
-    /// `--authorization review`).
-    kube: Option<Arc<kubernetes::Reviewer>>,
     oidc: Option<Arc<oidc::Issuer>>,
     /// Signed-in sessions (`--auth oidc`).
     sessions: Option<Arc<session::Sessions>>,
+    /// How each cluster's [`Authorizer`] is made.
+    authorizers: AuthorizerConfig,
+}
+
+/// What every cluster's [`Authorizer`] is made from.
+struct AuthorizerConfig {
+    /// Some authenticator names users (they need RBAC or reviews).
+    names_users: bool,
+    /// `--auth kubernetes`: tokens are reviewed by the cluster they are
+    /// used on.
+    reviews_tokens: bool,
+    mode: AuthorizationMode,
+    cache_ttl: std::time::Duration,
+    token_audiences: Vec<String>,
+    /// How long a request waits for what authorization needs loaded first.
+    sync_timeout: std::time::Duration,
+}
+
+/// What a principal may see in one cluster: that cluster's RBAC,
+/// evaluated locally and fed by the cluster's own RBAC objects, or its
+/// SubjectAccessReviews; and, under `--auth kubernetes`, the cluster's
+/// TokenReviews, since a token is the cluster's to accept.
+pub struct Authorizer {
+    /// TokenReview and SubjectAccessReview (`--auth kubernetes`, or
+    /// `--authorization review`).
+    kube: Option<Arc<kubernetes::Reviewer>>,
+    /// Whether `kube` reviews tokens (`--auth kubernetes`).
+    reviews_tokens: bool,
     /// Present when some authenticator names users.
     users: Option<UserAuthorizer>,
     /// Moves whenever the RBAC index changed (what requests waiting for
@@ -196,26 +222,12 @@ pub struct Auth {
 }
 
 impl Auth {
-    /// Loads keys (JWT), sets up the review client (Kubernetes) and the
-    /// issuer's client (OIDC); requests wait at most `sync_timeout` for
-    /// what authorization needs loaded first.
-    pub fn new(
-        cfg: &AuthConfig,
-        client: kube::Client,
-        sync_timeout: std::time::Duration,
-    ) -> Result<Auth, Error> {
+    /// Loads keys (JWT) and sets up the issuer's client (OIDC); each
+    /// cluster's authorizer is made by [`Auth::authorizer`].
+    pub fn new(cfg: &AuthConfig, sync_timeout: std::time::Duration) -> Result<Auth, Error> {
         let names_users = cfg.uses(AuthMethod::Kubernetes)
             || cfg.uses(AuthMethod::Oidc)
             || cfg.uses(AuthMethod::RequestHeader);
-        let kube = (cfg.uses(AuthMethod::Kubernetes)
-            || (names_users && cfg.authorization == AuthorizationMode::Review))
-            .then(|| {
-                Arc::new(kubernetes::Reviewer::new(
-                    client,
-                    cfg.cache_ttl,
-                    cfg.token_audiences.clone(),
-                ))
-            });
         let oidc = match cfg.uses(AuthMethod::Oidc) {
             true => Some(Arc::new(oidc::Issuer::new(&cfg.oidc, &cfg.sign_in)?)),
             false => None,
@@ -236,11 +248,41 @@ impl Auth {
         if let Some(oidc) = &oidc {
             authenticators.push(authenticate::Authenticator::Oidc(oidc.clone()));
         }
-        if let (true, Some(kube)) = (cfg.uses(AuthMethod::Kubernetes), &kube) {
-            authenticators.push(authenticate::Authenticator::Kubernetes(kube.clone()));
+        if cfg.uses(AuthMethod::Kubernetes) {
+            authenticators.push(authenticate::Authenticator::Kubernetes);
         }
+        Ok(Auth {
+            methods: cfg.describe(),
+            cookie: cfg.cookie.clone(),
+            authenticators,
+            oidc,
+            sessions,
+            authorizers: AuthorizerConfig {
+                names_users,
+                reviews_tokens: cfg.uses(AuthMethod::Kubernetes),
+                mode: cfg.authorization,
+                cache_ttl: cfg.cache_ttl,
+                token_audiences: cfg.token_audiences.clone(),
+                sync_timeout,
+            },
+        })
+    }
+
+    /// The authorizer of one cluster, whose API server `client` reviews
+    /// tokens and access (`--auth kubernetes`, `--authorization review`).
+    pub fn authorizer(&self, client: kube::Client) -> Arc<Authorizer> {
+        let cfg = &self.authorizers;
+        let kube = (cfg.reviews_tokens
+            || (cfg.names_users && cfg.mode == AuthorizationMode::Review))
+            .then(|| {
+                Arc::new(kubernetes::Reviewer::new(
+                    client,
+                    cfg.cache_ttl,
+                    cfg.token_audiences.clone(),
+                ))
+            });
         // `kube` is there whenever users are reviewed (above).
-        let users = match (names_users, cfg.authorization) {
+        let users = match (cfg.names_users, cfg.mode) {
             (false, _) => None,
             (true, AuthorizationMode::Rbac) => {
                 Some(UserAuthorizer::Rbac(Arc::new(rbac::Rbac::new())))
@@ -252,46 +294,27 @@ impl Auth {
             let rbac = rbac.clone();
             kube.on_revoked(Box::new(move |user| rbac.hold(user).changes().advance()));
         }
-        Ok(Auth {
-            methods: cfg.describe(),
-            cookie: cfg.cookie.clone(),
-            authenticators,
+        Arc::new(Authorizer {
             kube,
-            oidc,
-            sessions,
+            reviews_tokens: cfg.reviews_tokens,
             users,
             rbac_changes: Epoch::default(),
-            sync_timeout,
+            sync_timeout: cfg.sync_timeout,
         })
     }
 
-    /// Starts what authentication and authorization run in the
-    /// background: the RBAC feed (`--authorization rbac`), the review of
-    /// held tokens, the issuer's discovery and keys.
-    pub fn start(self: &Arc<Self>, informers: Arc<Informers>, cx: SubscriptionContext) {
-        if let (Some(kube), true) = (&self.kube, self.authenticates_kubernetes()) {
-            kube.spawn_rereview(cx.lifecycle.clone());
-        }
+    /// Starts what authentication runs in the background: the issuer's
+    /// discovery and keys.
+    pub fn start(&self, lifecycle: &Arc<crate::lifecycle::Lifecycle>) {
         if let Some(oidc) = &self.oidc {
-            oidc.spawn_keys(cx.lifecycle.clone());
-        }
-        if self.rbac().is_some() {
-            feed::spawn(self.clone(), informers, cx);
+            oidc.spawn_keys(lifecycle.clone());
         }
     }
 
-    fn authenticates_kubernetes(&self) -> bool {
-        self.authenticators
-            .iter()
-            .any(|a| matches!(a, authenticate::Authenticator::Kubernetes(_)))
-    }
-
-    /// The local RBAC evaluator, under `--authorization rbac`.
-    pub fn rbac(&self) -> Option<&Arc<rbac::Rbac>> {
-        match &self.users {
-            Some(UserAuthorizer::Rbac(rbac)) => Some(rbac),
-            _ => None,
-        }
+    /// Whether users are authorized by RBAC objects kubefan reads itself
+    /// (`--authorization rbac`): each cluster's informers then read them.
+    pub fn reads_rbac(&self) -> bool {
+        self.authorizers.names_users && self.authorizers.mode == AuthorizationMode::Rbac
     }
 
     /// The OpenID Connect issuer, under `--auth oidc`.
@@ -302,19 +325,6 @@ impl Auth {
     /// Signed-in sessions, under `--auth oidc`.
     pub fn sessions(&self) -> Option<&Arc<session::Sessions>> {
         self.sessions.as_ref()
-    }
-
-    /// Resolves once the RBAC index has changed after this call (for tests
-    /// and for whoever waits on RBAC).
-    pub fn rbac_changed(&self) -> impl Future<Output = ()> + '_ {
-        let seen = self.rbac_changes.current();
-        self.rbac_changes
-            .until(move || self.rbac_changes.current() != seen)
-    }
-
-    /// TokenReviews sent so far (Kubernetes mode).
-    pub fn token_reviews(&self) -> u64 {
-        self.kube.as_ref().map_or(0, |k| k.reviews())
     }
 
     /// Whether everyone is anonymous (`--auth none`).
@@ -333,5 +343,45 @@ impl Auth {
     /// The cookie a token may be read from (`--auth-cookie`).
     pub fn cookie_name(&self) -> &str {
         &self.cookie
+    }
+}
+
+impl Authorizer {
+    /// Starts what this cluster's authorization runs in the background:
+    /// the RBAC feed from the cluster's own informers (`--authorization
+    /// rbac`) and the review of held tokens.
+    pub fn start(self: &Arc<Self>, informers: Arc<Informers>, cx: SubscriptionContext) {
+        if let (Some(kube), true) = (&self.kube, self.reviews_tokens) {
+            kube.spawn_rereview(cx.lifecycle.clone());
+        }
+        if self.rbac().is_some() {
+            feed::spawn(self.clone(), informers, cx);
+        }
+    }
+
+    /// The reviewer of this cluster's tokens, under `--auth kubernetes`.
+    pub(crate) fn token_reviewer(&self) -> Option<&Arc<kubernetes::Reviewer>> {
+        self.kube.as_ref().filter(|_| self.reviews_tokens)
+    }
+
+    /// The local RBAC evaluator, under `--authorization rbac`.
+    pub fn rbac(&self) -> Option<&Arc<rbac::Rbac>> {
+        match &self.users {
+            Some(UserAuthorizer::Rbac(rbac)) => Some(rbac),
+            _ => None,
+        }
+    }
+
+    /// Resolves once the RBAC index has changed after this call (for tests
+    /// and for whoever waits on RBAC).
+    pub fn rbac_changed(&self) -> impl Future<Output = ()> + '_ {
+        let seen = self.rbac_changes.current();
+        self.rbac_changes
+            .until(move || self.rbac_changes.current() != seen)
+    }
+
+    /// TokenReviews sent so far (Kubernetes mode).
+    pub fn token_reviews(&self) -> u64 {
+        self.kube.as_ref().map_or(0, |k| k.reviews())
     }
 }

@@ -39,6 +39,18 @@ pub struct KubeconfigArgs {
     /// The cluster, user and context name.
     #[arg(long, default_value = "kubefan")]
     pub(crate) name: String,
+    /// The gateway's clusters (`serve --cluster`: NAME, or NAME=... as
+    /// `serve` takes it, so a --config file's `clusters:` serves both):
+    /// one context each, NAME-CLUSTER, at the server's /clusters/CLUSTER.
+    #[arg(
+        long = "cluster",
+        alias = "clusters",
+        env = "KUBEFAN_CLUSTERS",
+        value_delimiter = ',',
+        value_name = "CLUSTER",
+        value_parser = cluster_name
+    )]
+    pub(crate) clusters: Vec<String>,
     /// The gateway's own settings (the same flags, variables and --config
     /// file as `serve`): --listen, the --tls-* files, --auth.
     #[command(flatten)]
@@ -120,6 +132,7 @@ pub fn write_kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
         server,
         ca_pem,
         user,
+        clusters: args.clusters,
     }
     .to_yaml();
     match &args.output {
@@ -140,4 +153,11 @@ pub fn write_kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The name in a `--cluster` value (`NAME` or `NAME=KUBECONFIG...`).
+fn cluster_name(text: &str) -> Result<String, String> {
+    let name = text.trim().split_once('=').map_or(text.trim(), |(n, _)| n);
+    kubefan::cluster::check_name(name)?;
+    Ok(name.to_string())
 }

@@ -321,6 +321,15 @@ pub struct GatewayArgs {
     /// limits count is read from `X-Forwarded-For`.
     #[arg(long, env = "KUBEFAN_TRUSTED_PROXIES", value_delimiter = ',', value_parser = parse_net)]
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// With `--cluster`: the cluster also served at the root paths
+    /// (`/stream/pods`, `/api/v1/...`); without it, every request names
+    /// its cluster (`/clusters/NAME/...`).
+    #[arg(long, env = "KUBEFAN_DEFAULT_CLUSTER")]
+    pub default_cluster: Option<String>,
+    /// With `--cluster`: whether `/readyz` needs `any` cluster ready (one
+    /// cluster down never takes the others' viewers away) or `all`.
+    #[arg(long, env = "KUBEFAN_READY_WHEN", value_enum, default_value_t = crate::cluster::ReadyWhen::Any)]
+    pub ready_when: crate::cluster::ReadyWhen,
     #[command(flatten)]
     pub tls: TlsArgs,
 }
@@ -434,6 +443,10 @@ impl GatewayArgs {
             },
             allowed_origins: names(self.allowed_origins),
             tls: self.tls.into_config(),
+            clusters: crate::cluster::ClustersConfig {
+                default: self.default_cluster,
+                ready_when: self.ready_when,
+            },
         }
     }
 }

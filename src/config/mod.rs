@@ -221,6 +221,8 @@ pub struct Config {
     /// upgrades, and CORS with credentials. Same-origin is always allowed.
     pub allowed_origins: Vec<String>,
     pub tls: TlsConfig,
+    /// The default cluster and when the gateway is ready (`--cluster`).
+    pub clusters: crate::cluster::ClustersConfig,
 }
 
 impl Default for Config {
@@ -236,6 +238,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             allowed_origins: Vec::new(),
             tls: TlsConfig::default(),
+            clusters: Default::default(),
         }
     }
 }

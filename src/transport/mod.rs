@@ -16,6 +16,7 @@ use actix_web::web;
 use bytes::Bytes;
 
 use crate::auth::Principal;
+use crate::cluster::Cluster;
 use crate::hub::projection::Projection;
 use crate::hub::scope::Position;
 use crate::hub::{Delta, Filter, ViewSpec};
@@ -56,15 +57,17 @@ pub trait ChunkSource: Send + Unpin + 'static {
 /// for idleness just now (`Informers::with_hub`).
 pub(crate) async fn subscribe(
     state: &AppState,
+    cluster: &Cluster,
     principal: &Principal,
     resource: &str,
     params: &StreamParams,
     transport: Transport,
 ) -> Result<Subscription, ApiError> {
     let mut params = params.clone();
-    let (namespaces, access) = state
-        .auth
-        .authorize_stream(principal, &state.informers, resource, &params.namespaces)
+    let informers = cluster.informers();
+    let (namespaces, access) = cluster
+        .authorizer()
+        .authorize_stream(principal, informers, resource, &params.namespaces)
         .await?;
     params.namespaces = namespaces;
     let request = Subscribe {
@@ -76,8 +79,7 @@ pub(crate) async fn subscribe(
         lease: principal.lease().cloned(),
     };
     let request = &request;
-    state
-        .informers
+    informers
         .with_hub::<_, ApiError, _, _>(resource, |hub| {
             Subscription::start(hub, request.clone(), &state.subscriptions)
         })

@@ -22,6 +22,7 @@ use super::message::{Message, bookmark_object, event_json, reset_status};
 use super::stream::{BatchSource, Chunk, Framed, Framing, Stream};
 use super::{ChunkSource, access_log, parse_position, parse_stream_query, subscribe, takeover};
 use crate::auth::{self, Principal, Verb};
+use crate::cluster::ClusterOf;
 use crate::hub::encode::added_sse;
 use crate::hub::scope::Position;
 use crate::metrics::Transport;
@@ -33,6 +34,7 @@ pub async fn stream(
     req: HttpRequest,
     resource: web::Path<String>,
     state: web::Data<AppState>,
+    cluster: ClusterOf,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let mut params = parse_stream_query(&auth::strip_token(req.query_string()))?;
@@ -43,7 +45,15 @@ pub async fn stream(
             params.resume = Some(position);
         }
     }
-    let sub = subscribe(&state, &principal, &resource, &params, Transport::Sse).await?;
+    let sub = subscribe(
+        &state,
+        &cluster,
+        &principal,
+        &resource,
+        &params,
+        Transport::Sse,
+    )
+    .await?;
     access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
     let warnings = sub.hub().warnings();
     let body = SseBody {

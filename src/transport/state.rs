@@ -5,17 +5,19 @@
 use std::sync::Arc;
 
 use crate::auth::Auth;
+use crate::cluster::Clusters;
 use crate::config::StreamConfig;
 use crate::hub::SubscriptionContext;
 use crate::lifecycle::Lifecycle;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::transport::takeover::Streams;
-use crate::upstream::Informers;
 
 /// What every request handler can reach.
 pub struct AppState {
-    pub informers: Arc<Informers>,
+    /// The clusters served; a request's own is chosen by the middleware
+    /// (`crate::cluster::ClusterOf`).
+    pub clusters: Arc<Clusters>,
     pub metrics: Arc<Metrics>,
     pub stream: StreamConfig,
     /// Keep-alive ticks (one timer for all subscribers), shutdown and the
@@ -25,6 +27,7 @@ pub struct AppState {
     pub subscriptions: SubscriptionContext,
     /// Streams that took their connection over (`transport::takeover`).
     pub streams: Arc<Streams>,
+    /// Who a request comes from (authorization is each cluster's).
     pub auth: Arc<Auth>,
     pub limits: Arc<Limits>,
     /// Whether the listener serves TLS (cookies are `Secure` then).

@@ -420,7 +420,7 @@ async fn with_kubernetes_too_clients_without_a_certificate_fall_through_to_token
     let robot = [("Authorization", "Bearer robot-token")];
     let resp = get(&direct, &env, "/api/v1/namespaces/default/pods", &robot).await;
     assert_eq!(resp.status(), 200);
-    assert_eq!(env.app.auth().token_reviews(), 1);
+    assert_eq!(env.app.authorizer().token_reviews(), 1);
 
     // Headers beside a token, from a client that is not the proxy: the
     // token's user (robot, who may not read web), never alice.
@@ -433,11 +433,11 @@ async fn with_kubernetes_too_clients_without_a_certificate_fall_through_to_token
     unauthorized(resp, "no token").await;
 
     // Through the proxy: alice, without a TokenReview.
-    let reviews = env.app.auth().token_reviews();
+    let reviews = env.app.authorizer().token_reviews();
     let proxy = https(&pki, Client::Cert(&pki.proxy_ca, PROXY));
     let resp = get(&proxy, &env, "/api/v1/namespaces/web/pods", ALICE).await;
     assert_eq!(resp.status(), 200);
-    assert_eq!(env.app.auth().token_reviews(), reviews);
+    assert_eq!(env.app.authorizer().token_reviews(), reviews);
     // The proxy's own ServiceAccount token, when it names nobody: the token.
     let resp = get(&proxy, &env, "/api/v1/namespaces/default/pods", &robot).await;
     assert_eq!(resp.status(), 200);

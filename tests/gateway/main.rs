@@ -4,6 +4,7 @@
 
 mod auth;
 mod batching;
+mod clusters;
 mod deploy;
 mod front_proxy;
 mod issuer;

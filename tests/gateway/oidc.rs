@@ -364,7 +364,7 @@ async fn people_sign_in_with_oidc_while_services_bring_kubernetes_tokens() {
     let resp = env.get_as("/api/v1/namespaces/web/pods", &person).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(
-        env.app.auth().token_reviews(),
+        env.app.authorizer().token_reviews(),
         0,
         "an id-token is not sent to TokenReview"
     );
@@ -372,13 +372,13 @@ async fn people_sign_in_with_oidc_while_services_bring_kubernetes_tokens() {
     let mut stale = claims(&issuer, "alice@example.com", &["team-web"], 300);
     stale["exp"] = json!(now() - 5);
     refused(&env, &key.sign(&stale), "token expired").await;
-    assert_eq!(env.app.auth().token_reviews(), 0);
+    assert_eq!(env.app.authorizer().token_reviews(), 0);
 
     let resp = env
         .get_as("/api/v1/namespaces/batch/pods", "robot-token")
         .await;
     assert_eq!(resp.status(), 200);
-    assert_eq!(env.app.auth().token_reviews(), 1);
+    assert_eq!(env.app.authorizer().token_reviews(), 1);
     let resp = env
         .get_as("/api/v1/namespaces/web/pods", "robot-token")
         .await;

@@ -263,7 +263,7 @@ async fn an_aggregated_cluster_role_grants_what_it_aggregates() {
         .unwrap();
     let granted = tokio::time::timeout(WAIT, async {
         loop {
-            let changed = env.app.auth().rbac_changed();
+            let changed = env.app.authorizer().rbac_changed();
             let resp = env.get_as("/stream/pods", "erin-token").await;
             if resp.status() == 200 {
                 return resp;
@@ -371,12 +371,17 @@ async fn the_cost_of_rbac_stays_flat_however_many_streams_a_user_opens() {
     for kind in [ROLES, ROLE_BINDINGS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS] {
         assert_eq!(env.sim.stats().resource(kind).open_watches, 1, "{kind}");
     }
-    let rbac = env.app.auth().rbac().expect("--authorization rbac").clone();
+    let rbac = env
+        .app
+        .authorizer()
+        .rbac()
+        .expect("--authorization rbac")
+        .clone();
     assert_eq!(rbac.stats().held, USERS, "one held access set per user");
     let before = rbac.stats().computations;
 
     // A role nobody is bound to yet changes no one's access.
-    let changed = env.app.auth().rbac_changed();
+    let changed = env.app.authorizer().rbac_changed();
     env.sim
         .create(
             CLUSTER_ROLES,
@@ -388,7 +393,7 @@ async fn the_cost_of_rbac_stays_flat_however_many_streams_a_user_opens() {
     tokio::time::timeout(WAIT, changed).await.unwrap();
     let after_role = rbac.stats().computations;
     // One binding that widens every user's access.
-    let changed = env.app.auth().rbac_changed();
+    let changed = env.app.authorizer().rbac_changed();
     env.sim
         .create(
             CLUSTER_ROLE_BINDINGS,

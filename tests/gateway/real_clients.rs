@@ -28,7 +28,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::process::Command;
 
-use cluster::{CRD, Caches, Cluster, Marks, RESOURCES};
+use cluster::{CRD, Caches, Cluster, Marks, NAMED, RESOURCES};
 use process::{ClientProcess, program, run_to_end};
 
 /// What the client-go and client-node programs print, one line per change
@@ -411,6 +411,96 @@ async fn real_client_kubectl_get_and_watch_end_equal_to_upstream_through_faults_
 
     cluster.assert_one_watch_per_resource(&between);
     drop(watch);
+    cluster.stop().await;
+}
+
+/// Every kind of client through one cluster of a gateway serving two
+/// (`--cluster east=... --cluster west=...`), by the context `kubefan
+/// kubeconfig --cluster` writes for it: its server URL ends in
+/// `/clusters/east`, which client-go, client-node and kubectl keep as a
+/// path prefix on every request, discovery included. They follow the
+/// churn and an upstream restart and end equal to east's objects; the
+/// other context shows west's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real clients: conformance/run"]
+async fn real_clients_follow_one_of_several_clusters_through_its_path_prefix() {
+    let kubectl = program("KUBEFAN_KUBECTL");
+    let mut cluster = Cluster::start_named().await;
+    let mut clients = [
+        client_go(&cluster, true),
+        client_go(&cluster, false),
+        client_node(&cluster),
+    ];
+    let mut watch = kubectl_watch(&kubectl, &cluster, 1);
+    for round in 0..2 {
+        if round == 1 {
+            cluster.end_upstream_watches();
+        }
+        let marks = cluster.mark();
+        for c in clients.iter_mut() {
+            follows(c, &marks).await;
+        }
+        let marks = pod_marks(marks);
+        watch
+            .wait_for(|c| holds(c, &marks), |c| marks_held(c, &marks))
+            .await;
+        if round == 0 {
+            // However many clients: one watch per resource upstream.
+            cluster.assert_one_watch_per_resource(&Default::default());
+        }
+    }
+    let stats = cluster.stats();
+    for resource in RESOURCES {
+        assert_eq!(stats.resource(resource).open_watches, 1, "{resource}");
+    }
+    cluster.settle().await;
+    let upstream = cluster.upstream();
+    for c in clients.iter_mut() {
+        equals(c, &upstream).await;
+    }
+    let want = Caches::from([("pods".to_string(), upstream["pods"].clone())]);
+    watch
+        .wait_for(
+            |c| *c == want,
+            |c| format!("its pods differ from east's:\n{}", diff(c, &want)),
+        )
+        .await;
+
+    // The other cluster's context: west's pods, not east's.
+    let kubeconfig = cluster.kubeconfig();
+    let cache_dir = cluster.dir.path().join("kubectl-cache");
+    let context = format!("--context=kubefan-{}", NAMED[1]);
+    let out = run_to_end(
+        &kubectl,
+        [
+            OsStr::new("get"),
+            OsStr::new("pods"),
+            OsStr::new("--all-namespaces"),
+            OsStr::new("--output=json"),
+            OsStr::new(&context),
+            OsStr::new("--cache-dir"),
+            cache_dir.as_os_str(),
+        ],
+        &[("KUBECONFIG", kubeconfig.as_os_str())],
+    )
+    .await;
+    let list: Value = serde_json::from_slice(&out).expect("kubectl prints a JSON list");
+    let mut listed = Caches::new();
+    for item in list["items"].as_array().expect("items") {
+        apply_watch_event(
+            &mut listed,
+            serde_json::json!({"type": "ADDED", "object": item}),
+        );
+    }
+    let west = Caches::from([("pods".to_string(), cluster.other_pods())]);
+    assert_eq!(
+        listed,
+        west,
+        "kubectl --context kubefan-west: {}",
+        diff(&listed, &west)
+    );
+    drop(watch);
+    drop(clients);
     cluster.stop().await;
 }
 

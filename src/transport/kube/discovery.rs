@@ -8,22 +8,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     ServerAddressByClientCIDR,
 };
 
+use crate::cluster::{Cluster, ClusterOf};
 use crate::status::ApiError;
-use crate::transport::state::AppState;
 use crate::upstream::ResourceInfo;
 
-async fn served(state: &AppState) -> Result<Vec<ResourceInfo>, ApiError> {
-    let catalog = state.informers.catalog().await?;
+async fn served(cluster: &Cluster) -> Result<Vec<ResourceInfo>, ApiError> {
+    let informers = cluster.informers();
+    let catalog = informers.catalog().await?;
     // Only what kubefan's own credentials may list and watch is advertised.
-    state
-        .informers
-        .self_access()
-        .check_all(catalog.resources())
-        .await;
+    informers.self_access().check_all(catalog.resources()).await;
     Ok(catalog
         .resources()
         .iter()
-        .filter(|r| state.informers.serves(r))
+        .filter(|r| informers.serves(r))
         .cloned()
         .collect())
 }
@@ -61,10 +58,10 @@ pub async fn api_versions() -> HttpResponse {
 /// `GET /api/{version}`
 pub async fn core_resources(
     version: web::Path<String>,
-    state: web::Data<AppState>,
+    cluster: ClusterOf,
 ) -> Result<HttpResponse, ApiError> {
     let version = version.into_inner();
-    let resources: Vec<APIResource> = served(&state)
+    let resources: Vec<APIResource> = served(&cluster)
         .await?
         .iter()
         .filter(|r| r.api.group.is_empty() && r.api.version == version)
@@ -99,19 +96,19 @@ fn groups(resources: &[ResourceInfo]) -> Vec<APIGroup> {
 }
 
 /// `GET /apis`
-pub async fn api_groups(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn api_groups(cluster: ClusterOf) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(APIGroupList {
-        groups: groups(&served(&state).await?),
+        groups: groups(&served(&cluster).await?),
     }))
 }
 
 /// `GET /apis/{group}`
 pub async fn api_group(
     group: web::Path<String>,
-    state: web::Data<AppState>,
+    cluster: ClusterOf,
 ) -> Result<HttpResponse, ApiError> {
     let group = group.into_inner();
-    groups(&served(&state).await?)
+    groups(&served(&cluster).await?)
         .into_iter()
         .find(|g| g.name == group)
         .map(|g| HttpResponse::Ok().json(g))
@@ -125,10 +122,10 @@ pub async fn api_group(
 /// `GET /apis/{group}/{version}`
 pub async fn group_resources(
     path: web::Path<(String, String)>,
-    state: web::Data<AppState>,
+    cluster: ClusterOf,
 ) -> Result<HttpResponse, ApiError> {
     let (group, version) = path.into_inner();
-    let resources: Vec<APIResource> = served(&state)
+    let resources: Vec<APIResource> = served(&cluster)
         .await?
         .iter()
         .filter(|r| r.api.group == group && r.api.version == version)
@@ -143,9 +140,9 @@ pub async fn group_resources(
 }
 
 /// `GET /version`: the upstream API server's version.
-pub async fn version(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let info = state
-        .informers
+pub async fn version(cluster: ClusterOf) -> Result<HttpResponse, ApiError> {
+    let info = cluster
+        .informers()
         .client()
         .apiserver_version()
         .await

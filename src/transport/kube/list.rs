@@ -28,9 +28,9 @@ use actix_web::HttpResponse;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::Value;
 
-use super::consistent::Probes;
 use super::params::Plan;
 use crate::auth::Principal;
+use crate::cluster::Cluster;
 use crate::hub::{Filter, Hub, Joined, Obj, Shape};
 use crate::status::ApiError;
 use crate::table::{Clock, ListMeta, Row, partial_list, partial_object};
@@ -197,7 +197,8 @@ pub struct Read<'a> {
     pub hub: &'a Arc<Hub>,
     pub info: &'a ResourceInfo,
     pub shape: &'a Shape,
-    pub probes: &'a Probes,
+    /// The cluster read: its probes make a read consistent.
+    pub cluster: &'a Cluster,
 }
 
 /// `GET .../{resource}`: a `{Kind}List`, or in `shape`, a `Table` or a
@@ -214,8 +215,9 @@ pub async fn list(
         hub,
         info,
         shape,
-        probes,
+        cluster,
     } = read;
+    let probes = cluster.probes();
     synced(state, hub).await?;
     let (id, rv, items, offset) = match &plan.continued {
         Some(token) => {
@@ -250,7 +252,9 @@ pub async fn list(
                 // No resourceVersion at all: consistent (resourceVersion=0
                 // serves the cache as it is, as on the API server).
                 (None, _) if q.resource_version.is_none() => {
-                    probes.catch_up(state.informers.client(), info, hub).await;
+                    probes
+                        .catch_up(cluster.informers().client(), info, hub)
+                        .await;
                 }
                 (None, _) => {}
             }
@@ -361,11 +365,14 @@ pub async fn get(
         hub,
         info,
         shape,
-        probes,
+        cluster,
     } = read;
+    let probes = cluster.probes();
     synced(state, hub).await?;
     if consistent {
-        probes.catch_up(state.informers.client(), info, hub).await;
+        probes
+            .catch_up(cluster.informers().client(), info, hub)
+            .await;
     }
     let Some(obj) = hub.get(namespace, name) else {
         return Err(ApiError::NotFound(format!(

@@ -22,6 +22,7 @@ mod watch;
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::auth::{self, AcrossNamespaces, Principal, Verb};
+use crate::cluster::{Cluster, ClusterOf};
 use crate::hub::{Filter, Shape};
 use crate::status::ApiError;
 use crate::table::{self, IncludeObject, Output, TableView};
@@ -29,18 +30,10 @@ use crate::transport::state::AppState;
 use crate::upstream::{self, ResourceInfo};
 use params::KubeQuery;
 
-/// Registers the Kubernetes face's routes; `pages` holds the snapshots
-/// behind `continue` tokens.
-pub fn configure(
-    cfg: &mut web::ServiceConfig,
-    pages: web::Data<Pages>,
-    printers: web::Data<KubePrinters>,
-    probes: web::Data<Probes>,
-) {
-    cfg.app_data(pages)
-        .app_data(printers)
-        .app_data(probes)
-        .route("/version", web::get().to(discovery::version))
+/// Registers the Kubernetes face's routes (each request's cluster holds
+/// the face's caches: `Cluster::pages`, `printers`, `probes`).
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/version", web::get().to(discovery::version))
         .route("/api", web::get().to(discovery::api_versions))
         .route("/api/", web::get().to(discovery::api_versions))
         .route("/apis", web::get().to(discovery::api_groups))
@@ -113,7 +106,7 @@ async fn core_request(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     state: web::Data<AppState>,
-    face: Face,
+    cluster: ClusterOf,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let (version, tail) = path.into_inner();
@@ -122,14 +115,14 @@ async fn core_request(
         version,
         tail,
     };
-    serve(req, target, state, face, principal).await
+    serve(req, target, state, cluster, principal).await
 }
 
 async fn group_request(
     req: HttpRequest,
     path: web::Path<(String, String, String)>,
     state: web::Data<AppState>,
-    face: Face,
+    cluster: ClusterOf,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let (group, version, tail) = path.into_inner();
@@ -138,12 +131,8 @@ async fn group_request(
         version,
         tail,
     };
-    serve(req, target, state, face, principal).await
+    serve(req, target, state, cluster, principal).await
 }
-
-/// The Kubernetes face's own state: list snapshots behind `continue`
-/// tokens, table printers and resourceVersion probes.
-type Face = (web::Data<Pages>, web::Data<KubePrinters>, web::Data<Probes>);
 
 /// A resource path as routed: `/api/{version}/{tail}` (core group) or
 /// `/apis/{group}/{version}/{tail}`.
@@ -161,9 +150,10 @@ async fn serve(
         tail,
     }: Request,
     state: web::Data<AppState>,
-    (pages, printers, probes): Face,
+    cluster: ClusterOf,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
+    let authorizer = cluster.authorizer();
     let target = parse_tail(&tail)?;
     let mut query = KubeQuery::parse(&auth::strip_token(req.query_string()))?;
     if target.watch {
@@ -191,11 +181,10 @@ async fn serve(
     let requested: Vec<String> = target.namespace.iter().cloned().collect();
     // Authorized before existence is revealed: a principal that may not
     // see the resource gets 403 whether or not it exists.
-    let info = match resolve(&state, &group, &version, &target.plural).await {
+    let info = match resolve(&cluster, &group, &version, &target.plural).await {
         Ok(info) => info,
         Err(err @ ApiError::NotFound(_)) => {
-            return Err(state
-                .auth
+            return Err(authorizer
                 .unknown(&principal, &group, &target.plural, verb, &requested, err)
                 .await);
         }
@@ -214,11 +203,10 @@ async fn serve(
     };
     let namespaces = match &named {
         Some(name) => {
-            state
-                .auth
+            authorizer
                 .authorize_named(
                     &principal,
-                    &state.informers,
+                    cluster.informers(),
                     &info,
                     verb,
                     target.namespace.as_deref(),
@@ -228,11 +216,10 @@ async fn serve(
             requested.clone()
         }
         None => {
-            state
-                .auth
+            authorizer
                 .authorize(
                     &principal,
-                    &state.informers,
+                    cluster.informers(),
                     &info,
                     verb,
                     &requested,
@@ -257,7 +244,7 @@ async fn serve(
     };
     let shape = shape(
         &state,
-        &printers,
+        &cluster,
         &info,
         query,
         negotiated.output,
@@ -266,8 +253,8 @@ async fn serve(
     .await?;
     // Counted as a user of the hub while serving, so an on-demand informer
     // is not stopped mid-request; retried once if it was stopped just now.
-    let (hub, _in_use) = state
-        .informers
+    let (hub, _in_use) = cluster
+        .informers()
         .with_hub::<_, ApiError, _, _>(&info.canonical_name(), |hub| async move {
             let guard = hub.enter()?;
             Ok((hub, guard))
@@ -282,7 +269,7 @@ async fn serve(
         hub: &hub,
         info: &info,
         shape: &shape,
-        probes: &probes,
+        cluster: &cluster,
     };
     let answer = if let (Some(name), false) = (&target.name, query.watch) {
         // Without a resourceVersion, a GET is consistent too.
@@ -296,7 +283,7 @@ async fn serve(
             resource: info.canonical_name(),
             filter,
         };
-        list::list(read, &pages, owner, &plan).await
+        list::list(read, cluster.pages(), owner, &plan).await
     };
     Ok(with_warnings(answer, &warnings))
 }
@@ -319,7 +306,7 @@ fn with_warnings(
 /// `PartialObjectMetadata`.
 async fn shape(
     state: &AppState,
-    printers: &web::Data<KubePrinters>,
+    cluster: &Cluster,
     info: &ResourceInfo,
     query: &KubeQuery,
     output: Output,
@@ -336,10 +323,15 @@ async fn shape(
             // Read only for tables, as kube-apiserver reads it.
             let include =
                 IncludeObject::parse(query.include_object.as_deref()).map_err(table_error)?;
-            let printer = printers
-                .clone()
-                .into_inner()
-                .printer(state, &info.api.group, &info.api.version, &info.api.plural)
+            let printer = cluster
+                .printers()
+                .printer(
+                    cluster,
+                    &state.subscriptions,
+                    &info.api.group,
+                    &info.api.version,
+                    &info.api.plural,
+                )
                 .await;
             Shape::Table(TableView::new(printer, version, include))
         }
@@ -355,7 +347,7 @@ fn table_error(err: table::Error) -> ApiError {
 
 /// Finds the resource a `group/version/plural` path names, exactly.
 async fn resolve(
-    state: &AppState,
+    cluster: &Cluster,
     group: &str,
     version: &str,
     plural: &str,
@@ -365,7 +357,7 @@ async fn resolve(
     } else {
         format!("{plural}.{version}.{group}")
     };
-    match state.informers.resolve(&name).await {
+    match cluster.informers().resolve(&name).await {
         Ok(info)
             if info.api.group == group
                 && info.api.version == version

@@ -18,8 +18,9 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::cluster::Cluster;
+use crate::hub::SubscriptionContext;
 use crate::table::{Printer, Printers};
-use crate::transport::state::AppState;
 use crate::upstream::reflector::{Change, Consumer, Reflector};
 
 /// The CRD resource, as kubefan names resources.
@@ -48,7 +49,8 @@ impl KubePrinters {
     /// The printer of `plural` in `group`/`version`.
     pub async fn printer(
         self: &Arc<Self>,
-        state: &AppState,
+        cluster: &Cluster,
+        subscriptions: &SubscriptionContext,
         group: &str,
         version: &str,
         plural: &str,
@@ -58,7 +60,7 @@ impl KubePrinters {
         }
         if !self.started.swap(true, Ordering::AcqRel) {
             Reflector::new(CRDS, CrdFeed(self.clone()))
-                .spawn(&state.informers, state.subscriptions.clone());
+                .spawn(cluster.informers(), subscriptions.clone());
         }
         let mut synced = self.synced.subscribe();
         let _ = tokio::time::timeout(FIRST_LIST_WAIT, synced.wait_for(|s| *s)).await;

@@ -53,6 +53,7 @@ use std::task::{Context, Poll, ready};
 use super::takeover::{self, InboxError, InboxLimits, Taken};
 use super::{access_log, parse_stream_query, subscribe};
 use crate::auth::{self, Principal, Verb};
+use crate::cluster::ClusterOf;
 use crate::hub::Subscription;
 use crate::metrics::Transport;
 use crate::status::ApiError;
@@ -67,10 +68,19 @@ pub async fn stream(
     req: HttpRequest,
     resource: web::Path<String>,
     state: web::Data<AppState>,
+    cluster: ClusterOf,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let params = parse_stream_query(&auth::strip_token(req.query_string()))?;
-    let sub = subscribe(&state, &principal, &resource, &params, Transport::WebSocket).await?;
+    let sub = subscribe(
+        &state,
+        &cluster,
+        &principal,
+        &resource,
+        &params,
+        Transport::WebSocket,
+    )
+    .await?;
     access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
     let taken = handshake(&req, &state, &sub.hub().warnings())?;
     let framed = framed(sub, &state, principal.name());
@@ -89,10 +99,11 @@ pub async fn stream(
 pub async fn mux(
     req: HttpRequest,
     state: web::Data<AppState>,
+    cluster: ClusterOf,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     let taken = handshake(&req, &state, &[])?;
-    mux::spawn(state, Box::new(taken), principal);
+    mux::spawn(state, cluster.0, Box::new(taken), principal);
     // actix writes this into the emptied connection, where it vanishes.
     Ok(HttpResponse::Ok().finish())
 }

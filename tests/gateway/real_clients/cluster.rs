@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kubefan::app::App;
+use kubefan::app::{App, Upstream};
 use kubefan_sim::{ChurnConfig, ResourceDef, SimServer, Stats, seed_cluster, spawn_churn};
 use kubefan_sim::{Sim, pod};
 use serde_json::{Value, json};
@@ -47,7 +47,13 @@ pub struct Cluster {
     marks: u32,
     /// What the previous [`Cluster::mark`] wrote.
     previous_marks: Marks,
+    /// With [`Cluster::start_named`]: a second, quiet cluster (`west`)
+    /// beside this one (`east`), both served by name only.
+    other: Option<(Sim, SimServer)>,
 }
+
+/// The names [`Cluster::start_named`] serves its two clusters by.
+pub const NAMED: [&str; 2] = ["east", "west"];
 
 /// A directory removed when dropped, also when a test panics.
 pub struct TempDir(PathBuf);
@@ -150,6 +156,38 @@ impl Cluster {
     /// A seeded simulated cluster under churn and a kubefan on it whose
     /// informers for [`RESOURCES`] start at boot.
     pub async fn start() -> Cluster {
+        Self::start_with(false).await
+    }
+
+    /// [`Cluster::start`], served as the cluster `east` of a gateway with
+    /// two (`--cluster east=... --cluster west=...`, no default): clients
+    /// reach it through the kubeconfig's `kubefan-east` context, whose
+    /// server is `https://ADDR/clusters/east`. `west` holds a few pods of
+    /// its own and no churn.
+    pub async fn start_named() -> Cluster {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(named: bool) -> Cluster {
+        let other = match named {
+            true => {
+                let sim = Sim::new(sim_config());
+                seed_cluster(
+                    &sim,
+                    &ChurnConfig {
+                        pods: 5,
+                        seed: Some(11),
+                        ..ChurnConfig::default()
+                    },
+                );
+                let server = sim
+                    .serve("127.0.0.1:0".parse().unwrap())
+                    .await
+                    .expect("sim binds");
+                Some((sim, server))
+            }
+            false => None,
+        };
         let sim = Sim::new(sim_config());
         sim.register(ResourceDef::new(
             "example.com",
@@ -183,7 +221,13 @@ impl Cluster {
         std::fs::write(dir.path().join("ca.crt"), ca.pem()).expect("CA written");
         std::fs::write(dir.path().join("tls.crt"), cert).expect("certificate written");
         std::fs::write(dir.path().join("tls.key"), key).expect("key written");
-        let app = Self::gateway(&server, "127.0.0.1:0".parse().unwrap(), dir.path()).await;
+        let app = Self::gateway(
+            &server,
+            other.as_ref().map(|(_, s)| s),
+            "127.0.0.1:0".parse().unwrap(),
+            dir.path(),
+        )
+        .await;
         let addr = app.local_addr();
         let churn_stop = CancellationToken::new();
         let churn = vec![
@@ -200,19 +244,42 @@ impl Cluster {
             churn,
             marks: 0,
             previous_marks: Marks::new(),
+            other,
         };
         cluster.write_kubeconfig();
         cluster
     }
 
-    async fn gateway(server: &SimServer, listen: SocketAddr, dir: &Path) -> App {
+    async fn gateway(
+        server: &SimServer,
+        other: Option<&SimServer>,
+        listen: SocketAddr,
+        dir: &Path,
+    ) -> App {
         let mut cfg = test_config(&RESOURCES);
         cfg.listen = listen;
         cfg.tls.cert_file = Some(dir.join("tls.crt"));
         cfg.tls.key_file = Some(dir.join("tls.key"));
         cfg.tls.ca_file = Some(dir.join("ca.crt"));
-        let client = kube::Client::try_from(server.client_config()).expect("kube client");
-        let app = App::build(cfg, client).await.expect("gateway starts");
+        let upstream = |name: Option<&str>, server: &SimServer| {
+            let client = kube::Client::try_from(server.client_config()).expect("kube client");
+            Upstream {
+                name: name.map(str::to_string),
+                client: client.clone(),
+                reviews: client,
+                url: None,
+            }
+        };
+        let upstreams = match other {
+            None => vec![upstream(None, server)],
+            Some(other) => vec![
+                upstream(Some(NAMED[0]), server),
+                upstream(Some(NAMED[1]), other),
+            ],
+        };
+        let app = App::build_clusters(cfg, upstreams)
+            .await
+            .expect("gateway starts");
         for resource in RESOURCES {
             let hub = app.informers().hub(resource).await.expect("resolves");
             assert!(hub.wait_synced(WAIT).await, "{resource} did not sync");
@@ -242,6 +309,10 @@ impl Cluster {
             server: kubefan::kubeconfig::server_url(self.addr, true),
             ca_pem: Some(ca),
             user: kubefan::kubeconfig::User::Anonymous,
+            clusters: match self.other {
+                Some(_) => NAMED.map(String::from).to_vec(),
+                None => Vec::new(),
+            },
         };
         let yaml = kubeconfig.to_yaml();
         assert!(!yaml.contains("insecure"), "verification stays on: {yaml}");
@@ -260,6 +331,17 @@ impl Cluster {
                     .collect();
                 (resource.to_string(), state)
             })
+            .collect()
+    }
+
+    /// The pods of the quiet cluster of [`Cluster::start_named`] (`west`),
+    /// as [`Caches`] hold them.
+    pub fn other_pods(&self) -> BTreeMap<String, String> {
+        let (sim, _) = self.other.as_ref().expect("started named");
+        sim.list("pods")
+            .0
+            .iter()
+            .map(|o| (key_of(o), rv_of(o).to_string()))
             .collect()
     }
 
@@ -331,7 +413,8 @@ impl Cluster {
             .expect("kubefan stops in time");
         let between = self.sim.stats();
         let server = self.server.as_ref().expect("sim is running");
-        self.app = Some(Self::gateway(server, self.addr, self.dir.path()).await);
+        let other = self.other.as_ref().map(|(_, s)| s);
+        self.app = Some(Self::gateway(server, other, self.addr, self.dir.path()).await);
         between
     }
 
@@ -391,6 +474,9 @@ impl Cluster {
                 .expect("kubefan stops in time");
         }
         if let Some(server) = self.server.take() {
+            server.stop().await;
+        }
+        if let Some((_, server)) = self.other.take() {
             server.stop().await;
         }
     }

@@ -35,6 +35,7 @@ use super::message::{
 };
 use super::ops::{Op, OpError, parse_op};
 use crate::auth::Principal;
+use crate::cluster::Cluster;
 use crate::metrics::Transport;
 use crate::status::status_json;
 use crate::transport::message::shutdown_status;
@@ -53,9 +54,14 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// Starts a `/ws` socket's task on the streams' runtime; it opens the
 /// connection there.
-pub(super) fn spawn(state: web::Data<AppState>, taken: Box<Taken>, principal: Principal) {
+pub(super) fn spawn(
+    state: web::Data<AppState>,
+    cluster: Arc<Cluster>,
+    taken: Box<Taken>,
+    principal: Principal,
+) {
     let streams = state.streams.clone();
-    let task = SocketTask::Opening(Some((state, taken, principal)));
+    let task = SocketTask::Opening(Some((state, cluster, taken, principal)));
     streams.spawn(task);
 }
 
@@ -79,12 +85,16 @@ pub(super) fn spawn(state: web::Data<AppState>, taken: Box<Taken>, principal: Pr
     reason = "the control loop is the task's state for the socket's life; boxing it would add an allocation"
 )]
 enum SocketTask {
-    Opening(Option<(web::Data<AppState>, Box<Taken>, Principal)>),
+    Opening(Option<Opening>),
     Running(Control),
     /// Boxed: made only when the loop stops.
     Ending(Pin<Box<dyn Future<Output = ()> + Send>>),
     Done,
 }
+
+/// What a socket's task opens the connection with: the gateway, the
+/// socket's cluster, the connection, and who opened it.
+type Opening = (web::Data<AppState>, Arc<Cluster>, Box<Taken>, Principal);
 
 impl Future for SocketTask {
     type Output = ();
@@ -94,12 +104,12 @@ impl Future for SocketTask {
         loop {
             match task {
                 SocketTask::Opening(args) => {
-                    let Some((state, taken, principal)) = args.take() else {
+                    let Some((state, cluster, taken, principal)) = args.take() else {
                         return Poll::Ready(());
                     };
                     *task = match (*taken).open(Messages::Taken) {
                         Ok(Upgraded { writer, inbox }) => SocketTask::Running(Control::new(
-                            Socket::new(state, principal),
+                            Socket::new(state, cluster, principal),
                             Writer::new(writer),
                             inbox,
                         )),
@@ -149,6 +159,7 @@ async fn end(control: Control, stop: Stop) {
 /// `Status` that refused it.
 fn starting(
     state: web::Data<AppState>,
+    cluster: Arc<Cluster>,
     principal: Principal,
     resource: String,
     params: StreamParams,
@@ -157,7 +168,7 @@ fn starting(
         let sub = tokio::select! {
             biased;
             _ = state.lifecycle.shutting_down() => Err(shutdown_status()),
-            started = subscribe(&state, &principal, &resource, &params, Transport::WebSocket) => started.map_err(|e| e.status()),
+            started = subscribe(&state, &cluster, &principal, &resource, &params, Transport::WebSocket) => started.map_err(|e| e.status()),
         }?;
         let warnings = sub.hub().warnings();
         Ok((super::framed(sub, &state, principal.name()), warnings))
@@ -167,6 +178,9 @@ fn starting(
 /// A `/ws` socket's subscriptions, as its control loop keeps them.
 struct Socket {
     state: web::Data<AppState>,
+    /// The cluster the socket was opened on (`/clusters/NAME/ws`): its
+    /// subscriptions are that cluster's.
+    cluster: Arc<Cluster>,
     /// Its subscriptions are listed in the outbox (`Outbox::holds`).
     outbox: Arc<Outbox>,
     /// Subscriptions it may start now ([`StreamConfig::subscribes_per_minute`]).
@@ -180,8 +194,9 @@ struct Socket {
 }
 
 impl Socket {
-    fn new(state: web::Data<AppState>, principal: Principal) -> Socket {
+    fn new(state: web::Data<AppState>, cluster: Arc<Cluster>, principal: Principal) -> Socket {
         Socket {
+            cluster,
             subscribes: Ration::per_minute(state.stream.subscribes_per_minute),
             state,
             outbox: Arc::new(Outbox::new()),
@@ -256,7 +271,13 @@ impl Socket {
     fn spawn(&mut self, id: String, resource: String, params: StreamParams) {
         self.generation += 1;
         let prefix = sub_prefix(&id);
-        let starting = starting(self.state.clone(), self.principal.clone(), resource, params);
+        let starting = starting(
+            self.state.clone(),
+            self.cluster.clone(),
+            self.principal.clone(),
+            resource,
+            params,
+        );
         let source = Subscribing::new(starting, &prefix);
         let wire = Outboxed::new(self.outbox.clone(), self.generation, &id, &prefix);
         self.state.streams.drive(source, wire);

@@ -1,0 +1,438 @@
+//! Several clusters behind one gateway (`--cluster`): each served under
+//! `/clusters/NAME/` with its own watches, readiness and RBAC, a
+//! `--default-cluster` at the root paths, and the errors of naming one
+//! that is not there.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use kubefan::app::{App, Upstream};
+use kubefan::cluster::ReadyWhen;
+use kubefan::config::{AuthMethod, Config};
+use kubefan_sim::{Sim, SimServer, SimUser, pod};
+use serde_json::Value;
+
+use crate::rbac::{ROLE_BINDINGS, ROLES, binding, pod_reader};
+use crate::sse::seeded;
+use crate::support::{ClientView, SseClient, WAIT, test_config, validate_status};
+
+/// Simulated clusters and one gateway serving them all.
+struct Env {
+    sims: Vec<(&'static str, Sim, SimServer)>,
+    app: App,
+    base: String,
+    http: reqwest::Client,
+}
+
+/// A simulated cluster `name` whose pods are told apart from the other
+/// clusters' by one of its own (`only-NAME` in `web`).
+fn cluster_sim(name: &str) -> Sim {
+    let sim = seeded(6);
+    sim.create("pods", pod(&format!("only-{name}")).ns("web").build())
+        .unwrap();
+    sim
+}
+
+async fn serve(sims: Vec<(&'static str, Sim)>, cfg: Config) -> Env {
+    let mut upstreams = Vec::new();
+    let mut served = Vec::new();
+    for (name, sim) in sims {
+        let server = sim.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let client = kube::Client::try_from(server.client_config()).unwrap();
+        upstreams.push(Upstream {
+            name: Some(name.to_string()),
+            client: client.clone(),
+            reviews: client,
+            url: Some(server.url()),
+        });
+        served.push((name, sim, server));
+    }
+    let app = App::build_clusters(cfg, upstreams)
+        .await
+        .expect("gateway starts");
+    Env {
+        base: format!("http://{}", app.local_addr()),
+        sims: served,
+        app,
+        http: reqwest::Client::new(),
+    }
+}
+
+impl Env {
+    fn sim(&self, name: &str) -> &Sim {
+        &self.sims.iter().find(|(n, ..)| *n == name).unwrap().1
+    }
+
+    async fn get(&self, path: &str, token: Option<&str>) -> reqwest::Response {
+        let mut req = self.http.get(format!("{}{path}", self.base));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        tokio::time::timeout(WAIT, req.send())
+            .await
+            .expect("response in time")
+            .expect("request")
+    }
+
+    async fn json(&self, path: &str, token: Option<&str>) -> (u16, Value) {
+        let resp = self.get(path, token).await;
+        let status = resp.status().as_u16();
+        (status, resp.json().await.expect("a JSON body"))
+    }
+
+    /// The snapshot a stream at `path` sends, as a client holds it.
+    async fn snapshot(&self, path: &str, token: Option<&str>) -> (ClientView, SseClient) {
+        let resp = self.get(path, token).await;
+        assert_eq!(resp.status(), 200, "GET {path}");
+        let mut sse = SseClient::new(resp);
+        let mut view = ClientView::new();
+        tokio::time::timeout(WAIT, async {
+            while view.snapshots == 0 {
+                view.apply(&sse.next().await.expect("the snapshot"));
+            }
+        })
+        .await
+        .expect("the snapshot in time");
+        (view, sse)
+    }
+
+    async fn stop(self) {
+        self.app.stop().await;
+        for (_, _, server) in self.sims {
+            server.stop().await;
+        }
+    }
+}
+
+fn names(view: &ClientView) -> BTreeSet<String> {
+    view.objects
+        .values()
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_cluster_is_served_under_its_own_path_with_one_watch_per_resource() {
+    let env = serve(
+        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
+        test_config(&["pods"]),
+    )
+    .await;
+
+    // Three viewers of each cluster's pods: each sees its cluster's, and
+    // each cluster's API server sees one watch.
+    let mut streams = Vec::new();
+    for cluster in ["east", "west"] {
+        for _ in 0..3 {
+            let (view, sse) = env
+                .snapshot(&format!("/clusters/{cluster}/stream/pods"), None)
+                .await;
+            view.assert_matches(&env.sim(cluster).list("pods").0);
+            assert!(names(&view).contains(&format!("only-{cluster}")));
+            streams.push((cluster, view, sse));
+        }
+    }
+    for cluster in ["east", "west"] {
+        assert_eq!(
+            env.sim(cluster).stats().resource("pods").open_watches,
+            1,
+            "{cluster}: one upstream watch"
+        );
+    }
+    // A change in one cluster reaches its viewers only.
+    env.sim("west")
+        .create("pods", pod("new-in-west").ns("web").build())
+        .unwrap();
+    let rv = env.sim("west").stats().resource_version;
+    for (cluster, view, sse) in &mut streams {
+        if *cluster == "west" {
+            tokio::time::timeout(WAIT, view.follow(sse, rv))
+                .await
+                .expect("west's change in time");
+            assert!(names(view).contains("new-in-west"));
+        }
+    }
+    let (east, _) = env.snapshot("/clusters/east/stream/pods", None).await;
+    assert!(!names(&east).contains("new-in-west"));
+
+    // The Kubernetes face, per cluster: its objects, its discovery.
+    let (status, pod) = env
+        .json("/clusters/west/api/v1/namespaces/web/pods/only-west", None)
+        .await;
+    assert_eq!(
+        (status, pod["metadata"]["name"].as_str()),
+        (200, Some("only-west"))
+    );
+    let (status, body) = env
+        .json("/clusters/east/api/v1/namespaces/web/pods/only-west", None)
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = env.json("/clusters/east/api/v1", None).await;
+    assert_eq!(status, 200);
+    assert!(
+        body["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "pods")
+    );
+
+    // `/clusters` lists both, ready; `/readyz` says so per cluster.
+    let (status, body) = env.json("/clusters", None).await;
+    assert_eq!(status, 200);
+    let listed: Vec<(&str, bool, &str)> = body["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["ready"].as_bool().unwrap(),
+                c["path"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("east", true, "/clusters/east"),
+            ("west", true, "/clusters/west")
+        ]
+    );
+    let (status, body) = env.json("/readyz", None).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (200, Some("ready")),
+        "{body}"
+    );
+    assert_eq!(body["clusters"].as_array().unwrap().len(), 2);
+
+    // No default cluster: a root path names none; an unknown name is 404.
+    let (status, body) = env.json("/stream/pods", None).await;
+    assert_eq!(status, 404);
+    validate_status(&body);
+    assert!(
+        body["message"].as_str().unwrap().contains("/clusters/NAME"),
+        "{body}"
+    );
+    let (status, body) = env.json("/clusters/north/stream/pods", None).await;
+    assert_eq!(status, 404);
+    validate_status(&body);
+    assert!(
+        body["message"].as_str().unwrap().contains("\"north\""),
+        "{body}"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_down_leaves_the_others_served_and_readiness_says_which() {
+    for ready_when in [ReadyWhen::Any, ReadyWhen::All] {
+        let mut cfg = test_config(&["pods"]);
+        cfg.clusters.default = Some("up".into());
+        cfg.clusters.ready_when = ready_when;
+        cfg.stream.sync_timeout = Duration::from_millis(500);
+        // `down`'s API server answers no list: nothing syncs there.
+        let down = cluster_sim("down");
+        down.delay_lists(Duration::from_secs(60));
+        let env = serve(vec![("up", cluster_sim("up")), ("down", down)], cfg).await;
+
+        // The default cluster at the root paths and under its own.
+        let (root, _) = env.snapshot("/stream/pods", None).await;
+        assert!(names(&root).contains("only-up"));
+        let (own, _) = env.snapshot("/clusters/up/stream/pods", None).await;
+        assert_eq!(names(&own), names(&root));
+
+        let (status, body) = env.json("/readyz", None).await;
+        let report = |name: &str| {
+            body["clusters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == name)
+                .unwrap()["ready"]
+                .as_bool()
+        };
+        assert_eq!(
+            (report("up"), report("down")),
+            (Some(true), Some(false)),
+            "{body}"
+        );
+        let want = match ready_when {
+            ReadyWhen::Any => 200,
+            ReadyWhen::All => 503,
+        };
+        assert_eq!(status, want, "--ready-when {ready_when:?}: {body}");
+        // A stream of the cluster that is down is refused in time, not hung.
+        let (status, body) = env.json("/clusters/down/stream/pods", None).await;
+        assert_eq!(status, 503, "{body}");
+        validate_status(&body);
+        env.stop().await;
+    }
+}
+
+/// Each cluster reviews its own tokens and evaluates its own RBAC: one
+/// user, granted `web` in one cluster and `batch` in the other, sees each
+/// cluster's part as its grants there say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
+    let sims: Vec<(&'static str, Sim)> = ["east", "west"]
+        .into_iter()
+        .map(|name| {
+            let sim = seeded(18);
+            for ns in ["default", "web", "batch"] {
+                sim.create(ROLES, pod_reader(ns)).unwrap();
+            }
+            let mut users = vec![
+                SimUser::new("dana-token", "dana", &["team"]),
+                SimUser::new("erin-token", "erin", &["team"]),
+            ];
+            if name == "west" {
+                users.push(SimUser::new("wes-token", "wes", &[]));
+            }
+            sim.set_users(users);
+            (name, sim)
+        })
+        .collect();
+    sims[0]
+        .1
+        .create(ROLE_BINDINGS, binding("dana-web", "web", "dana"))
+        .unwrap();
+    sims[1]
+        .1
+        .create(ROLE_BINDINGS, binding("dana-batch", "batch", "dana"))
+        .unwrap();
+    sims[1]
+        .1
+        .create(ROLE_BINDINGS, binding("wes-web", "web", "wes"))
+        .unwrap();
+    let mut cfg = test_config(&["pods"]);
+    cfg.auth.set(AuthMethod::Kubernetes);
+    cfg.auth.cache_ttl = Duration::from_secs(300);
+    let env = serve(sims, cfg).await;
+
+    let namespaces = |view: &ClientView| -> BTreeSet<String> {
+        view.objects
+            .values()
+            .map(|o| o["metadata"]["namespace"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (east, _) = env
+        .snapshot("/clusters/east/stream/pods", Some("dana-token"))
+        .await;
+    assert_eq!(namespaces(&east), BTreeSet::from(["web".to_string()]));
+    let (west, mut west_sse) = env
+        .snapshot("/clusters/west/stream/pods", Some("dana-token"))
+        .await;
+    assert_eq!(namespaces(&west), BTreeSet::from(["batch".to_string()]));
+
+    // A grant in east reaches east's streams, not west's.
+    env.sim("east")
+        .create(ROLE_BINDINGS, binding("dana-batch", "batch", "dana"))
+        .unwrap();
+    let (east, _) = tokio::time::timeout(WAIT, async {
+        loop {
+            let (view, sse) = env
+                .snapshot("/clusters/east/stream/pods", Some("dana-token"))
+                .await;
+            if namespaces(&view).len() == 2 {
+                return (view, sse);
+            }
+            env.app.clusters().all()[0]
+                .authorizer()
+                .rbac_changed()
+                .await;
+        }
+    })
+    .await
+    .expect("east's grant in time");
+    assert_eq!(
+        namespaces(&east),
+        BTreeSet::from(["web".to_string(), "batch".to_string()])
+    );
+    let rv = env.sim("west").stats().resource_version;
+    env.sim("west")
+        .create("pods", pod("late").ns("web").build())
+        .unwrap();
+    env.sim("west")
+        .create("pods", pod("late").ns("batch").build())
+        .unwrap();
+    let mut view = west;
+    tokio::time::timeout(WAIT, view.follow(&mut west_sse, rv + 2))
+        .await
+        .expect("west's changes in time");
+    assert_eq!(namespaces(&view), BTreeSet::from(["batch".to_string()]));
+
+    // A token only west knows: west accepts it, east does not.
+    let (west, _) = env
+        .snapshot("/clusters/west/stream/pods", Some("wes-token"))
+        .await;
+    assert_eq!(namespaces(&west), BTreeSet::from(["web".to_string()]));
+    let (status, body) = env
+        .json("/clusters/east/stream/pods", Some("wes-token"))
+        .await;
+    assert_eq!(status, 401, "{body}");
+    validate_status(&body);
+
+    // `/clusters` lists those the caller may read something in.
+    let listed = |body: &Value| -> Vec<String> {
+        body["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (status, body) = env.json("/clusters", Some("dana-token")).await;
+    assert_eq!(
+        (status, listed(&body)),
+        (200, vec!["east".into(), "west".into()])
+    );
+    let (status, body) = env.json("/clusters", Some("erin-token")).await;
+    assert_eq!(
+        (status, listed(&body)),
+        (200, Vec::<String>::new()),
+        "{body}"
+    );
+    let (status, _) = env.json("/clusters", None).await;
+    assert_eq!(status, 401);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn clusters_that_cannot_be_served_are_refused_at_start_saying_why() {
+    let sim = Sim::new(crate::support::sim_config());
+    let server = sim.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let client = kube::Client::try_from(server.client_config()).unwrap();
+    let upstream = |name: Option<&str>| Upstream {
+        name: name.map(str::to_string),
+        client: client.clone(),
+        reviews: client.clone(),
+        url: None,
+    };
+    let refused = |upstreams: Vec<Upstream>, default: Option<&str>| {
+        let mut cfg = test_config(&[]);
+        cfg.clusters.default = default.map(str::to_string);
+        async move {
+            match App::build_clusters(cfg, upstreams).await {
+                Ok(_) => panic!("started"),
+                Err(err) => err.to_string(),
+            }
+        }
+    };
+    let err = refused(vec![upstream(Some("a")), upstream(Some("a"))], None).await;
+    assert!(err.contains("\"a\" is given twice"), "{err}");
+    let err = refused(vec![upstream(Some("Prod"))], None).await;
+    assert!(err.contains("not a DNS label"), "{err}");
+    let err = refused(vec![upstream(Some("a")), upstream(Some("b"))], Some("c")).await;
+    assert!(
+        err.contains("--default-cluster \"c\" is not one of the clusters (a, b)"),
+        "{err}"
+    );
+    let err = refused(vec![upstream(None)], Some("a")).await;
+    assert!(
+        err.contains("--default-cluster \"a\" names no cluster"),
+        "{err}"
+    );
+    server.stop().await;
+}
