@@ -97,6 +97,7 @@ impl App {
         let mut clusters = Vec::with_capacity(upstreams.len());
         for upstream in upstreams {
             let mut settings = cfg.upstream.clone();
+            settings.cluster = upstream.name.clone();
             if auth.reads_rbac() {
                 // Read for kubefan itself, and waited for by /readyz.
                 settings.internal_resources = crate::auth::feed::resources();
@@ -112,7 +113,7 @@ impl App {
             let informers = Informers::new(
                 upstream.client,
                 settings,
-                metrics.clone(),
+                metrics.for_cluster(upstream.name.as_deref()),
                 lifecycle.child_token(),
             )?;
             informers.start_boot();

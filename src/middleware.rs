@@ -88,6 +88,7 @@ pub async fn check_request(
     let extensions = res.request().extensions();
     let note = extensions.get::<AccessNote>();
     let principal = extensions.get::<Principal>().map(Principal::name);
+    let cluster = extensions.get::<ClusterOf>().and_then(|c| c.name());
     let peer = extensions.get::<ClientAddress>().and_then(|a| a.0);
     tracing::info!(
         target: "kubefan::access",
@@ -95,6 +96,7 @@ pub async fn check_request(
         path,
         query,
         principal = principal.unwrap_or("-"),
+        cluster = cluster.unwrap_or("-"),
         peer = peer.map(|p| p.to_string()).unwrap_or_default(),
         verb = note.map_or("-", |n| n.verb.as_str()),
         resource = note.map_or("-", |n| n.resource.as_str()),

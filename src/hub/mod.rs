@@ -130,6 +130,8 @@ pub struct Hub {
     /// Live views by their normalised spec (see [`Hub::view`]).
     views: std::sync::Mutex<HashMap<ViewSpec, std::sync::Weak<View>>>,
     metrics: HubMetrics,
+    /// Its cluster's metrics, for its subscriptions and streams.
+    recorder: Arc<Metrics>,
 }
 
 struct State {
@@ -172,6 +174,7 @@ impl Hub {
             warnings: std::sync::Mutex::new(Arc::from([])),
             views: std::sync::Mutex::new(HashMap::new()),
             metrics: metrics.hub_metrics(&meta.name),
+            recorder: metrics,
             meta,
         })
     }
@@ -182,6 +185,12 @@ impl Hub {
 
     pub fn name(&self) -> &str {
         &self.meta.name
+    }
+
+    /// What its subscriptions and streams record into: the metrics of
+    /// its cluster (`Metrics::for_cluster`).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.recorder
     }
 
     /// The API server's `Warning`s for this resource, as its last LIST

@@ -1,7 +1,9 @@
 //! The labels of kubefan's metrics: each a bounded set of words (never a
 //! client or an object name), and the label sets the families use.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use std::sync::Arc;
+
+use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, EncodeLabelValue, LabelSetEncoder};
 
 /// How a subscriber is connected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
@@ -132,22 +134,75 @@ pub(super) struct KindLabel {
     pub(super) kind: String,
 }
 
-pub(super) fn res(resource: &str) -> ResourceLabel {
-    ResourceLabel {
-        resource: resource.to_string(),
+/// A resource's labels, with its cluster's name (`--cluster`) first.
+/// The unnamed cluster of a gateway run without `--cluster` has no
+/// `cluster` label at all, so such a gateway exports exactly what it did
+/// before there were several.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Clustered<L> {
+    pub(super) cluster: Option<Arc<str>>,
+    pub(super) labels: L,
+}
+
+impl<L: EncodeLabelSet> EncodeLabelSet for Clustered<L> {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        if let Some(cluster) = &self.cluster {
+            ("cluster", &**cluster).encode(encoder.encode_label())?;
+        }
+        self.labels.encode(encoder)
     }
 }
 
-pub(super) fn tl(resource: &str, transport: Transport) -> TransportLabels {
-    TransportLabels {
-        resource: resource.to_string(),
-        transport,
+fn clustered<L>(cluster: &Option<Arc<str>>, labels: L) -> Clustered<L> {
+    Clustered {
+        cluster: cluster.clone(),
+        labels,
     }
 }
 
-pub(super) fn rl(resource: &str, reason: &str) -> ReasonLabels {
-    ReasonLabels {
-        resource: resource.to_string(),
-        reason: reason.to_string(),
-    }
+pub(super) fn res(cluster: &Option<Arc<str>>, resource: &str) -> Clustered<ResourceLabel> {
+    clustered(
+        cluster,
+        ResourceLabel {
+            resource: resource.to_string(),
+        },
+    )
+}
+
+pub(super) fn tl(
+    cluster: &Option<Arc<str>>,
+    resource: &str,
+    transport: Transport,
+) -> Clustered<TransportLabels> {
+    clustered(
+        cluster,
+        TransportLabels {
+            resource: resource.to_string(),
+            transport,
+        },
+    )
+}
+
+pub(super) fn rl(
+    cluster: &Option<Arc<str>>,
+    resource: &str,
+    reason: &str,
+) -> Clustered<ReasonLabels> {
+    clustered(
+        cluster,
+        ReasonLabels {
+            resource: resource.to_string(),
+            reason: reason.to_string(),
+        },
+    )
+}
+
+pub(super) fn tyl(cluster: &Option<Arc<str>>, resource: &str, kind: &str) -> Clustered<TypeLabels> {
+    clustered(
+        cluster,
+        TypeLabels {
+            resource: resource.to_string(),
+            r#type: kind.to_string(),
+        },
+    )
 }

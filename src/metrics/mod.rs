@@ -8,9 +8,11 @@
 mod labels;
 mod process;
 
+use std::sync::Arc;
+
 use labels::{
-    KindLabel, ProtocolLabel, ReasonLabel, ReasonLabels, ResourceLabel, SignInLabels,
-    TransportLabels, TypeLabels, res, rl, tl,
+    Clustered, KindLabel, ProtocolLabel, ReasonLabel, ReasonLabels, ResourceLabel, SignInLabels,
+    TransportLabels, TypeLabels, res, rl, tl, tyl,
 };
 pub use labels::{Protocol, SignInResult, SignInStep, Transport, Unparked};
 use prometheus_client::metrics::counter::Counter;
@@ -19,30 +21,35 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// Every metric kubefan exports.
+/// Every metric kubefan exports; a handle to record them as one cluster
+/// ([`Metrics::for_cluster`]) shares the same families.
+#[derive(Clone)]
 pub struct Metrics {
-    registry: Registry,
-    subscribers: Family<TransportLabels, Gauge>,
-    events_received: Family<TypeLabels, Counter>,
-    events_sent: Family<TransportLabels, Counter>,
-    snapshots: Family<TransportLabels, Counter>,
-    resets: Family<ReasonLabels, Counter>,
-    lapped: Family<ResourceLabel, Counter>,
-    upstream_lists: Family<ResourceLabel, Counter>,
-    upstream_watches: Family<ResourceLabel, Counter>,
-    upstream_errors: Family<ReasonLabels, Counter>,
-    upstream_relists: Family<ReasonLabels, Counter>,
-    cache_objects: Family<ResourceLabel, Gauge>,
-    log_events: Family<ResourceLabel, Gauge>,
-    log_bytes: Family<ResourceLabel, Gauge>,
-    synced: Family<ResourceLabel, Gauge>,
-    informers_running: Family<ResourceLabel, Gauge>,
-    view_encodings: Family<ResourceLabel, Counter>,
-    views: Family<ResourceLabel, Gauge>,
-    bytes_sent: Family<TransportLabels, Counter>,
-    snapshot_objects: Family<ResourceLabel, Histogram, fn() -> Histogram>,
-    snapshot_bytes: Family<ResourceLabel, Histogram, fn() -> Histogram>,
-    last_sync: Family<ResourceLabel, Gauge>,
+    registry: Arc<Registry>,
+    /// The cluster the resource-labelled metrics recorded through this
+    /// handle belong to (`None`: the unnamed cluster, no label).
+    cluster: Option<Arc<str>>,
+    subscribers: Family<Clustered<TransportLabels>, Gauge>,
+    events_received: Family<Clustered<TypeLabels>, Counter>,
+    events_sent: Family<Clustered<TransportLabels>, Counter>,
+    snapshots: Family<Clustered<TransportLabels>, Counter>,
+    resets: Family<Clustered<ReasonLabels>, Counter>,
+    lapped: Family<Clustered<ResourceLabel>, Counter>,
+    upstream_lists: Family<Clustered<ResourceLabel>, Counter>,
+    upstream_watches: Family<Clustered<ResourceLabel>, Counter>,
+    upstream_errors: Family<Clustered<ReasonLabels>, Counter>,
+    upstream_relists: Family<Clustered<ReasonLabels>, Counter>,
+    cache_objects: Family<Clustered<ResourceLabel>, Gauge>,
+    log_events: Family<Clustered<ResourceLabel>, Gauge>,
+    log_bytes: Family<Clustered<ResourceLabel>, Gauge>,
+    synced: Family<Clustered<ResourceLabel>, Gauge>,
+    informers_running: Family<Clustered<ResourceLabel>, Gauge>,
+    view_encodings: Family<Clustered<ResourceLabel>, Counter>,
+    views: Family<Clustered<ResourceLabel>, Gauge>,
+    bytes_sent: Family<Clustered<TransportLabels>, Counter>,
+    snapshot_objects: Family<Clustered<ResourceLabel>, Histogram, fn() -> Histogram>,
+    snapshot_bytes: Family<Clustered<ResourceLabel>, Histogram, fn() -> Histogram>,
+    last_sync: Family<Clustered<ResourceLabel>, Gauge>,
     auth_failures: Family<KindLabel, Counter>,
     limits_hit: Family<KindLabel, Counter>,
     connections: Family<ProtocolLabel, Counter>,
@@ -111,7 +118,8 @@ impl Metrics {
             batched: Gauge::default(),
             unparked: Family::default(),
             signins: Family::default(),
-            registry: Registry::default(),
+            registry: Arc::new(Registry::default()),
+            cluster: None,
         };
         registry.register("subscribers", "Open subscriptions", m.subscribers.clone());
         registry.register(
@@ -245,22 +253,32 @@ impl Metrics {
             m.last_sync.clone(),
         );
         Metrics {
-            registry: root,
+            registry: Arc::new(root),
             ..m
         }
+    }
+
+    /// A handle recording into the same metrics as this one, labelling
+    /// every resource's with `cluster` (`--cluster`'s name; `None`: the
+    /// unnamed cluster, no label).
+    pub fn for_cluster(&self, cluster: Option<&str>) -> Arc<Metrics> {
+        Arc::new(Metrics {
+            cluster: cluster.map(Arc::from),
+            ..self.clone()
+        })
     }
 
     /// The counter of bytes written on one resource and transport; callers
     /// keep it to avoid a lookup per write.
     pub fn bytes_sent(&self, resource: &str, transport: Transport) -> Counter {
         self.bytes_sent
-            .get_or_create(&tl(resource, transport))
+            .get_or_create(&tl(&self.cluster, resource, transport))
             .clone()
     }
 
     /// A snapshot was served: how many objects, how many encoded bytes.
     pub fn snapshot_size(&self, resource: &str, objects: u64, bytes: u64) {
-        let r = res(resource);
+        let r = res(&self.cluster, resource);
         self.snapshot_objects
             .get_or_create(&r)
             .observe(objects as f64);
@@ -313,13 +331,13 @@ impl Metrics {
 
     pub fn subscriber_joined(&self, resource: &str, transport: Transport) {
         self.subscribers
-            .get_or_create(&tl(resource, transport))
+            .get_or_create(&tl(&self.cluster, resource, transport))
             .inc();
     }
 
     pub fn subscriber_left(&self, resource: &str, transport: Transport) {
         self.subscribers
-            .get_or_create(&tl(resource, transport))
+            .get_or_create(&tl(&self.cluster, resource, transport))
             .dec();
     }
 
@@ -327,21 +345,27 @@ impl Metrics {
     /// keep it to avoid a lookup per delivery.
     pub fn events_sent(&self, resource: &str, transport: Transport) -> Counter {
         self.events_sent
-            .get_or_create(&tl(resource, transport))
+            .get_or_create(&tl(&self.cluster, resource, transport))
             .clone()
     }
 
     pub fn snapshot_served(&self, resource: &str, transport: Transport) {
-        self.snapshots.get_or_create(&tl(resource, transport)).inc();
+        self.snapshots
+            .get_or_create(&tl(&self.cluster, resource, transport))
+            .inc();
     }
 
     /// `reason`: `Expired` or `Lapped` (see `hub::ResetReason`).
     pub fn reset(&self, resource: &str, reason: &str) {
-        self.resets.get_or_create(&rl(resource, reason)).inc();
+        self.resets
+            .get_or_create(&rl(&self.cluster, resource, reason))
+            .inc();
     }
 
     pub fn lapped(&self, resource: &str) {
-        self.lapped.get_or_create(&res(resource)).inc();
+        self.lapped
+            .get_or_create(&res(&self.cluster, resource))
+            .inc();
     }
 
     /// The metrics one hub records on every append, resolved once so an
@@ -349,13 +373,10 @@ impl Metrics {
     pub fn hub_metrics(&self, resource: &str) -> HubMetrics {
         let received = |kind: &str| {
             self.events_received
-                .get_or_create(&TypeLabels {
-                    resource: resource.to_string(),
-                    r#type: kind.to_string(),
-                })
+                .get_or_create(&tyl(&self.cluster, resource, kind))
                 .clone()
         };
-        let r = res(resource);
+        let r = res(&self.cluster, resource);
         HubMetrics {
             added: received("ADDED"),
             modified: received("MODIFIED"),
@@ -372,28 +393,32 @@ impl Metrics {
 
     pub fn informer_running(&self, resource: &str, running: bool) {
         self.informers_running
-            .get_or_create(&res(resource))
+            .get_or_create(&res(&self.cluster, resource))
             .set(i64::from(running));
     }
 
     pub fn upstream_list(&self, resource: &str) {
-        self.upstream_lists.get_or_create(&res(resource)).inc();
+        self.upstream_lists
+            .get_or_create(&res(&self.cluster, resource))
+            .inc();
     }
 
     pub fn upstream_watch(&self, resource: &str) {
-        self.upstream_watches.get_or_create(&res(resource)).inc();
+        self.upstream_watches
+            .get_or_create(&res(&self.cluster, resource))
+            .inc();
     }
 
     /// `reason`: a bounded word (`list`, `watch`, `expired`, `decode`).
     pub fn upstream_error(&self, resource: &str, reason: &str) {
         self.upstream_errors
-            .get_or_create(&rl(resource, reason))
+            .get_or_create(&rl(&self.cluster, resource, reason))
             .inc();
     }
 
     pub fn upstream_relist(&self, resource: &str, reason: &str) {
         self.upstream_relists
-            .get_or_create(&rl(resource, reason))
+            .get_or_create(&rl(&self.cluster, resource, reason))
             .inc();
     }
 

@@ -61,13 +61,7 @@ pub async fn stream(
             "retry: {}\n\n",
             retry_hint(state.stream.retry)
         ))),
-        framed: Framed::new(
-            sub,
-            SseFraming,
-            &state.metrics,
-            Transport::Sse,
-            principal.name(),
-        ),
+        framed: Framed::new(sub, SseFraming, Transport::Sse, principal.name()),
     };
     let mut headers = vec![
         (header::CONTENT_TYPE, "text/event-stream"),

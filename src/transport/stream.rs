@@ -22,7 +22,7 @@ use super::access_log::{Delivered, StreamRecord};
 use super::message::{Message, messages_of};
 use crate::hub::encode::ADDED_FRAMING;
 use crate::hub::{Advance, Batchable, Item, ResourceMeta, Step, Subscription};
-use crate::metrics::{Metrics, Transport};
+use crate::metrics::Transport;
 
 /// What a framing needs to know of its stream.
 pub struct Stream<'a> {
@@ -90,13 +90,8 @@ pub struct Framed<F> {
 }
 
 impl<F: Framing> Framed<F> {
-    pub fn new(
-        sub: Subscription,
-        framing: F,
-        metrics: &Metrics,
-        transport: Transport,
-        principal: &str,
-    ) -> Self {
+    pub fn new(sub: Subscription, framing: F, transport: Transport, principal: &str) -> Self {
+        let metrics = sub.hub().metrics();
         Framed {
             sent: metrics.events_sent(sub.hub().name(), transport),
             bytes: metrics.bytes_sent(sub.hub().name(), transport),

@@ -115,6 +115,9 @@ pub struct UpstreamConfig {
     pub log_limits: LogLimits,
     /// Where hubs' positions are kept across a restart (`--state-dir`).
     pub positions: Option<PositionsConfig>,
+    /// The cluster's name (`--cluster`), on every log line of its
+    /// informers; `None` for the unnamed cluster.
+    pub cluster: Option<String>,
 }
 
 impl Default for UpstreamConfig {
@@ -130,6 +133,7 @@ impl Default for UpstreamConfig {
             informer: InformerConfig::default(),
             log_limits: LogLimits::default(),
             positions: None,
+            cluster: None,
         }
     }
 }
@@ -168,6 +172,8 @@ pub struct Informers {
     boot_changes: crate::epoch::Epoch,
     /// Positions saved before a restart, and where they are saved now.
     positions: Option<Arc<positions::Positions>>,
+    /// Its tasks run in it: their logs name the cluster (`--cluster`).
+    span: tracing::Span,
 }
 
 /// The first and the longest wait before a boot resource kubefan may not
@@ -210,7 +216,12 @@ impl Informers {
             })
             .collect();
         let client_for_access = client.clone();
+        let span = match &cfg.cluster {
+            Some(name) => tracing::info_span!("cluster", cluster = %name),
+            None => tracing::Span::none(),
+        };
         Ok(Arc::new_cyclic(|me| Informers {
+            span,
             me: me.clone(),
             client,
             cfg,
@@ -229,6 +240,15 @@ impl Informers {
         }))
     }
 
+    /// Runs `task` on the informers' tracker, in their cluster's span.
+    fn spawn<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        use tracing::Instrument as _;
+        self.tasks.spawn(task.instrument(self.span.clone()));
+    }
+
     fn arc(&self) -> Arc<Informers> {
         // See `me`: whoever holds `&self` holds the `Arc` it lives in.
         self.me.upgrade().expect("Informers lives in an Arc")
@@ -242,14 +262,14 @@ impl Informers {
     pub fn start_boot(self: &Arc<Self>) {
         if let Some(positions) = self.positions.clone() {
             let this = self.clone();
-            self.tasks.spawn(async move {
+            self.spawn(async move {
                 positions
                     .keep_saving(|| this.hubs(), this.shutdown.clone())
                     .await
             });
         }
         let this = self.clone();
-        self.tasks.spawn(async move {
+        self.spawn(async move {
             let mut delay = this.cfg.informer.backoff_min;
             let mut refused_delay = REFUSED_RETRY_MIN;
             loop {

@@ -96,7 +96,7 @@ impl<C: Consumer> Reflector<C> {
 
     /// Runs until shutdown on the informers' task tracker.
     pub fn spawn(self, informers: &Arc<Informers>, cx: SubscriptionContext) {
-        informers.tasks.spawn(self.run(informers.clone(), cx));
+        informers.spawn(self.run(informers.clone(), cx));
     }
 
     async fn run(mut self, informers: Arc<Informers>, cx: SubscriptionContext) {

@@ -93,10 +93,9 @@ impl Informers {
         tracing::info!(resource = %key, on_demand = !boot, "starting informer");
         self.metrics.informer_running(&key, true);
         let this = self.arc();
-        self.tasks
-            .spawn(this.clone().run_informer(info, hub.clone(), stop.clone()));
+        self.spawn(this.clone().run_informer(info, hub.clone(), stop.clone()));
         if !boot {
-            self.tasks.spawn(this.stop_when_idle(hub.clone(), stop));
+            self.spawn(this.stop_when_idle(hub.clone(), stop));
         }
         Ok(hub)
     }

@@ -113,6 +113,7 @@ fn names(view: &ClientView) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_cluster_is_served_under_its_own_path_with_one_watch_per_resource() {
+    let log = crate::support::access_log();
     let env = serve(
         vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
         test_config(&["pods"]),
@@ -139,6 +140,27 @@ async fn each_cluster_is_served_under_its_own_path_with_one_watch_per_resource()
             "{cluster}: one upstream watch"
         );
     }
+    // Metrics say which cluster: each hub's gauges its own, nothing
+    // recorded without the label.
+    let metrics = env.get("/metrics", None).await.text().await.unwrap();
+    for cluster in ["east", "west"] {
+        let objects = env.sim(cluster).list("pods").0.len();
+        for line in [
+            format!(
+                "kubefan_subscribers{{cluster=\"{cluster}\",resource=\"pods\",transport=\"Sse\"}} 3"
+            ),
+            format!(
+                "kubefan_hub_cache_objects{{cluster=\"{cluster}\",resource=\"pods\"}} {objects}"
+            ),
+            format!("kubefan_upstream_watches_total{{cluster=\"{cluster}\",resource=\"pods\"}} 1"),
+        ] {
+            assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+        }
+    }
+    assert!(
+        !metrics.contains("{resource=\"pods\""),
+        "every pods series names its cluster:\n{metrics}"
+    );
     // A change in one cluster reaches its viewers only.
     env.sim("west")
         .create("pods", pod("new-in-west").ns("web").build())
@@ -163,6 +185,13 @@ async fn each_cluster_is_served_under_its_own_path_with_one_watch_per_resource()
         (status, pod["metadata"]["name"].as_str()),
         (200, Some("only-west"))
     );
+    // The access log names the cluster, and the path as the client sent it.
+    let line = log
+        .wait_for("for west's pod", |l| {
+            l["path"] == "/clusters/west/api/v1/namespaces/web/pods/only-west"
+        })
+        .await;
+    assert_eq!(line["cluster"], "west", "{line}");
     let (status, body) = env
         .json("/clusters/east/api/v1/namespaces/web/pods/only-west", None)
         .await;

@@ -711,6 +711,18 @@ async fn the_grafana_dashboard_queries_only_metrics_kubefan_exports_and_they_car
     }
     walk(&dashboard, &mut exprs);
     assert!(exprs.len() >= 8, "{} queries", exprs.len());
+    // Several clusters (`--cluster`): a variable picks them, and every
+    // query of a resource's series follows it.
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert!(variables.contains(&"cluster"), "{variables:?}");
+    for expr in exprs.iter().filter(|e| e.contains("$resource")) {
+        assert!(expr.contains("cluster=~\"$cluster\""), "{expr}");
+    }
 
     // The metric families a gateway with a subscriber exports.
     let sim = Sim::new(sim_config());

@@ -39,7 +39,7 @@ use super::{Hub, Joined, Lapped, Obj, SubscriberGuard, View};
 use crate::auth::lease::Lease;
 use crate::epoch::Registration;
 use crate::lifecycle::Lifecycle;
-use crate::metrics::{Metrics, Transport};
+use crate::metrics::Transport;
 
 /// Snapshot objects handed out per item.
 const SNAPSHOT_CHUNK: usize = 256;
@@ -83,7 +83,6 @@ pub struct Subscription {
     scoped: Option<Box<Scoped>>,
     /// A progress mark is owed (the id's tag changed).
     announce: bool,
-    metrics: Arc<Metrics>,
     transport: Transport,
     _counted: SubscriberGuard,
 }
@@ -122,7 +121,7 @@ impl Subscription {
         let SubscriptionContext {
             sync_timeout,
             lifecycle,
-            metrics,
+            ..
         } = cx.clone();
         // Counted in before waiting, so an idle stop cannot close the hub
         // between this check and the join.
@@ -150,7 +149,7 @@ impl Subscription {
                 }))
             }
         };
-        metrics.subscriber_joined(hub.name(), transport);
+        hub.metrics().subscriber_joined(hub.name(), transport);
         let view = hub.view(spec);
         let mut sub = Subscription {
             hub,
@@ -172,7 +171,6 @@ impl Subscription {
             lease,
             scoped,
             announce: false,
-            metrics,
             transport,
             _counted: counted,
         };
@@ -273,7 +271,7 @@ impl Subscription {
                 return ready(Item::Denied(denial));
             }
             if let Some(reason) = self.reset.take() {
-                self.metrics.reset(self.hub.name(), reason.as_str());
+                self.hub.metrics().reset(self.hub.name(), reason.as_str());
                 return ready(Item::Reset(reason));
             }
             if let Some(snap) = &mut self.snapshot {
@@ -300,9 +298,12 @@ impl Subscription {
                 self.snapshot = None;
                 self.sent_rv = rv;
                 self.pos_rv = self.pos_rv.max(rv);
-                self.metrics
+                self.hub
+                    .metrics()
                     .snapshot_served(self.hub.name(), self.transport);
-                self.metrics.snapshot_size(self.hub.name(), objects, bytes);
+                self.hub
+                    .metrics()
+                    .snapshot_size(self.hub.name(), objects, bytes);
                 return ready(Item::SnapshotEnd { rv });
             }
             if self.lifecycle.is_shutting_down() {
@@ -386,7 +387,7 @@ impl Subscription {
 
     /// Its cursor fell off the log: a fresh snapshot, announced as a reset.
     fn lapped(&mut self) {
-        self.metrics.lapped(self.hub.name());
+        self.hub.metrics().lapped(self.hub.name());
         self.join(None);
         self.reset = Some(ResetReason::Lapped);
     }
@@ -459,7 +460,8 @@ impl Drop for Subscription {
         if let Some(scoped) = &mut self.scoped {
             scoped.access.source.changes().deregister(&mut scoped.wait);
         }
-        self.metrics
+        self.hub
+            .metrics()
             .subscriber_left(self.hub.name(), self.transport);
     }
 }

@@ -96,13 +96,7 @@ pub async fn watch(
     ];
     headers.extend(hub_warnings.iter().map(|w| (header::WARNING, *w)));
     let body = WatchBody {
-        framed: Framed::new(
-            sub,
-            framing,
-            &state.metrics,
-            Transport::KubeWatch,
-            principal.name(),
-        ),
+        framed: Framed::new(sub, framing, Transport::KubeWatch, principal.name()),
         // At most a year away (`MAX_WATCH_TIMEOUT`), so this never fails;
         // if it did, the watch would have no deadline rather than a panic.
         deadline: Instant::now().checked_add(plan.timeout),

@@ -83,7 +83,7 @@ pub async fn stream(
     .await?;
     access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
     let taken = handshake(&req, &state, &sub.hub().warnings())?;
-    let framed = framed(sub, &state, principal.name());
+    let framed = framed(sub, principal.name());
     let wire = single::Single::new(
         Box::new(taken),
         state.stream.effective_ws_idle_timeout(),
@@ -164,14 +164,8 @@ fn switching<B>(response: &actix_http::Response<B>) -> Bytes {
 }
 
 /// A subscription framed as WebSocket messages.
-fn framed(sub: Subscription, state: &AppState, principal: &str) -> Framed<WsFraming> {
-    Framed::new(
-        sub,
-        WsFraming::default(),
-        &state.metrics,
-        Transport::WebSocket,
-        principal,
-    )
+fn framed(sub: Subscription, principal: &str) -> Framed<WsFraming> {
+    Framed::new(sub, WsFraming::default(), Transport::WebSocket, principal)
 }
 
 /// The messages of a stream's next item, counted as sent: their payloads

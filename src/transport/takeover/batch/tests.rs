@@ -195,7 +195,7 @@ impl Setup {
                 _ => panic!("not a snapshot"),
             }
         }
-        let framed = Framed::new(sub, SseFraming, &self.metrics, Transport::Sse, "test");
+        let framed = Framed::new(sub, SseFraming, Transport::Sse, "test");
         assert!(framed.batchable().is_some(), "caught up");
         let socket = Arc::new(Socket::default());
         let fake = Fake {

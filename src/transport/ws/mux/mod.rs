@@ -171,7 +171,7 @@ fn starting(
             started = subscribe(&state, &cluster, &principal, &resource, &params, Transport::WebSocket) => started.map_err(|e| e.status()),
         }?;
         let warnings = sub.hub().warnings();
-        Ok((super::framed(sub, &state, principal.name()), warnings))
+        Ok((super::framed(sub, principal.name()), warnings))
     })
 }
 
