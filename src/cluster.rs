@@ -285,23 +285,33 @@ impl std::ops::Deref for ClusterOf {
     }
 }
 
+impl ClusterOf {
+    /// The cluster the middleware chose for `req`.
+    pub fn of(req: &HttpRequest) -> Result<ClusterOf, ApiError> {
+        req.extensions()
+            .get::<ClusterOf>()
+            .map(|c| ClusterOf(c.0.clone()))
+            .ok_or_else(|| {
+                ApiError::NotFound(format!(
+                    "{} names no cluster and this gateway has no --default-cluster: use /clusters/NAME{} (GET /clusters lists them)",
+                    req.path(),
+                    req.path()
+                ))
+            })
+    }
+}
+
+/// In a request's extensions when its path named its cluster
+/// (`/clusters/NAME/...`), rather than defaulting to one.
+#[derive(Clone, Copy)]
+pub struct Prefixed;
+
 impl FromRequest for ClusterOf {
     type Error = ApiError;
     type Future = Ready<Result<ClusterOf, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
-        ready(
-            req.extensions()
-                .get::<ClusterOf>()
-                .map(|c| ClusterOf(c.0.clone()))
-                .ok_or_else(|| {
-                    ApiError::NotFound(format!(
-                        "{} names no cluster and this gateway has no --default-cluster: use /clusters/NAME{} (GET /clusters lists them)",
-                        req.path(),
-                        req.path()
-                    ))
-                }),
-        )
+        ready(ClusterOf::of(req))
     }
 }
 

@@ -61,6 +61,7 @@ pub async fn check_request(
             Ok((cluster, rest)) => {
                 if let Some(rest) = rest.map(str::to_string) {
                     route_to(&mut req, &rest);
+                    req.extensions_mut().insert(crate::cluster::Prefixed);
                 }
                 if let Some(cluster) = cluster {
                     req.extensions_mut().insert(ClusterOf(cluster));

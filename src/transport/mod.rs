@@ -3,6 +3,7 @@
 
 pub mod access_log;
 pub mod kube;
+pub mod merged;
 pub mod message;
 pub mod sse;
 pub mod state;

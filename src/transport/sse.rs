@@ -34,10 +34,14 @@ pub async fn stream(
     req: HttpRequest,
     resource: web::Path<String>,
     state: web::Data<AppState>,
-    cluster: ClusterOf,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
-    let mut params = parse_stream_query(&auth::strip_token(req.query_string()))?;
+    let query = auth::strip_token(req.query_string());
+    if let Some((clusters, pairs)) = merged_query(&query)? {
+        return merged(&req, &state, &principal, &resource, &clusters, pairs).await;
+    }
+    let cluster = ClusterOf::of(&req)?;
+    let mut params = parse_stream_query(&query)?;
     if let Some(id) = req.headers().get("Last-Event-ID") {
         // The header wins over `?resourceVersion=`: a browser reconnecting
         // sends the original URL with its newest id in the header.
@@ -72,6 +76,71 @@ pub async fn stream(
     // The API server's warnings for the resource (a deprecated API's).
     headers.extend(warnings.iter().map(|w| (header::WARNING, *w)));
     Ok(takeover::respond(&req, &state.streams, &headers, body))
+}
+
+/// The query of a stream across clusters: its `clusters=` value and the
+/// other pairs; `None` when it names no `clusters`.
+fn merged_query(query: &str) -> Result<Option<(String, Pairs)>, ApiError> {
+    let pairs = web::Query::<Pairs>::from_query(query)
+        .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))?
+        .into_inner();
+    let (clusters, rest): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|(k, _)| k == "clusters");
+    Ok(clusters
+        .into_iter()
+        .next_back()
+        .map(|(_, value)| (value, rest)))
+}
+
+/// A query's key/value pairs.
+type Pairs = Vec<(String, String)>;
+
+/// `GET /stream/{resource}?clusters=...` (`transport::merged`); the
+/// position to resume from is the compound id, from `Last-Event-ID` or
+/// `resourceVersion`.
+async fn merged(
+    req: &HttpRequest,
+    state: &AppState,
+    principal: &Principal,
+    resource: &str,
+    clusters: &str,
+    pairs: Pairs,
+) -> Result<HttpResponse, ApiError> {
+    use crate::transport::merged;
+    if actix_web::HttpMessage::extensions(req).contains::<crate::cluster::Prefixed>() {
+        return Err(ApiError::BadRequest(
+            "clusters= merges clusters at the root paths (/stream/...), not under /clusters/NAME/"
+                .into(),
+        ));
+    }
+    let chosen = merged::named(&state.clusters, clusters)?;
+    let (positions, pairs): (Vec<_>, Vec<_>) =
+        pairs.into_iter().partition(|(k, _)| k == "resourceVersion");
+    let params = crate::transport::parse_stream_params(pairs, "query parameter")?;
+    let names: Vec<&str> = chosen.0.iter().map(|c| c.name().unwrap_or("")).collect();
+    let header = req
+        .headers()
+        .get("Last-Event-ID")
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| ApiError::BadRequest("Last-Event-ID is not valid text".into()))
+        })
+        .transpose()?
+        .filter(|v| !v.trim().is_empty());
+    // The header wins, as on a single-cluster stream.
+    let resume = match (header, positions.last()) {
+        (Some(id), _) => merged::parse_compound("Last-Event-ID", id, &names)?,
+        (None, Some((_, rv))) => merged::parse_compound("resourceVersion", rv, &names)?,
+        (None, None) => vec![None; names.len()],
+    };
+    let preamble = Bytes::from(format!("retry: {}\n\n", retry_hint(state.stream.retry)));
+    let plan = merged::Plan {
+        resource,
+        params,
+        chosen,
+        resume,
+        preamble,
+    };
+    merged::stream(req, state, principal, plan).await
 }
 
 pub(crate) fn parse_last_event_id(value: &HeaderValue) -> Result<Option<Position>, ApiError> {

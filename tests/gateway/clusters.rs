@@ -3,7 +3,7 @@
 //! `--default-cluster` at the root paths, and the errors of naming one
 //! that is not there.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kubefan::app::{App, Upstream};
@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::rbac::{ROLE_BINDINGS, ROLES, binding, pod_reader};
 use crate::sse::seeded;
-use crate::support::{ClientView, SseClient, WAIT, test_config, validate_status};
+use crate::support::{ClientView, SseClient, SseEvent, WAIT, test_config, validate_status};
 
 /// Simulated clusters and one gateway serving them all.
 struct Env {
@@ -360,17 +360,17 @@ async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
         .create(ROLE_BINDINGS, binding("dana-batch", "batch", "dana"))
         .unwrap();
     let (east, _) = tokio::time::timeout(WAIT, async {
+        let authorizer = env.app.clusters().all()[0].authorizer();
         loop {
+            // Taken before looking, so a change in between is not missed.
+            let changed = authorizer.rbac_changed();
             let (view, sse) = env
                 .snapshot("/clusters/east/stream/pods", Some("dana-token"))
                 .await;
             if namespaces(&view).len() == 2 {
                 return (view, sse);
             }
-            env.app.clusters().all()[0]
-                .authorizer()
-                .rbac_changed()
-                .await;
+            changed.await;
         }
     })
     .await
@@ -464,4 +464,296 @@ async fn clusters_that_cannot_be_served_are_refused_at_start_saying_why() {
         "{err}"
     );
     server.stop().await;
+}
+
+/// A merged stream's event as its cluster's part alone: the same event,
+/// with that cluster's position as its id (an id that no longer names the
+/// cluster cleared it, as a `RESET` does).
+fn part_of(ev: &SseEvent) -> (String, SseEvent) {
+    let cluster = ev.data["cluster"]
+        .as_str()
+        .unwrap_or_else(|| panic!("every message names its cluster: {:?}", ev))
+        .to_string();
+    let id = ev.id.as_ref().map(|compound| {
+        compound
+            .split(',')
+            .find_map(|part| part.strip_prefix(&format!("{cluster}=")))
+            .unwrap_or("")
+            .to_string()
+    });
+    (
+        cluster,
+        SseEvent {
+            event: ev.event.clone(),
+            id,
+            data: ev.data.clone(),
+        },
+    )
+}
+
+/// Per-cluster views of one merged stream.
+#[derive(Default)]
+struct Merged {
+    views: BTreeMap<String, ClientView>,
+    /// The last compound id seen.
+    last_id: Option<String>,
+    events: Vec<(String, String)>,
+}
+
+impl Merged {
+    fn apply(&mut self, ev: &SseEvent) {
+        if let Some(id) = &ev.id {
+            self.last_id = Some(id.clone()).filter(|i| !i.is_empty());
+        }
+        let (cluster, part) = part_of(ev);
+        self.events.push((cluster.clone(), ev.event.clone()));
+        self.views
+            .entry(cluster)
+            .or_default()
+            .apply(&part);
+    }
+
+    /// Reads until every cluster's view is settled at its simulator's
+    /// resourceVersion.
+    async fn follow(&mut self, sse: &mut SseClient, env: &Env, clusters: &[&str]) {
+        let want: Vec<u64> = clusters
+            .iter()
+            .map(|c| env.sim(c).stats().resource_version)
+            .collect();
+        tokio::time::timeout(WAIT, async {
+            while !clusters
+                .iter()
+                .zip(&want)
+                .all(|(c, rv)| self.views.get(*c).is_some_and(|v| v.settled(*rv)))
+            {
+                let ev = sse.next().await.expect("the merged stream goes on");
+                self.apply(&ev);
+            }
+        })
+        .await
+        .expect("every cluster's part in time");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_stream_is_each_clusters_truth_and_resumes_each_part_alone() {
+    let env = serve(
+        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
+        test_config(&["pods"]),
+    )
+    .await;
+    let clusters = ["east", "west"];
+    let open = |id: Option<&str>, query: &str| {
+        let mut req = env
+            .http
+            .get(format!("{}/stream/pods?clusters={query}", env.base));
+        if let Some(id) = id {
+            req = req.header("Last-Event-ID", id);
+        }
+        async move {
+            let resp = tokio::time::timeout(WAIT, req.send())
+                .await
+                .expect("in time")
+                .expect("request");
+            assert_eq!(resp.status(), 200);
+            SseClient::new(resp)
+        }
+    };
+
+    // One snapshot of each, each message naming its cluster (the client
+    // validates every message against the schema), then every change.
+    let mut sse = open(None, "east,west").await;
+    let mut merged = Merged::default();
+    merged.follow(&mut sse, &env, &clusters).await;
+    for cluster in clusters {
+        merged.views[cluster].assert_matches(&env.sim(cluster).list("pods").0);
+    }
+    for (cluster, n) in [("east", 3), ("west", 2)] {
+        for i in 0..n {
+            env.sim(cluster)
+                .create("pods", pod(&format!("{cluster}-{i}")).ns("web").build())
+                .unwrap();
+        }
+    }
+    env.sim("west")
+        .delete("pods", Some("web"), "only-west")
+        .unwrap();
+    merged.follow(&mut sse, &env, &clusters).await;
+    for cluster in clusters {
+        merged.views[cluster].assert_matches(&env.sim(cluster).list("pods").0);
+        assert!(merged.views[cluster].resets.is_empty());
+    }
+    let id = merged.last_id.clone().expect("a compound id");
+    assert!(id.starts_with("east=") && id.contains(",west="), "{id}");
+    for cluster in clusters {
+        assert_eq!(env.sim(cluster).stats().resource("pods").open_watches, 1);
+    }
+    drop(sse);
+
+    // Changes while away; the reconnect resumes each part from its own
+    // position: no snapshot, no reset, every change.
+    env.sim("east")
+        .create("pods", pod("while-away").ns("web").build())
+        .unwrap();
+    env.sim("west")
+        .create("pods", pod("while-away").ns("batch").build())
+        .unwrap();
+    for view in merged.views.values_mut() {
+        view.resume();
+    }
+    merged.events.clear();
+    let mut sse = open(Some(&id), "east,west").await;
+    merged.follow(&mut sse, &env, &clusters).await;
+    for cluster in clusters {
+        let view = &merged.views[cluster];
+        view.assert_matches(&env.sim(cluster).list("pods").0);
+        assert_eq!(view.snapshots, 1, "{cluster} resumed without a snapshot");
+    }
+    assert!(
+        merged.events.iter().all(|(_, e)| e != "RESET"),
+        "{:?}",
+        merged.events
+    );
+    drop(sse);
+
+    // East's position is long gone from its log: east alone starts over
+    // with a RESET and a snapshot; west resumes.
+    let west = id.split(',').find(|p| p.starts_with("west=")).unwrap();
+    let mut sse = open(Some(&format!("east=1,{west}")), "east,west").await;
+    let mut again = Merged::default();
+    again.views.insert("west".into(), {
+        let mut view = ClientView::new();
+        view.resume();
+        view
+    });
+    again.follow(&mut sse, &env, &clusters).await;
+    again.views["east"].assert_matches(&env.sim("east").list("pods").0);
+    assert!(
+        again
+            .events
+            .iter()
+            .all(|(c, e)| c == "east" || (e != "RESET" && e != "BOOKMARK")),
+        "west neither reset nor sent a snapshot: {:?}",
+        again.events
+    );
+    assert!(
+        again
+            .events
+            .iter()
+            .any(|(c, e)| c == "east" && e == "RESET"),
+        "{:?}",
+        again.events
+    );
+    drop(sse);
+
+    // Bad input, each a Status saying what is wrong.
+    for (path, id, status, says) in [
+        ("/stream/pods?clusters=east,north", None, 404, "\"north\""),
+        ("/stream/pods?clusters=", None, 400, "names no cluster"),
+        (
+            "/stream/pods?clusters=east",
+            Some("5"),
+            400,
+            "not a merged stream's id",
+        ),
+        (
+            "/stream/pods?clusters=east",
+            Some("east=5,west=6"),
+            400,
+            "does not ask for",
+        ),
+        (
+            "/stream/pods?clusters=east&resourceVersion=east%3Dx",
+            None,
+            400,
+            "not a resourceVersion",
+        ),
+        (
+            "/clusters/east/stream/pods?clusters=east",
+            None,
+            400,
+            "root paths",
+        ),
+    ] {
+        let mut req = env.http.get(format!("{}{path}", env.base));
+        if let Some(id) = id {
+            req = req.header("Last-Event-ID", id);
+        }
+        let resp = tokio::time::timeout(WAIT, req.send())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), status, "{path} {id:?}");
+        let body: Value = resp.json().await.unwrap();
+        validate_status(&body);
+        assert!(
+            body["message"].as_str().unwrap().contains(says),
+            "{path}: {body}"
+        );
+    }
+    env.stop().await;
+}
+
+/// Each part of a merged stream is narrowed by its own cluster's RBAC;
+/// `*` leaves out a cluster that refuses and says so, a named one that
+/// refuses is 403 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_streams_parts_are_each_clusters_grant() {
+    let sims: Vec<(&'static str, Sim)> = ["east", "west", "north"]
+        .into_iter()
+        .map(|name| {
+            let sim = seeded(18);
+            for ns in ["default", "web", "batch"] {
+                sim.create(ROLES, pod_reader(ns)).unwrap();
+            }
+            sim.set_users(vec![SimUser::new("dana-token", "dana", &["team"])]);
+            (name, sim)
+        })
+        .collect();
+    sims[0]
+        .1
+        .create(ROLE_BINDINGS, binding("dana-web", "web", "dana"))
+        .unwrap();
+    sims[1]
+        .1
+        .create(ROLE_BINDINGS, binding("dana-batch", "batch", "dana"))
+        .unwrap();
+    let mut cfg = test_config(&["pods"]);
+    cfg.auth.set(AuthMethod::Kubernetes);
+    let env = serve(sims, cfg).await;
+
+    let resp = env.get("/stream/pods?clusters=*", Some("dana-token")).await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    let first = sse.next().await.unwrap();
+    assert_eq!(
+        (first.event.as_str(), first.data["cluster"].as_str()),
+        ("CLUSTER", Some("north"))
+    );
+    assert_eq!(first.data["object"]["code"], 403, "{:?}", first.data);
+    let mut merged = Merged::default();
+    merged.follow(&mut sse, &env, &["east", "west"]).await;
+    let namespaces = |cluster: &str| -> BTreeSet<String> {
+        merged.views[cluster]
+            .objects
+            .values()
+            .map(|o| o["metadata"]["namespace"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(namespaces("east"), BTreeSet::from(["web".to_string()]));
+    assert_eq!(namespaces("west"), BTreeSet::from(["batch".to_string()]));
+    assert!(!merged.views.contains_key("north"));
+
+    let (status, body) = env
+        .json("/stream/pods?clusters=east,north", Some("dana-token"))
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("cluster \"north\""),
+        "{body}"
+    );
+    env.stop().await;
 }
