@@ -18,7 +18,8 @@ use crate::support::{ClientView, SseClient, SseEvent, WAIT, test_config, validat
 
 /// Simulated clusters and one gateway serving them all.
 struct Env {
-    sims: Vec<(&'static str, Sim, SimServer)>,
+    /// Each cluster's simulator and its server (`None` while stopped).
+    sims: Vec<(&'static str, Sim, Option<SimServer>)>,
     app: App,
     base: String,
     http: reqwest::Client,
@@ -45,7 +46,7 @@ async fn serve(sims: Vec<(&'static str, Sim)>, cfg: Config) -> Env {
             reviews: client,
             url: Some(server.url()),
         });
-        served.push((name, sim, server));
+        served.push((name, sim, Some(server)));
     }
     let app = App::build_clusters(cfg, upstreams)
         .await
@@ -61,6 +62,22 @@ async fn serve(sims: Vec<(&'static str, Sim)>, cfg: Config) -> Env {
 impl Env {
     fn sim(&self, name: &str) -> &Sim {
         &self.sims.iter().find(|(n, ..)| *n == name).unwrap().1
+    }
+
+    /// Stops cluster `name`'s API server (its address stays known).
+    async fn kill(&mut self, name: &str) -> std::net::SocketAddr {
+        let (_, _, server) = self.sims.iter_mut().find(|(n, ..)| *n == name).unwrap();
+        let server = server.take().expect("running");
+        let addr = server.addr();
+        server.stop().await;
+        addr
+    }
+
+    /// Starts cluster `name`'s API server again at `addr`, its objects
+    /// and history as they are (an API server restart; etcd kept).
+    async fn restart(&mut self, name: &str, addr: std::net::SocketAddr) {
+        let (_, sim, server) = self.sims.iter_mut().find(|(n, ..)| *n == name).unwrap();
+        *server = Some(sim.serve(addr).await.expect("the same address binds again"));
     }
 
     async fn get(&self, path: &str, token: Option<&str>) -> reqwest::Response {
@@ -99,7 +116,9 @@ impl Env {
     async fn stop(self) {
         self.app.stop().await;
         for (_, _, server) in self.sims {
-            server.stop().await;
+            if let Some(server) = server {
+                server.stop().await;
+            }
         }
     }
 }
@@ -507,10 +526,7 @@ impl Merged {
         }
         let (cluster, part) = part_of(ev);
         self.events.push((cluster.clone(), ev.event.clone()));
-        self.views
-            .entry(cluster)
-            .or_default()
-            .apply(&part);
+        self.views.entry(cluster).or_default().apply(&part);
     }
 
     /// Reads until every cluster's view is settled at its simulator's
@@ -756,4 +772,128 @@ async fn a_merged_streams_parts_are_each_clusters_grant() {
         "{body}"
     );
     env.stop().await;
+}
+
+/// One cluster's API server killed and restarted mid-churn: the other
+/// cluster's part of a merged stream and its own viewers see every change
+/// with no reset; the restarted cluster's part resumes (kubefan's watch
+/// resumes from its resourceVersion) and ends equal to its truth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_restarted_mid_churn_leaves_the_others_without_a_gap() {
+    let mut env = serve(
+        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
+        test_config(&["pods"]),
+    )
+    .await;
+    let clusters = ["east", "west"];
+    let resp = env.get("/stream/pods?clusters=east,west", None).await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    let mut merged = Merged::default();
+    merged.follow(&mut sse, &env, &clusters).await;
+    let (mut east_view, mut east_sse) = env.snapshot("/clusters/east/stream/pods", None).await;
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let churn = |name: &str| {
+        kubefan_sim::spawn_churn(
+            env.sim(name).clone(),
+            kubefan_sim::ChurnConfig {
+                rate: 100.0,
+                pods: 8,
+                seed: Some(3),
+                ..Default::default()
+            },
+            stop.clone(),
+        )
+    };
+    let churners = [churn("east"), churn("west")];
+    let addr = env.kill("west").await;
+    // West changes while its API server is away from kubefan; east goes on.
+    for i in 0..20 {
+        for cluster in clusters {
+            env.sim(cluster)
+                .create("pods", pod(&format!("during-{i}")).ns("batch").build())
+                .unwrap();
+        }
+    }
+    let rv = env.sim("east").stats().resource_version;
+    tokio::time::timeout(WAIT, east_view.follow(&mut east_sse, rv))
+        .await
+        .expect("east's viewers follow while west is down");
+    env.restart("west", addr).await;
+    stop.cancel();
+    for churner in churners {
+        churner.await.unwrap();
+    }
+    merged.follow(&mut sse, &env, &clusters).await;
+    let east_rv = env.sim("east").stats().resource_version;
+    tokio::time::timeout(WAIT, east_view.follow(&mut east_sse, east_rv))
+        .await
+        .expect("east's viewer in time");
+    east_view.assert_matches(&env.sim("east").list("pods").0);
+    assert!(east_view.resets.is_empty());
+    for cluster in clusters {
+        merged.views[cluster].assert_matches(&env.sim(cluster).list("pods").0);
+        assert!(merged.views[cluster].resets.is_empty(), "{cluster}");
+        assert_eq!(env.sim(cluster).stats().resource("pods").open_watches, 1);
+    }
+    env.stop().await;
+}
+
+/// A leaf of a tier whose root serves several clusters: one `--cluster`
+/// per root cluster, each upstream URL the root's `/clusters/NAME`
+/// (kube's client keeps a server URL's path). Its viewers see each
+/// cluster's objects, and each API server still sees one watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_serves_a_multi_cluster_root_through_its_per_cluster_paths() {
+    let root = serve(
+        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
+        test_config(&["pods"]),
+    )
+    .await;
+    let upstreams = ["east", "west"]
+        .into_iter()
+        .map(|name| {
+            let url = format!("{}/clusters/{name}", root.base);
+            let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+            Upstream {
+                name: Some(name.to_string()),
+                client: client.clone(),
+                reviews: client,
+                url: Some(url),
+            }
+        })
+        .collect();
+    let mut cfg = test_config(&["pods"]);
+    cfg.clusters.default = Some("east".into());
+    let leaf = App::build_clusters(cfg, upstreams)
+        .await
+        .expect("the leaf starts");
+    let leaf_env = Env {
+        sims: Vec::new(),
+        base: format!("http://{}", leaf.local_addr()),
+        app: leaf,
+        http: reqwest::Client::new(),
+    };
+    let mut streams = Vec::new();
+    for cluster in ["east", "west"] {
+        for _ in 0..3 {
+            let (view, sse) = leaf_env
+                .snapshot(&format!("/clusters/{cluster}/stream/pods"), None)
+                .await;
+            view.assert_matches(&root.sim(cluster).list("pods").0);
+            streams.push(sse);
+        }
+    }
+    let (merged, _) = leaf_env.snapshot("/stream/pods", None).await;
+    assert!(
+        names(&merged).contains("only-east"),
+        "the default cluster at the root paths"
+    );
+    for cluster in ["east", "west"] {
+        assert_eq!(root.sim(cluster).stats().resource("pods").open_watches, 1);
+    }
+    drop(streams);
+    leaf_env.stop().await;
+    root.stop().await;
 }
