@@ -52,7 +52,14 @@
 #   SERVERS=kubefan POINTS="10000:sse:jwt" bash loadtest/run-points.sh
 #   SERVERS=kubefan POINTS="10000:sse:rbac" bash loadtest/run-points.sh
 #   SERVERS=kubefan POINTS="10000:wsmux1 10000:wsmux10" bash loadtest/run-points.sh
+# - `clusters=K`: SSE only. K simulated clusters (K simulators, on
+#   18001...), one kubefan serving them (`--cluster cI=...`), every
+#   subscriber on one stream across all of them
+#   (`/stream/pods?clusters=c0,...`); the changes go to the clusters in
+#   turn, so each subscriber still gets every change, from K parts.
+#
 #   SERVERS=kubefan POINTS="10000:sse:views=1000" bash loadtest/run-points.sh
+#   SERVERS=kubefan POINTS="10000:sse 10000:sse:clusters=3" bash loadtest/run-points.sh
 #
 # Binaries are built into $CARGO_TARGET_DIR (default target/).
 set -euo pipefail
@@ -110,7 +117,7 @@ for point in $POINTS; do
   if [[ "$transport" =~ ^wsmux([0-9]+)$ ]]; then
     transport_run=(--transport ws-mux --ws-mux-subscriptions "${BASH_REMATCH[1]}")
   fi
-  tls_serve=(); tls_run=(); scheme=http; suffix=""
+  tls_serve=(); tls_run=(); scheme=http; suffix=""; sim_url=http://127.0.0.1:18001
   if [ "$mode" = tls ] || [ "$mode" = h2 ]; then
     tls_serve=(--tls-cert-file "$CERT/cert.pem" --tls-key-file "$CERT/key.pem")
     tls_run=(--tls-ca "$CERT/cert.pem"); scheme=https; suffix="-$mode"
@@ -153,8 +160,13 @@ for point in $POINTS; do
       --namespaces "${NAMESPACES:-10}"); suffix="-rbac"
   elif [[ "$mode" == views=* ]]; then
     tls_run=(--views "${mode#views=}"); suffix="-views${mode#views=}"
+  elif [[ "$mode" == clusters=* ]]; then
+    k=${mode#clusters=}
+    names=$(seq -s, -f 'c%g' 0 $((k - 1)))
+    sims=$(seq -s, -f 'http://127.0.0.1:%g' 18001 $((18000 + k)))
+    tls_run=(--clusters "$names"); sim_url=$sims; suffix="-clusters$k"
   elif [ "$mode" != plain ]; then
-    echo "$point: MODE is plain, tls, h2, session, jwt, rbac or views=V" >&2; exit 1
+    echo "$point: MODE is plain, tls, h2, session, jwt, rbac, views=V or clusters=K" >&2; exit 1
   fi
   sim_args=()
   if [ "$mode" = rbac ]; then
@@ -178,6 +190,22 @@ for point in $POINTS; do
         wait_http http://127.0.0.1:18001/version
         # Written just after the simulator starts serving.
         for _ in $(seq 50); do [ -s /tmp/lt.kubeconfig ] && break; sleep 0.1; done
+        upstream=(--kubeconfig /tmp/lt.kubeconfig)
+        if [[ "$mode" == clusters=* ]]; then
+          # The first simulator is cluster c0; the others start here.
+          upstream=(--cluster c0=/tmp/lt.kubeconfig --default-cluster c0)
+          for i in $(seq 1 $((k - 1))); do
+            port=$((18001 + i))
+            ports_free "$port"
+            rm -f "/tmp/lt-$i.kubeconfig"
+            taskset -c 0 "$KUBEFAN" sim --listen "127.0.0.1:$port" --kubeconfig-out "/tmp/lt-$i.kubeconfig" \
+              --churn-rate 0 --pods 100 >"/tmp/lt-sim-$i.log" 2>&1 &
+            sim="$sim $!"
+            wait_http "http://127.0.0.1:$port/version"
+            for _ in $(seq 50); do [ -s "/tmp/lt-$i.kubeconfig" ] && break; sleep 0.1; done
+            upstream+=(--cluster "c$i=/tmp/lt-$i.kubeconfig")
+          done
+        fi
         if [ "$mode" = rbac ]; then
           # The users' tokens (with the namespace each may see), the
           # admin's, and a RoleBinding per namespace.
@@ -214,7 +242,7 @@ PY
           curl -sf -o /dev/null -H 'Content-Type: application/json' -X POST "$rbac/clusterrolebindings" -d \
             '{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"loadtest"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"pod-reader"},"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"Group","name":"loadtest"}]}'
         fi
-        taskset -c 0 "$KUBEFAN" serve --kubeconfig /tmp/lt.kubeconfig --listen 127.0.0.1:18080 \
+        taskset -c 0 "$KUBEFAN" serve "${upstream[@]}" --listen 127.0.0.1:18080 \
           --resources pods --workers 1 "${tls_serve[@]}" >/tmp/lt-gw.log 2>&1 &
         srv=$!
         wait_http "$scheme://127.0.0.1:18080/readyz" -k
@@ -242,10 +270,11 @@ PY
         base=http://127.0.0.1:8090
         sim=""
       fi
-      taskset -c 1 "$BIN/loadtest" run --server "$server" --base "$base" --sim http://127.0.0.1:18001 \
+      taskset -c 1 "$BIN/loadtest" run --server "$server" --base "$base" --sim "$sim_url" \
         --pid "$pid" "${transport_run[@]}" --subscribers "$n" --rate "$RATE" \
         --duration-secs "$DURATION" --workers "$workers" --payload "$PAYLOAD" "${tls_run[@]}" "${publish[@]}" --out "$file" >/dev/null
-      kill "$srv" ${sim:+"$sim"} 2>/dev/null || true
+      # shellcheck disable=SC2086 # $sim: one or more simulators' pids.
+      kill "$srv" ${sim:+$sim} 2>/dev/null || true
       wait 2>/dev/null || true
     done
   done

@@ -77,9 +77,16 @@ struct RunArgs {
     /// (the TLS floor takes them on its plain listener).
     #[arg(long)]
     publish_base: Option<String>,
-    /// kubefan: the simulated API server changes are driven through.
-    #[arg(long, default_value = "http://127.0.0.1:8001")]
-    sim: String,
+    /// kubefan: the simulated API server changes are driven through;
+    /// several (comma-separated), the clusters of a `--clusters` run:
+    /// change SEQ goes to the SEQ mod N-th.
+    #[arg(long, default_value = "http://127.0.0.1:8001", value_delimiter = ',')]
+    sim: Vec<String>,
+    /// kubefan, SSE: subscribe to one stream across these clusters
+    /// (`/stream/pods?clusters=VALUE`, e.g. `c0,c1,c2`), each `--sim` one
+    /// of them.
+    #[arg(long)]
+    clusters: Option<String>,
     /// A bearer token for the simulated API server (in RBAC mode, its
     /// admin's: `kubefan-sim-admin` in its `--kubeconfig-out` file).
     #[arg(long, value_name = "FILE")]
@@ -286,7 +293,7 @@ struct Publisher {
     http: reqwest::Client,
     server: String,
     base: String,
-    sim: String,
+    sim: Vec<String>,
     sim_token: Option<String>,
     namespaces: usize,
     payload: usize,
@@ -308,7 +315,10 @@ async fn publish(p: Publisher, seq: usize) -> anyhow::Result<()> {
         to_sim(
             http,
             reqwest::Method::PATCH,
-            format!("{}/api/v1/namespaces/{ns}/pods/target", args.sim),
+            format!(
+                "{}/api/v1/namespaces/{ns}/pods/target",
+                args.sim[seq % args.sim.len()]
+            ),
             args.sim_token.as_deref(),
         )
         .header("Content-Type", "application/merge-patch+json")
@@ -334,7 +344,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     if args.server == "kubefan" {
-        setup_kubefan(&http, &args.sim, sim_token.as_deref(), args.namespaces).await?;
+        for sim in &args.sim {
+            setup_kubefan(&http, sim, sim_token.as_deref(), args.namespaces).await?;
+        }
+        if args.clusters.is_some() && args.transport != Transport::Sse {
+            bail!("--clusters is for --transport sse");
+        }
     } else if args.namespaces > 1 || args.views > 0 {
         bail!("--namespaces and --views are for kubefan");
     }
@@ -371,6 +386,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespaces: args.namespaces,
         ws_mux: args.ws_mux_subscriptions as usize,
         views: args.views,
+        clusters: args.clusters.clone(),
     };
     let auth = match (&args.cookie_file, &args.bearer_file) {
         (Some(_), _) => Some("cookie"),
@@ -533,7 +549,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "failed_connections": failed, "publish_errors": publish_errors,
         "expected": expected, "delivered": delivered, "lost": expected.saturating_sub(delivered),
         "duplicates": dups, "resets": resets, "namespaces": args.namespaces, "leaked": leaked,
-        "views": args.views,
+        "views": args.views, "clusters": args.clusters,
         "latency_ms": {"p50": total.value_at_quantile(0.5) as f64 / 1000.0,
             "p99": total.value_at_quantile(0.99) as f64 / 1000.0,
             "p999": total.value_at_quantile(0.999) as f64 / 1000.0, "max": total.max() as f64 / 1000.0},

@@ -160,6 +160,9 @@ pub struct Target {
     /// [`view_selector`]`(i % views)`.
     #[serde(default)]
     pub views: usize,
+    /// kubefan, SSE: one stream across these clusters (`clusters=`).
+    #[serde(default)]
+    pub clusters: Option<String>,
 }
 
 /// A label selector of its own for view `v` that every pod matches: no pod
@@ -305,6 +308,9 @@ impl Target {
                 } else {
                     &self.base
                 };
+                if let Some(clusters) = &self.clusters {
+                    query.push(format!("clusters={clusters}"));
+                }
                 (base, "/stream/pods")
             }
         };
@@ -959,6 +965,7 @@ mod tests {
             namespaces: 1,
             ws_mux: 2,
             views: 0,
+            clusters: None,
         };
         let client = Client::Http(client_for("127.0.0.1".parse().unwrap(), None).unwrap());
         let credential = bearer_line("tok");
@@ -1008,6 +1015,7 @@ mod tests {
             namespaces: 1,
             ws_mux: 1,
             views,
+            clusters: None,
         };
         assert_eq!(
             target(Transport::Sse, 0).url(7),
