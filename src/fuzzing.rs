@@ -127,8 +127,12 @@ impl WsOp {
                 id,
                 resource,
                 params,
+                cluster,
             } => {
                 fields.insert("resource".into(), Value::String(resource.clone()));
+                if let Some(cluster) = cluster {
+                    fields.insert("cluster".into(), Value::String(cluster.clone()));
+                }
                 for (key, value) in params.pairs() {
                     fields.insert(key.into(), Value::String(value));
                 }

@@ -897,3 +897,65 @@ async fn a_leaf_serves_a_multi_cluster_root_through_its_per_cluster_paths() {
     leaf_env.stop().await;
     root.stop().await;
 }
+
+/// One `/ws` socket carrying subscriptions in several clusters: a
+/// subscribe message's `cluster` picks one, every message of it names
+/// it; an unknown one is refused for that subscription alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_socket_subscribes_in_several_clusters() {
+    let env = serve(
+        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
+        test_config(&["pods"]),
+    )
+    .await;
+    let mut ws = crate::ws::WsClient::connect_to(env.app.local_addr(), "/clusters/east/ws").await;
+    for (id, cluster) in [("e", None), ("w", Some("west"))] {
+        let mut msg = serde_json::json!({"op": "subscribe", "id": id, "resource": "pods"});
+        if let Some(cluster) = cluster {
+            msg["cluster"] = cluster.into();
+        }
+        ws.send_json(msg).await;
+    }
+    ws.send_json(
+        serde_json::json!({"op": "subscribe", "id": "n", "resource": "pods", "cluster": "north"}),
+    )
+    .await;
+    let mut views: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut ended = BTreeSet::new();
+    let mut refused = None;
+    tokio::time::timeout(WAIT, async {
+        while ended.len() < 2 || refused.is_none() {
+            let msg = ws.next().await;
+            let sub = msg["sub"].as_str().unwrap().to_string();
+            match (sub.as_str(), msg["type"].as_str().unwrap()) {
+                ("n", "ERROR") => refused = Some(msg["object"].clone()),
+                ("w", _) => assert_eq!(msg["cluster"], "west", "{msg}"),
+                ("e", _) => assert!(msg.get("cluster").is_none(), "the socket's own: {msg}"),
+                _ => panic!("{msg}"),
+            }
+            match msg["type"].as_str().unwrap() {
+                "ADDED" => {
+                    views
+                        .entry(sub)
+                        .or_default()
+                        .insert(msg["object"]["metadata"]["name"].as_str().unwrap().into());
+                }
+                "BOOKMARK" => {
+                    ended.insert(sub);
+                }
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("both snapshots and the refusal in time");
+    assert!(views["e"].contains("only-east") && !views["e"].contains("only-west"));
+    assert!(views["w"].contains("only-west") && !views["w"].contains("only-east"));
+    let refused = refused.unwrap();
+    assert_eq!(refused["code"], 404);
+    assert!(
+        refused["message"].as_str().unwrap().contains("\"north\""),
+        "{refused}"
+    );
+    env.stop().await;
+}

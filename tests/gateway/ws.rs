@@ -33,13 +33,18 @@ type Closed = Option<u16>;
 
 impl WsClient {
     pub(crate) async fn connect(env: &TestEnv, path: &str) -> WsClient {
-        let url = format!("ws://{}{}", env.app.local_addr(), path);
+        Self::connect_to(env.app.local_addr(), path).await
+    }
+
+    /// [`WsClient::connect`] to a gateway at `addr`.
+    pub(crate) async fn connect_to(addr: std::net::SocketAddr, path: &str) -> WsClient {
+        let url = format!("ws://{addr}{path}");
         let (ws, resp) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
             .await
             .expect("handshake in time")
             .unwrap_or_else(|e| panic!("WebSocket {path}: {e}"));
         assert_eq!(resp.status(), 101);
-        let def = if path.starts_with("/ws") {
+        let def = if path.ends_with("/ws") || path.starts_with("/ws") {
             "muxMessage"
         } else {
             "wsMessage"

@@ -16,6 +16,9 @@ pub enum Op {
         id: String,
         resource: String,
         params: StreamParams,
+        /// The cluster to subscribe in (`--cluster`); `None`: the
+        /// socket's own.
+        cluster: Option<String>,
     },
     Unsubscribe {
         id: String,
@@ -65,11 +68,25 @@ pub fn parse_op(text: &str) -> Result<Op, OpError> {
                     ));
                 }
             };
+            let cluster = match fields.remove("cluster") {
+                None => None,
+                Some(Value::String(name)) => match crate::cluster::check_name(&name) {
+                    Ok(()) => Some(name),
+                    Err(why) => return Err(OpError::Sub(id, ApiError::BadRequest(why))),
+                },
+                Some(_) => {
+                    return Err(OpError::Sub(
+                        id,
+                        ApiError::BadRequest("\"cluster\" is a cluster's name".into()),
+                    ));
+                }
+            };
             match options(fields).and_then(|pairs| parse_stream_params(pairs, "field")) {
                 Ok(params) => Ok(Op::Subscribe {
                     id,
                     resource,
                     params,
+                    cluster,
                 }),
                 Err(err) => Err(OpError::Sub(id, err)),
             }
@@ -126,11 +143,19 @@ mod tests {
             id,
             resource,
             params,
+            cluster,
         } = op
         else {
             panic!("{op:?}")
         };
         assert_eq!((id.as_str(), resource.as_str()), ("a", "pods"));
+        assert_eq!(cluster, None);
+        let Ok(Op::Subscribe { cluster, .. }) =
+            parse_op(r#"{"op":"subscribe","id":"a","resource":"pods","cluster":"east"}"#)
+        else {
+            panic!("a cluster")
+        };
+        assert_eq!(cluster.as_deref(), Some("east"));
         assert_eq!(params.namespaces, ["web", "db"]);
         assert_eq!(params.resume.map(|p| p.rv), Some(12));
         assert_eq!(
@@ -156,6 +181,8 @@ mod tests {
             r#"{"op":"subscribe","id":"a","resource":"pods","nmespace":"x"}"#,
             r#"{"op":"subscribe","id":"a","resource":"pods","namespace":"Bad_NS"}"#,
             r#"{"op":"subscribe","id":"a","resource":"pods","namespace":{"x":1}}"#,
+            r#"{"op":"subscribe","id":"a","resource":"pods","cluster":"East"}"#,
+            r#"{"op":"subscribe","id":"a","resource":"pods","cluster":7}"#,
             r#"{"op":"unsubscribe","id":"a","resource":"pods"}"#,
         ] {
             match parse_op(text) {

@@ -266,14 +266,29 @@ impl Socket {
         ))
     }
 
-    /// Starts subscription `id`: a stream of its own, on the streams'
-    /// runtime, like every other.
-    fn spawn(&mut self, id: String, resource: String, params: StreamParams) {
+    /// Starts subscription `id` in `cluster` (`None`: the socket's): a
+    /// stream of its own, on the streams' runtime, like every other. A
+    /// subscription that names its cluster has it in every message,
+    /// after its `sub`.
+    fn spawn(
+        &mut self,
+        id: String,
+        resource: String,
+        params: StreamParams,
+        cluster: Option<Arc<Cluster>>,
+    ) {
         self.generation += 1;
-        let prefix = sub_prefix(&id);
+        let prefix = match cluster.as_ref().and_then(|c| c.name()) {
+            Some(name) => {
+                let mut prefix = sub_prefix(&id).to_vec();
+                prefix.extend_from_slice(format!(r#""cluster":"{name}","#).as_bytes());
+                Bytes::from(prefix)
+            }
+            None => sub_prefix(&id),
+        };
         let starting = starting(
             self.state.clone(),
-            self.cluster.clone(),
+            cluster.unwrap_or_else(|| self.cluster.clone()),
             self.principal.clone(),
             resource,
             params,
@@ -281,6 +296,26 @@ impl Socket {
         let source = Subscribing::new(starting, &prefix);
         let wire = Outboxed::new(self.outbox.clone(), self.generation, &id, &prefix);
         self.state.streams.drive(source, wire);
+    }
+
+    /// The cluster a subscribe message names (`"cluster"`), or the
+    /// `Status` refusing it.
+    fn cluster_named(&self, name: &str) -> Result<Arc<Cluster>, serde_json::Value> {
+        let clusters = &self.state.clusters;
+        if !clusters.named() {
+            return Err(status_json(
+                400,
+                "BadRequest",
+                "\"cluster\" needs a gateway serving several clusters (--cluster)",
+            ));
+        }
+        clusters.get(name).cloned().ok_or_else(|| {
+            status_json(
+                404,
+                "NotFound",
+                &format!("no cluster {name:?} is served here (GET /clusters lists them)"),
+            )
+        })
     }
 
     /// Queues a reply from the control loop.
@@ -306,7 +341,14 @@ impl Socket {
                 id,
                 resource,
                 params,
+                cluster,
             } => {
+                let cluster = match cluster.map(|name| self.cluster_named(&name)).transpose() {
+                    Ok(cluster) => cluster,
+                    Err(status) => {
+                        return self.reply(error_message(Some(&sub_prefix(&id)), &status));
+                    }
+                };
                 let refusal = if self.outbox.holds(&id) {
                     Some(status_json(
                         409,
@@ -337,7 +379,7 @@ impl Socket {
                 };
                 match refusal {
                     Some(status) => self.reply(error_message(Some(&sub_prefix(&id)), &status)),
-                    None => self.spawn(id, resource, params),
+                    None => self.spawn(id, resource, params, cluster),
                 }
             }
             Op::Unsubscribe { id } => {
