@@ -103,6 +103,38 @@ export class Cluster {
     await eventually('simulated API server', 20000, () => fs.existsSync(this.kubeconfig), sim);
   }
 
+  /**
+   * Simulated clusters named `names` (each with this cluster's pods and
+   * nodes, seeded apart), for a gateway serving them all
+   * (`startClustersGateway`); `sims` maps each name to its URL and
+   * kubeconfig.
+   */
+  async startSims(names) {
+    assert.ok(fs.existsSync(BIN), `${BIN} is missing: run cargo build first`);
+    this.sims = new Map();
+    for (const [i, name] of names.entries()) {
+      const port = await freePort();
+      const kubeconfig = path.join(this.tmp, `sim-${name}.kubeconfig`);
+      const sim = this.start(`sim ${name}`, [
+        'sim', '--listen', `127.0.0.1:${port}`, '--kubeconfig-out', kubeconfig,
+        '--churn-rate', '0', '--pods', String(this.pods), '--nodes', String(this.nodes), '--seed', String(7 + i),
+      ]);
+      await eventually(`simulated API server ${name}`, 20000, () => fs.existsSync(kubeconfig), sim);
+      this.sims.set(name, {url: `http://127.0.0.1:${port}`, kubeconfig});
+    }
+  }
+
+  /** A gateway on `port` serving every sim of `startSims` by name (`--cluster`). */
+  async startClustersGateway(port, extra = []) {
+    const clusters = [...this.sims].flatMap(([name, s]) => ['--cluster', `${name}=${s.kubeconfig}`]);
+    const child = this.start('gateway', [
+      'serve', ...clusters, '--listen', `127.0.0.1:${port}`,
+      '--resources', 'pods,nodes', '--shutdown-grace-secs', '1', ...extra,
+    ]);
+    await eventually('gateway ready', 30000, async () => (await fetch(`http://127.0.0.1:${port}/readyz`)).status === 200, child);
+    return child;
+  }
+
   /** A gateway on `port` against the simulator, with `extra` flags; resolves once ready. */
   async startGateway(port, extra = [], scheme = 'http') {
     const child = this.start('gateway', [

@@ -64,6 +64,12 @@ export interface ConnectOptions {
    * (`…/lib/kubefan.js`), else the page's origin. Required in Node.
    */
   base?: string | URL;
+  /**
+   * A gateway serving several clusters (`--cluster`): the one to use, its
+   * streams at `base` + `/clusters/NAME/`. Default: the gateway's root
+   * paths (its `--default-cluster`, or its only cluster).
+   */
+  cluster?: string;
   /** 'shared' (default in pages with SharedWorker), 'ws' (default elsewhere with WebSocket), or 'sse'. */
   transport?: 'shared' | 'ws' | 'sse';
   /** A bearer token (a JWT, a Kubernetes token). */
@@ -177,6 +183,57 @@ export function connect(options?: ConnectOptions): Client;
 
 /** One watch on a client of its own, closed with it. */
 export function watch<T extends KubeObject = KubeObject>(resource: string, options?: WatchOptions & ConnectOptions & {client?: Client}): Watch<T>;
+/** One resource across several clusters of a gateway: a watch per cluster, one picture. */
+export function watch<T extends KubeObject = KubeObject>(resource: string, options: WatchOptions & ConnectOptions & {clusters: string[]}): ClustersWatch<T>;
+
+/** The events of a ClustersWatch: a Watch's, each with the cluster last. */
+export interface ClustersWatchEvents<T> {
+  added: (object: T, cluster: string) => void;
+  modified: (object: T, previous: T, cluster: string) => void;
+  deleted: (object: T, previous: T, cluster: string) => void;
+  /** One cluster's part applied a snapshot. */
+  synced: (info: Synced & {cluster: string}) => void;
+  reset: (status: Status, cluster: string) => void;
+  bookmark: (resourceVersion: string, cluster: string) => void;
+  /** 'live' once every part is; 'partial' while some are and others are not. */
+  state: (state: WatchState | 'partial', previous: WatchState | 'partial') => void;
+  error: (status: Status, cluster: string) => void;
+  warning: (message: string, cluster: string) => void;
+}
+
+/**
+ * One resource across several clusters (`watch(resource, {clusters})`):
+ * a Watch per cluster, each resuming, resetting and failing on its own.
+ */
+export class ClustersWatch<T extends KubeObject = KubeObject> {
+  readonly resource: string;
+  readonly clusters: string[];
+  /** cluster → its part. */
+  readonly parts: ReadonlyMap<string, Watch<T>>;
+  readonly state: WatchState | 'partial';
+  /** `cluster/namespace/name` → object. */
+  readonly objects: ReadonlyMap<string, T>;
+  readonly size: number;
+  /** Whether every part has applied a snapshot. */
+  readonly synced: boolean;
+  /** Every part's position: `east=123,west=456`. */
+  readonly resourceVersion: string;
+  /** Snapshots applied and RESETs received, over every part. */
+  readonly snapshots: number;
+  readonly resets: number;
+  /** The first part's last error; null if none has one. */
+  readonly error: Status | null;
+  get(cluster: string, key: string): T | undefined;
+  get(cluster: string, namespace: string, name: string): T | undefined;
+  /** `[cluster, object]` for every object. */
+  list(): Array<[string, T]>;
+  on<E extends keyof ClustersWatchEvents<T>>(type: E, listener: ClustersWatchEvents<T>[E]): () => void;
+  off<E extends keyof ClustersWatchEvents<T>>(type: E, listener: ClustersWatchEvents<T>[E]): void;
+  ready(): Promise<this>;
+  update(options: WatchOptions): void;
+  retry(): void;
+  close(): void;
+}
 
 /** RFC 7386 JSON Merge Patch, as a new value. */
 export function mergePatch(target: unknown, patch: unknown): unknown;

@@ -160,9 +160,21 @@ function defaultBase() {
   throw new TypeError('kubefan: the `base` option (the gateway URL) is required outside a web page');
 }
 
+/** A cluster name of a gateway serving several (`--cluster`): a DNS label. */
+const CLUSTER_NAME = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+
+function checkCluster(name) {
+  if (typeof name !== 'string' || !CLUSTER_NAME.test(name)) {
+    throw new TypeError('kubefan: cluster ' + JSON.stringify(name) + ' is not a cluster name (a DNS label)');
+  }
+  return name;
+}
+
+/** The gateway's URL, with `/clusters/NAME/` when `options.cluster` names one. */
 function baseOf(options) {
   const b = (options && options.base) || defaultBase();
-  return String(b).endsWith('/') ? String(b) : String(b) + '/';
+  const base = String(b).endsWith('/') ? String(b) : String(b) + '/';
+  return options && options.cluster ? base + 'clusters/' + checkCluster(options.cluster) + '/' : base;
 }
 
 /** The stream options of a watch, as query parameters / subscribe fields. */
@@ -1428,7 +1440,132 @@ export function connect(options = {}) {
 
 /** One watch on a client of its own (closed with it); `options` has both kinds of options. */
 export function watch(resource, options = {}) {
+  if (options.clusters) return new ClustersWatch(resource, options);
   if (options.client) return options.client.watch(resource, options);
   const client = connect(options);
   return new Watch(client, resource, options, true);
+}
+
+/**
+ * One resource across several clusters of a gateway (`--cluster`): a
+ * Watch per cluster, each on a client of its own at
+ * `/clusters/NAME/`, and one picture keyed `cluster/namespace/name`.
+ * Events carry the cluster as their last argument. Each cluster's part
+ * resumes, resets and fails on its own; one cluster down leaves the
+ * others live (`state` is 'live' once every part is, 'partial' while
+ * some are and others are not).
+ */
+export class ClustersWatch extends Emitter {
+  constructor(resource, options) {
+    super();
+    const names = options.clusters;
+    if (!Array.isArray(names) || names.length === 0) {
+      throw new TypeError('kubefan: clusters must be a non-empty array of cluster names');
+    }
+    this.resource = resource;
+    this.clusters = [...new Set(names.map(checkCluster))];
+    /** cluster → its Watch. */
+    this.parts = new Map();
+    this.state = 'connecting';
+    for (const cluster of this.clusters) {
+      const part = watch(resource, Object.assign({}, options, {clusters: undefined, client: undefined, cluster}));
+      this.parts.set(cluster, part);
+      for (const type of ['added', 'modified', 'deleted', 'reset', 'bookmark', 'error', 'warning']) {
+        part.on(type, (...args) => this.emit(type, ...args, cluster));
+      }
+      part.on('synced', (info) => {
+        this.emit('synced', Object.assign({cluster}, info));
+        this._state();
+      });
+      part.on('state', () => this._state());
+    }
+  }
+
+  /** The picture: `cluster/namespace/name` → object (a fresh Map each time). */
+  get objects() {
+    const all = new Map();
+    for (const [cluster, part] of this.parts) {
+      for (const [key, obj] of part.objects) all.set(cluster + '/' + key, obj);
+    }
+    return all;
+  }
+
+  get size() {
+    let n = 0;
+    for (const part of this.parts.values()) n += part.size;
+    return n;
+  }
+
+  /** Whether every cluster's part has applied a snapshot. */
+  get synced() {
+    return [...this.parts.values()].every((p) => p.synced);
+  }
+
+  /** Every part's position, `east=123,west=456` (those that have one). */
+  get resourceVersion() {
+    return [...this.parts].filter(([, p]) => p.resourceVersion).map(([c, p]) => c + '=' + p.resourceVersion).join(',');
+  }
+
+  /** Snapshots applied, over every part. */
+  get snapshots() {
+    let n = 0;
+    for (const p of this.parts.values()) n += p.snapshots;
+    return n;
+  }
+
+  /** RESETs received, over every part. */
+  get resets() {
+    let n = 0;
+    for (const p of this.parts.values()) n += p.resets;
+    return n;
+  }
+
+  /** The first part's error, if one has (its Status names no cluster: see `error` events). */
+  get error() {
+    for (const p of this.parts.values()) if (p.error) return p.error;
+    return null;
+  }
+
+  /** `get(cluster, 'ns/name')` or `get(cluster, 'ns', 'name')`. */
+  get(cluster, keyOrNamespace, name) {
+    const part = this.parts.get(cluster);
+    return part ? part.get(keyOrNamespace, name) : undefined;
+  }
+
+  /** Every object, each with the cluster it is in: `[cluster, object]`. */
+  list() {
+    const out = [];
+    for (const [cluster, part] of this.parts) for (const obj of part.objects.values()) out.push([cluster, obj]);
+    return out;
+  }
+
+  /** Resolves once every cluster's part has a snapshot; rejects if one errs or closes first. */
+  ready() {
+    return Promise.all([...this.parts.values()].map((p) => p.ready())).then(() => this);
+  }
+
+  update(options) {
+    for (const part of this.parts.values()) part.update(options);
+  }
+
+  retry() {
+    for (const part of this.parts.values()) part.retry();
+  }
+
+  close() {
+    for (const part of this.parts.values()) part.close();
+    this._state();
+  }
+
+  _state() {
+    const states = [...this.parts.values()].map((p) => p.state);
+    let next;
+    if (states.every((s) => s === states[0])) next = states[0];
+    else if (states.some((s) => s === 'live')) next = 'partial';
+    else next = states.find((s) => s !== 'closed') || 'closed';
+    if (next === this.state) return;
+    const prev = this.state;
+    this.state = next;
+    this.emit('state', next, prev);
+  }
 }

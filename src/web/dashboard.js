@@ -18,7 +18,7 @@
 //   open, so its streams outlive the id-token.
 // Everything shown is set with textContent or attributes: no data is ever
 // parsed as HTML.
-import {connect, keyOf} from './lib/kubefan.js';
+import {connect, keyOf, watch} from './lib/kubefan.js';
 
 const params = new URLSearchParams(location.search);
 // A token in the URL (`?access_token=`, as the README opens the page) is
@@ -48,6 +48,27 @@ async function tradeForCookie(t) {
   }
   return t;
 }
+// ---- clusters --------------------------------------------------------------
+
+// A gateway serving several clusters (`--cluster`) serves this page at
+// `/clusters/NAME/` too, where every relative URL (this library, the
+// streams, the session) is that cluster's. At the gateway's root,
+// `?cluster=all` shows every cluster the caller may see at once (as does
+// the root of a gateway with no default cluster), nodes grouped by
+// cluster; the picker moves between them.
+const under = location.pathname.match(/^(.*\/)clusters\/([a-z0-9]([-a-z0-9]*[a-z0-9])?)\/$/);
+const root = under ? under[1] : location.pathname.replace(/[^/]*$/, '');
+const here = under ? under[2] : null;
+const clusters = await fetch(root + 'clusters', {
+  credentials: 'same-origin',
+  headers: token ? {Authorization: 'Bearer ' + token} : {},
+})
+  .then((r) => (r.ok ? r.json() : {clusters: []}))
+  .then((d) => d.clusters || [])
+  .catch(() => []);
+const all = !here && clusters.length > 0 && (params.get('cluster') === 'all' || !clusters.some((c) => c.default));
+const clusterNames = clusters.map((c) => c.name);
+
 const filters = {
   namespace: params.get('namespace') || '',
   selector: params.get('labelSelector') || '',
@@ -75,19 +96,24 @@ const dirtyColumns = new Set(); // node names ('' = unscheduled) to redraw
 let allDirty = true;
 let lastChange = null;
 
-function podOf(obj) {
+// In the all-clusters view, pods and nodes are keyed `cluster/...`, so
+// that each cluster's nodes are columns of their own, side by side.
+const inCluster = (cluster, name) => (all && cluster ? cluster + '/' + name : name);
+function podOf(obj, cluster) {
   const m = obj.metadata || {};
+  const node = (obj.spec && obj.spec.nodeName) || '';
   return {
-    key: keyOf(obj),
+    key: inCluster(cluster, keyOf(obj)),
+    cluster: all ? cluster : here,
     ns: m.namespace || '',
     name: m.name || '',
-    node: (obj.spec && obj.spec.nodeName) || '',
+    node: node && inCluster(cluster, node),
     phase: (obj.status && obj.status.phase) || 'Unknown',
     labels: m.labels || {},
   };
 }
-function setPod(obj) {
-  const p = podOf(obj);
+function setPod(obj, cluster) {
+  const p = podOf(obj, cluster);
   const old = pods.get(p.key);
   if (old) dirtyColumns.add(old.node);
   dirtyColumns.add(p.node);
@@ -96,8 +122,8 @@ function setPod(obj) {
   if (podWatch.state === 'live') lastChange = new Date();
   changed();
 }
-function removePod(obj) {
-  const key = keyOf(obj);
+function removePod(obj, cluster) {
+  const key = inCluster(cluster, keyOf(obj));
   const old = pods.get(key);
   if (old) dirtyColumns.add(old.node);
   pods.delete(key);
@@ -108,8 +134,14 @@ function removePod(obj) {
 // ---- watches -------------------------------------------------------------
 
 // One client for the page's three watches; its socket is shared with every
-// other tab of this browser.
-const kubefan = connect(token ? {token} : {});
+// other tab of this browser. The all-clusters view watches each cluster
+// on a client of its own (`watch(resource, {clusters})`).
+const kubefan = all ? null : connect(token ? {token} : {});
+function watchOf(resource, options) {
+  if (!all) return kubefan.watch(resource, options);
+  const base = new URL(root, location.href).href;
+  return watch(resource, Object.assign({base, clusters: clusterNames}, token ? {token} : {}, options));
+}
 function podOptions() {
   return {
     fields: 'spec.nodeName,status.phase,metadata.labels',
@@ -117,24 +149,26 @@ function podOptions() {
     labelSelector: filters.selector,
   };
 }
-const podWatch = kubefan.watch('pods', podOptions());
-const nodeWatch = kubefan.watch('nodes', {fields: 'metadata.name'});
-// Only to fill the namespace picker; when not allowed, the namespaces seen
-// on pods are offered instead.
-const namespaceWatch = kubefan.watch('namespaces', {fields: 'metadata.name'});
+const podWatch = watchOf('pods', podOptions());
+const nodeWatch = watchOf('nodes', {fields: 'metadata.name'});
+// Only to fill the namespace picker; when not allowed (or across
+// clusters), the namespaces seen on pods are offered instead.
+const namespaceWatch = all ? null : kubefan.watch('namespaces', {fields: 'metadata.name'});
 const shown = [podWatch, nodeWatch];
 
-podWatch.on('added', setPod);
-podWatch.on('modified', setPod);
-podWatch.on('deleted', removePod);
-for (const w of [nodeWatch, namespaceWatch]) {
-  const set = w === nodeWatch ? nodes : streamNamespaces;
-  w.on('added', (o) => set.add(o.metadata.name));
-  w.on('deleted', (o) => set.delete(o.metadata.name));
+// A Watch's events carry no cluster; a ClustersWatch's carry it last.
+podWatch.on('added', (o, cluster) => setPod(o, cluster));
+podWatch.on('modified', (o, prev, cluster) => setPod(o, cluster));
+podWatch.on('deleted', (o, prev, cluster) => removePod(o, cluster));
+nodeWatch.on('added', (o, cluster) => nodes.add(inCluster(cluster, o.metadata.name)));
+nodeWatch.on('deleted', (o, prev, cluster) => nodes.delete(inCluster(cluster, o.metadata.name)));
+if (namespaceWatch) {
+  namespaceWatch.on('added', (o) => streamNamespaces.add(o.metadata.name));
+  namespaceWatch.on('deleted', (o) => streamNamespaces.delete(o.metadata.name));
 }
 nodeWatch.on('added', () => (allDirty = true));
 nodeWatch.on('deleted', () => (allDirty = true));
-for (const w of [podWatch, nodeWatch, namespaceWatch]) {
+for (const w of [podWatch, nodeWatch, namespaceWatch].filter(Boolean)) {
   w.on('synced', changed);
   w.on('state', () => {
     showConnection();
@@ -143,7 +177,7 @@ for (const w of [podWatch, nodeWatch, namespaceWatch]) {
   });
   w.on('error', showBanner);
 }
-kubefan.on('state', showConnection);
+if (kubefan) kubefan.on('state', showConnection);
 
 // ---- the signed-in session ------------------------------------------------
 
@@ -207,20 +241,21 @@ scheduleRefresh(account.expiresInSeconds || 0);
 
 // ---- connection state and messages ---------------------------------------
 
-const ORDER = ['error', 'reset', 'reconnecting', 'connecting', 'syncing', 'live'];
+const ORDER = ['error', 'reset', 'reconnecting', 'connecting', 'syncing', 'partial', 'live'];
 function showConnection() {
   let state = 'live';
   for (const w of shown) if (ORDER.indexOf(w.state) < ORDER.indexOf(state)) state = w.state;
   const conn = $('conn');
   conn.dataset.state = state;
   $('conn-text').textContent = state;
-  const how = kubefan.shared ? 'one connection shared by this browser\'s tabs' : 'a connection of this tab';
+  const shared = Boolean(kubefan && kubefan.shared);
+  const how = all ? 'a connection per cluster' : shared ? 'one connection shared by this browser\'s tabs' : 'a connection of this tab';
   conn.title = shown.map((w) => w.resource + ': ' + w.state).join(', ') + ' · ' + how;
   // For whoever inspects the page (and its tests): how the pod watch got
   // its state, and whether the connection is the shared one.
   conn.dataset.snapshots = String(podWatch.snapshots);
   conn.dataset.resets = String(podWatch.resets);
-  conn.dataset.shared = String(Boolean(kubefan.shared));
+  conn.dataset.shared = String(shared);
 }
 
 // What to tell about a watch's last error, or null.
@@ -290,7 +325,13 @@ function column(name, known) {
     const root = el('section', 'node');
     root.dataset.node = name;
     const h = el('h2');
-    h.append(el('span', 'name', name), el('span', 'count', '0'));
+    const slash = all ? name.indexOf('/') : -1;
+    if (slash >= 0) {
+      // All clusters: each node under its cluster's name.
+      root.dataset.cluster = name.slice(0, slash);
+      h.append(el('span', 'cluster', name.slice(0, slash)));
+    }
+    h.append(el('span', 'name', name.slice(slash + 1)), el('span', 'count', '0'));
     const bar = el('div', 'bar');
     const list = el('div', 'pods');
     list.dataset.node = name;
@@ -383,7 +424,7 @@ function render() {
 
 let namespaceOptions = '';
 function drawNamespaces() {
-  const source = namespaceWatch.synced && namespaceWatch.state !== 'error' ? streamNamespaces : seenNamespaces;
+  const source = namespaceWatch && namespaceWatch.synced && namespaceWatch.state !== 'error' ? streamNamespaces : seenNamespaces;
   const list = [...new Set([...source, filters.namespace].filter(Boolean))].sort();
   const sig = list.join('\n');
   if (sig === namespaceOptions) return;
@@ -410,6 +451,7 @@ function showDetail(e) {
   const labels = Object.entries(p.labels).map(([k, v]) => k + '=' + v).join(', ');
   d.replaceChildren(
     el('b', '', p.name), ' in ', el('b', '', p.ns || '(cluster)'),
+    p.cluster ? ' of cluster ' : '', p.cluster ? el('b', '', p.cluster) : '',
     ' on ', el('b', '', p.node || 'no node'), ' · ', el('b', '', p.phase),
     labels ? ' · ' + labels : '',
   );
@@ -452,8 +494,30 @@ $('banner-retry').addEventListener('click', () => {
   for (const w of shown) if (w.state === 'error') w.retry();
 });
 
+function drawClusters() {
+  if (!clusters.length) return;
+  $('cluster-pick').hidden = false;
+  const select = $('cluster');
+  const every = el('option', '', 'All clusters');
+  every.value = 'all';
+  select.replaceChildren(every, ...clusters.map((c) => {
+    const o = el('option', '', c.name + (c.ready ? '' : ' (not ready)'));
+    o.value = c.name;
+    return o;
+  }));
+  select.value = all ? 'all' : here || (clusters.find((c) => c.default) || {}).name || 'all';
+}
+$('cluster').addEventListener('change', () => {
+  const pick = $('cluster').value;
+  const url = new URL(pick === 'all' ? root : root + 'clusters/' + encodeURIComponent(pick) + '/', location.href);
+  for (const k of ['namespace', 'labelSelector']) if (params.get(k)) url.searchParams.set(k, params.get(k));
+  if (pick === 'all') url.searchParams.set('cluster', 'all');
+  location.assign(url);
+});
+
 // ---- start ---------------------------------------------------------------
 
 showConnection();
 drawNamespaces();
+drawClusters();
 changed();

@@ -66,9 +66,17 @@ export function jwt(secret, ttl, sub = 'e2e') {
 }
 
 export class Cluster {
-  constructor({pods = 20, nodes = 3} = {}) {
+  /**
+   * `names`: serve several simulated clusters by these names (`--cluster
+   * NAME=...`, the first also the default); the helpers below then take
+   * the cluster they act on last (default: the first).
+   */
+  constructor({pods = 20, nodes = 3, names = null} = {}) {
     this.pods = pods;
     this.nodes = nodes;
+    this.names = names;
+    /** name → {url, kubeconfig}; one unnamed ('') without `names`. */
+    this.sims = new Map();
     this.children = new Set();
     this.tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kubefan-js-'));
     this.secret = crypto.randomBytes(32).toString('hex');
@@ -105,24 +113,32 @@ export class Cluster {
 
   async start() {
     assert.ok(fs.existsSync(BIN), `${BIN} is missing: run cargo build first`);
-    const simPort = await freePort();
-    this.simUrl = `http://127.0.0.1:${simPort}`;
-    this.kubeconfig = path.join(this.tmp, 'sim.kubeconfig');
     this.secretFile = path.join(this.tmp, 'jwt.secret');
     fs.writeFileSync(this.secretFile, this.secret);
-    const sim = this._start('sim', [
-      'sim', '--listen', `127.0.0.1:${simPort}`, '--kubeconfig-out', this.kubeconfig,
-      '--churn-rate', '0', '--pods', String(this.pods), '--nodes', String(this.nodes), '--seed', '11',
-    ]);
-    await eventually('simulated API server', 20000, () => fs.existsSync(this.kubeconfig), sim);
+    for (const [i, name] of (this.names || ['']).entries()) {
+      const simPort = await freePort();
+      const kubeconfig = path.join(this.tmp, `sim${name ? '-' + name : ''}.kubeconfig`);
+      const sim = this._start(`sim ${name}`, [
+        'sim', '--listen', `127.0.0.1:${simPort}`, '--kubeconfig-out', kubeconfig,
+        '--churn-rate', '0', '--pods', String(this.pods), '--nodes', String(this.nodes), '--seed', String(11 + i),
+      ]);
+      await eventually('simulated API server', 20000, () => fs.existsSync(kubeconfig), sim);
+      this.sims.set(name, {url: `http://127.0.0.1:${simPort}`, kubeconfig});
+    }
+    const first = [...this.sims.values()][0];
+    this.simUrl = first.url;
+    this.kubeconfig = first.kubeconfig;
     this.port = await freePort();
     this.base = `http://127.0.0.1:${this.port}`;
     await this.startGateway();
   }
 
   async startGateway() {
+    const upstream = this.names
+      ? [...this.names.flatMap((n) => ['--cluster', `${n}=${this.sims.get(n).kubeconfig}`]), '--default-cluster', this.names[0]]
+      : ['--kubeconfig', this.kubeconfig];
     const child = this._start('gateway', [
-      'serve', '--kubeconfig', this.kubeconfig, '--listen', `127.0.0.1:${this.port}`,
+      'serve', ...upstream, '--listen', `127.0.0.1:${this.port}`,
       '--resources', 'pods,nodes', '--shutdown-grace-secs', '1',
       '--auth', 'jwt', '--jwt-secret-file', this.secretFile, '--jwt-leeway-secs', '0',
     ]);
@@ -139,8 +155,9 @@ export class Cluster {
     return jwt(this.secret, ttl);
   }
 
-  async api(method, pathname, body, contentType = 'application/json') {
-    const r = await fetch(this.simUrl + pathname, {
+  async api(method, pathname, body, contentType = 'application/json', cluster = undefined) {
+    const sim = cluster === undefined ? this.simUrl : this.sims.get(cluster).url;
+    const r = await fetch(sim + pathname, {
       method,
       headers: body ? {'Content-Type': contentType} : {},
       body: body ? JSON.stringify(body) : undefined,
@@ -150,18 +167,18 @@ export class Cluster {
     return JSON.parse(text);
   }
 
-  async listPods() {
-    return (await this.api('GET', '/api/v1/pods')).items;
+  async listPods(cluster = undefined) {
+    return (await this.api('GET', '/api/v1/pods', undefined, undefined, cluster)).items;
   }
 
-  createPod(name, node, labels = {app: 'e2e'}) {
+  createPod(name, node, labels = {app: 'e2e'}, cluster = undefined) {
     return this.api('POST', '/api/v1/namespaces/default/pods', {
       apiVersion: 'v1',
       kind: 'Pod',
       metadata: {name, namespace: 'default', labels},
       spec: {nodeName: node, containers: [{name: 'main', image: 'registry.example/e2e:1'}]},
       status: {phase: 'Running'},
-    });
+    }, 'application/json', cluster);
   }
 
   patchPod(name, patch) {
