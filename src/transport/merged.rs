@@ -199,9 +199,11 @@ pub async fn stream(
     for frame in refused {
         head.extend_from_slice(&frame);
     }
+    let reach = parts.iter().map(|_| Reach::default()).collect();
     let body = MergedSse {
         preamble: Some(Bytes::from(head)),
         parts,
+        reach,
         next: 0,
     };
     let mut headers = vec![
@@ -327,20 +329,95 @@ impl Framing for ClusterSse {
 }
 
 /// The `retry:` hint and the refused clusters' `CLUSTER` events, then the
-/// parts, polled in turn.
+/// parts, polled in turn, and a `CLUSTER` event whenever a part's API
+/// server stops or starts being reached (`Hub::upstream`).
 struct MergedSse {
     preamble: Option<Bytes>,
     /// `None` once a part has ended.
     parts: Vec<Option<Framed<ClusterSse>>>,
+    /// What each part's stream was told of its API server.
+    reach: Vec<Reach>,
     /// The part polled first next time, so that a busy cluster cannot
     /// starve the others.
     next: usize,
+}
+
+/// What a merged stream said of one part's API server.
+#[derive(Default)]
+struct Reach {
+    /// The `Hub::upstream_changes` epoch last looked at (`None`: never).
+    seen: Option<u64>,
+    /// Whether the stream was told it is unreachable.
+    down: bool,
+    /// The part's task, waiting for the epoch to move.
+    wait: crate::epoch::Registration,
+}
+
+impl MergedSse {
+    /// A `CLUSTER` event for the first part whose API server was lost or
+    /// found since the stream last said (registering for the next change
+    /// of each).
+    fn poll_reach(&mut self, cx: &mut Context<'_>) -> Option<Bytes> {
+        for (part, reach) in self.parts.iter().zip(&mut self.reach) {
+            let Some(part) = part else { continue };
+            let hub = part.subscription().hub();
+            let changes = hub.upstream_changes();
+            loop {
+                let now = changes.current();
+                if reach.seen != Some(now) {
+                    reach.seen = Some(now);
+                    let down = hub.upstream();
+                    if down.is_some() != reach.down {
+                        reach.down = down.is_some();
+                        let cluster = &part.framing().cluster;
+                        let status = match down {
+                            Some(why) => crate::status::status_json(
+                                503,
+                                "ServiceUnavailable",
+                                &format!(
+                                    "cluster {cluster:?}: {why}; its part resumes when it is back"
+                                ),
+                            ),
+                            None => serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                                "metadata": {}, "status": "Success", "code": 200,
+                                "message": format!("cluster {cluster:?}: the API server is reached again")}),
+                        };
+                        return Some(Bytes::from(cluster_frame(
+                            cluster,
+                            "CLUSTER",
+                            &status.to_string(),
+                        )));
+                    }
+                }
+                if changes.poll_moved(now, &mut reach.wait, cx).is_pending() {
+                    break;
+                }
+            }
+        }
+        None
+    }
+}
+
+impl Drop for MergedSse {
+    fn drop(&mut self) {
+        for (part, reach) in self.parts.iter().zip(&mut self.reach) {
+            if let Some(part) = part {
+                part.subscription()
+                    .hub()
+                    .upstream_changes()
+                    .deregister(&mut reach.wait);
+            }
+        }
+    }
 }
 
 impl ChunkSource for MergedSse {
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         if let Some(preamble) = self.preamble.take() {
             return Poll::Ready(Some(preamble));
+        }
+        if let Some(said) = self.poll_reach(cx) {
+            return Poll::Ready(Some(said));
         }
         let n = self.parts.len();
         for k in 0..n {
@@ -353,7 +430,12 @@ impl ChunkSource for MergedSse {
                     self.next = (i + 1) % n;
                     return Poll::Ready(Some(chunk));
                 }
-                Poll::Ready(None) => self.parts[i] = None,
+                Poll::Ready(None) => {
+                    if let Some(part) = self.parts[i].take() {
+                        let hub = part.subscription().hub();
+                        hub.upstream_changes().deregister(&mut self.reach[i].wait);
+                    }
+                }
                 Poll::Pending => {}
             }
         }

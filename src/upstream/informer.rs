@@ -147,6 +147,8 @@ impl Informer {
                 Err(err) => {
                     self.metrics.upstream_error(&name, "list");
                     tracing::warn!(resource = %name, error = %err, "upstream list failed");
+                    self.hub
+                        .upstream_down(format!("the API server cannot be reached: {err}"));
                     if !self.pause(&mut backoff).await {
                         return Exit::Stopped;
                     }
@@ -154,6 +156,7 @@ impl Informer {
                 }
             };
             let count = objects.len();
+            self.hub.upstream_up();
             let outcome = self.hub.relist(objects, rv);
             if first {
                 tracing::info!(resource = %name, objects = count, resource_version = rv,
@@ -341,9 +344,13 @@ impl Informer {
             Err(err) => {
                 self.metrics.upstream_error(name, "watch");
                 tracing::warn!(resource = %name, error = %err, "upstream watch failed");
+                self.hub
+                    .upstream_down(format!("the API server cannot be reached: {err}"));
                 return (WatchEnd::Failed, false);
             }
         };
+        // The watch is open: the API server is reached.
+        self.hub.upstream_up();
         let mut stream = std::pin::pin!(stream);
         let mut delivered = false;
         loop {

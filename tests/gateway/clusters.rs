@@ -517,16 +517,37 @@ struct Merged {
     /// The last compound id seen.
     last_id: Option<String>,
     events: Vec<(String, String)>,
+    /// `CLUSTER` messages: the cluster and its Status's code.
+    announced: Vec<(String, u64)>,
 }
 
 impl Merged {
     fn apply(&mut self, ev: &SseEvent) {
+        if ev.event == "CLUSTER" {
+            let cluster = ev.data["cluster"].as_str().unwrap().to_string();
+            let code = ev.data["object"]["code"].as_u64().unwrap();
+            self.announced.push((cluster, code));
+            return;
+        }
         if let Some(id) = &ev.id {
             self.last_id = Some(id.clone()).filter(|i| !i.is_empty());
         }
         let (cluster, part) = part_of(ev);
         self.events.push((cluster.clone(), ev.event.clone()));
         self.views.entry(cluster).or_default().apply(&part);
+    }
+
+    /// Reads until `cluster` is announced with `code`.
+    async fn until_announced(&mut self, sse: &mut SseClient, cluster: &str, code: u64) {
+        let want = (cluster.to_string(), code);
+        tokio::time::timeout(WAIT, async {
+            while !self.announced.contains(&want) {
+                let ev = sse.next().await.expect("the merged stream goes on");
+                self.apply(&ev);
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{cluster} announced {code} in time: {:?}", self.announced));
     }
 
     /// Reads until every cluster's view is settled at its simulator's
@@ -808,6 +829,8 @@ async fn a_cluster_restarted_mid_churn_leaves_the_others_without_a_gap() {
     };
     let churners = [churn("east"), churn("west")];
     let addr = env.kill("west").await;
+    // The merged stream says west is gone, rather than going quiet.
+    merged.until_announced(&mut sse, "west", 503).await;
     // West changes while its API server is away from kubefan; east goes on.
     for i in 0..20 {
         for cluster in clusters {
@@ -821,6 +844,12 @@ async fn a_cluster_restarted_mid_churn_leaves_the_others_without_a_gap() {
         .await
         .expect("east's viewers follow while west is down");
     env.restart("west", addr).await;
+    merged.until_announced(&mut sse, "west", 200).await;
+    assert!(
+        !merged.announced.iter().any(|(c, _)| c == "east"),
+        "{:?}",
+        merged.announced
+    );
     stop.cancel();
     for churner in churners {
         churner.await.unwrap();
