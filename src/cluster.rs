@@ -17,7 +17,7 @@ use std::sync::Arc;
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
 use serde_json::{Value, json};
 
-use crate::auth::{Access, Authorizer, Principal};
+use crate::auth::{Access, Auth, Authorizer, Principal};
 use crate::status::ApiError;
 use crate::transport::kube::{KubePrinters, Pages, Probes};
 use crate::upstream::Informers;
@@ -184,20 +184,34 @@ impl Clusters {
         }
     }
 
-    /// The clusters `principal` may see, each with its readiness: a
-    /// cluster is listed when the principal may read something there.
-    pub async fn visible(&self, principal: &Principal) -> Vec<&Arc<Cluster>> {
-        let mut visible = Vec::new();
-        for cluster in &self.all {
-            let sees = match principal.access() {
+    /// The clusters `principal` may see: a cluster is listed when the
+    /// principal, as that cluster knows it (`Auth::principal_in`, with
+    /// the request's `token`), may read something there. Asked of every
+    /// cluster at once.
+    pub async fn visible(
+        &self,
+        auth: &Auth,
+        principal: &Principal,
+        token: Option<&str>,
+    ) -> Vec<&Arc<Cluster>> {
+        let asks = self.all.iter().map(|cluster| async move {
+            match principal.access() {
                 Access::Everything | Access::Claims { .. } => true,
-                Access::User(_) => cluster.authorizer.sees_anything(principal).await,
-            };
-            if sees {
-                visible.push(cluster);
+                Access::User(_) => match auth
+                    .principal_in(principal, token, &cluster.authorizer)
+                    .await
+                {
+                    Ok(there) => cluster.authorizer.sees_anything(&there).await,
+                    Err(_) => false,
+                },
             }
-        }
-        visible
+        });
+        let sees = futures::future::join_all(asks).await;
+        self.all
+            .iter()
+            .zip(sees)
+            .filter_map(|(cluster, sees)| sees.then_some(cluster))
+            .collect()
     }
 }
 

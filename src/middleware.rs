@@ -213,19 +213,36 @@ async fn checks(
         None
     } else {
         let client = crate::transport::takeover::peer_certificates(req.request());
-        // A Kubernetes token is reviewed by the cluster the request is for;
-        // a request for no cluster (`/clusters`, signing in) by the
-        // default cluster, or the first.
-        let reviews = req
+        // A Kubernetes token is reviewed by the cluster the request is for.
+        // A request for no cluster (`/clusters`, a stream across clusters)
+        // by the clusters in turn, the first that accepts it naming the
+        // principal; whatever it then reads of another cluster is that
+        // cluster's to review again (`Auth::principal_in`).
+        let chosen = req
             .extensions()
             .get::<ClusterOf>()
-            .map(|c| c.authorizer().clone())
-            .unwrap_or_else(|| state.clusters.all()[0].authorizer().clone());
-        match state
-            .auth
-            .authenticate(req.headers(), req.query_string(), client.as_ref(), &reviews)
-            .await
-        {
+            .map(|c| c.authorizer().clone());
+        let reviewers: Vec<_> = match (chosen, state.auth.reviews_tokens()) {
+            (Some(one), _) => vec![one],
+            (None, true) => state
+                .clusters
+                .all()
+                .iter()
+                .map(|c| c.authorizer().clone())
+                .collect(),
+            (None, false) => vec![state.clusters.all()[0].authorizer().clone()],
+        };
+        let mut authenticated = Err(crate::auth::Error::Setup("no cluster".into()));
+        for reviews in &reviewers {
+            authenticated = state
+                .auth
+                .authenticate(req.headers(), req.query_string(), client.as_ref(), reviews)
+                .await;
+            if authenticated.is_ok() {
+                break;
+            }
+        }
+        match authenticated {
             Ok(p) => Some(p),
             Err(err) => {
                 tracing::debug!(path = %req.path(), reason = %err, "request not authenticated");

@@ -311,6 +311,34 @@ impl Auth {
         }
     }
 
+    /// Whether tokens are reviewed by the API servers (`--auth
+    /// kubernetes`): each cluster's, for what is read of it.
+    pub fn reviews_tokens(&self) -> bool {
+        self.authorizers.reviews_tokens
+    }
+
+    /// `principal` as `cluster` knows it, for a request that reads a
+    /// cluster other than the one that named it (a stream across
+    /// clusters, `/clusters`): a principal named by TokenReview (`--auth
+    /// kubernetes`) is reviewed again by `cluster`, with `token`, as
+    /// identities are each cluster's own; any other identity (a JWT, an
+    /// OIDC id-token, a session, a front proxy's) is the gateway's, and
+    /// the same in every cluster.
+    pub async fn principal_in(
+        &self,
+        principal: &Principal,
+        token: Option<&str>,
+        cluster: &Authorizer,
+    ) -> Result<Principal, Error> {
+        if principal.credential().is_none() {
+            return Ok(principal.clone());
+        }
+        match (cluster.token_reviewer(), token) {
+            (Some(reviewer), Some(token)) => reviewer.authenticate(token).await,
+            _ => Err(Error::NoToken(self.cookie.clone())),
+        }
+    }
+
     /// Whether users are authorized by RBAC objects kubefan reads itself
     /// (`--authorization rbac`): each cluster's informers then read them.
     pub fn reads_rbac(&self) -> bool {

@@ -145,10 +145,21 @@ pub async fn stream(
         resume,
         preamble,
     } = plan;
+    // Under `--auth kubernetes` each cluster reviews the token itself: an
+    // identity is its cluster's own.
+    let token =
+        crate::auth::token_from(req.headers(), req.query_string(), state.auth.cookie_name());
+    let token = token.as_deref();
     let starts = chosen.iter().zip(&resume).map(|(cluster, resume)| {
         let mut params = params.clone();
         params.resume = resume.clone();
-        async move { subscribe(state, cluster, principal, resource, &params, Transport::Sse).await }
+        async move {
+            let there = state
+                .auth
+                .principal_in(principal, token, cluster.authorizer())
+                .await?;
+            subscribe(state, cluster, &there, resource, &params, Transport::Sse).await
+        }
     });
     let started = futures::future::join_all(starts).await;
     let ids = Arc::new(Ids {

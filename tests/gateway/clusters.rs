@@ -338,6 +338,12 @@ async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
             if name == "west" {
                 users.push(SimUser::new("wes-token", "wes", &[]));
             }
+            // One token, a different user in each cluster.
+            users.push(SimUser::new(
+                "double-token",
+                if name == "east" { "dana" } else { "wes" },
+                &[],
+            ));
             sim.set_users(users);
             (name, sim)
         })
@@ -444,6 +450,58 @@ async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
     );
     let (status, _) = env.json("/clusters", None).await;
     assert_eq!(status, 401);
+    // Only west accepts wes's token: only west is listed.
+    let (status, body) = env.json("/clusters", Some("wes-token")).await;
+    assert_eq!((status, listed(&body)), (200, vec!["west".to_string()]));
+
+    // A stream across clusters: each cluster reviews the token itself,
+    // so each part is what that cluster's user may see (east's dana: web
+    // and batch; west's wes: web; not west's dana, who has batch).
+    let resp = env
+        .get("/stream/pods?clusters=east,west", Some("double-token"))
+        .await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    let mut merged = Merged::default();
+    merged.until_synced(&mut sse, &["east", "west"]).await;
+    let part = |cluster: &str| -> BTreeSet<String> {
+        merged.views[cluster]
+            .objects
+            .values()
+            .map(|o| o["metadata"]["namespace"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        part("east"),
+        BTreeSet::from(["web".to_string(), "batch".to_string()])
+    );
+    assert_eq!(part("west"), BTreeSet::from(["web".to_string()]));
+    drop(sse);
+    // A token one cluster does not accept: named, 401 naming it; with `*`,
+    // that cluster is left out and said so.
+    let (status, body) = env
+        .json("/stream/pods?clusters=east,west", Some("wes-token"))
+        .await;
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("cluster \"east\""),
+        "{body}"
+    );
+    let resp = env.get("/stream/pods?clusters=*", Some("wes-token")).await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    let first = sse.next().await.unwrap();
+    assert_eq!(
+        (
+            first.event.as_str(),
+            first.data["cluster"].as_str(),
+            first.data["object"]["code"].as_u64()
+        ),
+        ("CLUSTER", Some("east"), Some(401))
+    );
     env.stop().await;
 }
 
@@ -535,6 +593,23 @@ impl Merged {
         let (cluster, part) = part_of(ev);
         self.events.push((cluster.clone(), ev.event.clone()));
         self.views.entry(cluster).or_default().apply(&part);
+    }
+
+    /// Reads until every one of `clusters` has had its snapshot (a
+    /// narrowed part's position moves only with what it may see, so it
+    /// is not waited for at the simulator's).
+    async fn until_synced(&mut self, sse: &mut SseClient, clusters: &[&str]) {
+        tokio::time::timeout(WAIT, async {
+            while !clusters
+                .iter()
+                .all(|c| self.views.get(*c).is_some_and(|v| v.snapshots > 0))
+            {
+                let ev = sse.next().await.expect("the merged stream goes on");
+                self.apply(&ev);
+            }
+        })
+        .await
+        .expect("every part's snapshot in time");
     }
 
     /// Reads until `cluster` is announced with `code`.
@@ -769,7 +844,7 @@ async fn a_merged_streams_parts_are_each_clusters_grant() {
     );
     assert_eq!(first.data["object"]["code"], 403, "{:?}", first.data);
     let mut merged = Merged::default();
-    merged.follow(&mut sse, &env, &["east", "west"]).await;
+    merged.until_synced(&mut sse, &["east", "west"]).await;
     let namespaces = |cluster: &str| -> BTreeSet<String> {
         merged.views[cluster]
             .objects
