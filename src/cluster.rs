@@ -156,7 +156,9 @@ impl Clusters {
 
     /// The cluster `path` is for: `/clusters/NAME/rest` names one (404 with
     /// a `Status` when it is unknown; `/clusters` alone is the gateway's
-    /// list of them), any other path the default cluster.
+    /// list of them), any other path the default cluster. `/clusters/NAME`
+    /// itself is routed as `/` (the middleware sends browsers on to
+    /// `/clusters/NAME/`, where the dashboard's relative links work).
     pub fn route<'p>(
         &self,
         path: &'p str,

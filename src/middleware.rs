@@ -58,6 +58,17 @@ pub async fn check_request(
     let path = req.path().to_string();
     if let Some(state) = req.app_data::<web::Data<AppState>>().cloned() {
         match state.clusters.route(req.path()) {
+            // `/clusters/NAME`: the cluster's page is `/clusters/NAME/`.
+            Ok((Some(_), Some("/"))) if !req.path().ends_with('/') => {
+                let location = match req.query_string() {
+                    "" => format!("{}/", req.path()),
+                    query => format!("{}/?{query}", req.path()),
+                };
+                let resp = HttpResponse::PermanentRedirect()
+                    .insert_header((header::LOCATION, location))
+                    .finish();
+                return Ok(req.into_response(resp));
+            }
             Ok((cluster, rest)) => {
                 if let Some(rest) = rest.map(str::to_string) {
                     route_to(&mut req, &rest);

@@ -148,7 +148,7 @@ impl Informer {
                     self.metrics.upstream_error(&name, "list");
                     tracing::warn!(resource = %name, error = %err, "upstream list failed");
                     self.hub
-                        .upstream_down(format!("the API server cannot be reached: {err}"));
+                        .upstream_down(format!("listing from its API server failed: {err}"));
                     if !self.pause(&mut backoff).await {
                         return Exit::Stopped;
                     }
@@ -345,7 +345,7 @@ impl Informer {
                 self.metrics.upstream_error(name, "watch");
                 tracing::warn!(resource = %name, error = %err, "upstream watch failed");
                 self.hub
-                    .upstream_down(format!("the API server cannot be reached: {err}"));
+                    .upstream_down(format!("watching its API server failed: {err}"));
                 return (WatchEnd::Failed, false);
             }
         };

@@ -12,7 +12,7 @@ use kubefan::config::{AuthMethod, Config};
 use kubefan_sim::{Sim, SimServer, SimUser, pod};
 use serde_json::Value;
 
-use crate::rbac::{ROLE_BINDINGS, ROLES, binding, pod_reader};
+use crate::rbac::{ROLE_BINDINGS, binding};
 use crate::sse::seeded;
 use crate::support::{ClientView, SseClient, SseEvent, WAIT, test_config, validate_status};
 
@@ -127,6 +127,37 @@ fn names(view: &ClientView) -> BTreeSet<String> {
     view.objects
         .values()
         .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The namespaces a view holds.
+fn namespaces(view: &ClientView) -> BTreeSet<String> {
+    view.objects
+        .values()
+        .map(|o| o["metadata"]["namespace"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Simulated clusters `names`, each a team's (`rbac::team_sim`: pods in
+/// default, web and batch, a pod reader Role in each), with `users(name)`
+/// as the users its TokenReview knows, and `bindings` (cluster, user,
+/// namespace): RoleBindings of the pod reader.
+fn team_clusters(
+    names: &[&'static str],
+    users: impl Fn(&str) -> Vec<SimUser>,
+    bindings: &[(&str, &str, &str)],
+) -> Vec<(&'static str, Sim)> {
+    names
+        .iter()
+        .map(|&name| {
+            let sim = crate::rbac::team_sim();
+            sim.set_users(users(name));
+            for (_, user, ns) in bindings.iter().filter(|(c, ..)| *c == name) {
+                sim.create(ROLE_BINDINGS, binding(&format!("{user}-{ns}"), ns, user))
+                    .unwrap();
+            }
+            (name, sim)
+        })
         .collect()
 }
 
@@ -255,6 +286,23 @@ async fn each_cluster_is_served_under_its_own_path_with_one_watch_per_resource()
     );
     assert_eq!(body["clusters"].as_array().unwrap().len(), 2);
 
+    // A cluster's page is at its path with a slash, where the dashboard's
+    // relative links resolve: without one, a redirect there.
+    let plain = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let resp = plain
+        .get(format!("{}/clusters/west?namespace=web", env.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 308);
+    assert_eq!(resp.headers()["location"], "/clusters/west/?namespace=web");
+    let resp = env.get("/clusters/west/", None).await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().await.unwrap().contains("<title>kubefan"));
+
     // No default cluster: a root path names none; an unknown name is 404.
     let (status, body) = env.json("/stream/pods", None).await;
     assert_eq!(status, 404);
@@ -324,13 +372,9 @@ async fn a_cluster_down_leaves_the_others_served_and_readiness_says_which() {
 /// cluster's part as its grants there say.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
-    let sims: Vec<(&'static str, Sim)> = ["east", "west"]
-        .into_iter()
-        .map(|name| {
-            let sim = seeded(18);
-            for ns in ["default", "web", "batch"] {
-                sim.create(ROLES, pod_reader(ns)).unwrap();
-            }
+    let sims = team_clusters(
+        &["east", "west"],
+        |name| {
             let mut users = vec![
                 SimUser::new("dana-token", "dana", &["team"]),
                 SimUser::new("erin-token", "erin", &["team"]),
@@ -344,33 +388,19 @@ async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
                 if name == "east" { "dana" } else { "wes" },
                 &[],
             ));
-            sim.set_users(users);
-            (name, sim)
-        })
-        .collect();
-    sims[0]
-        .1
-        .create(ROLE_BINDINGS, binding("dana-web", "web", "dana"))
-        .unwrap();
-    sims[1]
-        .1
-        .create(ROLE_BINDINGS, binding("dana-batch", "batch", "dana"))
-        .unwrap();
-    sims[1]
-        .1
-        .create(ROLE_BINDINGS, binding("wes-web", "web", "wes"))
-        .unwrap();
+            users
+        },
+        &[
+            ("east", "dana", "web"),
+            ("west", "dana", "batch"),
+            ("west", "wes", "web"),
+        ],
+    );
     let mut cfg = test_config(&["pods"]);
     cfg.auth.set(AuthMethod::Kubernetes);
     cfg.auth.cache_ttl = Duration::from_secs(300);
     let env = serve(sims, cfg).await;
 
-    let namespaces = |view: &ClientView| -> BTreeSet<String> {
-        view.objects
-            .values()
-            .map(|o| o["metadata"]["namespace"].as_str().unwrap().to_string())
-            .collect()
-    };
     let (east, _) = env
         .snapshot("/clusters/east/stream/pods", Some("dana-token"))
         .await;
@@ -464,18 +494,14 @@ async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
     let mut sse = SseClient::new(resp);
     let mut merged = Merged::default();
     merged.until_synced(&mut sse, &["east", "west"]).await;
-    let part = |cluster: &str| -> BTreeSet<String> {
-        merged.views[cluster]
-            .objects
-            .values()
-            .map(|o| o["metadata"]["namespace"].as_str().unwrap().to_string())
-            .collect()
-    };
     assert_eq!(
-        part("east"),
+        namespaces(&merged.views["east"]),
         BTreeSet::from(["web".to_string(), "batch".to_string()])
     );
-    assert_eq!(part("west"), BTreeSet::from(["web".to_string()]));
+    assert_eq!(
+        namespaces(&merged.views["west"]),
+        BTreeSet::from(["web".to_string()])
+    );
     drop(sse);
     // A token one cluster does not accept: named, 401 naming it; with `*`,
     // that cluster is left out and said so.
@@ -811,25 +837,11 @@ async fn a_merged_stream_is_each_clusters_truth_and_resumes_each_part_alone() {
 /// refuses is 403 naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merged_streams_parts_are_each_clusters_grant() {
-    let sims: Vec<(&'static str, Sim)> = ["east", "west", "north"]
-        .into_iter()
-        .map(|name| {
-            let sim = seeded(18);
-            for ns in ["default", "web", "batch"] {
-                sim.create(ROLES, pod_reader(ns)).unwrap();
-            }
-            sim.set_users(vec![SimUser::new("dana-token", "dana", &["team"])]);
-            (name, sim)
-        })
-        .collect();
-    sims[0]
-        .1
-        .create(ROLE_BINDINGS, binding("dana-web", "web", "dana"))
-        .unwrap();
-    sims[1]
-        .1
-        .create(ROLE_BINDINGS, binding("dana-batch", "batch", "dana"))
-        .unwrap();
+    let sims = team_clusters(
+        &["east", "west", "north"],
+        |_| vec![SimUser::new("dana-token", "dana", &["team"])],
+        &[("east", "dana", "web"), ("west", "dana", "batch")],
+    );
     let mut cfg = test_config(&["pods"]);
     cfg.auth.set(AuthMethod::Kubernetes);
     let env = serve(sims, cfg).await;
@@ -845,15 +857,14 @@ async fn a_merged_streams_parts_are_each_clusters_grant() {
     assert_eq!(first.data["object"]["code"], 403, "{:?}", first.data);
     let mut merged = Merged::default();
     merged.until_synced(&mut sse, &["east", "west"]).await;
-    let namespaces = |cluster: &str| -> BTreeSet<String> {
-        merged.views[cluster]
-            .objects
-            .values()
-            .map(|o| o["metadata"]["namespace"].as_str().unwrap().to_string())
-            .collect()
-    };
-    assert_eq!(namespaces("east"), BTreeSet::from(["web".to_string()]));
-    assert_eq!(namespaces("west"), BTreeSet::from(["batch".to_string()]));
+    assert_eq!(
+        namespaces(&merged.views["east"]),
+        BTreeSet::from(["web".to_string()])
+    );
+    assert_eq!(
+        namespaces(&merged.views["west"]),
+        BTreeSet::from(["batch".to_string()])
+    );
     assert!(!merged.views.contains_key("north"));
 
     let (status, body) = env

@@ -306,6 +306,37 @@ fn apply_watch_event(caches: &mut Caches, event: Value) {
     }
 }
 
+/// `kubectl get pods --all-namespaces --output=json` (a LIST), in
+/// `context` if given (else the kubeconfig's current one), as [`Caches`].
+async fn kubectl_get_pods(
+    kubectl: &std::path::PathBuf,
+    cluster: &Cluster,
+    context: Option<&str>,
+) -> Caches {
+    let kubeconfig = cluster.kubeconfig();
+    let cache_dir = cluster.dir.path().join("kubectl-cache");
+    let context = context.map(|c| format!("--context={c}"));
+    let mut args = vec![
+        OsStr::new("get"),
+        OsStr::new("pods"),
+        OsStr::new("--all-namespaces"),
+        OsStr::new("--output=json"),
+        OsStr::new("--cache-dir"),
+        cache_dir.as_os_str(),
+    ];
+    args.extend(context.as_deref().map(OsStr::new));
+    let out = run_to_end(kubectl, args, &[("KUBECONFIG", kubeconfig.as_os_str())]).await;
+    let list: Value = serde_json::from_slice(&out).expect("kubectl prints a JSON list");
+    let mut listed = Caches::new();
+    for item in list["items"].as_array().expect("items") {
+        apply_watch_event(
+            &mut listed,
+            serde_json::json!({"type": "ADDED", "object": item}),
+        );
+    }
+    listed
+}
+
 /// `kubectl get pods -A -w`, as a person runs it against kubefan.
 fn kubectl_watch(kubectl: &std::path::Path, cluster: &Cluster, run: u32) -> ClientProcess<Caches> {
     let mut command = Command::new(kubectl);
@@ -383,29 +414,7 @@ async fn real_client_kubectl_get_and_watch_end_equal_to_upstream_through_faults_
         .await;
 
     // A plain `kubectl get` (a LIST) after kubefan has caught up.
-    let kubeconfig = cluster.kubeconfig();
-    let cache_dir = cluster.dir.path().join("kubectl-cache");
-    let out = run_to_end(
-        &kubectl,
-        [
-            OsStr::new("get"),
-            OsStr::new("pods"),
-            OsStr::new("--all-namespaces"),
-            OsStr::new("--output=json"),
-            OsStr::new("--cache-dir"),
-            cache_dir.as_os_str(),
-        ],
-        &[("KUBECONFIG", kubeconfig.as_os_str())],
-    )
-    .await;
-    let list: Value = serde_json::from_slice(&out).expect("kubectl prints a JSON list");
-    let mut listed = Caches::new();
-    for item in list["items"].as_array().expect("items") {
-        apply_watch_event(
-            &mut listed,
-            serde_json::json!({"type": "ADDED", "object": item}),
-        );
-    }
+    let listed = kubectl_get_pods(&kubectl, &cluster, None).await;
     assert_eq!(listed, want, "kubectl get: {}", diff(&listed, &want));
     // The columns kubectl prints: real_client_kubectl_prints_the_columns_...
 
@@ -467,31 +476,8 @@ async fn real_clients_follow_one_of_several_clusters_through_its_path_prefix() {
         .await;
 
     // The other cluster's context: west's pods, not east's.
-    let kubeconfig = cluster.kubeconfig();
-    let cache_dir = cluster.dir.path().join("kubectl-cache");
-    let context = format!("--context=kubefan-{}", NAMED[1]);
-    let out = run_to_end(
-        &kubectl,
-        [
-            OsStr::new("get"),
-            OsStr::new("pods"),
-            OsStr::new("--all-namespaces"),
-            OsStr::new("--output=json"),
-            OsStr::new(&context),
-            OsStr::new("--cache-dir"),
-            cache_dir.as_os_str(),
-        ],
-        &[("KUBECONFIG", kubeconfig.as_os_str())],
-    )
-    .await;
-    let list: Value = serde_json::from_slice(&out).expect("kubectl prints a JSON list");
-    let mut listed = Caches::new();
-    for item in list["items"].as_array().expect("items") {
-        apply_watch_event(
-            &mut listed,
-            serde_json::json!({"type": "ADDED", "object": item}),
-        );
-    }
+    let context = format!("kubefan-{}", NAMED[1]);
+    let listed = kubectl_get_pods(&kubectl, &cluster, Some(&context)).await;
     let west = Caches::from([("pods".to_string(), cluster.other_pods())]);
     assert_eq!(
         listed,
