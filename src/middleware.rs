@@ -5,8 +5,10 @@
 //! 0. the cluster (every request, before routing): a `/clusters/NAME`
 //!    prefix is taken off the path, so that actix routes what follows, and
 //!    the cluster goes into the request's extensions
-//!    ([`crate::cluster::ClusterOf`]); an unknown name is 404. Any other
-//!    path is the default cluster's, if there is one;
+//!    ([`crate::cluster::ClusterOf`]); an unknown name is 404, once the
+//!    request is authenticated (step 5: existence is not told to whoever
+//!    has no credentials). Any other path is the default cluster's, if
+//!    there is one;
 //! 1. size bounds: request target (414) and headers (431);
 //! 2. CORS preflights, answered here for allowed origins;
 //! 3. WebSocket upgrades from a foreign, unlisted `Origin`: 403
@@ -78,7 +80,11 @@ pub async fn check_request(
                     req.extensions_mut().insert(ClusterOf(cluster));
                 }
             }
-            Err(err) => return Ok(req.into_response(err.error_response())),
+            // Answered once the request is authenticated: which clusters
+            // exist is not told to whoever has no credentials.
+            Err(err) => {
+                req.extensions_mut().insert(UnknownCluster(err));
+            }
         }
     }
     // Ending a token cookie needs no credentials (they may have expired);
@@ -120,6 +126,10 @@ pub async fn check_request(
     drop(extensions);
     Ok(res)
 }
+
+/// A `/clusters/NAME/` path naming no cluster served: its 404, answered
+/// after authentication.
+struct UnknownCluster(ApiError);
 
 /// The client address the limits counted (for the access log).
 #[derive(Clone, Copy)]
@@ -273,6 +283,10 @@ async fn checks(
     };
     // Believed or not, a front proxy's identity headers go no further.
     state.auth.clear_identity_headers(req.headers_mut());
+    let unknown = req.extensions_mut().remove::<UnknownCluster>();
+    if let Some(UnknownCluster(err)) = unknown {
+        return refuse(req, err);
+    }
     if let Some(principal) = principal {
         req.extensions_mut().insert(principal);
     }

@@ -480,6 +480,13 @@ async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
     );
     let (status, _) = env.json("/clusters", None).await;
     assert_eq!(status, 401);
+    // Which clusters exist is told only to whoever has credentials.
+    let (status, _) = env.json("/clusters/north/stream/pods", None).await;
+    assert_eq!(status, 401);
+    let (status, body) = env
+        .json("/clusters/north/stream/pods", Some("dana-token"))
+        .await;
+    assert_eq!(status, 404, "{body}");
     // Only west accepts wes's token: only west is listed.
     let (status, body) = env.json("/clusters", Some("wes-token")).await;
     assert_eq!((status, listed(&body)), (200, vec!["west".to_string()]));
