@@ -10,7 +10,6 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
@@ -23,6 +22,8 @@ use kubefan_sim as sim;
 
 mod commands;
 
+use commands::clusters::{ClusterSpec, cluster_upstreams, parse_cluster};
+use commands::demo::{DemoArgs, demo};
 use commands::kubeconfig::{KubeconfigArgs, write_kubeconfig};
 use commands::session_cookies::{SessionCookiesArgs, session_cookies};
 
@@ -107,74 +108,6 @@ struct ServeArgs {
     clusters: Vec<ClusterSpec>,
     #[command(flatten)]
     gateway: GatewayArgs,
-}
-
-/// One `--cluster`: its name and where its API server is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ClusterSpec {
-    name: String,
-    /// `None`: the pod's service account (`in-cluster`).
-    kubeconfig: Option<PathBuf>,
-    context: Option<String>,
-}
-
-fn parse_cluster(text: &str) -> Result<ClusterSpec, String> {
-    let text = text.trim();
-    let Some((name, source)) = text.split_once('=') else {
-        return Err(format!(
-            "{text:?} is not NAME=KUBECONFIG[#CONTEXT] or NAME=in-cluster"
-        ));
-    };
-    kubefan::cluster::check_name(name)?;
-    if source == "in-cluster" {
-        return Ok(ClusterSpec {
-            name: name.to_string(),
-            kubeconfig: None,
-            context: None,
-        });
-    }
-    let (file, context) = match source.split_once('#') {
-        Some((file, context)) => (file, Some(context.to_string())),
-        None => (source, None),
-    };
-    if file.is_empty() || context.as_deref() == Some("") {
-        return Err(format!(
-            "cluster {name:?}: {source:?} names no kubeconfig file or an empty context"
-        ));
-    }
-    Ok(ClusterSpec {
-        name: name.to_string(),
-        kubeconfig: Some(PathBuf::from(file)),
-        context,
-    })
-}
-
-#[derive(clap::Args)]
-struct DemoArgs {
-    /// Simulated pods to keep alive.
-    #[arg(long, default_value_t = 300)]
-    pods: usize,
-    /// Simulated nodes.
-    #[arg(long, default_value_t = 3)]
-    nodes: usize,
-    /// Pod changes per second (creates, relabels, phase changes, moves, deletes).
-    #[arg(long, default_value_t = 20.0)]
-    churn_rate: f64,
-    /// Simulated clusters: with more than one, each its own simulated API
-    /// server, served by name (`dev`, `staging`, `prod`, then
-    /// `cluster-4`...) as `--cluster` would; the dashboard shows them all.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=16))]
-    clusters: u8,
-    #[command(flatten)]
-    gateway: GatewayArgs,
-}
-
-/// The name of the demo's `i`-th simulated cluster.
-fn demo_cluster(i: usize) -> String {
-    match ["dev", "staging", "prod"].get(i) {
-        Some(name) => name.to_string(),
-        None => format!("cluster-{}", i + 1),
-    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -309,43 +242,6 @@ async fn serve(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<(
     run_gateway(args.gateway, vec![upstream], shutdown).await
 }
 
-/// The clients of `--cluster`s, each reviewing its own tokens.
-async fn cluster_upstreams(specs: &[ClusterSpec]) -> anyhow::Result<Vec<Upstream>> {
-    if specs.iter().filter(|s| s.kubeconfig.is_none()).count() > 1 {
-        anyhow::bail!("--cluster: only one cluster can be in-cluster (the pod's own)");
-    }
-    let mut upstreams = Vec::with_capacity(specs.len());
-    for spec in specs {
-        let name = &spec.name;
-        let config = match &spec.kubeconfig {
-            None => kube::Config::incluster()
-                .with_context(|| format!("--cluster {name}=in-cluster: not in a pod"))?,
-            Some(path) => {
-                let kc = Kubeconfig::read_from(path).with_context(|| {
-                    format!("--cluster {name}: reading kubeconfig {}", path.display())
-                })?;
-                let options = KubeConfigOptions {
-                    context: spec.context.clone(),
-                    ..Default::default()
-                };
-                kube::Config::from_custom_kubeconfig(kc, &options)
-                    .await
-                    .with_context(|| format!("--cluster {name}: {}", path.display()))?
-            }
-        };
-        let url = config.cluster_url.to_string();
-        tracing::info!(cluster = %name, server = %url, "using Kubernetes API server");
-        let client = kube::Client::try_from(config)?;
-        upstreams.push(Upstream {
-            name: Some(name.clone()),
-            client: client.clone(),
-            reviews: client,
-            url: Some(url),
-        });
-    }
-    Ok(upstreams)
-}
-
 async fn run_gateway(
     args: GatewayArgs,
     upstreams: Vec<Upstream>,
@@ -362,105 +258,9 @@ async fn run_gateway(
     Ok(())
 }
 
-async fn demo(mut args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let churn = sim::ChurnConfig {
-        rate: args.churn_rate,
-        nodes: args.nodes,
-        pods: args.pods,
-        ..Default::default()
-    };
-    let several = args.clusters > 1;
-    let mut servers = Vec::new();
-    let mut churners = Vec::new();
-    let mut upstreams = Vec::new();
-    for i in 0..usize::from(args.clusters) {
-        let sim = sim::Sim::new(sim::SimConfig {
-            bookmark_interval: Duration::from_secs(10),
-            ..Default::default()
-        });
-        sim::seed_cluster(&sim, &churn);
-        let server = sim
-            .serve(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
-            .await
-            .context("starting the simulated API server")?;
-        churners.push(sim::spawn_churn(
-            sim.clone(),
-            churn.clone(),
-            shutdown.clone(),
-        ));
-        let client = kube::Client::try_from(server.client_config())?;
-        upstreams.push(Upstream {
-            name: several.then(|| demo_cluster(i)),
-            client: client.clone(),
-            reviews: client,
-            // A new simulated cluster each run: its URL (a new port) keeps
-            // the last run's positions from being used.
-            url: Some(server.url()),
-        });
-        servers.push(server);
-    }
-    if args.gateway.resources.is_empty() {
-        args.gateway.resources = vec!["pods".into(), "nodes".into()];
-    }
-    let cfg = args.gateway.into_config();
-    cfg.validate()?;
-    log_config(&cfg);
-    let scheme = if cfg.tls.enabled() { "https" } else { "http" };
-    let app = App::build_clusters(cfg, upstreams)
-        .await
-        .context("starting the gateway")?;
-    let base = format!("{scheme}://{}", app.local_addr());
-    if several {
-        let names: Vec<String> = (0..usize::from(args.clusters)).map(demo_cluster).collect();
-        let first = &names[0];
-        println!(
-            "kubefan demo: {} simulated clusters ({}), each with {} nodes and {} pods, churning",
-            args.clusters,
-            names.join(", "),
-            args.nodes,
-            args.pods
-        );
-        println!("  dashboard, every cluster  {base}/");
-        println!("  one cluster's dashboard   {base}/clusters/{first}/");
-        println!("  the clusters              curl {base}/clusters");
-        println!("  one cluster's pods        curl -N {base}/clusters/{first}/stream/pods");
-        println!(
-            "  every cluster's pods      curl -N '{base}/stream/pods?clusters={}'",
-            names.join(",")
-        );
-        println!(
-            "  as a Kubernetes API       kubectl --server {base}/clusters/{first} get pods --all-namespaces --watch"
-        );
-    } else {
-        println!(
-            "kubefan demo: a simulated cluster with {} nodes and {} pods, churning",
-            args.nodes, args.pods
-        );
-        println!("  dashboard             {base}/");
-        println!("  simulated API server  {}", servers[0].url());
-        println!("  pods as SSE           curl -N {base}/stream/pods");
-        println!("  one namespace         curl -N '{base}/stream/pods?namespace=web'");
-        println!("  nodes                 curl -N {base}/stream/nodes");
-        println!(
-            "  as a Kubernetes API   kubectl --server {base} get pods --all-namespaces --watch"
-        );
-    }
-    println!("  readiness, metrics    {base}/readyz  {base}/metrics");
-    println!("Ctrl-C to stop.");
-    shutdown.cancelled().await;
-    app.stop().await;
-    for churner in churners {
-        let _ = churner.await;
-    }
-    for server in servers {
-        server.stop().await;
-    }
-    Ok(())
-}
-
 /// States the configuration in effect, once, at start-up. `Config` holds
 /// no secret values, only the paths of files that hold them.
-fn log_config(cfg: &kubefan::config::Config) {
+pub(crate) fn log_config(cfg: &kubefan::config::Config) {
     tracing::info!(config = ?cfg, "effective configuration");
 }
 
@@ -638,6 +438,7 @@ fn took_default(matches: &clap::ArgMatches, id: &clap::Id) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn settings(text: &str) -> anyhow::Result<Vec<Setting>> {
         config_settings(Path::new("kubefan.yaml"), text, &Cli::command())

@@ -26,10 +26,11 @@ mod relist;
 pub mod scope;
 mod subscription;
 pub mod transition;
+mod upstream;
 mod view;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -133,20 +134,7 @@ pub struct Hub {
     /// Its cluster's metrics, for its subscriptions and streams.
     recorder: Arc<Metrics>,
     /// Whether its informer reaches the API server ([`Hub::upstream`]).
-    upstream: Upstream,
-}
-
-/// Whether a hub's informer reaches its API server: what a stream across
-/// clusters announces (`transport::merged`), so that a cluster whose API
-/// server went away is said to be gone rather than silently quiet.
-#[derive(Default)]
-struct Upstream {
-    /// Why it does not, while it does not.
-    down: std::sync::Mutex<Option<String>>,
-    /// Set with `down`, read without the lock on every event.
-    is_down: AtomicBool,
-    /// Moves whenever `down` changes.
-    changes: Epoch,
+    upstream: upstream::Upstream,
 }
 
 struct State {
@@ -190,7 +178,7 @@ impl Hub {
             views: std::sync::Mutex::new(HashMap::new()),
             metrics: metrics.hub_metrics(&meta.name),
             recorder: metrics,
-            upstream: Upstream::default(),
+            upstream: upstream::Upstream::default(),
             meta,
         })
     }
@@ -201,53 +189,6 @@ impl Hub {
 
     pub fn name(&self) -> &str {
         &self.meta.name
-    }
-
-    /// Why its informer does not reach the API server now, if it does not.
-    pub fn upstream(&self) -> Option<String> {
-        if !self.upstream.is_down.load(Ordering::Acquire) {
-            return None;
-        }
-        self.upstream
-            .down
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Moves whenever [`Hub::upstream`] changes.
-    pub fn upstream_changes(&self) -> &Epoch {
-        &self.upstream.changes
-    }
-
-    /// The informer failed to reach the API server (`why`): said once, on
-    /// the first failure after it was reached.
-    pub fn upstream_down(&self, why: String) {
-        if self.upstream.is_down.load(Ordering::Acquire) {
-            return;
-        }
-        *self
-            .upstream
-            .down
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
-        self.upstream.is_down.store(true, Ordering::Release);
-        self.upstream.changes.advance();
-    }
-
-    /// The informer reached the API server (a list, a watch that
-    /// delivered): cheap when it was not down.
-    pub fn upstream_up(&self) {
-        if !self.upstream.is_down.load(Ordering::Acquire) {
-            return;
-        }
-        *self
-            .upstream
-            .down
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-        self.upstream.is_down.store(false, Ordering::Release);
-        self.upstream.changes.advance();
     }
 
     /// What its subscriptions and streams record into: the metrics of

@@ -47,6 +47,7 @@
 //! hub's state lock, never the other way round.
 
 pub mod access;
+mod boot;
 pub mod discovery;
 pub mod informer;
 pub mod ingest;
@@ -58,7 +59,7 @@ pub mod warning;
 
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use kube::Client;
@@ -67,6 +68,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::hub::{Hub, LogLimits, SubscriptionError};
 use crate::metrics::Metrics;
+use boot::BootResource;
+pub use boot::Readiness;
 pub use discovery::{Catalog, ResourceInfo};
 pub use informer::InformerConfig;
 pub use ingest::IngestOptions;
@@ -138,14 +141,6 @@ impl Default for UpstreamConfig {
     }
 }
 
-/// Readiness of one boot-time resource.
-#[derive(Debug, Clone)]
-pub struct Readiness {
-    pub resource: String,
-    pub ready: bool,
-    pub reason: Option<String>,
-}
-
 pub struct Informers {
     /// `Informers` is only built by [`Informers::new`], inside an `Arc`;
     /// tasks it spawns hold a strong reference taken from this.
@@ -174,19 +169,6 @@ pub struct Informers {
     positions: Option<Arc<positions::Positions>>,
     /// Its tasks run in it: their logs name the cluster (`--cluster`).
     span: tracing::Span,
-}
-
-/// The first and the longest wait before a boot resource kubefan may not
-/// read is tried again (unless RBAC changes first).
-const REFUSED_RETRY_MIN: Duration = Duration::from_secs(30);
-const REFUSED_RETRY_MAX: Duration = Duration::from_secs(300);
-
-/// A boot resource: its name, whether kubefan reads it for itself
-/// (exempt from the policy), and its hub or why it has none yet.
-struct BootResource {
-    name: String,
-    internal: bool,
-    state: Result<Arc<Hub>, String>,
 }
 
 impl Informers {
@@ -254,80 +236,6 @@ impl Informers {
         self.me.upgrade().expect("Informers lives in an Arc")
     }
 
-    /// Starts the boot-time informers in the background, and checks the
-    /// allow/deny names against discovery (unknown names are logged, not
-    /// fatal: a CRD may be installed later). Discovery failures are
-    /// retried with back-off; unknown or refused boot names stay not-ready
-    /// in `/readyz` with the reason.
-    pub fn start_boot(self: &Arc<Self>) {
-        if let Some(positions) = self.positions.clone() {
-            let this = self.clone();
-            self.spawn(async move {
-                positions
-                    .keep_saving(|| this.hubs(), this.shutdown.clone())
-                    .await
-            });
-        }
-        let this = self.clone();
-        self.spawn(async move {
-            let mut delay = this.cfg.informer.backoff_min;
-            let mut refused_delay = REFUSED_RETRY_MIN;
-            loop {
-                let wake = this.boot_wake.current();
-                let mut pending = !this.check_policy_names().await;
-                let mut refused = false;
-                let names: Vec<(String, bool)> = this
-                    .lock_boot()
-                    .iter()
-                    .map(|b| (b.name.clone(), b.internal))
-                    .collect();
-                for (i, (name, internal)) in names.iter().enumerate() {
-                    let running = matches!(&this.lock_boot()[i].state, Ok(hub) if hub.closed().is_none());
-                    if running {
-                        continue;
-                    }
-                    match this.start(name, true, !internal).await {
-                        Ok(hub) => {
-                            this.lock_boot()[i].state = Ok(hub);
-                            this.boot_changes.advance();
-                        }
-                        Err(err) => {
-                            pending |= matches!(err, Error::Discovery(_));
-                            refused |= matches!(err, Error::Unreadable(_));
-                            tracing::error!(resource = %name, error = %err, "boot-time resource not started");
-                            // A closed hub's reason (removed upstream, kubefan
-                            // may not read it) says more than a failed restart.
-                            let state = &mut this.lock_boot()[i].state;
-                            if state.is_err() {
-                                *state = Err(err.to_string());
-                                this.boot_changes.advance();
-                            }
-                        }
-                    }
-                }
-                // Discovery failing: retry soon. Refused: in minutes, or as
-                // soon as RBAC changes. Otherwise only when woken.
-                let sleep = if pending {
-                    let d = delay;
-                    delay = (delay * 2).min(this.cfg.informer.backoff_max);
-                    Some(d)
-                } else if refused {
-                    let d = refused_delay;
-                    refused_delay = (refused_delay * 2).min(REFUSED_RETRY_MAX);
-                    Some(d)
-                } else {
-                    None
-                };
-                let woken = this.boot_wake.until(|| this.boot_wake.current() != wake);
-                tokio::select! {
-                    _ = this.shutdown.cancelled() => return,
-                    _ = woken => {}
-                    _ = tokio::time::sleep(sleep.unwrap_or(Duration::MAX / 4)), if sleep.is_some() => {}
-                }
-            }
-        });
-    }
-
     /// What kubefan's own credentials may read.
     pub fn self_access(&self) -> &access::SelfAccess {
         &self.self_access
@@ -338,10 +246,6 @@ impl Informers {
     pub fn rbac_changed(&self) {
         self.self_access.forget();
         self.boot_wake.advance();
-    }
-
-    fn lock_boot(&self) -> MutexGuard<'_, Vec<BootResource>> {
-        self.boot.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The hub for a resource name, starting its informer on first use.
@@ -466,72 +370,6 @@ impl Informers {
     /// The Kubernetes client kubefan uses upstream.
     pub fn client(&self) -> &Client {
         &self.client
-    }
-
-    /// Per boot-time resource: synced or not, and why not.
-    pub fn readiness(&self) -> Vec<Readiness> {
-        self.lock_boot()
-            .iter()
-            .map(|boot| match &boot.state {
-                Ok(hub) => match hub.closed() {
-                    Some(reason) => Readiness {
-                        resource: hub.name().to_string(),
-                        ready: false,
-                        reason: Some(reason),
-                    },
-                    None if hub.is_synced() => Readiness {
-                        resource: hub.name().to_string(),
-                        ready: true,
-                        reason: None,
-                    },
-                    None => Readiness {
-                        resource: hub.name().to_string(),
-                        ready: false,
-                        reason: Some("waiting for the first list from the API server".into()),
-                    },
-                },
-                Err(reason) => Readiness {
-                    resource: boot.name.clone(),
-                    ready: false,
-                    reason: Some(reason.clone()),
-                },
-            })
-            .collect()
-    }
-
-    /// Resolves once every boot resource is ready (what `/readyz` says).
-    pub async fn ready(&self) {
-        loop {
-            let seen = self.boot_changes.current();
-            let waiting: Vec<Arc<Hub>> = {
-                let boot = self.lock_boot();
-                let mut waiting = Vec::new();
-                let mut unstarted = false;
-                for b in boot.iter() {
-                    match &b.state {
-                        Ok(hub) if hub.closed().is_none() && hub.is_synced() => {}
-                        Ok(hub) if hub.closed().is_none() => waiting.push(hub.clone()),
-                        _ => unstarted = true,
-                    }
-                }
-                if waiting.is_empty() && !unstarted {
-                    return;
-                }
-                waiting
-            };
-            let started = self
-                .boot_changes
-                .until(|| self.boot_changes.current() != seen);
-            let synced = futures::future::join_all(
-                waiting
-                    .iter()
-                    .map(|hub| hub.wait_synced(Duration::from_secs(3600))),
-            );
-            tokio::select! {
-                _ = started => {}
-                _ = synced => {}
-            }
-        }
     }
 
     /// Hubs running now, in no order.
