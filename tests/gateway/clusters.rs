@@ -102,14 +102,7 @@ impl Env {
         let resp = self.get(path, token).await;
         assert_eq!(resp.status(), 200, "GET {path}");
         let mut sse = SseClient::new(resp);
-        let mut view = ClientView::new();
-        tokio::time::timeout(WAIT, async {
-            while view.snapshots == 0 {
-                view.apply(&sse.next().await.expect("the snapshot"));
-            }
-        })
-        .await
-        .expect("the snapshot in time");
+        let view = crate::support::first_snapshot(&mut sse).await;
         (view, sse)
     }
 
@@ -1080,4 +1073,45 @@ async fn one_socket_subscribes_in_several_clusters() {
         "{refused}"
     );
     env.stop().await;
+}
+
+/// `--state-dir` keeps each cluster's positions apart, under
+/// `clusters/NAME/`, each for its own API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_cluster_keeps_its_positions_under_its_name() {
+    let dir = std::env::temp_dir().join(format!("kubefan-state-{}", uuid::Uuid::new_v4()));
+    let mut cfg = test_config(&["pods"]);
+    cfg.upstream.positions = Some(kubefan::upstream::PositionsConfig {
+        dir: dir.clone(),
+        upstream: String::new(),
+    });
+    let env = serve(
+        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
+        cfg,
+    )
+    .await;
+    let (_, _) = env.snapshot("/clusters/east/stream/pods", None).await;
+    let (_, _) = env.snapshot("/clusters/west/stream/pods", None).await;
+    let urls: Vec<(String, String, u64)> = env
+        .sims
+        .iter()
+        .map(|(name, sim, server)| {
+            let url = server.as_ref().unwrap().url();
+            (name.to_string(), url, sim.stats().resource_version)
+        })
+        .collect();
+    // Saved at the latest when the gateway stops.
+    env.stop().await;
+    for (name, url, rv) in urls {
+        let file = dir.join("clusters").join(&name).join("positions.json");
+        let saved: Value = serde_json::from_slice(&std::fs::read(&file).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        assert_eq!(saved["upstream"], url, "{name}");
+        assert_eq!(saved["resources"]["pods"], rv, "{name}");
+    }
+    assert!(
+        !dir.join("positions.json").exists(),
+        "no unnamed cluster's file"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -205,14 +205,7 @@ async fn streamed_namespaces(
     let resp = get(http, env, "/stream/pods", headers).await;
     assert_eq!(resp.status(), 200);
     let mut sse = SseClient::new(resp);
-    let mut view = ClientView::new();
-    tokio::time::timeout(WAIT, async {
-        while view.snapshots == 0 {
-            view.apply(&sse.next().await.expect("the snapshot"));
-        }
-    })
-    .await
-    .expect("the snapshot in time");
+    let view = crate::support::first_snapshot(&mut sse).await;
     namespaces(&view)
 }
 

@@ -217,6 +217,20 @@ impl TestEnv {
 }
 
 /// One SSE event as sent: `id` is `None` without an `id:` line and
+/// A view of a stream's events up to its first snapshot's end (each
+/// event waited for at most [`WAIT`], the whole at most [`WAIT`]).
+pub async fn first_snapshot(sse: &mut SseClient) -> ClientView {
+    let mut view = ClientView::new();
+    tokio::time::timeout(WAIT, async {
+        while view.snapshots == 0 {
+            view.apply(&sse.next().await.expect("the snapshot"));
+        }
+    })
+    .await
+    .expect("the snapshot in time");
+    view
+}
+
 /// `Some("")` for an `id:` that clears the last event id.
 #[derive(Debug, Clone)]
 pub struct SseEvent {
