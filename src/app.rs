@@ -76,7 +76,8 @@ impl App {
     /// [`App::build`] for several clusters (`--cluster`), each named, or
     /// for the one unnamed cluster.
     pub async fn build_clusters(cfg: Config, upstreams: Vec<Upstream>) -> std::io::Result<App> {
-        crate::cluster::check_upstreams(&upstreams, cfg.clusters.default.as_deref())
+        let names: Vec<Option<&str>> = upstreams.iter().map(|u| u.name.as_deref()).collect();
+        crate::cluster::check_names(&names, cfg.clusters.default.as_deref())
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let auth = Arc::new(
             Auth::new(&cfg.auth, cfg.stream.sync_timeout)

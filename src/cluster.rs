@@ -18,6 +18,7 @@ use actix_web::{FromRequest, HttpMessage, HttpRequest};
 use serde_json::{Value, json};
 
 use crate::auth::{Access, Auth, Authorizer, Principal};
+pub use crate::config::{ClustersConfig, ReadyWhen};
 use crate::status::ApiError;
 use crate::transport::kube::{KubePrinters, Pages, Probes};
 use crate::upstream::Informers;
@@ -99,18 +100,6 @@ impl Cluster {
             })).collect::<Vec<_>>(),
         })
     }
-}
-
-/// Whether the gateway is ready when some of its clusters are not
-/// (`--ready-when`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum ReadyWhen {
-    /// Ready while any cluster is: one cluster down never takes the
-    /// others' viewers away (a load balancer keeps sending them).
-    #[default]
-    Any,
-    /// Ready only when every cluster is.
-    All,
 }
 
 /// The clusters of one gateway, and the default one served at the root
@@ -243,13 +232,10 @@ pub fn check_name(name: &str) -> Result<(), String> {
 /// Refuses a set of clusters that cannot be served, saying why: one
 /// unnamed cluster, or one or more named ones, each name a DNS label,
 /// none twice; `default` must name one of them.
-pub fn check_upstreams(
-    upstreams: &[crate::app::Upstream],
-    default: Option<&str>,
-) -> Result<(), String> {
-    match upstreams {
+pub fn check_names(names: &[Option<&str>], default: Option<&str>) -> Result<(), String> {
+    match names {
         [] => return Err("no cluster to serve".into()),
-        [only] if only.name.is_none() => {
+        [None] => {
             return match default {
                 Some(d) => Err(format!(
                     "--default-cluster {d:?} names no cluster: give the clusters with --cluster NAME=KUBECONFIG"
@@ -260,15 +246,15 @@ pub fn check_upstreams(
         _ => {}
     }
     let mut seen = std::collections::BTreeSet::new();
-    for upstream in upstreams {
-        let Some(name) = &upstream.name else {
+    for name in names {
+        let Some(name) = name else {
             return Err(
                 "with several clusters, every cluster has a name (--cluster NAME=KUBECONFIG)"
                     .into(),
             );
         };
         check_name(name)?;
-        if !seen.insert(name.as_str()) {
+        if !seen.insert(*name) {
             return Err(format!("cluster {name:?} is given twice"));
         }
     }
@@ -279,14 +265,6 @@ pub fn check_upstreams(
         )),
         _ => Ok(()),
     }
-}
-
-/// What `--default-cluster` and `--ready-when` set.
-#[derive(Debug, Clone, Default)]
-pub struct ClustersConfig {
-    /// The named cluster also served at the root paths.
-    pub default: Option<String>,
-    pub ready_when: ReadyWhen,
 }
 
 /// The request's cluster, as the middleware chose it: a handler's

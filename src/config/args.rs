@@ -328,8 +328,8 @@ pub struct GatewayArgs {
     pub default_cluster: Option<String>,
     /// With `--cluster`: whether `/readyz` needs `any` cluster ready (one
     /// cluster down never takes the others' viewers away) or `all`.
-    #[arg(long, env = "KUBEFAN_READY_WHEN", value_enum, default_value_t = crate::cluster::ReadyWhen::Any)]
-    pub ready_when: crate::cluster::ReadyWhen,
+    #[arg(long, env = "KUBEFAN_READY_WHEN", value_enum, default_value_t = super::ReadyWhen::Any)]
+    pub ready_when: super::ReadyWhen,
     #[command(flatten)]
     pub tls: TlsArgs,
 }
@@ -443,7 +443,7 @@ impl GatewayArgs {
             },
             allowed_origins: names(self.allowed_origins),
             tls: self.tls.into_config(),
-            clusters: crate::cluster::ClustersConfig {
+            clusters: super::ClustersConfig {
                 default: self.default_cluster,
                 ready_when: self.ready_when,
             },

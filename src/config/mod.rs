@@ -116,6 +116,26 @@ impl Default for LimitsConfig {
     }
 }
 
+/// Whether the gateway is ready when some of its clusters are not
+/// (`--ready-when`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReadyWhen {
+    /// Ready while any cluster is: one cluster down never takes the
+    /// others' viewers away (a load balancer keeps sending them).
+    #[default]
+    Any,
+    /// Ready only when every cluster is.
+    All,
+}
+
+/// What `--default-cluster` and `--ready-when` set.
+#[derive(Debug, Clone, Default)]
+pub struct ClustersConfig {
+    /// The named cluster also served at the root paths.
+    pub default: Option<String>,
+    pub ready_when: ReadyWhen,
+}
+
 /// TLS and HTTP/2 on the main listener (see `crate::tls`).
 #[derive(Debug, Clone)]
 pub struct TlsConfig {
@@ -222,7 +242,7 @@ pub struct Config {
     pub allowed_origins: Vec<String>,
     pub tls: TlsConfig,
     /// The default cluster and when the gateway is ready (`--cluster`).
-    pub clusters: crate::cluster::ClustersConfig,
+    pub clusters: ClustersConfig,
 }
 
 impl Default for Config {
