@@ -176,22 +176,13 @@ impl Clusters {
     }
 
     /// The clusters `principal` may see: a cluster is listed when the
-    /// principal, as that cluster knows it (`Auth::principal_in`, with
-    /// the request's `token`), may read something there. Asked of every
-    /// cluster at once.
-    pub async fn visible(
-        &self,
-        auth: &Auth,
-        principal: &Principal,
-        token: Option<&str>,
-    ) -> Vec<&Arc<Cluster>> {
+    /// principal, as that cluster knows it (`Auth::principal_in`), may
+    /// read something there. Asked of every cluster at once.
+    pub async fn visible(&self, auth: &Auth, principal: &Principal) -> Vec<&Arc<Cluster>> {
         let asks = self.all.iter().map(|cluster| async move {
             match principal.access() {
                 Access::Everything | Access::Claims { .. } => true,
-                Access::User(_) => match auth
-                    .principal_in(principal, token, &cluster.authorizer)
-                    .await
-                {
+                Access::User(_) => match auth.principal_in(principal, &cluster.authorizer).await {
                     Ok(there) => cluster.authorizer.sees_anything(&there).await,
                     Err(_) => false,
                 },

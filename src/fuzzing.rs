@@ -19,7 +19,7 @@ use crate::hub::scope::Position;
 use crate::status::ApiError;
 use crate::transport::kube::params::{self, KubeQuery};
 use crate::transport::takeover::{Frames, InboxLimits, Messages};
-use crate::transport::ws::ops::{Op, OpError, parse_op};
+use crate::transport::ws::ops::{At, Op, OpError, parse_op};
 use crate::transport::{StreamParams, parse_stream_query, sse};
 
 /// The longest a watch of the Kubernetes face lasts, whatever its
@@ -127,11 +127,20 @@ impl WsOp {
                 id,
                 resource,
                 params,
-                cluster,
+                at,
             } => {
                 fields.insert("resource".into(), Value::String(resource.clone()));
-                if let Some(cluster) = cluster {
-                    fields.insert("cluster".into(), Value::String(cluster.clone()));
+                match at {
+                    At::Socket => {}
+                    At::Cluster(cluster) => {
+                        fields.insert("cluster".into(), Value::String(cluster.clone()));
+                    }
+                    At::Clusters { names, resume } => {
+                        fields.insert("clusters".into(), Value::String(names.clone()));
+                        if let Some(resume) = resume {
+                            fields.insert("resourceVersion".into(), Value::String(resume.clone()));
+                        }
+                    }
                 }
                 for (key, value) in params.pairs() {
                     fields.insert(key.into(), Value::String(value));

@@ -52,7 +52,6 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
 /// served at the root paths. A gateway without `--cluster` has none
 /// named: 404.
 pub async fn clusters(
-    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
@@ -63,10 +62,8 @@ pub async fn clusters(
         ));
     }
     let default = clusters.default_cluster().and_then(|c| c.name());
-    let token =
-        crate::auth::token_from(req.headers(), req.query_string(), state.auth.cookie_name());
     let items: Vec<_> = clusters
-        .visible(&state.auth, &principal, token.as_deref())
+        .visible(&state.auth, &principal)
         .await
         .into_iter()
         .map(|c| {

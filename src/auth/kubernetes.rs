@@ -88,6 +88,12 @@ impl Credential {
         &self.changes
     }
 
+    /// The token itself: what another cluster reviews to know who it
+    /// names there (`Auth::principal_in`).
+    pub(crate) fn token(&self) -> &str {
+        self.token.expose_secret()
+    }
+
     fn reviewed_at(&self) -> Instant {
         *self.reviewed.lock().unwrap_or_else(PoisonError::into_inner)
     }

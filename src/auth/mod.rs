@@ -319,23 +319,23 @@ impl Auth {
 
     /// `principal` as `cluster` knows it, for a request that reads a
     /// cluster other than the one that named it (a stream across
-    /// clusters, `/clusters`): a principal named by TokenReview (`--auth
-    /// kubernetes`) is reviewed again by `cluster`, with `token`, as
-    /// identities are each cluster's own; any other identity (a JWT, an
-    /// OIDC id-token, a session, a front proxy's) is the gateway's, and
-    /// the same in every cluster.
+    /// clusters, `/clusters`, a `/ws` subscription naming its cluster): a
+    /// principal named by TokenReview (`--auth kubernetes`) is its token
+    /// reviewed again by `cluster`, as identities are each cluster's own
+    /// (a review it holds within the TTL answers at once); any other
+    /// identity (a JWT, an OIDC id-token, a session, a front proxy's) is
+    /// the gateway's, and the same in every cluster.
     pub async fn principal_in(
         &self,
         principal: &Principal,
-        token: Option<&str>,
         cluster: &Authorizer,
     ) -> Result<Principal, Error> {
-        if principal.credential().is_none() {
+        let Some(credential) = principal.credential() else {
             return Ok(principal.clone());
-        }
-        match (cluster.token_reviewer(), token) {
-            (Some(reviewer), Some(token)) => reviewer.authenticate(token).await,
-            _ => Err(Error::NoToken(self.cookie.clone())),
+        };
+        match cluster.token_reviewer() {
+            Some(reviewer) => reviewer.authenticate(credential.token()).await,
+            None => Err(Error::NoToken(self.cookie.clone())),
         }
     }
 

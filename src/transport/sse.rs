@@ -134,10 +134,12 @@ async fn merged(
     };
     let preamble = Bytes::from(format!("retry: {}\n\n", retry_hint(state.stream.retry)));
     let plan = merged::Plan {
-        resource,
-        params,
-        chosen,
-        resume,
+        asked: merged::Asked {
+            resource,
+            params,
+            chosen,
+            resume,
+        },
         preamble,
     };
     merged::stream(req, state, principal, plan).await

@@ -528,6 +528,71 @@ async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
         ),
         ("CLUSTER", Some("east"), Some(401))
     );
+
+    // On `/ws` the same: a socket opened on east whose subscription names
+    // west is west's user (wes: web), not the socket's (east's dana), and
+    // a merged subscription's parts are each cluster's.
+    let addr = env.app.local_addr();
+    let mut ws =
+        crate::ws::WsClient::connect_to(addr, "/clusters/east/ws?access_token=double-token").await;
+    ws.subscribe(
+        serde_json::json!({"op": "subscribe", "id": "w", "resource": "pods", "cluster": "west"}),
+    )
+    .await;
+    let mut west = ClientView::new();
+    tokio::time::timeout(WAIT, async {
+        while west.snapshots == 0 {
+            west.apply(&crate::ws::event(&next_of(&mut ws, "w").await));
+        }
+    })
+    .await
+    .expect("w's snapshot in time");
+    assert_eq!(namespaces(&west), BTreeSet::from(["web".to_string()]));
+    ws.subscribe(
+        serde_json::json!({"op": "subscribe", "id": "m", "resource": "pods", "clusters": "*"}),
+    )
+    .await;
+    let mut merged = Merged::default();
+    merged
+        .until_synced(&mut Sub(&mut ws, "m"), &["east", "west"])
+        .await;
+    assert_eq!(
+        namespaces(&merged.views["east"]),
+        BTreeSet::from(["web".to_string(), "batch".to_string()])
+    );
+    assert_eq!(
+        namespaces(&merged.views["west"]),
+        BTreeSet::from(["web".to_string()])
+    );
+    // Wes's token on a west socket: east is left out of `*`, and said so;
+    // named, it refuses the subscription, naming it.
+    let mut ws =
+        crate::ws::WsClient::connect_to(addr, "/clusters/west/ws?access_token=wes-token").await;
+    ws.subscribe(
+        serde_json::json!({"op": "subscribe", "id": "m", "resource": "pods", "clusters": "*"}),
+    )
+    .await;
+    let first = next_of(&mut ws, "m").await;
+    assert_eq!(
+        (
+            first["type"].as_str(),
+            first["cluster"].as_str(),
+            first["object"]["code"].as_u64()
+        ),
+        (Some("CLUSTER"), Some("east"), Some(401)),
+        "{first}"
+    );
+    ws.subscribe(serde_json::json!({"op": "subscribe", "id": "n", "resource": "pods", "clusters": "west,east"}))
+        .await;
+    let refused = next_of(&mut ws, "n").await;
+    assert_eq!(refused["object"]["code"], 401, "{refused}");
+    assert!(
+        refused["object"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cluster \"east\""),
+        "{refused}"
+    );
     env.stop().await;
 }
 
@@ -594,6 +659,30 @@ fn part_of(ev: &SseEvent) -> (String, SseEvent) {
     )
 }
 
+/// A merged stream's messages, as SSE events: an SSE stream's, or a
+/// merged `/ws` subscription's.
+trait Feed {
+    async fn event(&mut self) -> SseEvent;
+}
+
+impl Feed for SseClient {
+    async fn event(&mut self) -> SseEvent {
+        self.next().await.expect("the merged stream goes on")
+    }
+}
+
+/// Subscription `.1` of a `/ws` socket: its messages (any other's is a
+/// failure).
+struct Sub<'a>(&'a mut crate::ws::WsClient, &'a str);
+
+impl Feed for Sub<'_> {
+    async fn event(&mut self) -> SseEvent {
+        let msg = self.0.next().await;
+        assert_eq!(msg["sub"], self.1, "{msg}");
+        crate::ws::event(&msg)
+    }
+}
+
 /// Per-cluster views of one merged stream.
 #[derive(Default)]
 struct Merged {
@@ -624,13 +713,13 @@ impl Merged {
     /// Reads until every one of `clusters` has had its snapshot (a
     /// narrowed part's position moves only with what it may see, so it
     /// is not waited for at the simulator's).
-    async fn until_synced(&mut self, sse: &mut SseClient, clusters: &[&str]) {
+    async fn until_synced(&mut self, feed: &mut impl Feed, clusters: &[&str]) {
         tokio::time::timeout(WAIT, async {
             while !clusters
                 .iter()
                 .all(|c| self.views.get(*c).is_some_and(|v| v.snapshots > 0))
             {
-                let ev = sse.next().await.expect("the merged stream goes on");
+                let ev = feed.event().await;
                 self.apply(&ev);
             }
         })
@@ -639,11 +728,11 @@ impl Merged {
     }
 
     /// Reads until `cluster` is announced with `code`.
-    async fn until_announced(&mut self, sse: &mut SseClient, cluster: &str, code: u64) {
+    async fn until_announced(&mut self, feed: &mut impl Feed, cluster: &str, code: u64) {
         let want = (cluster.to_string(), code);
         tokio::time::timeout(WAIT, async {
             while !self.announced.contains(&want) {
-                let ev = sse.next().await.expect("the merged stream goes on");
+                let ev = feed.event().await;
                 self.apply(&ev);
             }
         })
@@ -653,7 +742,7 @@ impl Merged {
 
     /// Reads until every cluster's view is settled at its simulator's
     /// resourceVersion.
-    async fn follow(&mut self, sse: &mut SseClient, env: &Env, clusters: &[&str]) {
+    async fn follow(&mut self, feed: &mut impl Feed, env: &Env, clusters: &[&str]) {
         let want: Vec<u64> = clusters
             .iter()
             .map(|c| env.sim(c).stats().resource_version)
@@ -664,7 +753,7 @@ impl Merged {
                 .zip(&want)
                 .all(|(c, rv)| self.views.get(*c).is_some_and(|v| v.settled(*rv)))
             {
-                let ev = sse.next().await.expect("the merged stream goes on");
+                let ev = feed.event().await;
                 self.apply(&ev);
             }
         })
@@ -1073,6 +1162,248 @@ async fn one_socket_subscribes_in_several_clusters() {
         "{refused}"
     );
     env.stop().await;
+}
+
+/// The next message of subscription `sub` (others' are skipped).
+async fn next_of(ws: &mut crate::ws::WsClient, sub: &str) -> Value {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let msg = ws.next().await;
+            if msg["sub"] == sub {
+                return msg;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("a message of {sub:?} in time"))
+}
+
+/// One `/ws` subscription across clusters (`clusters`): one id, every
+/// message naming its cluster and carrying the subscription's compound
+/// id, each part its cluster's truth; resumed from a compound id, a part
+/// whose position is gone starts over alone; 409, unsubscribe and the end
+/// treat it as one subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_ws_subscription_merges_clusters_and_resumes_each_part_alone() {
+    let env = serve(
+        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
+        test_config(&["pods"]),
+    )
+    .await;
+    let clusters = ["east", "west"];
+    let subscribe = |clusters: Value, resume: Option<&str>| {
+        let mut msg = serde_json::json!({"op": "subscribe", "id": "m", "resource": "pods", "clusters": clusters});
+        if let Some(resume) = resume {
+            msg["resourceVersion"] = resume.into();
+        }
+        msg
+    };
+    // At `/ws` of a gateway with no default cluster the socket has none
+    // of its own: a subscription names one, or several.
+    let mut ws = crate::ws::WsClient::connect_to(env.app.local_addr(), "/ws").await;
+    ws.subscribe(serde_json::json!({"op": "subscribe", "id": "x", "resource": "pods"}))
+        .await;
+    let refused = next_of(&mut ws, "x").await;
+    assert_eq!(
+        (refused["type"].as_str(), refused["object"]["code"].as_u64()),
+        (Some("ERROR"), Some(400))
+    );
+    assert!(
+        refused["object"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no cluster of its own"),
+        "{refused}"
+    );
+
+    ws.subscribe(subscribe(serde_json::json!(["east", "west"]), None))
+        .await;
+    let mut merged = Merged::default();
+    merged.follow(&mut Sub(&mut ws, "m"), &env, &clusters).await;
+    for (cluster, n) in [("east", 3), ("west", 2)] {
+        for i in 0..n {
+            env.sim(cluster)
+                .create("pods", pod(&format!("{cluster}-{i}")).ns("web").build())
+                .unwrap();
+        }
+    }
+    env.sim("west")
+        .delete("pods", Some("web"), "only-west")
+        .unwrap();
+    merged.follow(&mut Sub(&mut ws, "m"), &env, &clusters).await;
+    for cluster in clusters {
+        merged.views[cluster].assert_matches(&env.sim(cluster).list("pods").0);
+        assert!(merged.views[cluster].resets.is_empty());
+        assert_eq!(env.sim(cluster).stats().resource("pods").open_watches, 1);
+    }
+    let id = merged.last_id.clone().expect("a compound id");
+    assert!(id.starts_with("east=") && id.contains(",west="), "{id}");
+
+    // One subscription: its id is taken while it streams, and
+    // unsubscribing ends every part, nothing of it following the reply.
+    ws.subscribe(subscribe("*".into(), None)).await;
+    let conflict = next_of(&mut ws, "m").await;
+    assert_eq!(conflict["object"]["code"], 409, "{conflict}");
+    ws.send_json(serde_json::json!({"op": "unsubscribe", "id": "m"}))
+        .await;
+    assert_eq!(next_of(&mut ws, "m").await["type"], "UNSUBSCRIBED");
+    env.sim("east")
+        .create("pods", pod("while-away").ns("web").build())
+        .unwrap();
+    env.sim("west")
+        .create("pods", pod("while-away").ns("batch").build())
+        .unwrap();
+    ws.subscribe(
+        serde_json::json!({"op": "subscribe", "id": "e", "resource": "pods", "cluster": "east"}),
+    )
+    .await;
+    let mut east = ClientView::new();
+    let rv = env.sim("east").stats().resource_version;
+    tokio::time::timeout(WAIT, async {
+        while !east.settled(rv) {
+            let msg = ws.next().await;
+            assert_eq!(msg["sub"], "e", "nothing of m after UNSUBSCRIBED: {msg}");
+            east.apply(&crate::ws::event(&msg));
+        }
+    })
+    .await
+    .expect("e's snapshot in time");
+
+    // Resumed from the compound id: each part from its own position, no
+    // snapshot, no reset, every change made while away.
+    for view in merged.views.values_mut() {
+        view.resume();
+    }
+    merged.events.clear();
+    ws.subscribe(subscribe("east,west".into(), Some(&id))).await;
+    merged.follow(&mut Sub(&mut ws, "m"), &env, &clusters).await;
+    for cluster in clusters {
+        let view = &merged.views[cluster];
+        view.assert_matches(&env.sim(cluster).list("pods").0);
+        assert_eq!(view.snapshots, 1, "{cluster} resumed without a snapshot");
+    }
+    assert!(
+        merged.events.iter().all(|(_, e)| e != "RESET"),
+        "{:?}",
+        merged.events
+    );
+    ws.send_json(serde_json::json!({"op": "unsubscribe", "id": "m"}))
+        .await;
+    assert_eq!(next_of(&mut ws, "m").await["type"], "UNSUBSCRIBED");
+
+    // East's position is long gone: east alone starts over.
+    let west = id.split(',').find(|p| p.starts_with("west=")).unwrap();
+    ws.subscribe(subscribe(
+        "east,west".into(),
+        Some(&format!("east=1,{west}")),
+    ))
+    .await;
+    let mut again = Merged::default();
+    again.views.insert("west".into(), {
+        let mut view = ClientView::new();
+        view.resume();
+        view
+    });
+    again.follow(&mut Sub(&mut ws, "m"), &env, &clusters).await;
+    again.views["east"].assert_matches(&env.sim("east").list("pods").0);
+    assert!(
+        again
+            .events
+            .iter()
+            .all(|(c, e)| c == "east" || (e != "RESET" && e != "BOOKMARK")),
+        "west neither reset nor sent a snapshot: {:?}",
+        again.events
+    );
+    assert!(
+        again
+            .events
+            .iter()
+            .any(|(c, e)| c == "east" && e == "RESET"),
+        "{:?}",
+        again.events
+    );
+
+    // Bad input: that subscription's ERROR, saying what is wrong.
+    for (msg, code, says) in [
+        (
+            serde_json::json!({"clusters": "east,north"}),
+            404,
+            "\"north\"",
+        ),
+        (
+            serde_json::json!({"clusters": "east", "resourceVersion": "east=5,west=6"}),
+            400,
+            "does not ask for",
+        ),
+        (
+            serde_json::json!({"clusters": "east", "resourceVersion": "5"}),
+            400,
+            "not a merged stream's id",
+        ),
+        (
+            serde_json::json!({"clusters": "east", "cluster": "east"}),
+            400,
+            "not both",
+        ),
+        (
+            serde_json::json!({"clusters": "east,North"}),
+            400,
+            "lowercase",
+        ),
+    ] {
+        let mut sent = serde_json::json!({"op": "subscribe", "id": "bad", "resource": "pods"});
+        for (k, v) in msg.as_object().unwrap() {
+            sent[k] = v.clone();
+        }
+        ws.send_json(sent.clone()).await;
+        let refused = next_of(&mut ws, "bad").await;
+        assert_eq!(refused["type"], "ERROR", "{sent}: {refused}");
+        validate_status(&refused["object"]);
+        assert_eq!(refused["object"]["code"], code, "{sent}: {refused}");
+        assert!(
+            refused["object"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(says),
+            "{sent}: {refused}"
+        );
+    }
+
+    // At shutdown each part ends with its ERROR, naming its cluster, and
+    // the subscription with one naming none.
+    let Env { app, sims, .. } = env;
+    let stopping = tokio::spawn(async move { app.stop().await });
+    let mut ended = BTreeSet::new();
+    let last = tokio::time::timeout(WAIT, async {
+        loop {
+            let msg = next_of(&mut ws, "m").await;
+            assert_eq!(msg["type"], "ERROR", "{msg}");
+            match msg["cluster"].as_str() {
+                Some(cluster) => assert!(ended.insert(cluster.to_string()), "{msg}"),
+                None => return msg,
+            }
+        }
+    })
+    .await
+    .expect("the subscription's end in time");
+    assert_eq!(
+        ended,
+        BTreeSet::from(["east".to_string(), "west".to_string()])
+    );
+    assert_eq!(last["object"]["code"], 503, "{last}");
+    assert!(
+        last["object"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("every cluster's part"),
+        "{last}"
+    );
+    stopping.await.unwrap();
+    for (_, _, server) in sims {
+        if let Some(server) = server {
+            server.stop().await;
+        }
+    }
 }
 
 /// `--state-dir` keeps each cluster's positions apart, under

@@ -44,7 +44,8 @@ impl WsClient {
             .expect("handshake in time")
             .unwrap_or_else(|e| panic!("WebSocket {path}: {e}"));
         assert_eq!(resp.status(), 101);
-        let def = if path.ends_with("/ws") || path.starts_with("/ws") {
+        let route = path.split('?').next().unwrap_or(path);
+        let def = if route.ends_with("/ws") {
             "muxMessage"
         } else {
             "wsMessage"

@@ -99,11 +99,17 @@ pub async fn stream(
 pub async fn mux(
     req: HttpRequest,
     state: web::Data<AppState>,
-    cluster: ClusterOf,
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
+    // At `/ws` on a gateway of several clusters and no default one, the
+    // socket has none: its subscriptions name theirs.
+    let cluster = match ClusterOf::of(&req) {
+        Ok(cluster) => Some(cluster.0),
+        Err(_) if state.clusters.named() => None,
+        Err(err) => return Err(err),
+    };
     let taken = handshake(&req, &state, &[])?;
-    mux::spawn(state, cluster.0, Box::new(taken), principal);
+    mux::spawn(state, cluster, Box::new(taken), principal);
     // actix writes this into the emptied connection, where it vanishes.
     Ok(HttpResponse::Ok().finish())
 }

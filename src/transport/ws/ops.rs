@@ -11,17 +11,38 @@ const MAX_SUB_ID: usize = 128;
 
 /// A `/ws` client message.
 #[derive(Debug, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one message at a time, acted on at once: boxing would only add an allocation"
+)]
 pub enum Op {
     Subscribe {
         id: String,
         resource: String,
         params: StreamParams,
-        /// The cluster to subscribe in (`--cluster`); `None`: the
-        /// socket's own.
-        cluster: Option<String>,
+        /// Where it streams from.
+        at: At,
     },
     Unsubscribe {
         id: String,
+    },
+}
+
+/// Where a subscription streams from, on a gateway serving several
+/// clusters (`--cluster`).
+#[derive(Debug, PartialEq)]
+pub enum At {
+    /// The socket's cluster (`/clusters/NAME/ws`, or the default one's at
+    /// `/ws`).
+    Socket,
+    /// The cluster `"cluster"` names.
+    Cluster(String),
+    /// The clusters `"clusters"` names (`a,b`, a list, or `*`), merged
+    /// into one stream (`transport::merged`); `resume` is its compound id
+    /// (`"resourceVersion"`), checked once the clusters are known.
+    Clusters {
+        names: String,
+        resume: Option<String>,
     },
 }
 
@@ -68,25 +89,16 @@ pub fn parse_op(text: &str) -> Result<Op, OpError> {
                     ));
                 }
             };
-            let cluster = match fields.remove("cluster") {
-                None => None,
-                Some(Value::String(name)) => match crate::cluster::check_name(&name) {
-                    Ok(()) => Some(name),
-                    Err(why) => return Err(OpError::Sub(id, ApiError::BadRequest(why))),
-                },
-                Some(_) => {
-                    return Err(OpError::Sub(
-                        id,
-                        ApiError::BadRequest("\"cluster\" is a cluster's name".into()),
-                    ));
-                }
+            let at = match at(&mut fields) {
+                Ok(at) => at,
+                Err(why) => return Err(OpError::Sub(id, ApiError::BadRequest(why))),
             };
             match options(fields).and_then(|pairs| parse_stream_params(pairs, "field")) {
                 Ok(params) => Ok(Op::Subscribe {
                     id,
                     resource,
                     params,
-                    cluster,
+                    at,
                 }),
                 Err(err) => Err(OpError::Sub(id, err)),
             }
@@ -101,6 +113,56 @@ pub fn parse_op(text: &str) -> Result<Op, OpError> {
         other => Err(OpError::Socket(format!(
             "unknown op {other:?} (known: subscribe, unsubscribe)"
         ))),
+    }
+}
+
+/// Where a subscribe message streams from (`"cluster"`, `"clusters"`,
+/// whose `"resourceVersion"` is a compound id and taken out with them),
+/// or why not.
+fn at(fields: &mut Map<String, Value>) -> Result<At, String> {
+    match (fields.remove("cluster"), fields.remove("clusters")) {
+        (None, None) => Ok(At::Socket),
+        (Some(_), Some(_)) => {
+            Err("give \"cluster\" (one cluster) or \"clusters\" (several, merged), not both".into())
+        }
+        (Some(Value::String(name)), None) => {
+            crate::cluster::check_name(&name)?;
+            Ok(At::Cluster(name))
+        }
+        (Some(_), None) => Err("\"cluster\" is a cluster's name".into()),
+        (None, Some(names)) => {
+            const WHAT: &str = "\"clusters\" names clusters: \"a,b\", [\"a\",\"b\"] or \"*\"";
+            let names = match names {
+                Value::String(names) => names,
+                Value::Array(items) => {
+                    let mut names = Vec::with_capacity(items.len());
+                    for item in items {
+                        match item {
+                            Value::String(name) => names.push(name),
+                            _ => return Err(WHAT.into()),
+                        }
+                    }
+                    names.join(",")
+                }
+                _ => return Err(WHAT.into()),
+            };
+            if names.trim() != "*" {
+                for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                    crate::cluster::check_name(name)?;
+                }
+            }
+            let resume = match fields.remove("resourceVersion") {
+                None => None,
+                Some(Value::String(id)) => Some(id),
+                Some(_) => {
+                    return Err(
+                        "\"resourceVersion\" of a merged subscription is its compound id (\"a=12,b=40\")"
+                            .into(),
+                    );
+                }
+            };
+            Ok(At::Clusters { names, resume })
+        }
     }
 }
 
@@ -143,19 +205,37 @@ mod tests {
             id,
             resource,
             params,
-            cluster,
+            at,
         } = op
         else {
             panic!("{op:?}")
         };
         assert_eq!((id.as_str(), resource.as_str()), ("a", "pods"));
-        assert_eq!(cluster, None);
-        let Ok(Op::Subscribe { cluster, .. }) =
-            parse_op(r#"{"op":"subscribe","id":"a","resource":"pods","cluster":"east"}"#)
-        else {
-            panic!("a cluster")
+        assert_eq!(at, At::Socket);
+        let at_of = |text: &str| match parse_op(text) {
+            Ok(Op::Subscribe { at, .. }) => at,
+            other => panic!("{text}: {other:?}"),
         };
-        assert_eq!(cluster.as_deref(), Some("east"));
+        assert_eq!(
+            at_of(r#"{"op":"subscribe","id":"a","resource":"pods","cluster":"east"}"#),
+            At::Cluster("east".into())
+        );
+        assert_eq!(
+            at_of(
+                r#"{"op":"subscribe","id":"a","resource":"pods","clusters":["east","west"],"resourceVersion":"east=12,west=40~0a0b0c0d"}"#
+            ),
+            At::Clusters {
+                names: "east,west".into(),
+                resume: Some("east=12,west=40~0a0b0c0d".into())
+            }
+        );
+        assert_eq!(
+            at_of(r#"{"op":"subscribe","id":"a","resource":"pods","clusters":"*"}"#),
+            At::Clusters {
+                names: "*".into(),
+                resume: None
+            }
+        );
         assert_eq!(params.namespaces, ["web", "db"]);
         assert_eq!(params.resume.map(|p| p.rv), Some(12));
         assert_eq!(
@@ -183,6 +263,12 @@ mod tests {
             r#"{"op":"subscribe","id":"a","resource":"pods","namespace":{"x":1}}"#,
             r#"{"op":"subscribe","id":"a","resource":"pods","cluster":"East"}"#,
             r#"{"op":"subscribe","id":"a","resource":"pods","cluster":7}"#,
+            r#"{"op":"subscribe","id":"a","resource":"pods","cluster":"a","clusters":"b"}"#,
+            r#"{"op":"subscribe","id":"a","resource":"pods","clusters":"a,B"}"#,
+            r#"{"op":"subscribe","id":"a","resource":"pods","clusters":["a",7]}"#,
+            r#"{"op":"subscribe","id":"a","resource":"pods","clusters":{"a":1}}"#,
+            r#"{"op":"subscribe","id":"a","resource":"pods","clusters":"a,*"}"#,
+            r#"{"op":"subscribe","id":"a","resource":"pods","clusters":"a","resourceVersion":12}"#,
             r#"{"op":"unsubscribe","id":"a","resource":"pods"}"#,
         ] {
             match parse_op(text) {

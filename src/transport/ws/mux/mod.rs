@@ -33,11 +33,13 @@ use super::Ending;
 use super::message::{
     CLOSE_UNAUTHORIZED, Id, NULL_PREFIX, Outgoing, close_reason, error_message, message, sub_prefix,
 };
-use super::ops::{Op, OpError, parse_op};
+use super::ops::{At, Op, OpError, parse_op};
 use crate::auth::Principal;
 use crate::cluster::Cluster;
+use crate::hub::scope::Position;
 use crate::metrics::Transport;
-use crate::status::status_json;
+use crate::status::{ApiError, status_json};
+use crate::transport::merged::{self, Asked, ws::MergedWs};
 use crate::transport::message::shutdown_status;
 use crate::transport::state::AppState;
 use crate::transport::takeover::ration::{Ration, WS_SUBSCRIBES};
@@ -56,7 +58,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// connection there.
 pub(super) fn spawn(
     state: web::Data<AppState>,
-    cluster: Arc<Cluster>,
+    cluster: Option<Arc<Cluster>>,
     taken: Box<Taken>,
     principal: Principal,
 ) {
@@ -93,8 +95,14 @@ enum SocketTask {
 }
 
 /// What a socket's task opens the connection with: the gateway, the
-/// socket's cluster, the connection, and who opened it.
-type Opening = (web::Data<AppState>, Arc<Cluster>, Box<Taken>, Principal);
+/// socket's cluster (none at `/ws` on a gateway of several clusters and
+/// no default one), the connection, and who opened it.
+type Opening = (
+    web::Data<AppState>,
+    Option<Arc<Cluster>>,
+    Box<Taken>,
+    Principal,
+);
 
 impl Future for SocketTask {
     type Output = ();
@@ -154,9 +162,11 @@ async fn end(control: Control, stop: Stop) {
     socket.finish(ending, writer).await;
 }
 
-/// Subscribes `principal` to `resource` as `params` say, unless the
-/// gateway is stopping: the subscription framed for a socket, or the
-/// `Status` that refused it.
+/// Subscribes `principal` to `resource` in `cluster` as `params` say,
+/// unless the gateway is stopping: the subscription framed for a socket,
+/// or the `Status` that refused it. The principal is `cluster`'s own
+/// (`Auth::principal_in`: a Kubernetes token is reviewed by the cluster it
+/// reads, whichever cluster the socket was opened on).
 fn starting(
     state: web::Data<AppState>,
     cluster: Arc<Cluster>,
@@ -168,19 +178,33 @@ fn starting(
         let sub = tokio::select! {
             biased;
             _ = state.lifecycle.shutting_down() => Err(shutdown_status()),
-            started = subscribe(&state, &cluster, &principal, &resource, &params, Transport::WebSocket) => started.map_err(|e| e.status()),
+            started = async {
+                let there = state.auth.principal_in(&principal, cluster.authorizer()).await?;
+                subscribe(&state, &cluster, &there, &resource, &params, Transport::WebSocket).await
+            } => started.map_err(|e: ApiError| e.status()),
         }?;
         let warnings = sub.hub().warnings();
         Ok((super::framed(sub, principal.name()), warnings))
     })
 }
 
+/// Where a subscription streams from.
+enum Target {
+    /// One cluster, and whether the subscription named it (its messages
+    /// then say it).
+    One(Arc<Cluster>, bool),
+    /// Several, merged; each one's position to resume from.
+    Merged((Vec<Arc<Cluster>>, bool), Vec<Option<Position>>),
+}
+
 /// A `/ws` socket's subscriptions, as its control loop keeps them.
 struct Socket {
     state: web::Data<AppState>,
     /// The cluster the socket was opened on (`/clusters/NAME/ws`): its
-    /// subscriptions are that cluster's.
-    cluster: Arc<Cluster>,
+    /// subscriptions are that cluster's unless they name theirs. None at
+    /// `/ws` on a gateway of several clusters and no default one: each
+    /// subscription names its cluster or clusters.
+    cluster: Option<Arc<Cluster>>,
     /// Its subscriptions are listed in the outbox (`Outbox::holds`).
     outbox: Arc<Outbox>,
     /// Subscriptions it may start now ([`StreamConfig::subscribes_per_minute`]).
@@ -194,7 +218,11 @@ struct Socket {
 }
 
 impl Socket {
-    fn new(state: web::Data<AppState>, cluster: Arc<Cluster>, principal: Principal) -> Socket {
+    fn new(
+        state: web::Data<AppState>,
+        cluster: Option<Arc<Cluster>>,
+        principal: Principal,
+    ) -> Socket {
         Socket {
             cluster,
             subscribes: Ration::per_minute(state.stream.subscribes_per_minute),
@@ -266,36 +294,76 @@ impl Socket {
         ))
     }
 
-    /// Starts subscription `id` in `cluster` (`None`: the socket's): a
-    /// stream of its own, on the streams' runtime, like every other. A
-    /// subscription that names its cluster has it in every message,
-    /// after its `sub`.
-    fn spawn(
-        &mut self,
-        id: String,
-        resource: String,
-        params: StreamParams,
-        cluster: Option<Arc<Cluster>>,
-    ) {
+    /// Starts subscription `id` where `target` says: a stream of its own,
+    /// on the streams' runtime, like every other. A subscription that
+    /// names its cluster has it in every message, after its `sub`; a
+    /// merged one has each message's (`transport::merged::ws`).
+    fn spawn(&mut self, id: String, resource: String, params: StreamParams, target: Target) {
         self.generation += 1;
-        let prefix = match cluster.as_ref().and_then(|c| c.name()) {
-            Some(name) => {
-                let mut prefix = sub_prefix(&id).to_vec();
-                prefix.extend_from_slice(format!(r#""cluster":"{name}","#).as_bytes());
-                Bytes::from(prefix)
+        let wire = |prefix: &[u8]| Outboxed::new(self.outbox.clone(), self.generation, &id, prefix);
+        match target {
+            Target::One(cluster, named) => {
+                let prefix = match cluster.name().filter(|_| named) {
+                    Some(name) => {
+                        let mut prefix = sub_prefix(&id).to_vec();
+                        prefix.extend_from_slice(format!(r#""cluster":"{name}","#).as_bytes());
+                        Bytes::from(prefix)
+                    }
+                    None => sub_prefix(&id),
+                };
+                let starting = starting(
+                    self.state.clone(),
+                    cluster,
+                    self.principal.clone(),
+                    resource,
+                    params,
+                );
+                let source = Subscribing::new(starting, &prefix);
+                self.state.streams.drive(source, wire(&prefix));
             }
-            None => sub_prefix(&id),
-        };
-        let starting = starting(
-            self.state.clone(),
-            cluster.unwrap_or_else(|| self.cluster.clone()),
-            self.principal.clone(),
-            resource,
-            params,
-        );
-        let source = Subscribing::new(starting, &prefix);
-        let wire = Outboxed::new(self.outbox.clone(), self.generation, &id, &prefix);
-        self.state.streams.drive(source, wire);
+            Target::Merged(chosen, resume) => {
+                let prefix = sub_prefix(&id);
+                let source = MergedWs::start(
+                    self.state.clone(),
+                    self.principal.clone(),
+                    resource,
+                    move |resource| Asked {
+                        resource,
+                        params,
+                        chosen,
+                        resume,
+                    },
+                    &prefix,
+                );
+                self.state.streams.drive(source, wire(&prefix));
+            }
+        }
+    }
+
+    /// Where a subscribe message's subscription streams from, or the
+    /// `Status` refusing it.
+    fn target(&self, at: At) -> Result<Target, serde_json::Value> {
+        match at {
+            At::Socket => self.cluster.clone().map(|c| Target::One(c, false)).ok_or_else(|| {
+                status_json(
+                    400,
+                    "BadRequest",
+                    "this socket has no cluster of its own (/ws, and no --default-cluster): name one with \"cluster\", several with \"clusters\", or open /clusters/NAME/ws",
+                )
+            }),
+            At::Cluster(name) => self.cluster_named(&name).map(|c| Target::One(c, true)),
+            At::Clusters { names, resume } => {
+                let chosen = merged::named(&self.state.clusters, &names).map_err(|e| e.status())?;
+                let named: Vec<&str> = chosen.0.iter().map(|c| c.name().unwrap_or("")).collect();
+                let resume = merged::parse_compound(
+                    "resourceVersion",
+                    resume.as_deref().unwrap_or(""),
+                    &named,
+                )
+                .map_err(|e| e.status())?;
+                Ok(Target::Merged(chosen, resume))
+            }
+        }
     }
 
     /// The cluster a subscribe message names (`"cluster"`), or the
@@ -341,10 +409,10 @@ impl Socket {
                 id,
                 resource,
                 params,
-                cluster,
+                at,
             } => {
-                let cluster = match cluster.map(|name| self.cluster_named(&name)).transpose() {
-                    Ok(cluster) => cluster,
+                let target = match self.target(at) {
+                    Ok(target) => target,
                     Err(status) => {
                         return self.reply(error_message(Some(&sub_prefix(&id)), &status));
                     }
@@ -379,7 +447,7 @@ impl Socket {
                 };
                 match refusal {
                     Some(status) => self.reply(error_message(Some(&sub_prefix(&id)), &status)),
-                    None => self.spawn(id, resource, params, cluster),
+                    None => self.spawn(id, resource, params, target),
                 }
             }
             Op::Unsubscribe { id } => {

@@ -1,0 +1,440 @@
+//! One stream across clusters: `GET /stream/{resource}?clusters=a,b` (or
+//! `*`, every cluster that accepts the caller) as SSE ([`sse`]), and a
+//! `/ws` subscription with `clusters` ([`ws`]).
+//!
+//! A merged stream is one subscription per cluster, each on that
+//! cluster's hub and view and authorized by that cluster as a
+//! single-cluster stream would be ([`open`], [`super::subscribe`]),
+//! framed as its transport frames a single stream and then marked with
+//! its cluster: every message's JSON gains `"cluster":"NAME"` as its
+//! first field, and every id becomes the stream's compound id,
+//! `a=123,b=456~TAG`: each part's last position, in the order the
+//! clusters were named ([`Ids`]). A resume splits it and resumes each
+//! part by the usual rules, so a part whose position is gone gets its own
+//! `RESET` and snapshot and the others go on. The parts are polled in turn
+//! by the stream's one task ([`Parts`]), so ids always describe what the
+//! client has received.
+//!
+//! A part that ends (its `ERROR`, which names the cluster) leaves the
+//! others streaming. A part's API server lost or found again is announced
+//! (`CLUSTER`, [`Parts::poll_reach`]). Merged streams are written by their
+//! own task, not parked with a hub's batch writer (`takeover::batch`):
+//! their frames are the shared ones with the cluster put in, a copy per
+//! delivery. Making them batch is the outbox-based design in
+//! ARCHITECTURE.md ("Several clusters").
+
+mod sse;
+pub(crate) mod ws;
+
+pub use sse::{Plan, stream};
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use serde_json::Value;
+
+use super::stream::{Framed, Framing};
+use super::{StreamParams, parse_position, subscribe};
+use crate::auth::Principal;
+use crate::cluster::{Cluster, Clusters};
+use crate::hub::Subscription;
+use crate::hub::scope::Position;
+use crate::metrics::Transport;
+use crate::status::ApiError;
+use crate::transport::state::AppState;
+
+/// The clusters a `clusters=` value names: every one for `*`, otherwise
+/// each named once, in order (404 naming one that is not served).
+pub fn named(clusters: &Clusters, value: &str) -> Result<(Vec<Arc<Cluster>>, bool), ApiError> {
+    if !clusters.named() {
+        return Err(ApiError::BadRequest(
+            "clusters= needs a gateway serving several clusters (--cluster)".into(),
+        ));
+    }
+    let value = value.trim();
+    if value == "*" {
+        return Ok((clusters.all().to_vec(), true));
+    }
+    let mut chosen: Vec<Arc<Cluster>> = Vec::new();
+    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let cluster = clusters.get(name).ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "no cluster {name:?} is served here (GET /clusters lists them)"
+            ))
+        })?;
+        if !chosen.iter().any(|c| Arc::ptr_eq(c, cluster)) {
+            chosen.push(cluster.clone());
+        }
+    }
+    if chosen.is_empty() {
+        return Err(ApiError::BadRequest(
+            "clusters= names no cluster (a,b or *)".into(),
+        ));
+    }
+    Ok((chosen, false))
+}
+
+/// A compound id (`a=123,b=456~TAG`) as each named cluster's position:
+/// 400 for one that does not parse or names a cluster not asked for.
+pub fn parse_compound(
+    what: &str,
+    value: &str,
+    clusters: &[&str],
+) -> Result<Vec<Option<Position>>, ApiError> {
+    let mut positions = vec![None; clusters.len()];
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(positions);
+    }
+    for part in value.split(',') {
+        let Some((name, id)) = part.split_once('=') else {
+            return Err(ApiError::BadRequest(format!(
+                "{what} {value:?} is not a merged stream's id (NAME=ID,...)"
+            )));
+        };
+        let Some(i) = clusters.iter().position(|c| *c == name.trim()) else {
+            return Err(ApiError::BadRequest(format!(
+                "{what} {value:?} names cluster {name:?}, which this stream does not ask for"
+            )));
+        };
+        if positions[i].is_some() {
+            return Err(ApiError::BadRequest(format!(
+                "{what} {value:?} names cluster {name:?} twice"
+            )));
+        }
+        positions[i] = parse_position(what, id.trim())?;
+    }
+    Ok(positions)
+}
+
+/// `err`, saying which cluster answered it.
+fn in_cluster(err: ApiError, name: &str) -> ApiError {
+    let say = |msg: String| format!("cluster {name:?}: {msg}");
+    match err {
+        ApiError::BadRequest(m) => ApiError::BadRequest(say(m)),
+        ApiError::NotFound(m) => ApiError::NotFound(say(m)),
+        ApiError::Forbidden(m) => ApiError::Forbidden(say(m)),
+        ApiError::Unavailable(m) => ApiError::Unavailable(say(m)),
+        ApiError::Unauthorized(m) => ApiError::Unauthorized(say(m)),
+        ApiError::TooManyRequests(m, s) => ApiError::TooManyRequests(say(m), s),
+        ApiError::Status(code, reason, m) => ApiError::Status(code, reason, say(m)),
+    }
+}
+
+/// What a merged stream asks for, whatever carries it.
+pub struct Asked<'a> {
+    pub resource: &'a str,
+    /// Every part's options (its resume position aside).
+    pub params: StreamParams,
+    /// The clusters, in the order named, and whether they were asked as
+    /// `*` (a cluster that refuses is then left out and announced instead
+    /// of failing the request).
+    pub chosen: (Vec<Arc<Cluster>>, bool),
+    /// Each cluster's position to resume from.
+    pub resume: Vec<Option<Position>>,
+}
+
+impl Asked<'_> {
+    /// Each cluster's position resumed from, as its id says it: what its
+    /// part of the compound id starts as.
+    fn resumed(&self) -> impl Fn(&str) -> Option<String> + use<> {
+        let positions: Vec<(String, Option<String>)> = self
+            .chosen
+            .0
+            .iter()
+            .zip(&self.resume)
+            .map(|(c, p)| {
+                (
+                    c.name().unwrap_or("").to_string(),
+                    p.as_ref().map(ToString::to_string),
+                )
+            })
+            .collect();
+        move |name| {
+            positions
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, p)| p.clone())
+        }
+    }
+}
+
+/// A merged stream's parts as they started: each accepting cluster's
+/// subscription, and the `Status` of each cluster that refused (asked as
+/// `*`).
+pub struct Opened {
+    pub parts: Vec<(Arc<str>, Subscription)>,
+    pub refused: Vec<(Arc<str>, Value)>,
+}
+
+impl Opened {
+    /// The namespaces the parts stream, each once (for the access log).
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut namespaces: Vec<String> = self
+            .parts
+            .iter()
+            .flat_map(|(_, sub)| sub.namespaces())
+            .collect();
+        namespaces.sort();
+        namespaces.dedup();
+        namespaces
+    }
+}
+
+/// Subscribes in every cluster asked for at once, each authorizing
+/// `principal` as it knows it (under `--auth kubernetes` each cluster
+/// reviews the token itself: an identity is its cluster's own,
+/// `Auth::principal_in`). A named cluster that refuses fails it all,
+/// its answer naming the cluster; under `*` it is left out. 403 when no
+/// cluster is left.
+pub async fn open(
+    state: &AppState,
+    principal: &Principal,
+    asked: Asked<'_>,
+    transport: Transport,
+) -> Result<Opened, ApiError> {
+    let Asked {
+        resource,
+        params,
+        chosen: (chosen, every),
+        resume,
+    } = asked;
+    let starts = chosen.iter().zip(resume).map(|(cluster, resume)| {
+        let mut params = params.clone();
+        params.resume = resume;
+        async move {
+            let there = state
+                .auth
+                .principal_in(principal, cluster.authorizer())
+                .await?;
+            subscribe(state, cluster, &there, resource, &params, transport).await
+        }
+    });
+    let started = futures::future::join_all(starts).await;
+    let mut opened = Opened {
+        parts: Vec::with_capacity(chosen.len()),
+        refused: Vec::new(),
+    };
+    for (cluster, started) in chosen.iter().zip(started) {
+        let name: Arc<str> = Arc::from(cluster.name().unwrap_or(""));
+        match started {
+            Ok(sub) => opened.parts.push((name, sub)),
+            Err(err) if every => opened.refused.push((name, err.status())),
+            Err(err) => return Err(in_cluster(err, &name)),
+        }
+    }
+    if opened.parts.is_empty() {
+        return Err(ApiError::Forbidden(format!(
+            "no cluster serves {resource} to {}",
+            principal.name()
+        )));
+    }
+    Ok(opened)
+}
+
+/// The positions of a merged stream's parts, in the order named; what
+/// every part's next id is made of.
+#[derive(Default)]
+struct Ids {
+    parts: Mutex<Vec<(Arc<str>, Option<String>)>>,
+}
+
+impl Ids {
+    fn push(&self, cluster: Arc<str>, position: Option<String>) -> usize {
+        let mut parts = self.parts.lock().unwrap_or_else(PoisonError::into_inner);
+        parts.push((cluster, position));
+        parts.len() - 1
+    }
+
+    /// Part `index` is now at `position` (`None`: it has none, as during
+    /// a snapshot after a reset): the stream's compound id.
+    fn set(&self, index: usize, position: Option<&str>) -> String {
+        let mut parts = self.parts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(part) = parts.get_mut(index) {
+            part.1 = position.map(str::to_string);
+        }
+        let mut id = String::new();
+        for (cluster, position) in parts.iter() {
+            if let Some(position) = position {
+                if !id.is_empty() {
+                    id.push(',');
+                }
+                id.push_str(cluster);
+                id.push('=');
+                id.push_str(position);
+            }
+        }
+        id
+    }
+}
+
+/// A `CLUSTER` message's `Status`: the part's API server cannot be
+/// reached (503, `why`), or is reached again (200).
+fn reach_status(cluster: &str, down: Option<String>) -> Value {
+    match down {
+        Some(why) => crate::status::status_json(
+            503,
+            "ServiceUnavailable",
+            &format!("cluster {cluster:?}: {why}; its part resumes when it is back"),
+        ),
+        None => serde_json::json!({"kind": "Status", "apiVersion": "v1",
+            "metadata": {}, "status": "Success", "code": 200,
+            "message": format!("cluster {cluster:?}: the API server is reached again")}),
+    }
+}
+
+/// A merged stream's parts, framed, polled in turn by its one task.
+struct Parts<F: Framing> {
+    /// `None` once a part has ended.
+    parts: Vec<Option<Framed<F>>>,
+    names: Vec<Arc<str>>,
+    /// What each part's stream was told of its API server.
+    reach: Vec<Reach>,
+    /// The part polled first next time, so that a busy cluster cannot
+    /// starve the others.
+    next: usize,
+}
+
+/// What a merged stream said of one part's API server.
+#[derive(Default)]
+struct Reach {
+    /// The `Hub::upstream_changes` epoch last looked at (`None`: never).
+    seen: Option<u64>,
+    /// Whether the stream was told it is unreachable.
+    down: bool,
+    /// The part's task, waiting for the epoch to move.
+    wait: crate::epoch::Registration,
+}
+
+impl<F: Framing> Parts<F> {
+    fn new(parts: Vec<(Arc<str>, Framed<F>)>) -> Parts<F> {
+        let (names, parts): (Vec<_>, Vec<_>) = parts.into_iter().map(|(n, p)| (n, Some(p))).unzip();
+        Parts {
+            reach: parts.iter().map(|_| Reach::default()).collect(),
+            parts,
+            names,
+            next: 0,
+        }
+    }
+
+    /// The cluster and `Status` of a `CLUSTER` message for the first part
+    /// whose API server was lost or found since the stream last said
+    /// (registering for the next change of each).
+    fn poll_reach(&mut self, cx: &mut Context<'_>) -> Option<(Arc<str>, Value)> {
+        for ((part, reach), name) in self.parts.iter().zip(&mut self.reach).zip(&self.names) {
+            let Some(part) = part else { continue };
+            let hub = part.subscription().hub();
+            let changes = hub.upstream_changes();
+            loop {
+                let now = changes.current();
+                if reach.seen != Some(now) {
+                    reach.seen = Some(now);
+                    let down = hub.upstream();
+                    if down.is_some() != reach.down {
+                        reach.down = down.is_some();
+                        return Some((name.clone(), reach_status(name, down)));
+                    }
+                }
+                if changes.poll_moved(now, &mut reach.wait, cx).is_pending() {
+                    break;
+                }
+            }
+        }
+        None
+    }
+
+    /// The next of any part's items (`poll`, on each part in turn from
+    /// the one after the last that had one); a part whose `poll` is
+    /// ready with `None` is over. `None` once every part is.
+    fn poll_next<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut poll: impl FnMut(&mut Framed<F>, &mut Context<'_>) -> Poll<Option<T>>,
+    ) -> Poll<Option<T>> {
+        let n = self.parts.len();
+        for k in 0..n {
+            let i = (self.next + k) % n;
+            let Some(part) = &mut self.parts[i] else {
+                continue;
+            };
+            match poll(part, cx) {
+                Poll::Ready(Some(item)) => {
+                    self.next = (i + 1) % n;
+                    return Poll::Ready(Some(item));
+                }
+                Poll::Ready(None) => {
+                    if let Some(part) = self.parts[i].take() {
+                        let hub = part.subscription().hub();
+                        hub.upstream_changes().deregister(&mut self.reach[i].wait);
+                    }
+                }
+                Poll::Pending => {}
+            }
+        }
+        if self.parts.iter().all(Option::is_none) {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// `bytes` the stream sent of its own (about its clusters, not of a
+    /// part's stream): counted as its first streaming part's.
+    fn wrote(&mut self, bytes: u64) {
+        if let Some(part) = self.parts.iter_mut().flatten().next() {
+            part.wrote(bytes);
+        }
+    }
+}
+
+impl<F: Framing> Drop for Parts<F> {
+    fn drop(&mut self) {
+        for (part, reach) in self.parts.iter().zip(&mut self.reach) {
+            if let Some(part) = part {
+                part.subscription()
+                    .hub()
+                    .upstream_changes()
+                    .deregister(&mut reach.wait);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compound_id_names_only_the_clusters_asked_for_once_each() {
+        let names = ["a", "b", "c"];
+        let got = parse_compound("Last-Event-ID", "b=41~0a0b0c0d, a=7", &names).unwrap();
+        let got: Vec<Option<String>> = got
+            .iter()
+            .map(|p| p.as_ref().map(|p| p.to_string()))
+            .collect();
+        assert_eq!(got, [Some("7".into()), Some("41~0a0b0c0d".into()), None]);
+        assert_eq!(
+            parse_compound("Last-Event-ID", "", &names).unwrap(),
+            [None, None, None]
+        );
+        for (bad, why) in [
+            ("7", "not a merged stream's id"),
+            ("a=7,d=1", "which this stream does not ask for"),
+            ("a=7,a=8", "twice"),
+            ("a=seven", "not a resourceVersion"),
+        ] {
+            let err = parse_compound("Last-Event-ID", bad, &names).unwrap_err();
+            assert!(err.to_string().contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_compound_id_lists_the_parts_with_a_position_in_the_order_named() {
+        let ids = Ids::default();
+        let a = ids.push("a".into(), None);
+        let b = ids.push("b".into(), Some("40".into()));
+        assert_eq!(ids.set(a, Some("7")), "a=7,b=40");
+        assert_eq!(ids.set(b, Some("41~0a0b0c0d")), "a=7,b=41~0a0b0c0d");
+        assert_eq!(ids.set(a, None), "b=41~0a0b0c0d");
+    }
+}
