@@ -692,6 +692,8 @@ struct Merged {
     events: Vec<(String, String)>,
     /// `CLUSTER` messages: the cluster and its Status's code.
     announced: Vec<(String, u64)>,
+    /// Parts ended: the cluster and its `ERROR`'s code.
+    ended: Vec<(String, u64)>,
 }
 
 impl Merged {
@@ -700,6 +702,12 @@ impl Merged {
             let cluster = ev.data["cluster"].as_str().unwrap().to_string();
             let code = ev.data["object"]["code"].as_u64().unwrap();
             self.announced.push((cluster, code));
+            return;
+        }
+        if ev.event == "ERROR" {
+            let cluster = ev.data["cluster"].as_str().unwrap().to_string();
+            let code = ev.data["object"]["code"].as_u64().unwrap();
+            self.ended.push((cluster, code));
             return;
         }
         if let Some(id) = &ev.id {
@@ -725,6 +733,18 @@ impl Merged {
         })
         .await
         .expect("every part's snapshot in time");
+    }
+
+    /// Reads until `done` holds of what was read.
+    async fn until(&mut self, feed: &mut impl Feed, done: impl Fn(&Merged) -> bool) {
+        tokio::time::timeout(WAIT, async {
+            while !done(self) {
+                let ev = feed.event().await;
+                self.apply(&ev);
+            }
+        })
+        .await
+        .expect("the merged stream in time");
     }
 
     /// Reads until `cluster` is announced with `code`.
@@ -955,6 +975,32 @@ async fn a_merged_streams_parts_are_each_clusters_grant() {
         BTreeSet::from(["batch".to_string()])
     );
     assert!(!merged.views.contains_key("north"));
+
+    // Each part follows its own cluster's RBAC on the open stream: a
+    // grant in east reaches east's part alone; west's last binding gone
+    // ends west's part (its ERROR naming west), and east's goes on.
+    env.sim("east")
+        .create(ROLE_BINDINGS, binding("dana-batch", "batch", "dana"))
+        .unwrap();
+    merged
+        .until(&mut sse, |m| namespaces(&m.views["east"]).len() == 2)
+        .await;
+    assert_eq!(
+        namespaces(&merged.views["west"]),
+        BTreeSet::from(["batch".to_string()])
+    );
+    env.sim("west")
+        .delete(ROLE_BINDINGS, Some("batch"), "dana-batch")
+        .unwrap();
+    merged.until(&mut sse, |m| !m.ended.is_empty()).await;
+    assert_eq!(merged.ended, [("west".to_string(), 403)]);
+    env.sim("east")
+        .create("pods", pod("after").ns("batch").build())
+        .unwrap();
+    merged
+        .until(&mut sse, |m| names(&m.views["east"]).contains("after"))
+        .await;
+    assert!(merged.views.values().all(|v| v.resets.is_empty()));
 
     let (status, body) = env
         .json("/stream/pods?clusters=east,north", Some("dana-token"))
