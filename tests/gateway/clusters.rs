@@ -1033,6 +1033,14 @@ async fn a_cluster_restarted_mid_churn_leaves_the_others_without_a_gap() {
     let mut sse = SseClient::new(resp);
     let mut merged = Merged::default();
     merged.follow(&mut sse, &env, &clusters).await;
+    // The same merged stream as a `/ws` subscription.
+    let mut ws = crate::ws::WsClient::connect_to(env.app.local_addr(), "/ws").await;
+    ws.subscribe(
+        serde_json::json!({"op": "subscribe", "id": "m", "resource": "pods", "clusters": "*"}),
+    )
+    .await;
+    let mut on_ws = Merged::default();
+    on_ws.follow(&mut Sub(&mut ws, "m"), &env, &clusters).await;
     let (mut east_view, mut east_sse) = env.snapshot("/clusters/east/stream/pods", None).await;
 
     let stop = tokio_util::sync::CancellationToken::new();
@@ -1052,6 +1060,9 @@ async fn a_cluster_restarted_mid_churn_leaves_the_others_without_a_gap() {
     let addr = env.kill("west").await;
     // The merged stream says west is gone, rather than going quiet.
     merged.until_announced(&mut sse, "west", 503).await;
+    on_ws
+        .until_announced(&mut Sub(&mut ws, "m"), "west", 503)
+        .await;
     // West changes while its API server is away from kubefan; east goes on.
     for i in 0..20 {
         for cluster in clusters {
@@ -1066,16 +1077,18 @@ async fn a_cluster_restarted_mid_churn_leaves_the_others_without_a_gap() {
         .expect("east's viewers follow while west is down");
     env.restart("west", addr).await;
     merged.until_announced(&mut sse, "west", 200).await;
-    assert!(
-        !merged.announced.iter().any(|(c, _)| c == "east"),
-        "{:?}",
-        merged.announced
-    );
+    on_ws
+        .until_announced(&mut Sub(&mut ws, "m"), "west", 200)
+        .await;
+    for announced in [&merged.announced, &on_ws.announced] {
+        assert!(!announced.iter().any(|(c, _)| c == "east"), "{announced:?}");
+    }
     stop.cancel();
     for churner in churners {
         churner.await.unwrap();
     }
     merged.follow(&mut sse, &env, &clusters).await;
+    on_ws.follow(&mut Sub(&mut ws, "m"), &env, &clusters).await;
     let east_rv = env.sim("east").stats().resource_version;
     tokio::time::timeout(WAIT, east_view.follow(&mut east_sse, east_rv))
         .await
@@ -1083,8 +1096,10 @@ async fn a_cluster_restarted_mid_churn_leaves_the_others_without_a_gap() {
     east_view.assert_matches(&env.sim("east").list("pods").0);
     assert!(east_view.resets.is_empty());
     for cluster in clusters {
-        merged.views[cluster].assert_matches(&env.sim(cluster).list("pods").0);
-        assert!(merged.views[cluster].resets.is_empty(), "{cluster}");
+        for merged in [&merged, &on_ws] {
+            merged.views[cluster].assert_matches(&env.sim(cluster).list("pods").0);
+            assert!(merged.views[cluster].resets.is_empty(), "{cluster}");
+        }
         assert_eq!(env.sim(cluster).stats().resource("pods").open_watches, 1);
     }
     env.stop().await;
