@@ -52,11 +52,12 @@
 #   SERVERS=kubefan POINTS="10000:sse:jwt" bash loadtest/run-points.sh
 #   SERVERS=kubefan POINTS="10000:sse:rbac" bash loadtest/run-points.sh
 #   SERVERS=kubefan POINTS="10000:wsmux1 10000:wsmux10" bash loadtest/run-points.sh
-# - `clusters=K`: SSE only. K simulated clusters (K simulators, on
-#   18001...), one kubefan serving them (`--cluster cI=...`), every
-#   subscriber on one stream across all of them
-#   (`/stream/pods?clusters=c0,...`); the changes go to the clusters in
-#   turn, so each subscriber still gets every change, from K parts.
+# - `clusters=K`: sse and wsmuxK only. K simulated clusters (K
+#   simulators, on 18001...), one kubefan serving them (`--cluster
+#   cI=...`), every subscriber on one stream across all of them
+#   (`/stream/pods?clusters=c0,...`, or a `/ws` subscription's
+#   `clusters`); the changes go to the clusters in turn, so each
+#   subscriber still gets every change, from K parts.
 #
 #   SERVERS=kubefan POINTS="10000:sse:views=1000" bash loadtest/run-points.sh
 #   SERVERS=kubefan POINTS="10000:sse 10000:sse:clusters=3" bash loadtest/run-points.sh

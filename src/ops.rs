@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpMessage, HttpResponse, web};
 use serde_json::json;
 
 use crate::auth::Principal;
@@ -18,12 +18,28 @@ pub async fn healthz() -> HttpResponse {
 
 /// `GET /readyz`: 200 once every boot-time resource is synced; 503 naming
 /// the ones that are not, and why. With `--cluster`, per cluster, and
-/// ready as `--ready-when` says (any cluster ready, or all).
-pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+/// ready as `--ready-when` says (any cluster ready, or all);
+/// `/clusters/NAME/readyz` is that cluster's alone.
+pub async fn readyz(req: actix_web::HttpRequest, state: web::Data<AppState>) -> HttpResponse {
     let clusters: &Clusters = &state.clusters;
-    let ready = clusters.ready();
+    let one = req
+        .extensions()
+        .get::<crate::cluster::Prefixed>()
+        .and_then(|_| crate::cluster::ClusterOf::of(&req).ok());
+    let ready = match &one {
+        Some(cluster) => cluster.ready(),
+        None => clusters.ready(),
+    };
     let status = if ready { "ready" } else { "not ready" };
-    let body = if clusters.named() {
+    let body = if let Some(cluster) = one {
+        let mut report = cluster.report();
+        report["name"] = json!(cluster.name());
+        report["status"] = json!(status);
+        if let Some(map) = report.as_object_mut() {
+            map.remove("ready");
+        }
+        report
+    } else if clusters.named() {
         json!({
             "status": status,
             "clusters": clusters.all().iter().map(|c| {

@@ -82,9 +82,9 @@ struct RunArgs {
     /// change SEQ goes to the SEQ mod N-th.
     #[arg(long, default_value = "http://127.0.0.1:8001", value_delimiter = ',')]
     sim: Vec<String>,
-    /// kubefan, SSE: subscribe to one stream across these clusters
-    /// (`/stream/pods?clusters=VALUE`, e.g. `c0,c1,c2`), each `--sim` one
-    /// of them.
+    /// kubefan, SSE or `/ws`: subscribe to one stream across these
+    /// clusters (`/stream/pods?clusters=VALUE`, e.g. `c0,c1,c2`, or a
+    /// subscribe message's `clusters`), each `--sim` one of them.
     #[arg(long)]
     clusters: Option<String>,
     /// A bearer token for the simulated API server (in RBAC mode, its
@@ -347,8 +347,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         for sim in &args.sim {
             setup_kubefan(&http, sim, sim_token.as_deref(), args.namespaces).await?;
         }
-        if args.clusters.is_some() && args.transport != Transport::Sse {
-            bail!("--clusters is for --transport sse");
+        if args.clusters.is_some() && !matches!(args.transport, Transport::Sse | Transport::WsMux) {
+            bail!("--clusters is for --transport sse or wsmux");
         }
     } else if args.namespaces > 1 || args.views > 0 {
         bail!("--namespaces and --views are for kubefan");

@@ -160,7 +160,8 @@ pub struct Target {
     /// [`view_selector`]`(i % views)`.
     #[serde(default)]
     pub views: usize,
-    /// kubefan, SSE: one stream across these clusters (`clusters=`).
+    /// kubefan, SSE or `/ws`: one stream across these clusters
+    /// (`clusters=`, or a subscribe message's `clusters`).
     #[serde(default)]
     pub clusters: Option<String>,
 }
@@ -335,6 +336,9 @@ impl Target {
         }
         if let Some(selector) = self.selector(index) {
             msg["labelSelector"] = selector.into();
+        }
+        if let Some(clusters) = &self.clusters {
+            msg["clusters"] = clusters.as_str().into();
         }
         msg.to_string()
     }

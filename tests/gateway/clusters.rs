@@ -347,6 +347,15 @@ async fn a_cluster_down_leaves_the_others_served_and_readiness_says_which() {
             (Some(true), Some(false)),
             "{body}"
         );
+        // Each cluster's own, under its path.
+        for (name, code, said) in [("up", 200, "ready"), ("down", 503, "not ready")] {
+            let (status, own) = env.json(&format!("/clusters/{name}/readyz"), None).await;
+            assert_eq!(
+                (status, own["name"].as_str(), own["status"].as_str()),
+                (code, Some(name), Some(said)),
+                "{own}"
+            );
+        }
         let want = match ready_when {
             ReadyWhen::Any => 200,
             ReadyWhen::All => 503,
