@@ -35,11 +35,21 @@ fn cluster_sim(name: &str) -> Sim {
 }
 
 async fn serve(sims: Vec<(&'static str, Sim)>, cfg: Config) -> Env {
+    serve_as(sims.into_iter().map(|(n, s)| (n, s, None)).collect(), cfg).await
+}
+
+/// [`serve`], kubefan reading each cluster with the token given for it
+/// (none: the simulator's own).
+async fn serve_as(sims: Vec<(&'static str, Sim, Option<&str>)>, cfg: Config) -> Env {
     let mut upstreams = Vec::new();
     let mut served = Vec::new();
-    for (name, sim) in sims {
+    for (name, sim, token) in sims {
         let server = sim.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let client = kube::Client::try_from(server.client_config()).unwrap();
+        let config = match token {
+            Some(token) => server.client_config_with_token(token),
+            None => server.client_config(),
+        };
+        let client = kube::Client::try_from(config).unwrap();
         upstreams.push(Upstream {
             name: Some(name.to_string()),
             client: client.clone(),
@@ -1111,6 +1121,75 @@ async fn a_cluster_restarted_mid_churn_leaves_the_others_without_a_gap() {
         }
         assert_eq!(env.sim(cluster).stats().resource("pods").open_watches, 1);
     }
+    env.stop().await;
+}
+
+/// A cluster whose API server forbids kubefan to read a resource: that
+/// cluster says so (its readiness, its paths, its part of a merged
+/// stream), and the others are served as if it were not there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_forbids_kubefan_leaves_the_others_served() {
+    let west = Sim::new(kubefan_sim::SimConfig {
+        authorization: kubefan_sim::AuthorizationMode::Rbac,
+        ..crate::support::sim_config()
+    });
+    west.create("pods", pod("only-west").ns("web").build())
+        .unwrap();
+    // kubefan's ServiceAccount, bound to nothing.
+    west.set_users(vec![SimUser::service_account(
+        "kubefan-sa-token",
+        "kubefan",
+        "kubefan",
+    )]);
+    let env = serve_as(
+        vec![
+            ("east", cluster_sim("east"), None),
+            ("west", west, Some("kubefan-sa-token")),
+        ],
+        test_config(&["pods"]),
+    )
+    .await;
+
+    // Ready (`any`): east is; west's own readiness says what to grant.
+    let (status, body) = env.json("/readyz", None).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = env.json("/clusters/west/readyz", None).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.to_string().contains("grant"), "{body}");
+    let (status, body) = env.json("/clusters/east/readyz", None).await;
+    assert_eq!(status, 200, "{body}");
+
+    let (view, _) = env.snapshot("/clusters/east/stream/pods", None).await;
+    view.assert_matches(&env.sim("east").list("pods").0);
+    let (status, body) = env.json("/clusters/west/stream/pods", None).await;
+    assert_eq!(status, 403, "{body}");
+    validate_status(&body);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("list, watch pods"),
+        "{body}"
+    );
+
+    // Merged: `*` leaves west out and says why; named, west fails it.
+    let resp = env.get("/stream/pods?clusters=*", None).await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    let mut merged = Merged::default();
+    merged.until_synced(&mut sse, &["east"]).await;
+    assert_eq!(merged.announced, [("west".to_string(), 403)]);
+    merged.views["east"].assert_matches(&env.sim("east").list("pods").0);
+    let (status, body) = env.json("/stream/pods?clusters=east,west", None).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("cluster \"west\""),
+        "{body}"
+    );
+    assert_eq!(env.sim("west").stats().resource("pods").list_requests, 0);
     env.stop().await;
 }
 
