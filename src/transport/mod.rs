@@ -53,9 +53,7 @@ pub trait ChunkSource: Send + Unpin + 'static {
     }
 }
 
-/// Authorizes, then subscribes: the principal's grant narrows the
-/// namespaces asked for. Retried once on a fresh hub if the hub was stopped
-/// for idleness just now (`Informers::with_hub`).
+/// Authorizes, then subscribes ([`authorize`], [`join`]).
 pub(crate) async fn subscribe(
     state: &AppState,
     cluster: &Cluster,
@@ -64,23 +62,47 @@ pub(crate) async fn subscribe(
     params: &StreamParams,
     transport: Transport,
 ) -> Result<Subscription, ApiError> {
+    let request = authorize(cluster, principal, resource, params, transport).await?;
+    join(state, cluster, resource, request).await
+}
+
+/// Authorizes a stream in `cluster`: what to subscribe with, the
+/// principal's grant narrowing the namespaces asked for.
+pub(crate) async fn authorize(
+    cluster: &Cluster,
+    principal: &Principal,
+    resource: &str,
+    params: &StreamParams,
+    transport: Transport,
+) -> Result<Subscribe, ApiError> {
     let mut params = params.clone();
-    let informers = cluster.informers();
     let (namespaces, access) = cluster
         .authorizer()
-        .authorize_stream(principal, informers, resource, &params.namespaces)
+        .authorize_stream(principal, cluster.informers(), resource, &params.namespaces)
         .await?;
     params.namespaces = namespaces;
-    let request = Subscribe {
+    Ok(Subscribe {
         access,
         spec: params.view_spec(),
         resume: params.resume,
         transport,
         expires: principal.deadline(),
         lease: principal.lease().cloned(),
-    };
+    })
+}
+
+/// Subscribes as `request` says to `resource`'s hub, once it has synced
+/// (at most `--sync-timeout-secs`). Retried once on a fresh hub if the hub
+/// was stopped for idleness just now (`Informers::with_hub`).
+pub(crate) async fn join(
+    state: &AppState,
+    cluster: &Cluster,
+    resource: &str,
+    request: Subscribe,
+) -> Result<Subscription, ApiError> {
     let request = &request;
-    informers
+    cluster
+        .informers()
         .with_hub::<_, ApiError, _, _>(resource, |hub| {
             Subscription::start(hub, request.clone(), &state.subscriptions)
         })

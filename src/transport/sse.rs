@@ -99,7 +99,7 @@ type Pairs = Vec<(String, String)>;
 /// `resourceVersion`.
 async fn merged(
     req: &HttpRequest,
-    state: &AppState,
+    state: &web::Data<AppState>,
     principal: &Principal,
     resource: &str,
     clusters: &str,

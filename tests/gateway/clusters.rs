@@ -1193,6 +1193,75 @@ async fn a_cluster_that_forbids_kubefan_leaves_the_others_served() {
     env.stop().await;
 }
 
+/// A merged stream over a resource one cluster has not listed yet (its
+/// API server down since before the stream): the others stream at once,
+/// not after `--sync-timeout-secs`; the late part joins when its cluster
+/// lists it, with its snapshot of that cluster alone. A part that cannot
+/// join in time is said to (`CLUSTER` 503), on SSE and on `/ws`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_not_yet_listed_holds_up_no_other_part_of_a_merged_stream() {
+    use crate::lifecycle::config_map;
+    let clusters = ["east", "west"];
+    let mut cfg = test_config(&["pods"]);
+    // Longer than a test waits: a stream held up for it fails.
+    cfg.stream.sync_timeout = Duration::from_secs(60);
+    let mut env = serve(
+        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
+        cfg,
+    )
+    .await;
+    for cluster in clusters {
+        for i in 0..3 {
+            env.sim(cluster)
+                .create("configmaps", config_map(&format!("{cluster}-{i}"), "x"))
+                .unwrap();
+        }
+    }
+    let addr = env.kill("west").await;
+    let resp = env.get("/stream/configmaps?clusters=east,west", None).await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    let mut merged = Merged::default();
+    merged.until_synced(&mut sse, &["east"]).await;
+    merged.views["east"].assert_matches(&env.sim("east").list("configmaps").0);
+    assert!(!merged.views.contains_key("west"));
+    env.restart("west", addr).await;
+    merged.follow(&mut sse, &env, &clusters).await;
+    for cluster in clusters {
+        merged.views[cluster].assert_matches(&env.sim(cluster).list("configmaps").0);
+        assert_eq!(merged.views[cluster].snapshots, 1);
+    }
+    env.stop().await;
+
+    // A part that cannot join within the sync timeout is left out, and
+    // said so, whether its cluster was named or asked as `*`.
+    let mut cfg = test_config(&["pods"]);
+    cfg.stream.sync_timeout = Duration::from_millis(300);
+    let mut env = serve(
+        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
+        cfg,
+    )
+    .await;
+    env.kill("west").await;
+    let resp = env.get("/stream/configmaps?clusters=east,west", None).await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    let mut merged = Merged::default();
+    merged.until(&mut sse, |m| !m.announced.is_empty()).await;
+    assert_eq!(merged.announced, [("west".to_string(), 503)]);
+    let mut ws = crate::ws::WsClient::connect_to(env.app.local_addr(), "/ws").await;
+    ws.subscribe(serde_json::json!({"op": "subscribe", "id": "m", "resource": "configmaps", "clusters": "*"}))
+        .await;
+    let mut on_ws = Merged::default();
+    on_ws
+        .until(&mut Sub(&mut ws, "m"), |m| {
+            !m.announced.is_empty() && m.views.get("east").is_some_and(|v| v.snapshots > 0)
+        })
+        .await;
+    assert_eq!(on_ws.announced, [("west".to_string(), 503)]);
+    env.stop().await;
+}
+
 /// A leaf of a tier whose root serves several clusters: one `--cluster`
 /// per root cluster, each upstream URL the root's `/clusters/NAME`
 /// (kube's client keeps a server URL's path). Its viewers see each

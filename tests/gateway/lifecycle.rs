@@ -25,7 +25,7 @@ fn lifecycle_config(boot: &[&str]) -> Config {
     cfg
 }
 
-fn config_map(name: &str, value: &str) -> Value {
+pub(crate) fn config_map(name: &str, value: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": "default"}, "data": {"value": value}})
 }

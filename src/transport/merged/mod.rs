@@ -28,13 +28,16 @@ pub(crate) mod ws;
 
 pub use sse::{Plan, stream};
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
+use actix_web::web;
 use serde_json::Value;
 
 use super::stream::{Framed, Framing};
-use super::{StreamParams, parse_position, subscribe};
+use super::{StreamParams, authorize, join, parse_position};
 use crate::auth::Principal;
 use crate::cluster::{Cluster, Clusters};
 use crate::hub::Subscription;
@@ -159,36 +162,34 @@ impl Asked<'_> {
     }
 }
 
-/// A merged stream's parts as they started: each accepting cluster's
-/// subscription, and the `Status` of each cluster that refused (asked as
-/// `*`).
+/// How a part of a merged stream starts: now (its hub had synced), or
+/// once its hub has (its resource's first list from that cluster), so
+/// that a cluster not yet listed (its API server unreachable since
+/// kubefan started, say) holds up none of the others.
+pub enum Start {
+    Now(Subscription),
+    Later(Pin<Box<dyn Future<Output = Result<Subscription, ApiError>> + Send>>),
+}
+
+/// A merged stream's parts as they started: each accepting cluster's,
+/// and the `Status` of each cluster that refused (asked as `*`).
 pub struct Opened {
-    pub parts: Vec<(Arc<str>, Subscription)>,
+    pub parts: Vec<(Arc<str>, Start)>,
     pub refused: Vec<(Arc<str>, Value)>,
-}
-
-impl Opened {
     /// The namespaces the parts stream, each once (for the access log).
-    pub fn namespaces(&self) -> Vec<String> {
-        let mut namespaces: Vec<String> = self
-            .parts
-            .iter()
-            .flat_map(|(_, sub)| sub.namespaces())
-            .collect();
-        namespaces.sort();
-        namespaces.dedup();
-        namespaces
-    }
+    pub namespaces: Vec<String>,
 }
 
-/// Subscribes in every cluster asked for at once, each authorizing
-/// `principal` as it knows it (under `--auth kubernetes` each cluster
-/// reviews the token itself: an identity is its cluster's own,
-/// `Auth::principal_in`). A named cluster that refuses fails it all,
-/// its answer naming the cluster; under `*` it is left out. 403 when no
-/// cluster is left.
+/// Opens a merged stream's parts. First every cluster asked for
+/// authorizes `principal` as it knows it (under `--auth kubernetes` each
+/// cluster reviews the token itself: an identity is its cluster's own,
+/// `Auth::principal_in`), all at once: a named cluster that refuses fails
+/// it all, its answer naming the cluster; under `*` it is left out; 403
+/// when no cluster is left. Then each part joins its hub: at once if the
+/// hub has synced (a refusal then is as above), else later, in the stream
+/// ([`Start::Later`]).
 pub async fn open(
-    state: &AppState,
+    state: &web::Data<AppState>,
     principal: &Principal,
     asked: Asked<'_>,
     transport: Transport,
@@ -199,7 +200,7 @@ pub async fn open(
         chosen: (chosen, every),
         resume,
     } = asked;
-    let starts = chosen.iter().zip(resume).map(|(cluster, resume)| {
+    let authorizations = chosen.iter().zip(resume).map(|(cluster, resume)| {
         let mut params = params.clone();
         params.resume = resume;
         async move {
@@ -207,18 +208,43 @@ pub async fn open(
                 .auth
                 .principal_in(principal, cluster.authorizer())
                 .await?;
-            subscribe(state, cluster, &there, resource, &params, transport).await
+            authorize(cluster, &there, resource, &params, transport).await
         }
     });
-    let started = futures::future::join_all(starts).await;
+    let authorized = futures::future::join_all(authorizations).await;
     let mut opened = Opened {
         parts: Vec::with_capacity(chosen.len()),
         refused: Vec::new(),
+        namespaces: Vec::new(),
     };
-    for (cluster, started) in chosen.iter().zip(started) {
+    for (cluster, authorized) in chosen.iter().zip(authorized) {
         let name: Arc<str> = Arc::from(cluster.name().unwrap_or(""));
+        let started = match authorized {
+            Ok(request) => {
+                opened
+                    .namespaces
+                    .extend(request.spec.filter.namespaces.iter().cloned());
+                let synced = match cluster.informers().hub(resource).await {
+                    Ok(hub) => hub.is_synced(),
+                    // Joining says what is wrong.
+                    Err(_) => true,
+                };
+                if synced {
+                    join(state, cluster, resource, request)
+                        .await
+                        .map(Start::Now)
+                } else {
+                    let (state, cluster) = (state.clone(), cluster.clone());
+                    let resource = resource.to_string();
+                    Ok(Start::Later(Box::pin(async move {
+                        join(&state, &cluster, &resource, request).await
+                    })))
+                }
+            }
+            Err(err) => Err(err),
+        };
         match started {
-            Ok(sub) => opened.parts.push((name, sub)),
+            Ok(start) => opened.parts.push((name, start)),
             Err(err) if every => opened.refused.push((name, err.status())),
             Err(err) => return Err(in_cluster(err, &name)),
         }
@@ -229,6 +255,8 @@ pub async fn open(
             principal.name()
         )));
     }
+    opened.namespaces.sort();
+    opened.namespaces.dedup();
     Ok(opened)
 }
 
@@ -283,10 +311,20 @@ fn reach_status(cluster: &str, down: Option<String>) -> Value {
     }
 }
 
+/// A part that joins its hub later ([`Start::Later`]): framed once it
+/// has, or the `Status` (naming its cluster) it could not join with.
+type Joining<F> = Pin<Box<dyn Future<Output = Result<Framed<F>, Value>> + Send>>;
+
+/// One cluster's part of a merged stream.
+enum Part<F> {
+    Joining(Joining<F>),
+    Streaming(Framed<F>),
+    Over,
+}
+
 /// A merged stream's parts, framed, polled in turn by its one task.
 struct Parts<F: Framing> {
-    /// `None` once a part has ended.
-    parts: Vec<Option<Framed<F>>>,
+    parts: Vec<Part<F>>,
     names: Vec<Arc<str>>,
     /// What each part's stream was told of its API server.
     reach: Vec<Reach>,
@@ -306,9 +344,35 @@ struct Reach {
     wait: crate::epoch::Registration,
 }
 
-impl<F: Framing> Parts<F> {
-    fn new(parts: Vec<(Arc<str>, Framed<F>)>) -> Parts<F> {
-        let (names, parts): (Vec<_>, Vec<_>) = parts.into_iter().map(|(n, p)| (n, Some(p))).unzip();
+/// A part that joined its hub since the stream last looked (with the API
+/// server's warnings for its resource), or could not (the `Status`).
+type Joined = (Arc<str>, Result<Arc<[&'static str]>, Value>);
+
+impl<F: Framing + Send + 'static> Parts<F> {
+    /// Each part (its cluster, how it starts, its framing), framed as
+    /// `principal`'s stream on `transport`.
+    fn new(parts: Vec<(Arc<str>, Start, F)>, transport: Transport, principal: &str) -> Parts<F> {
+        let mut names = Vec::with_capacity(parts.len());
+        let parts: Vec<Part<F>> = parts
+            .into_iter()
+            .map(|(name, start, framing)| {
+                names.push(name.clone());
+                match start {
+                    Start::Now(sub) => {
+                        Part::Streaming(Framed::new(sub, framing, transport, principal))
+                    }
+                    Start::Later(joining) => {
+                        let principal = principal.to_string();
+                        Part::Joining(Box::pin(async move {
+                            match joining.await {
+                                Ok(sub) => Ok(Framed::new(sub, framing, transport, &principal)),
+                                Err(err) => Err(in_cluster(err, &name).status()),
+                            }
+                        }))
+                    }
+                }
+            })
+            .collect();
         Parts {
             reach: parts.iter().map(|_| Reach::default()).collect(),
             parts,
@@ -316,13 +380,42 @@ impl<F: Framing> Parts<F> {
             next: 0,
         }
     }
+}
+
+impl<F: Framing> Parts<F> {
+    /// The first part that joined its hub, or could not, since last
+    /// asked (a part that could not is over).
+    fn poll_joined(&mut self, cx: &mut Context<'_>) -> Option<Joined> {
+        for (part, name) in self.parts.iter_mut().zip(&self.names) {
+            let Part::Joining(joining) = part else {
+                continue;
+            };
+            let Poll::Ready(joined) = joining.as_mut().poll(cx) else {
+                continue;
+            };
+            return Some(match joined {
+                Ok(framed) => {
+                    let warnings = framed.subscription().hub().warnings();
+                    *part = Part::Streaming(framed);
+                    (name.clone(), Ok(warnings))
+                }
+                Err(status) => {
+                    *part = Part::Over;
+                    (name.clone(), Err(status))
+                }
+            });
+        }
+        None
+    }
 
     /// The cluster and `Status` of a `CLUSTER` message for the first part
     /// whose API server was lost or found since the stream last said
     /// (registering for the next change of each).
     fn poll_reach(&mut self, cx: &mut Context<'_>) -> Option<(Arc<str>, Value)> {
         for ((part, reach), name) in self.parts.iter().zip(&mut self.reach).zip(&self.names) {
-            let Some(part) = part else { continue };
+            let Part::Streaming(part) = part else {
+                continue;
+            };
             let hub = part.subscription().hub();
             let changes = hub.upstream_changes();
             loop {
@@ -343,9 +436,9 @@ impl<F: Framing> Parts<F> {
         None
     }
 
-    /// The next of any part's items (`poll`, on each part in turn from
-    /// the one after the last that had one); a part whose `poll` is
-    /// ready with `None` is over. `None` once every part is.
+    /// The next of any streaming part's items (`poll`, on each part in
+    /// turn from the one after the last that had one); a part whose `poll`
+    /// is ready with `None` is over. `None` once every part is.
     fn poll_next<T>(
         &mut self,
         cx: &mut Context<'_>,
@@ -354,7 +447,7 @@ impl<F: Framing> Parts<F> {
         let n = self.parts.len();
         for k in 0..n {
             let i = (self.next + k) % n;
-            let Some(part) = &mut self.parts[i] else {
+            let Part::Streaming(part) = &mut self.parts[i] else {
                 continue;
             };
             match poll(part, cx) {
@@ -363,7 +456,8 @@ impl<F: Framing> Parts<F> {
                     return Poll::Ready(Some(item));
                 }
                 Poll::Ready(None) => {
-                    if let Some(part) = self.parts[i].take() {
+                    if let Part::Streaming(part) = std::mem::replace(&mut self.parts[i], Part::Over)
+                    {
                         let hub = part.subscription().hub();
                         hub.upstream_changes().deregister(&mut self.reach[i].wait);
                     }
@@ -371,7 +465,7 @@ impl<F: Framing> Parts<F> {
                 Poll::Pending => {}
             }
         }
-        if self.parts.iter().all(Option::is_none) {
+        if self.parts.iter().all(|p| matches!(p, Part::Over)) {
             Poll::Ready(None)
         } else {
             Poll::Pending
@@ -381,7 +475,11 @@ impl<F: Framing> Parts<F> {
     /// `bytes` the stream sent of its own (about its clusters, not of a
     /// part's stream): counted as its first streaming part's.
     fn wrote(&mut self, bytes: u64) {
-        if let Some(part) = self.parts.iter_mut().flatten().next() {
+        let streaming = self.parts.iter_mut().find_map(|p| match p {
+            Part::Streaming(framed) => Some(framed),
+            _ => None,
+        });
+        if let Some(part) = streaming {
             part.wrote(bytes);
         }
     }
@@ -390,7 +488,7 @@ impl<F: Framing> Parts<F> {
 impl<F: Framing> Drop for Parts<F> {
     fn drop(&mut self) {
         for (part, reach) in self.parts.iter().zip(&mut self.reach) {
-            if let Some(part) = part {
+            if let Part::Streaming(part) = part {
                 part.subscription()
                     .hub()
                     .upstream_changes()

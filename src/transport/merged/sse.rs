@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use actix_web::http::header::{self, HeaderName};
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
-use super::{Asked, Ids, Parts, open};
+use super::{Asked, Ids, Parts, Start, open};
 use crate::auth::{Principal, Verb};
 use crate::metrics::Transport;
 use crate::status::ApiError;
@@ -31,7 +31,7 @@ pub struct Plan<'a> {
 /// Opens the merged stream `plan` describes.
 pub async fn stream(
     req: &HttpRequest,
-    state: &AppState,
+    state: &web::Data<AppState>,
     principal: &Principal,
     plan: Plan<'_>,
 ) -> Result<HttpResponse, ApiError> {
@@ -39,32 +39,33 @@ pub async fn stream(
     let resumed = asked.resumed();
     let resource = asked.resource;
     let opened = open(state, principal, asked, Transport::Sse).await?;
-    access_log::note(req, Verb::Watch, resource, &opened.namespaces());
+    access_log::note(req, Verb::Watch, resource, &opened.namespaces);
     let ids = Arc::new(Ids::default());
+    // Those of the parts that start now: a part that joins later has no
+    // response to carry them.
     let mut warnings = Vec::new();
     let mut head = preamble.to_vec();
     for (name, status) in &opened.refused {
         head.extend_from_slice(&cluster_frame(name, "CLUSTER", &status.to_string()));
     }
     let mut parts = Vec::with_capacity(opened.parts.len());
-    for (name, sub) in opened.parts {
-        warnings.extend(sub.hub().warnings().iter().copied());
+    for (name, start) in opened.parts {
+        if let Start::Now(sub) = &start {
+            warnings.extend(sub.hub().warnings().iter().copied());
+        }
         let index = ids.push(name.clone(), resumed(&name));
         let framing = ClusterSse {
             cluster: name.clone(),
             index,
             ids: ids.clone(),
         };
-        parts.push((
-            name,
-            Framed::new(sub, framing, Transport::Sse, principal.name()),
-        ));
+        parts.push((name, start, framing));
     }
     warnings.sort_unstable();
     warnings.dedup();
     let body = MergedSse {
         preamble: Some(Bytes::from(head)),
-        parts: Parts::new(parts),
+        parts: Parts::new(parts, Transport::Sse, principal.name()),
     };
     let mut headers = vec![
         (header::CONTENT_TYPE, "text/event-stream"),
@@ -165,6 +166,13 @@ impl ChunkSource for MergedSse {
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         if let Some(preamble) = self.preamble.take() {
             return Poll::Ready(Some(preamble));
+        }
+        // A part that could not join its hub is said to, as one left out.
+        while let Some((cluster, joined)) = self.parts.poll_joined(cx) {
+            if let Err(status) = joined {
+                let frame = cluster_frame(&cluster, "CLUSTER", &status.to_string());
+                return Poll::Ready(Some(Bytes::from(frame)));
+            }
         }
         if let Some((cluster, status)) = self.parts.poll_reach(cx) {
             let frame = cluster_frame(&cluster, "CLUSTER", &status.to_string());

@@ -22,13 +22,13 @@ use actix_web::web;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{Asked, Ids, Opened, Parts, open};
+use super::{Asked, Ids, Opened, Parts, Start, open};
 use crate::auth::Principal;
 use crate::metrics::Transport;
 use crate::status::status_json;
 use crate::transport::message::{Message, shutdown_status};
 use crate::transport::state::AppState;
-use crate::transport::stream::{BatchSource, Framed, Framing, Stream};
+use crate::transport::stream::{BatchSource, Framing, Stream};
 use crate::transport::takeover::{Next, Source};
 use crate::transport::ws::message::{Id, Outgoing, TAIL, WsFraming, parts};
 
@@ -127,6 +127,18 @@ fn about(cluster: &str, kind: &str, field: &str, value: &Value) -> Outgoing {
     Outgoing::event(Bytes::from(json), Id::None)
 }
 
+/// The API server's warnings for a part's resource (a deprecated API's),
+/// as WARNING messages naming the cluster.
+fn warnings(cluster: &str, warnings: &[&str]) -> Vec<Outgoing> {
+    warnings
+        .iter()
+        .map(|w| {
+            let text = Value::from(crate::upstream::warning::text(w));
+            about(cluster, "WARNING", "message", &text)
+        })
+        .collect()
+}
+
 /// What a merged subscription's task sends while it opens.
 type Opening = Pin<Box<dyn Future<Output = Result<Streaming, Value>> + Send>>;
 
@@ -190,23 +202,19 @@ impl Streaming {
             .collect();
         let ids = Arc::new(Ids::default());
         let mut parts = Vec::with_capacity(opened.parts.len());
-        for (name, sub) in opened.parts {
+        for (name, start) in opened.parts {
             // Before its first event: a `/ws` subscription has no response
             // of its own to carry them as headers.
-            first.extend(sub.hub().warnings().iter().map(|w| {
-                let text = Value::from(crate::upstream::warning::text(w));
-                about(&name, "WARNING", "message", &text)
-            }));
+            if let Start::Now(sub) = &start {
+                first.extend(warnings(&name, &sub.hub().warnings()));
+            }
             let index = ids.push(name.clone(), resumed(&name));
             let framing = ClusterWs::new(name.clone(), index, ids.clone());
-            parts.push((
-                name,
-                Framed::new(sub, framing, Transport::WebSocket, principal),
-            ));
+            parts.push((name, start, framing));
         }
         let mut streaming = Streaming {
             first: Vec::new(),
-            parts: Parts::new(parts),
+            parts: Parts::new(parts, Transport::WebSocket, principal),
             last: None,
             extra,
         };
@@ -255,6 +263,24 @@ impl Source for MergedWs {
                         return Poll::Ready(Next::Item(std::mem::take(&mut streaming.first)));
                     }
                     let extra = streaming.extra;
+                    // A part that joined its hub later sends its warnings;
+                    // one that could not is said to, as one left out.
+                    if let Some((cluster, joined)) = streaming.parts.poll_joined(cx) {
+                        let msgs = match joined {
+                            Ok(said) => warnings(&cluster, &said),
+                            Err(status) => {
+                                let msg = about(&cluster, "CLUSTER", "object", &status);
+                                streaming.last = Some((cluster, status));
+                                vec![msg]
+                            }
+                        };
+                        let bytes = msgs.iter().map(|m| m.payload_len() + extra).sum();
+                        streaming.parts.wrote(bytes);
+                        if msgs.is_empty() {
+                            continue;
+                        }
+                        return Poll::Ready(Next::Item(msgs));
+                    }
                     if let Some((cluster, status)) = streaming.parts.poll_reach(cx) {
                         let msg = about(&cluster, "CLUSTER", "object", &status);
                         streaming.parts.wrote(msg.payload_len() + extra);
