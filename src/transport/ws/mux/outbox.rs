@@ -182,6 +182,14 @@ impl Outbox {
         self.lock().direct.is_some()
     }
 
+    /// Whether a direct write would go onto the socket now, rather than
+    /// queue: opened, nothing queued, no frame of the control loop's
+    /// under way.
+    pub(super) fn idle(&self) -> bool {
+        let state = self.lock();
+        state.direct.is_some() && !state.busy && state.queue.is_empty()
+    }
+
     /// Subscription `id` of `generation` may write from now on;
     /// generations only grow.
     pub(super) fn admit(&self, id: &str, generation: u64) {

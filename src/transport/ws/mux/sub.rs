@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use super::outbox::{Direct, Frame, Outbox};
 use super::splice::{spliced, spliced_payloads};
 use crate::lifecycle::Lifecycle;
+use crate::transport::stream::Framing;
 use crate::transport::stream::{BatchSource, Framed};
 use crate::transport::takeover::{Heard, Next, Source, Tick, Wire, WriteDeadline};
 use crate::transport::ws::message::{Id, Outgoing, WsFraming, error_message, message};
@@ -184,9 +185,18 @@ impl Wire for Outboxed {
         self.next.is_some() || self.sent < self.out.len()
     }
 
-    /// Queues each frame as the outbox has room: an error once the
-    /// subscription may not write any more. The socket's control loop
-    /// keeps its write deadline.
+    /// Writes the item's messages straight onto the socket while nothing
+    /// is queued ahead (one write, from this task: what the socket does
+    /// not take is queued first), else queues each frame as the outbox has
+    /// room: an error once the subscription may not write any more. The
+    /// socket's control loop keeps its write deadline.
+    ///
+    /// Straight on, because a frame queued per message is a wake of the
+    /// socket's control loop and a write each: a stream its own task
+    /// drives (one not parked, as a merged stream's never is) cost 1.2-1.5×
+    /// the CPU per delivery (`loadtest/RESULTS.md`, stop 39). Queued
+    /// otherwise, so that a socket that does not read holds at most
+    /// [`super::outbox::OUTBOX`] frames and one item's rest.
     fn poll_write(
         &mut self,
         _deadline: &WriteDeadline,
@@ -196,6 +206,23 @@ impl Wire for Outboxed {
             if self.next.is_some() {
                 if !ready!(self.outbox.poll_push(cx, &mut self.next, self.generation)) {
                     return Poll::Ready(Err(()));
+                }
+                continue;
+            }
+            if self.sent == 0 && !self.out.is_empty() && self.outbox.idle() {
+                let Some((frames, _)) = WsFraming::batched(std::mem::take(&mut self.out)) else {
+                    continue;
+                };
+                match self
+                    .outbox
+                    .send_direct(self.generation, &self.prefix, &frames)
+                {
+                    Ok(Direct::Sent) => {}
+                    // Queued since: it waits for room, whole.
+                    Ok(Direct::Full) => {
+                        self.next = Some(Frame::Raw(spliced(&self.prefix, &frames)))
+                    }
+                    Ok(Direct::Gone) | Err(_) => return Poll::Ready(Err(())),
                 }
                 continue;
             }
