@@ -164,12 +164,13 @@ async fn end(control: Control, stop: Stop) {
 
 /// Subscribes `principal` to `resource` in `cluster` as `params` say,
 /// unless the gateway is stopping: the subscription framed for a socket,
-/// or the `Status` that refused it. The principal is `cluster`'s own
+/// or the `Status` that refused it. In a cluster the subscription named
+/// (`elsewhere`), the principal is that cluster's own
 /// (`Auth::principal_in`: a Kubernetes token is reviewed by the cluster it
-/// reads, whichever cluster the socket was opened on).
+/// reads, not the one the socket was opened on).
 fn starting(
     state: web::Data<AppState>,
-    cluster: Arc<Cluster>,
+    (cluster, elsewhere): (Arc<Cluster>, bool),
     principal: Principal,
     resource: String,
     params: StreamParams,
@@ -179,7 +180,10 @@ fn starting(
             biased;
             _ = state.lifecycle.shutting_down() => Err(shutdown_status()),
             started = async {
-                let there = state.auth.principal_in(&principal, cluster.authorizer()).await?;
+                let there = match elsewhere {
+                    true => state.auth.principal_in(&principal, cluster.authorizer()).await?,
+                    false => principal.clone(),
+                };
                 subscribe(&state, &cluster, &there, &resource, &params, Transport::WebSocket).await
             } => started.map_err(|e: ApiError| e.status()),
         }?;
@@ -313,7 +317,7 @@ impl Socket {
                 };
                 let starting = starting(
                     self.state.clone(),
-                    cluster,
+                    (cluster, named),
                     self.principal.clone(),
                     resource,
                     params,
