@@ -5,8 +5,9 @@
 //! Its source ([`Subscribing`]) starts the subscription (its authorization
 //! and its hub's sync), then sends the API server's warnings and the
 //! subscription's messages, or the `Status` that refused it. Its wire
-//! ([`Outboxed`]) frames each message with the subscription's
-//! `{"sub":ID,` prefix into the socket's outbox ([`super::outbox`]),
+//! ([`Outboxed`]) writes each item with the subscription's `{"sub":ID,`
+//! prefix straight onto the socket while nothing is queued ahead, else
+//! frames each message into the socket's outbox ([`super::outbox`]),
 //! waiting for room there. Parked, it takes the frames its hub's writer
 //! made once for every stream at its cursor (framed as a single-stream
 //! socket's, `{` first) and the outbox splices its prefix into each as it
