@@ -38,6 +38,15 @@ async fn serve(sims: Vec<(&'static str, Sim)>, cfg: Config) -> Env {
     serve_as(sims.into_iter().map(|(n, s)| (n, s, None)).collect(), cfg).await
 }
 
+/// Clusters `east` and `west` ([`cluster_sim`]).
+async fn east_west(cfg: Config) -> Env {
+    serve(
+        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
+        cfg,
+    )
+    .await
+}
+
 /// [`serve`], kubefan reading each cluster with the token given for it
 /// (none: the simulator's own).
 async fn serve_as(sims: Vec<(&'static str, Sim, Option<&str>)>, cfg: Config) -> Env {
@@ -116,6 +125,30 @@ impl Env {
         (view, sse)
     }
 
+    /// Changes in both clusters: three pods more in east, two in west,
+    /// and west's own gone.
+    fn change_both(&self) {
+        for (cluster, n) in [("east", 3), ("west", 2)] {
+            for i in 0..n {
+                self.sim(cluster)
+                    .create("pods", pod(&format!("{cluster}-{i}")).ns("web").build())
+                    .unwrap();
+            }
+        }
+        self.sim("west")
+            .delete("pods", Some("web"), "only-west")
+            .unwrap();
+    }
+
+    /// A pod more in each cluster, made while a merged stream is away.
+    fn change_while_away(&self) {
+        for (cluster, ns) in [("east", "web"), ("west", "batch")] {
+            self.sim(cluster)
+                .create("pods", pod("while-away").ns(ns).build())
+                .unwrap();
+        }
+    }
+
     async fn stop(self) {
         self.app.stop().await;
         for (_, _, server) in self.sims {
@@ -167,11 +200,7 @@ fn team_clusters(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_cluster_is_served_under_its_own_path_with_one_watch_per_resource() {
     let log = crate::support::access_log();
-    let env = serve(
-        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
-        test_config(&["pods"]),
-    )
-    .await;
+    let env = east_west(test_config(&["pods"])).await;
 
     // Three viewers of each cluster's pods: each sees its cluster's, and
     // each cluster's API server sees one watch.
@@ -754,6 +783,60 @@ impl Merged {
         .expect("every part's snapshot in time");
     }
 
+    /// A reconnect from the last compound id follows: each view's picture
+    /// is kept, to be resumed without a snapshot.
+    fn resuming(&mut self) {
+        for view in self.views.values_mut() {
+            view.resume();
+        }
+        self.events.clear();
+    }
+
+    /// A merged stream resumed with `cluster`'s position kept (its view
+    /// expects no snapshot) and the others' gone.
+    fn resuming_only(cluster: &str) -> Merged {
+        let mut merged = Merged::default();
+        let mut view = ClientView::new();
+        view.resume();
+        merged.views.insert(cluster.into(), view);
+        merged
+    }
+
+    /// Every part resumed from its position: its cluster's truth, with no
+    /// snapshot but the first and no RESET.
+    fn assert_resumed(&self, env: &Env, clusters: &[&str]) {
+        for cluster in clusters {
+            let view = &self.views[*cluster];
+            view.assert_matches(&env.sim(cluster).list("pods").0);
+            assert_eq!(view.snapshots, 1, "{cluster} resumed without a snapshot");
+        }
+        assert!(
+            self.events.iter().all(|(_, e)| e != "RESET"),
+            "{:?}",
+            self.events
+        );
+    }
+
+    /// `cluster`'s part alone started over (its RESET and snapshot, its
+    /// cluster's truth); the others neither reset nor sent a snapshot.
+    fn assert_reset_alone(&self, env: &Env, cluster: &str) {
+        self.views[cluster].assert_matches(&env.sim(cluster).list("pods").0);
+        assert!(
+            self.events
+                .iter()
+                .all(|(c, e)| c == cluster || (e != "RESET" && e != "BOOKMARK")),
+            "the others neither reset nor sent a snapshot: {:?}",
+            self.events
+        );
+        assert!(
+            self.events
+                .iter()
+                .any(|(c, e)| c == cluster && e == "RESET"),
+            "{:?}",
+            self.events
+        );
+    }
+
     /// Reads until `done` holds of what was read.
     async fn until(&mut self, feed: &mut impl Feed, done: impl Fn(&Merged) -> bool) {
         tokio::time::timeout(WAIT, async {
@@ -803,11 +886,7 @@ impl Merged {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merged_stream_is_each_clusters_truth_and_resumes_each_part_alone() {
-    let env = serve(
-        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
-        test_config(&["pods"]),
-    )
-    .await;
+    let env = east_west(test_config(&["pods"])).await;
     let clusters = ["east", "west"];
     let open = |id: Option<&str>, query: &str| {
         let mut req = env
@@ -834,16 +913,7 @@ async fn a_merged_stream_is_each_clusters_truth_and_resumes_each_part_alone() {
     for cluster in clusters {
         merged.views[cluster].assert_matches(&env.sim(cluster).list("pods").0);
     }
-    for (cluster, n) in [("east", 3), ("west", 2)] {
-        for i in 0..n {
-            env.sim(cluster)
-                .create("pods", pod(&format!("{cluster}-{i}")).ns("web").build())
-                .unwrap();
-        }
-    }
-    env.sim("west")
-        .delete("pods", Some("web"), "only-west")
-        .unwrap();
+    env.change_both();
     merged.follow(&mut sse, &env, &clusters).await;
     for cluster in clusters {
         merged.views[cluster].assert_matches(&env.sim(cluster).list("pods").0);
@@ -858,58 +928,20 @@ async fn a_merged_stream_is_each_clusters_truth_and_resumes_each_part_alone() {
 
     // Changes while away; the reconnect resumes each part from its own
     // position: no snapshot, no reset, every change.
-    env.sim("east")
-        .create("pods", pod("while-away").ns("web").build())
-        .unwrap();
-    env.sim("west")
-        .create("pods", pod("while-away").ns("batch").build())
-        .unwrap();
-    for view in merged.views.values_mut() {
-        view.resume();
-    }
-    merged.events.clear();
+    env.change_while_away();
+    merged.resuming();
     let mut sse = open(Some(&id), "east,west").await;
     merged.follow(&mut sse, &env, &clusters).await;
-    for cluster in clusters {
-        let view = &merged.views[cluster];
-        view.assert_matches(&env.sim(cluster).list("pods").0);
-        assert_eq!(view.snapshots, 1, "{cluster} resumed without a snapshot");
-    }
-    assert!(
-        merged.events.iter().all(|(_, e)| e != "RESET"),
-        "{:?}",
-        merged.events
-    );
+    merged.assert_resumed(&env, &clusters);
     drop(sse);
 
     // East's position is long gone from its log: east alone starts over
     // with a RESET and a snapshot; west resumes.
     let west = id.split(',').find(|p| p.starts_with("west=")).unwrap();
     let mut sse = open(Some(&format!("east=1,{west}")), "east,west").await;
-    let mut again = Merged::default();
-    again.views.insert("west".into(), {
-        let mut view = ClientView::new();
-        view.resume();
-        view
-    });
+    let mut again = Merged::resuming_only("west");
     again.follow(&mut sse, &env, &clusters).await;
-    again.views["east"].assert_matches(&env.sim("east").list("pods").0);
-    assert!(
-        again
-            .events
-            .iter()
-            .all(|(c, e)| c == "east" || (e != "RESET" && e != "BOOKMARK")),
-        "west neither reset nor sent a snapshot: {:?}",
-        again.events
-    );
-    assert!(
-        again
-            .events
-            .iter()
-            .any(|(c, e)| c == "east" && e == "RESET"),
-        "{:?}",
-        again.events
-    );
+    again.assert_reset_alone(&env, "east");
     drop(sse);
 
     // Bad input, each a Status saying what is wrong.
@@ -1041,11 +1073,7 @@ async fn a_merged_streams_parts_are_each_clusters_grant() {
 /// resumes from its resourceVersion) and ends equal to its truth.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_restarted_mid_churn_leaves_the_others_without_a_gap() {
-    let mut env = serve(
-        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
-        test_config(&["pods"]),
-    )
-    .await;
+    let mut env = east_west(test_config(&["pods"])).await;
     let clusters = ["east", "west"];
     let resp = env.get("/stream/pods?clusters=east,west", None).await;
     assert_eq!(resp.status(), 200);
@@ -1202,14 +1230,13 @@ async fn a_cluster_that_forbids_kubefan_leaves_the_others_served() {
 async fn a_cluster_not_yet_listed_holds_up_no_other_part_of_a_merged_stream() {
     use crate::lifecycle::config_map;
     let clusters = ["east", "west"];
-    let mut cfg = test_config(&["pods"]);
+    let with_sync_timeout = |timeout| {
+        let mut cfg = test_config(&["pods"]);
+        cfg.stream.sync_timeout = timeout;
+        east_west(cfg)
+    };
     // Longer than a test waits: a stream held up for it fails.
-    cfg.stream.sync_timeout = Duration::from_secs(60);
-    let mut env = serve(
-        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
-        cfg,
-    )
-    .await;
+    let mut env = with_sync_timeout(Duration::from_secs(60)).await;
     for cluster in clusters {
         for i in 0..3 {
             env.sim(cluster)
@@ -1235,13 +1262,7 @@ async fn a_cluster_not_yet_listed_holds_up_no_other_part_of_a_merged_stream() {
 
     // A part that cannot join within the sync timeout is left out, and
     // said so, whether its cluster was named or asked as `*`.
-    let mut cfg = test_config(&["pods"]);
-    cfg.stream.sync_timeout = Duration::from_millis(300);
-    let mut env = serve(
-        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
-        cfg,
-    )
-    .await;
+    let mut env = with_sync_timeout(Duration::from_millis(300)).await;
     env.kill("west").await;
     let resp = env.get("/stream/configmaps?clusters=east,west", None).await;
     assert_eq!(resp.status(), 200);
@@ -1268,11 +1289,7 @@ async fn a_cluster_not_yet_listed_holds_up_no_other_part_of_a_merged_stream() {
 /// cluster's objects, and each API server still sees one watch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaf_serves_a_multi_cluster_root_through_its_per_cluster_paths() {
-    let root = serve(
-        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
-        test_config(&["pods"]),
-    )
-    .await;
+    let root = east_west(test_config(&["pods"])).await;
     let upstreams = ["east", "west"]
         .into_iter()
         .map(|name| {
@@ -1325,11 +1342,7 @@ async fn a_leaf_serves_a_multi_cluster_root_through_its_per_cluster_paths() {
 /// it; an unknown one is refused for that subscription alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_socket_subscribes_in_several_clusters() {
-    let env = serve(
-        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
-        test_config(&["pods"]),
-    )
-    .await;
+    let env = east_west(test_config(&["pods"])).await;
     let mut ws = crate::ws::WsClient::connect_to(env.app.local_addr(), "/clusters/east/ws").await;
     for (id, cluster) in [("e", None), ("w", Some("west"))] {
         let mut msg = serde_json::json!({"op": "subscribe", "id": id, "resource": "pods"});
@@ -1403,11 +1416,7 @@ async fn next_of(ws: &mut crate::ws::WsClient, sub: &str) -> Value {
 /// treat it as one subscription.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_ws_subscription_merges_clusters_and_resumes_each_part_alone() {
-    let env = serve(
-        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
-        test_config(&["pods"]),
-    )
-    .await;
+    let env = east_west(test_config(&["pods"])).await;
     let clusters = ["east", "west"];
     let subscribe = |clusters: Value, resume: Option<&str>| {
         let mut msg = serde_json::json!({"op": "subscribe", "id": "m", "resource": "pods", "clusters": clusters});
@@ -1438,16 +1447,7 @@ async fn one_ws_subscription_merges_clusters_and_resumes_each_part_alone() {
         .await;
     let mut merged = Merged::default();
     merged.follow(&mut Sub(&mut ws, "m"), &env, &clusters).await;
-    for (cluster, n) in [("east", 3), ("west", 2)] {
-        for i in 0..n {
-            env.sim(cluster)
-                .create("pods", pod(&format!("{cluster}-{i}")).ns("web").build())
-                .unwrap();
-        }
-    }
-    env.sim("west")
-        .delete("pods", Some("web"), "only-west")
-        .unwrap();
+    env.change_both();
     merged.follow(&mut Sub(&mut ws, "m"), &env, &clusters).await;
     for cluster in clusters {
         merged.views[cluster].assert_matches(&env.sim(cluster).list("pods").0);
@@ -1465,12 +1465,7 @@ async fn one_ws_subscription_merges_clusters_and_resumes_each_part_alone() {
     ws.send_json(serde_json::json!({"op": "unsubscribe", "id": "m"}))
         .await;
     assert_eq!(next_of(&mut ws, "m").await["type"], "UNSUBSCRIBED");
-    env.sim("east")
-        .create("pods", pod("while-away").ns("web").build())
-        .unwrap();
-    env.sim("west")
-        .create("pods", pod("while-away").ns("batch").build())
-        .unwrap();
+    env.change_while_away();
     ws.subscribe(
         serde_json::json!({"op": "subscribe", "id": "e", "resource": "pods", "cluster": "east"}),
     )
@@ -1489,22 +1484,10 @@ async fn one_ws_subscription_merges_clusters_and_resumes_each_part_alone() {
 
     // Resumed from the compound id: each part from its own position, no
     // snapshot, no reset, every change made while away.
-    for view in merged.views.values_mut() {
-        view.resume();
-    }
-    merged.events.clear();
+    merged.resuming();
     ws.subscribe(subscribe("east,west".into(), Some(&id))).await;
     merged.follow(&mut Sub(&mut ws, "m"), &env, &clusters).await;
-    for cluster in clusters {
-        let view = &merged.views[cluster];
-        view.assert_matches(&env.sim(cluster).list("pods").0);
-        assert_eq!(view.snapshots, 1, "{cluster} resumed without a snapshot");
-    }
-    assert!(
-        merged.events.iter().all(|(_, e)| e != "RESET"),
-        "{:?}",
-        merged.events
-    );
+    merged.assert_resumed(&env, &clusters);
     ws.send_json(serde_json::json!({"op": "unsubscribe", "id": "m"}))
         .await;
     assert_eq!(next_of(&mut ws, "m").await["type"], "UNSUBSCRIBED");
@@ -1516,30 +1499,9 @@ async fn one_ws_subscription_merges_clusters_and_resumes_each_part_alone() {
         Some(&format!("east=1,{west}")),
     ))
     .await;
-    let mut again = Merged::default();
-    again.views.insert("west".into(), {
-        let mut view = ClientView::new();
-        view.resume();
-        view
-    });
+    let mut again = Merged::resuming_only("west");
     again.follow(&mut Sub(&mut ws, "m"), &env, &clusters).await;
-    again.views["east"].assert_matches(&env.sim("east").list("pods").0);
-    assert!(
-        again
-            .events
-            .iter()
-            .all(|(c, e)| c == "east" || (e != "RESET" && e != "BOOKMARK")),
-        "west neither reset nor sent a snapshot: {:?}",
-        again.events
-    );
-    assert!(
-        again
-            .events
-            .iter()
-            .any(|(c, e)| c == "east" && e == "RESET"),
-        "{:?}",
-        again.events
-    );
+    again.assert_reset_alone(&env, "east");
 
     // Bad input: that subscription's ERROR, saying what is wrong.
     for (msg, code, says) in [
@@ -1634,11 +1596,7 @@ async fn each_cluster_keeps_its_positions_under_its_name() {
         dir: dir.clone(),
         upstream: String::new(),
     });
-    let env = serve(
-        vec![("east", cluster_sim("east")), ("west", cluster_sim("west"))],
-        cfg,
-    )
-    .await;
+    let env = east_west(cfg).await;
     let (_, _) = env.snapshot("/clusters/east/stream/pods", None).await;
     let (_, _) = env.snapshot("/clusters/west/stream/pods", None).await;
     let urls: Vec<(String, String, u64)> = env
