@@ -1586,6 +1586,60 @@ async fn one_ws_subscription_merges_clusters_and_resumes_each_part_alone() {
     }
 }
 
+/// A merged subscription starts a stream and a snapshot in each of its
+/// clusters: it spends one of the socket's `--ws-subscribes-per-minute`
+/// per cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_subscription_spends_the_socket_ration_once_per_cluster() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.stream.subscribes_per_minute = 3;
+    let env = east_west(cfg).await;
+    let mut ws = crate::ws::WsClient::connect_to(env.app.local_addr(), "/ws").await;
+    let subscribe = |id: &str, at: (&str, &str)| {
+        let mut msg = serde_json::json!({"op": "subscribe", "id": id, "resource": "pods"});
+        msg[at.0] = at.1.into();
+        msg
+    };
+    // Two of three for east and west, one for east alone: all spent.
+    ws.subscribe(subscribe("m", ("clusters", "east,west")))
+        .await;
+    ws.subscribe(subscribe("e", ("cluster", "east"))).await;
+    ws.subscribe(subscribe("w", ("cluster", "west"))).await;
+    // The admitted ones stream: each of m's clusters, and east for e.
+    let mut subs: BTreeMap<String, Merged> = BTreeMap::new();
+    let mut refused = None;
+    let synced = |subs: &BTreeMap<String, Merged>, id: &str, clusters: &[&str]| {
+        subs.get(id).is_some_and(|m| {
+            clusters
+                .iter()
+                .all(|c| m.views.get(*c).is_some_and(|v| v.snapshots > 0))
+        })
+    };
+    tokio::time::timeout(WAIT, async {
+        while refused.is_none()
+            || !(synced(&subs, "m", &["east", "west"]) && synced(&subs, "e", &["east"]))
+        {
+            let msg = ws.next().await;
+            match msg["sub"].as_str().unwrap() {
+                "w" => refused = Some(msg),
+                id => subs
+                    .entry(id.to_string())
+                    .or_default()
+                    .apply(&crate::ws::event(&msg)),
+            }
+        }
+    })
+    .await
+    .expect("m's and e's snapshots, and w's refusal, in time");
+    let refused = refused.unwrap();
+    assert_eq!(
+        (refused["type"].as_str(), refused["object"]["code"].as_u64()),
+        (Some("ERROR"), Some(429)),
+        "{refused}"
+    );
+    env.stop().await;
+}
+
 /// `--state-dir` keeps each cluster's positions apart, under
 /// `clusters/NAME/`, each for its own API server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,7 +51,15 @@ impl Ration {
     /// Spends one frame's allowance at `now`; false if none is left (the
     /// allowance is not spent then).
     pub fn spend(&mut self, now: Instant) -> bool {
-        let full_at = self.full_at.max(now) + self.interval;
+        self.spend_many(now, 1)
+    }
+
+    /// Spends `n` allowances at once (at most the whole burst: a ration
+    /// smaller than `n` still lets one such spend through a minute);
+    /// false, spending nothing, if fewer are left.
+    pub fn spend_many(&mut self, now: Instant, n: u32) -> bool {
+        let cost = self.interval.saturating_mul(n.max(1)).min(WINDOW);
+        let full_at = self.full_at.max(now) + cost;
         if full_at > now + WINDOW {
             return false;
         }
@@ -82,6 +90,20 @@ mod tests {
         tokio::time::advance(Duration::from_secs(3600)).await;
         let now = Instant::now();
         assert_eq!((0..100).filter(|_| ration.spend(now)).count(), 60);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn several_allowances_are_spent_at_once_or_not_at_all() {
+        let mut ration = Ration::per_minute(60);
+        let now = Instant::now();
+        assert!(ration.spend_many(now, 50));
+        assert!(!ration.spend_many(now, 11), "ten are left");
+        assert!(ration.spend_many(now, 10));
+        assert!(!ration.spend(now));
+        // More than the burst costs the whole burst: one a minute.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(ration.spend_many(Instant::now(), 1000));
+        assert!(!ration.spend(Instant::now()));
     }
 
     #[tokio::test(start_paused = true)]

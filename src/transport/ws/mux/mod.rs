@@ -201,6 +201,17 @@ enum Target {
     Merged((Vec<Arc<Cluster>>, bool), Vec<Option<Position>>),
 }
 
+impl Target {
+    /// The streams it starts, each with its snapshot: what it spends of
+    /// the socket's ration of subscriptions.
+    fn streams(&self) -> u32 {
+        match self {
+            Target::One(..) => 1,
+            Target::Merged((chosen, _), _) => u32::try_from(chosen.len()).unwrap_or(u32::MAX),
+        }
+    }
+}
+
 /// A `/ws` socket's subscriptions, as its control loop keeps them.
 struct Socket {
     state: web::Data<AppState>,
@@ -436,7 +447,7 @@ impl Socket {
                             self.max_subs()
                         ),
                     ))
-                } else if !self.subscribes.spend(Instant::now()) {
+                } else if !self.subscribes.spend_many(Instant::now(), target.streams()) {
                     self.state.metrics.limit_hit(WS_SUBSCRIBES);
                     Some(status_json(
                         429,
