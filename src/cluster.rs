@@ -177,11 +177,15 @@ impl Clusters {
 
     /// The clusters `principal` may see: a cluster is listed when the
     /// principal, as that cluster knows it (`Auth::principal_in`), may
-    /// read something there. Asked of every cluster at once.
+    /// read something there. Asked of every cluster at once, none waited
+    /// for: a cluster whose RBAC objects are not loaded yet is listed (its
+    /// name is no secret, `/readyz` says it; what it holds is refused
+    /// until they are).
     pub async fn visible(&self, auth: &Auth, principal: &Principal) -> Vec<&Arc<Cluster>> {
         let asks = self.all.iter().map(|cluster| async move {
             match principal.access() {
                 Access::Everything | Access::Claims { .. } => true,
+                Access::User(_) if !cluster.authorizer.loaded() => true,
                 Access::User(_) => match auth.principal_in(principal, &cluster.authorizer).await {
                     Ok(there) => cluster.authorizer.sees_anything(&there).await,
                     Err(_) => false,

@@ -392,6 +392,13 @@ impl Authorizer {
         self.kube.as_ref().filter(|_| self.reviews_tokens)
     }
 
+    /// Whether it can authorize without waiting: its cluster's RBAC
+    /// objects are loaded (or it does not read them). Until then a request
+    /// it authorizes waits for them, at most the sync timeout.
+    pub fn loaded(&self) -> bool {
+        self.rbac().is_none_or(|rbac| rbac.synced())
+    }
+
     /// The local RBAC evaluator, under `--authorization rbac`.
     pub fn rbac(&self) -> Option<&Arc<rbac::Rbac>> {
         match &self.users {

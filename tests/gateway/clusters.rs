@@ -1283,6 +1283,52 @@ async fn a_cluster_not_yet_listed_holds_up_no_other_part_of_a_merged_stream() {
     env.stop().await;
 }
 
+/// A cluster whose RBAC objects are not loaded yet (its API server slow
+/// to list): `/clusters` lists it without waiting for them, and a merged
+/// stream streams the other clusters at once, that cluster's part
+/// authorizing on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_whose_rbac_is_not_loaded_holds_up_no_other() {
+    let sims = team_clusters(
+        &["east", "west"],
+        |_| vec![SimUser::new("dana-token", "dana", &["team"])],
+        &[("east", "dana", "web"), ("west", "dana", "batch")],
+    );
+    sims[1].1.delay_lists(Duration::from_secs(60));
+    let mut cfg = test_config(&["pods"]);
+    cfg.auth.set(AuthMethod::Kubernetes);
+    // Longer than a test waits: a request held up for it fails.
+    cfg.stream.sync_timeout = Duration::from_secs(60);
+    let env = serve(sims, cfg).await;
+    let west = env.app.clusters().get("west").unwrap().clone();
+    assert!(!west.authorizer().loaded());
+
+    let (status, body) = env.json("/clusters", Some("dana-token")).await;
+    let listed: Vec<&str> = body["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!((status, listed), (200, vec!["east", "west"]), "{body}");
+
+    let resp = env
+        .get("/stream/pods?clusters=east,west", Some("dana-token"))
+        .await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    let mut merged = Merged::default();
+    merged.until_synced(&mut sse, &["east"]).await;
+    assert_eq!(
+        namespaces(&merged.views["east"]),
+        BTreeSet::from(["web".to_string()])
+    );
+    assert!(!merged.views.contains_key("west"));
+    assert!(!west.authorizer().loaded(), "west's part still waits");
+    drop(sse);
+    env.stop().await;
+}
+
 /// A leaf of a tier whose root serves several clusters: one `--cluster`
 /// per root cluster, each upstream URL the root's `/clusters/NAME`
 /// (kube's client keeps a server URL's path). Its viewers see each

@@ -171,6 +171,22 @@ pub enum Start {
     Later(Pin<Box<dyn Future<Output = Result<Subscription, ApiError>> + Send>>),
 }
 
+/// A part's start, later: `starting`, unless the gateway stops first.
+fn later(
+    state: web::Data<AppState>,
+    starting: impl Future<Output = Result<Subscription, ApiError>> + Send + 'static,
+) -> Pin<Box<dyn Future<Output = Result<Subscription, ApiError>> + Send>> {
+    Box::pin(async move {
+        tokio::select! {
+            biased;
+            _ = state.lifecycle.shutting_down() => Err(ApiError::Unavailable(
+                "kubefan is shutting down; reconnect".into(),
+            )),
+            started = starting => started,
+        }
+    })
+}
+
 /// A merged stream's parts as they started: each accepting cluster's,
 /// and the `Status` of each cluster that refused (asked as `*`).
 pub struct Opened {
@@ -187,7 +203,9 @@ pub struct Opened {
 /// it all, its answer naming the cluster; under `*` it is left out; 403
 /// when no cluster is left. Then each part joins its hub: at once if the
 /// hub has synced (a refusal then is as above), else later, in the stream
-/// ([`Start::Later`]).
+/// ([`Start::Later`]). A cluster whose RBAC objects are not loaded yet
+/// authorizes later too, rather than hold up the others (its refusal is
+/// then a `CLUSTER` message).
 pub async fn open(
     state: &web::Data<AppState>,
     principal: &Principal,
@@ -204,11 +222,16 @@ pub async fn open(
         let mut params = params.clone();
         params.resume = resume;
         async move {
+            if !cluster.authorizer().loaded() {
+                return Ok(Err(params));
+            }
             let there = state
                 .auth
                 .principal_in(principal, cluster.authorizer())
                 .await?;
-            authorize(cluster, &there, resource, &params, transport).await
+            authorize(cluster, &there, resource, &params, transport)
+                .await
+                .map(Ok)
         }
     });
     let authorized = futures::future::join_all(authorizations).await;
@@ -220,7 +243,20 @@ pub async fn open(
     for (cluster, authorized) in chosen.iter().zip(authorized) {
         let name: Arc<str> = Arc::from(cluster.name().unwrap_or(""));
         let started = match authorized {
-            Ok(request) => {
+            Ok(Err(params)) => {
+                let (state, cluster) = (state.clone(), cluster.clone());
+                let (principal, resource) = (principal.clone(), resource.to_string());
+                Ok(Start::Later(later(state.clone(), async move {
+                    let there = state
+                        .auth
+                        .principal_in(&principal, cluster.authorizer())
+                        .await?;
+                    let request =
+                        authorize(&cluster, &there, &resource, &params, transport).await?;
+                    join(&state, &cluster, &resource, request).await
+                })))
+            }
+            Ok(Ok(request)) => {
                 opened
                     .namespaces
                     .extend(request.spec.filter.namespaces.iter().cloned());
@@ -236,7 +272,7 @@ pub async fn open(
                 } else {
                     let (state, cluster) = (state.clone(), cluster.clone());
                     let resource = resource.to_string();
-                    Ok(Start::Later(Box::pin(async move {
+                    Ok(Start::Later(later(state.clone(), async move {
                         join(&state, &cluster, &resource, request).await
                     })))
                 }
