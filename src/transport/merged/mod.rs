@@ -221,6 +221,8 @@ pub async fn open(
     let authorizations = chosen.iter().zip(resume).map(|(cluster, resume)| {
         let mut params = params.clone();
         params.resume = resume;
+        // `Ok(Err(params))`: to authorize later, in the stream (its RBAC
+        // objects are not loaded yet).
         async move {
             if !cluster.authorizer().loaded() {
                 return Ok(Err(params));
