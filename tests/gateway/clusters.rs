@@ -431,6 +431,19 @@ async fn a_cluster_down_leaves_the_others_served_and_readiness_says_which() {
 /// Each cluster reviews its own tokens and evaluates its own RBAC: one
 /// user, granted `web` in one cluster and `batch` in the other, sees each
 /// cluster's part as its grants there say.
+/// A merged stream's parts for `double-token`, each cluster's own user
+/// (below): east's dana sees web and batch, west's wes web alone.
+fn assert_double_token_parts(merged: &Merged) {
+    assert_eq!(
+        namespaces(&merged.views["east"]),
+        BTreeSet::from(["web".to_string(), "batch".to_string()])
+    );
+    assert_eq!(
+        namespaces(&merged.views["west"]),
+        BTreeSet::from(["web".to_string()])
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
     let sims = team_clusters(
@@ -563,14 +576,7 @@ async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
     let mut sse = SseClient::new(resp);
     let mut merged = Merged::default();
     merged.until_synced(&mut sse, &["east", "west"]).await;
-    assert_eq!(
-        namespaces(&merged.views["east"]),
-        BTreeSet::from(["web".to_string(), "batch".to_string()])
-    );
-    assert_eq!(
-        namespaces(&merged.views["west"]),
-        BTreeSet::from(["web".to_string()])
-    );
+    assert_double_token_parts(&merged);
     drop(sse);
     // A token one cluster does not accept: named, 401 naming it; with `*`,
     // that cluster is left out and said so.
@@ -625,14 +631,7 @@ async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
     merged
         .until_synced(&mut Sub(&mut ws, "m"), &["east", "west"])
         .await;
-    assert_eq!(
-        namespaces(&merged.views["east"]),
-        BTreeSet::from(["web".to_string(), "batch".to_string()])
-    );
-    assert_eq!(
-        namespaces(&merged.views["west"]),
-        BTreeSet::from(["web".to_string()])
-    );
+    assert_double_token_parts(&merged);
     // Wes's token on a west socket: east is left out of `*`, and said so;
     // named, it refuses the subscription, naming it.
     let mut ws =

@@ -137,31 +137,6 @@ pub struct Asked<'a> {
     pub resume: Vec<Option<Position>>,
 }
 
-impl Asked<'_> {
-    /// Each cluster's position resumed from, as its id says it: what its
-    /// part of the compound id starts as.
-    fn resumed(&self) -> impl Fn(&str) -> Option<String> + use<> {
-        let positions: Vec<(String, Option<String>)> = self
-            .chosen
-            .0
-            .iter()
-            .zip(&self.resume)
-            .map(|(c, p)| {
-                (
-                    c.name().unwrap_or("").to_string(),
-                    p.as_ref().map(ToString::to_string),
-                )
-            })
-            .collect();
-        move |name| {
-            positions
-                .iter()
-                .find(|(n, _)| n == name)
-                .and_then(|(_, p)| p.clone())
-        }
-    }
-}
-
 /// How a part of a merged stream starts: now (its hub had synced), or
 /// once its hub has (its resource's first list from that cluster), so
 /// that a cluster not yet listed (its API server unreachable since
@@ -187,10 +162,12 @@ fn later(
     })
 }
 
-/// A merged stream's parts as they started: each accepting cluster's,
-/// and the `Status` of each cluster that refused (asked as `*`).
+/// A merged stream's parts as they started: each accepting cluster's
+/// (with the position it resumes from, its part of the compound id until
+/// it sends one), and the `Status` of each cluster that refused (asked as
+/// `*`).
 pub struct Opened {
-    pub parts: Vec<(Arc<str>, Start)>,
+    pub parts: Vec<(Arc<str>, Start, Option<String>)>,
     pub refused: Vec<(Arc<str>, Value)>,
     /// The namespaces the parts stream, each once (for the access log).
     pub namespaces: Vec<String>,
@@ -218,6 +195,10 @@ pub async fn open(
         chosen: (chosen, every),
         resume,
     } = asked;
+    let resumed: Vec<Option<String>> = resume
+        .iter()
+        .map(|p| p.as_ref().map(ToString::to_string))
+        .collect();
     let authorizations = chosen.iter().zip(resume).map(|(cluster, resume)| {
         let mut params = params.clone();
         params.resume = resume;
@@ -242,7 +223,7 @@ pub async fn open(
         refused: Vec::new(),
         namespaces: Vec::new(),
     };
-    for (cluster, authorized) in chosen.iter().zip(authorized) {
+    for ((cluster, authorized), resumed) in chosen.iter().zip(authorized).zip(resumed) {
         let name: Arc<str> = Arc::from(cluster.name().unwrap_or(""));
         let started = match authorized {
             Ok(Err(params)) => {
@@ -282,7 +263,7 @@ pub async fn open(
             Err(err) => Err(err),
         };
         match started {
-            Ok(start) => opened.parts.push((name, start)),
+            Ok(start) => opened.parts.push((name, start, resumed)),
             Err(err) if every => opened.refused.push((name, err.status())),
             Err(err) => return Err(in_cluster(err, &name)),
         }

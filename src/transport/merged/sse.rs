@@ -36,7 +36,6 @@ pub async fn stream(
     plan: Plan<'_>,
 ) -> Result<HttpResponse, ApiError> {
     let Plan { asked, preamble } = plan;
-    let resumed = asked.resumed();
     let resource = asked.resource;
     let opened = open(state, principal, asked, Transport::Sse).await?;
     access_log::note(req, Verb::Watch, resource, &opened.namespaces);
@@ -49,11 +48,11 @@ pub async fn stream(
         head.extend_from_slice(&cluster_frame(name, "CLUSTER", &status.to_string()));
     }
     let mut parts = Vec::with_capacity(opened.parts.len());
-    for (name, start) in opened.parts {
+    for (name, start, resumed) in opened.parts {
         if let Start::Now(sub) = &start {
             warnings.extend(sub.hub().warnings().iter().copied());
         }
-        let index = ids.push(name.clone(), resumed(&name));
+        let index = ids.push(name.clone(), resumed);
         let framing = ClusterSse {
             cluster: name.clone(),
             index,

@@ -31,6 +31,7 @@ use crate::transport::state::AppState;
 use crate::transport::stream::{BatchSource, Framing, Stream};
 use crate::transport::takeover::{Next, Source};
 use crate::transport::ws::message::{Id, Outgoing, TAIL, WsFraming, parts};
+use crate::transport::ws::poll_messages;
 
 /// One part's framing: a `/ws` subscription's messages, then marked with
 /// the cluster and given the compound id.
@@ -177,24 +178,18 @@ impl MergedWs {
         let extra = prefix.len() as u64 - 1;
         MergedWs::Opening(Box::pin(async move {
             let asked = asked(&resource);
-            let resumed = asked.resumed();
             let opened = tokio::select! {
                 biased;
                 _ = state.lifecycle.shutting_down() => Err(shutdown_status()),
                 opened = open(&state, &principal, asked, Transport::WebSocket) => opened.map_err(|e| e.status()),
             }?;
-            Ok(Streaming::new(opened, &resumed, principal.name(), extra))
+            Ok(Streaming::new(opened, principal.name(), extra))
         }))
     }
 }
 
 impl Streaming {
-    fn new(
-        opened: Opened,
-        resumed: &dyn Fn(&str) -> Option<String>,
-        principal: &str,
-        extra: u64,
-    ) -> Streaming {
+    fn new(opened: Opened, principal: &str, extra: u64) -> Streaming {
         let mut first: Vec<Outgoing> = opened
             .refused
             .iter()
@@ -202,13 +197,13 @@ impl Streaming {
             .collect();
         let ids = Arc::new(Ids::default());
         let mut parts = Vec::with_capacity(opened.parts.len());
-        for (name, start) in opened.parts {
+        for (name, start, resumed) in opened.parts {
             // Before its first event: a `/ws` subscription has no response
             // of its own to carry them as headers.
             if let Start::Now(sub) = &start {
                 first.extend(warnings(&name, &sub.hub().warnings()));
             }
-            let index = ids.push(name.clone(), resumed(&name));
+            let index = ids.push(name.clone(), resumed);
             let framing = ClusterWs::new(name.clone(), index, ids.clone());
             parts.push((name, start, framing));
         }
@@ -218,10 +213,16 @@ impl Streaming {
             last: None,
             extra,
         };
-        let bytes = first.iter().map(|m| m.payload_len() + extra).sum();
-        streaming.parts.wrote(bytes);
-        streaming.first = first;
+        streaming.first = streaming.own(first);
         streaming
+    }
+
+    /// Messages of its own (about its clusters, not of a part's stream),
+    /// counted as sent.
+    fn own(&mut self, msgs: Vec<Outgoing>) -> Vec<Outgoing> {
+        let bytes = msgs.iter().map(|m| m.payload_len() + self.extra).sum();
+        self.parts.wrote(bytes);
+        msgs
     }
 
     /// The subscription's last `Status`, once every part has ended: the
@@ -274,8 +275,7 @@ impl Source for MergedWs {
                                 vec![msg]
                             }
                         };
-                        let bytes = msgs.iter().map(|m| m.payload_len() + extra).sum();
-                        streaming.parts.wrote(bytes);
+                        let msgs = streaming.own(msgs);
                         if msgs.is_empty() {
                             continue;
                         }
@@ -283,21 +283,17 @@ impl Source for MergedWs {
                     }
                     if let Some((cluster, status)) = streaming.parts.poll_reach(cx) {
                         let msg = about(&cluster, "CLUSTER", "object", &status);
-                        streaming.parts.wrote(msg.payload_len() + extra);
-                        return Poll::Ready(Next::Item(vec![msg]));
+                        return Poll::Ready(Next::Item(streaming.own(vec![msg])));
                     }
                     let Streaming { parts, last, .. } = streaming;
                     let next = ready!(parts.poll_next(cx, |part, cx| {
-                        let mut out = Vec::new();
-                        if !ready!(part.poll_next_into(cx, &mut out)) {
-                            if let Some(status) = part.framing().ended.clone() {
-                                *last = Some((part.framing().cluster.clone(), status));
-                            }
-                            return Poll::Ready(None);
+                        let out = ready!(poll_messages(part, cx, extra));
+                        if out.is_none()
+                            && let Some(status) = part.framing().ended.clone()
+                        {
+                            *last = Some((part.framing().cluster.clone(), status));
                         }
-                        let bytes = out.iter().map(|m| m.payload_len() + extra).sum();
-                        part.wrote(bytes);
-                        Poll::Ready(Some(out))
+                        Poll::Ready(out)
                     }));
                     return Poll::Ready(match next {
                         Some(out) => Next::Item(out),

@@ -58,7 +58,7 @@ use crate::hub::Subscription;
 use crate::metrics::Transport;
 use crate::status::ApiError;
 use crate::transport::state::AppState;
-use crate::transport::stream::Framed;
+use crate::transport::stream::{Framed, Framing};
 use message::{Outgoing, WsFraming, close_reason};
 
 /// `GET /stream/{resource}` with `Upgrade: websocket`: the SSE stream's
@@ -177,8 +177,8 @@ fn framed(sub: Subscription, principal: &str) -> Framed<WsFraming> {
 /// The messages of a stream's next item, counted as sent: their payloads
 /// and `extra` bytes each (a `/ws` subscription's prefix); `None` once the
 /// stream is over.
-fn poll_messages(
-    framed: &mut Framed<WsFraming>,
+pub(crate) fn poll_messages<F: Framing<Out = Vec<Outgoing>>>(
+    framed: &mut Framed<F>,
     cx: &mut Context<'_>,
     extra: u64,
 ) -> Poll<Option<Vec<Outgoing>>> {
