@@ -992,6 +992,46 @@ mod tests {
         assert!(matches!(item, Item::KeepAlive), "{item:?}");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_keepalive_goes_only_to_a_stream_that_told_nothing_since_the_tick_before() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(2).build()], 2);
+        let (mut sub, tick) = subscribe(&hub, Filter::default(), None).await;
+        let mut view = View::new();
+        drain(&mut sub, &mut view, 2).await;
+        let next = async |sub: &mut Subscription| {
+            tokio::time::timeout(Duration::from_secs(1), sub.next())
+                .await
+                .expect("an item")
+                .unwrap()
+        };
+        let nothing = async |sub: &mut Subscription| {
+            // Paused time: this resolves only once the subscription waits
+            // with nothing to send.
+            tokio::time::timeout(Duration::from_secs(1), sub.next())
+                .await
+                .is_err()
+        };
+        // The snapshot told the client a position: the first tick owes
+        // nothing, the next (nothing told since) a keep-alive.
+        tick.tick();
+        assert!(nothing(&mut sub).await, "no keep-alive after the snapshot");
+        tick.tick();
+        assert!(matches!(next(&mut sub).await, Item::KeepAlive));
+        // Events between two ticks: the tick owes nothing.
+        hub.apply(EventType::Modified, pod("a").rv(3).build());
+        assert_eq!(drain(&mut sub, &mut view, 3).await, ["MODIFIED:3"]);
+        tick.tick();
+        assert!(
+            nothing(&mut sub).await,
+            "no keep-alive on a stream sent events"
+        );
+        tick.tick();
+        assert!(matches!(next(&mut sub).await, Item::KeepAlive));
+        tick.tick();
+        assert!(matches!(next(&mut sub).await, Item::KeepAlive));
+    }
+
     #[tokio::test]
     async fn rewound_upstream_laps_every_cursor() {
         let hub = hub();

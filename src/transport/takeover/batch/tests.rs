@@ -509,6 +509,11 @@ async fn a_tick_is_written_without_unparking() {
     let s = Setup::new(LogLimits::default());
     let sockets = [s.parked().await, s.parked().await, s.parked().await];
     run_until("all parked", || s.parked_now() == 3).await;
+    // Their snapshots told them a position since the last tick: this one
+    // owes them nothing.
+    s.lifecycle.tick();
+    run_a_while().await;
+    assert!(sockets.iter().all(|s| s.wrote().is_empty()));
     s.lifecycle.tick();
     run_until("keep-alives written", || {
         sockets.iter().all(|s| !s.wrote().is_empty())
