@@ -1308,6 +1308,27 @@ async fn a_cluster_not_yet_listed_holds_up_no_other_part_of_a_merged_stream() {
     env.stop().await;
 }
 
+/// A merged SSE stream is kept alive while idle, by whichever part is:
+/// with its first cluster away (never listed, so its part has not joined)
+/// the comments still come, one per tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_stream_is_kept_alive_while_its_first_cluster_is_away() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.stream.sync_timeout = Duration::from_secs(60);
+    cfg.stream.keepalive = Duration::from_millis(100);
+    let mut env = east_west(cfg).await;
+    env.kill("west").await;
+    let resp = env.get("/stream/configmaps?clusters=west,east", None).await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    let mut merged = Merged::default();
+    merged.until_synced(&mut sse, &["east"]).await;
+    for _ in 0..3 {
+        sse.next_comment().await;
+    }
+    env.stop().await;
+}
+
 /// A cluster whose RBAC objects are not loaded yet (its API server slow
 /// to list): `/clusters` lists it without waiting for them, and a merged
 /// stream streams the other clusters at once, that cluster's part

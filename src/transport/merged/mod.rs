@@ -30,6 +30,7 @@ pub use sse::{Plan, stream};
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
@@ -284,9 +285,19 @@ pub async fn open(
 #[derive(Default)]
 struct Ids {
     parts: Mutex<Vec<(Arc<str>, Option<String>)>>,
+    /// The keep-alive tick the stream last had a comment for (SSE).
+    commented: AtomicU64,
 }
 
 impl Ids {
+    /// Whether a part idle at keep-alive tick `tick` is the first to be:
+    /// the stream gets one comment per tick, from whichever part is idle,
+    /// so that it gets them while any part streams (the first named may
+    /// not have joined, or may have ended).
+    fn comment(&self, tick: u64) -> bool {
+        self.commented.swap(tick, Ordering::Relaxed) != tick
+    }
+
     fn push(&self, cluster: Arc<str>, position: Option<String>) -> usize {
         let mut parts = self.parts.lock().unwrap_or_else(PoisonError::into_inner);
         parts.push((cluster, position));

@@ -2,7 +2,7 @@
 //! the module above). Each part is framed by [`SseFraming`] and marked
 //! ([`ClusterSse`]): `"cluster":"NAME",` after each `data:` line's `{`,
 //! and each `id:` made the compound id. Keep-alive comments are one per
-//! tick for the whole stream.
+//! tick for the whole stream, while any part is idle ([`Ids::comment`]).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,6 +13,7 @@ use bytes::Bytes;
 
 use super::{Asked, Ids, Parts, Start, open};
 use crate::auth::{Principal, Verb};
+use crate::lifecycle::Lifecycle;
 use crate::metrics::Transport;
 use crate::status::ApiError;
 use crate::transport::message::Message;
@@ -57,6 +58,7 @@ pub async fn stream(
             cluster: name.clone(),
             index,
             ids: ids.clone(),
+            lifecycle: state.lifecycle.clone(),
         };
         parts.push((name, start, framing));
     }
@@ -90,6 +92,8 @@ struct ClusterSse {
     cluster: Arc<str>,
     index: usize,
     ids: Arc<Ids>,
+    /// Whose ticks its keep-alives are.
+    lifecycle: Arc<Lifecycle>,
 }
 
 impl ClusterSse {
@@ -135,7 +139,7 @@ impl Framing for ClusterSse {
         if let Some(frames) = framed.take() {
             if keep_alive {
                 // One comment per tick for the stream, not one per part.
-                if self.index == 0 {
+                if self.ids.comment(self.lifecycle.ticks()) {
                     out.shared(&frames);
                 }
             } else {
@@ -203,11 +207,13 @@ mod tests {
             cluster: "a".into(),
             index: ids.push("a".into(), None),
             ids: ids.clone(),
+            lifecycle: Arc::new(Lifecycle::default()),
         };
         let b = ClusterSse {
             cluster: "b".into(),
             index: ids.push("b".into(), Some("40".into())),
             ids: ids.clone(),
+            lifecycle: Arc::new(Lifecycle::default()),
         };
         let marked = |part: &ClusterSse, frames: &str| {
             let mut out = Chunk::default();
