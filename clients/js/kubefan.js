@@ -24,7 +24,7 @@
 /** The annotation on the BOOKMARK that ends a snapshot. */
 export const INITIAL_EVENTS_END = 'k8s.io/initial-events-end';
 
-const DEFAULT_IDLE_TIMEOUT_MS = 45000; // three of kubefan's 15 s keep-alives
+const DEFAULT_IDLE_TIMEOUT_MS = 45000; // kubefan leaves no stream silent for two 15 s keep-alive intervals
 const BACKOFF_BASE_MS = 1000;
 const BACKOFF_CAP_MS = 10000;
 const SOCKET_LINGER_MS = 5000;
