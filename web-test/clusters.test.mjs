@@ -48,6 +48,10 @@ test('the root shows every cluster, nodes grouped by cluster, and the picker mov
   const west = await pods('west');
   await support.waitForBlocks(page, east.length + west.length, TIMEOUT);
   await support.waitForState(page, 'live', TIMEOUT);
+  // Every cluster's watches on the one connection this browser's tabs
+  // share (the root's /ws, each subscription naming its cluster; this
+  // gateway has no default cluster).
+  await page.locator('#conn[data-shared="true"]').waitFor({timeout: TIMEOUT});
   // Each cluster's nodes, each under its cluster's name.
   for (const name of ['east', 'west']) {
     for (let n = 0; n < NODES; n++) {

@@ -124,6 +124,8 @@ export interface WatchEvents<T> {
 export class Watch<T extends KubeObject = KubeObject> {
   readonly client: Client;
   readonly resource: string;
+  /** The cluster this watch named on a client at the gateway's root; null: its client's. */
+  readonly cluster: string | null;
   /** The picture: key → object. Read it, do not modify it. */
   readonly objects: ReadonlyMap<string, T>;
   readonly state: WatchState;
@@ -162,12 +164,23 @@ export interface ClientEvents {
   fallback: (reason: string) => void;
 }
 
+/**
+ * A watch's options on a client. On a client at the gateway's root,
+ * `cluster` names the cluster the watch is of (its `/ws` subscription
+ * names it; over SSE its request goes to `/clusters/NAME/`), so one socket
+ * carries every cluster's watches. On a client of one cluster, naming
+ * another throws.
+ */
+export type ClientWatchOptions = WatchOptions & {cluster?: string};
+
 /** A connection to one gateway, carrying any number of watches. */
 export interface Client {
   readonly kind: 'shared' | 'ws' | 'sse';
   readonly base: string;
+  /** The cluster `base` is under (`ConnectOptions.cluster`); null at the gateway's root. */
+  readonly cluster: string | null;
   readonly state: ConnectionState;
-  watch<T extends KubeObject = KubeObject>(resource: string, options?: WatchOptions): Watch<T>;
+  watch<T extends KubeObject = KubeObject>(resource: string, options?: ClientWatchOptions): Watch<T>;
   on<E extends keyof ClientEvents>(type: E, listener: ClientEvents[E]): () => void;
   off<E extends keyof ClientEvents>(type: E, listener: ClientEvents[E]): void;
   /** Closes every watch and the connection. */
@@ -183,8 +196,12 @@ export function connect(options?: ConnectOptions): Client;
 
 /** One watch on a client of its own, closed with it. */
 export function watch<T extends KubeObject = KubeObject>(resource: string, options?: WatchOptions & ConnectOptions & {client?: Client}): Watch<T>;
-/** One resource across several clusters of a gateway: a watch per cluster, one picture. */
-export function watch<T extends KubeObject = KubeObject>(resource: string, options: WatchOptions & ConnectOptions & {clusters: string[]}): ClustersWatch<T>;
+/**
+ * One resource across several clusters of a gateway: a watch per cluster,
+ * all on one client at the gateway's root (`client`, else one made from
+ * the options and closed with it), one picture.
+ */
+export function watch<T extends KubeObject = KubeObject>(resource: string, options: WatchOptions & ConnectOptions & {clusters: string[]; client?: Client}): ClustersWatch<T>;
 
 /** The events of a ClustersWatch: a Watch's, each with the cluster last. */
 export interface ClustersWatchEvents<T> {
@@ -203,9 +220,12 @@ export interface ClustersWatchEvents<T> {
 
 /**
  * One resource across several clusters (`watch(resource, {clusters})`):
- * a Watch per cluster, each resuming, resetting and failing on its own.
+ * a Watch per cluster, each resuming, resetting and failing on its own,
+ * all on one client (one `/ws` socket or shared worker).
  */
 export class ClustersWatch<T extends KubeObject = KubeObject> {
+  /** The client every part is on. */
+  readonly client: Client;
   readonly resource: string;
   readonly clusters: string[];
   /** cluster → its part. */
@@ -255,10 +275,12 @@ export class SseClient implements Client {
   constructor(options?: ConnectOptions);
   readonly kind: 'sse';
   readonly base: string;
+  /** The cluster `base` is under (`ConnectOptions.cluster`); null at the gateway's root. */
+  readonly cluster: string | null;
   readonly state: ConnectionState;
   /** The `retry:` hint of the last stream, in ms. */
   readonly retryMs: number;
-  watch<T extends KubeObject = KubeObject>(resource: string, options?: WatchOptions): Watch<T>;
+  watch<T extends KubeObject = KubeObject>(resource: string, options?: ClientWatchOptions): Watch<T>;
   on<E extends keyof ClientEvents>(type: E, listener: ClientEvents[E]): () => void;
   off<E extends keyof ClientEvents>(type: E, listener: ClientEvents[E]): void;
   close(): void;
@@ -268,8 +290,10 @@ export class WsClient implements Client {
   constructor(options?: ConnectOptions);
   readonly kind: 'ws';
   readonly base: string;
+  /** The cluster `base` is under (`ConnectOptions.cluster`); null at the gateway's root. */
+  readonly cluster: string | null;
   readonly state: ConnectionState;
-  watch<T extends KubeObject = KubeObject>(resource: string, options?: WatchOptions): Watch<T>;
+  watch<T extends KubeObject = KubeObject>(resource: string, options?: ClientWatchOptions): Watch<T>;
   on<E extends keyof ClientEvents>(type: E, listener: ClientEvents[E]): () => void;
   off<E extends keyof ClientEvents>(type: E, listener: ClientEvents[E]): void;
   close(): void;
@@ -279,12 +303,14 @@ export class SharedClient implements Client {
   constructor(options?: ConnectOptions);
   readonly kind: 'shared';
   readonly base: string;
+  /** The cluster `base` is under (`ConnectOptions.cluster`); null at the gateway's root. */
+  readonly cluster: string | null;
   readonly state: ConnectionState;
   /** Whether the watches go through the shared worker (false before it answered, or after a fallback). */
   readonly shared: boolean;
   /** Why this tab uses a socket of its own, if it does. */
   readonly fallbackReason?: string;
-  watch<T extends KubeObject = KubeObject>(resource: string, options?: WatchOptions): Watch<T>;
+  watch<T extends KubeObject = KubeObject>(resource: string, options?: ClientWatchOptions): Watch<T>;
   on<E extends keyof ClientEvents>(type: E, listener: ClientEvents[E]): () => void;
   off<E extends keyof ClientEvents>(type: E, listener: ClientEvents[E]): void;
   close(): void;

@@ -177,6 +177,21 @@ function baseOf(options) {
   return options && options.cluster ? base + 'clusters/' + checkCluster(options.cluster) + '/' : base;
 }
 
+/**
+ * The cluster a watch names itself: `options.cluster` on a client at the
+ * gateway's root (one socket or worker for every cluster's watches);
+ * nothing on a client under `/clusters/NAME/`, whose watches are that
+ * cluster's (naming another is an error).
+ */
+function clusterOfWatch(client, options) {
+  const named = options && options.cluster ? checkCluster(options.cluster) : null;
+  if (!named || named === client.cluster) return null;
+  if (client.cluster) {
+    throw new TypeError('kubefan: this client is cluster ' + JSON.stringify(client.cluster) + '\'s; a watch of cluster ' + JSON.stringify(named) + ' needs a client at the gateway\'s root');
+  }
+  return named;
+}
+
 /** The stream options of a watch, as query parameters / subscribe fields. */
 function paramsOf(options) {
   const o = options || {};
@@ -203,6 +218,8 @@ export class Watch extends Emitter {
     this.client = client;
     this.resource = resource;
     this.params = paramsOf(options);
+    /** The cluster this watch names on a client at the gateway's root (null: the client's). */
+    this.cluster = clusterOfWatch(client, options);
     this._ownsClient = Boolean(ownsClient);
     /** key -> object: the picture as of `resourceVersion`. */
     this.objects = new Map();
@@ -332,6 +349,7 @@ export class Watch extends Emitter {
       },
     };
     const request = {resource: this.resource, params: Object.assign({}, this.params), from};
+    if (this.cluster) request.cluster = this.cluster;
     this._channel = this.client.open(request, sink);
   }
 
@@ -514,6 +532,8 @@ class Client extends Emitter {
     super();
     this.options = Object.assign({}, options);
     this.base = baseOf(options);
+    /** The cluster this client's base is under (null: the gateway's root). */
+    this.cluster = options && options.cluster ? checkCluster(options.cluster) : null;
     this.token = this.options.token || undefined;
     this.state = 'idle';
     this.retryMs = 0;
@@ -697,7 +717,8 @@ export class SseClient extends Client {
       if (over) return;
       const query = Object.assign({}, request.params);
       if (request.from) query.resourceVersion = request.from;
-      const url = this._url('stream/' + encodeURIComponent(request.resource), query);
+      const path = (request.cluster ? 'clusters/' + request.cluster + '/' : '') + 'stream/' + encodeURIComponent(request.resource);
+      const url = this._url(path, query);
       const headers = {Accept: 'text/event-stream'};
       if (token) headers.Authorization = 'Bearer ' + token;
       let resp;
@@ -836,6 +857,7 @@ export class WsClient extends Client {
     if (!this._subs.has(entry.id) || entry.socket || !s || !s.opened || s.stale) return;
     const msg = Object.assign({op: 'subscribe', id: entry.id, resource: entry.request.resource}, entry.request.params);
     if (entry.request.from) msg.resourceVersion = entry.request.from;
+    if (entry.request.cluster) msg.cluster = entry.request.cluster;
     try {
       s.ws.send(JSON.stringify(msg));
     } catch (_) {
@@ -1448,8 +1470,11 @@ export function watch(resource, options = {}) {
 
 /**
  * One resource across several clusters of a gateway (`--cluster`): a
- * Watch per cluster, each on a client of its own at
- * `/clusters/NAME/`, and one picture keyed `cluster/namespace/name`.
+ * Watch per cluster, all on one client at the gateway's root (so one
+ * `/ws` socket, or one shared worker, for every cluster; each watch names
+ * its cluster: `cluster` in its subscribe message, or `/clusters/NAME/`
+ * in its SSE request), and one picture keyed `cluster/namespace/name`.
+ * `options.client` is used instead if given (a client at the root).
  * Events carry the cluster as their last argument. Each cluster's part
  * resumes, resets and fails on its own; one cluster down leaves the
  * others live (`state` is 'live' once every part is, 'partial' while
@@ -1464,11 +1489,18 @@ export class ClustersWatch extends Emitter {
     }
     this.resource = resource;
     this.clusters = [...new Set(names.map(checkCluster))];
+    const rest = Object.assign({}, options, {clusters: undefined, client: undefined, cluster: undefined});
+    if (options.client && options.client.cluster) {
+      throw new TypeError('kubefan: clusters needs a client at the gateway\'s root, not cluster ' + JSON.stringify(options.client.cluster) + '\'s');
+    }
+    /** The one client every cluster's watch is on. */
+    this.client = options.client || connect(rest);
+    this._ownsClient = !options.client;
     /** cluster → its Watch. */
     this.parts = new Map();
     this.state = 'connecting';
     for (const cluster of this.clusters) {
-      const part = watch(resource, Object.assign({}, options, {clusters: undefined, client: undefined, cluster}));
+      const part = this.client.watch(resource, Object.assign({}, rest, {cluster}));
       this.parts.set(cluster, part);
       for (const type of ['added', 'modified', 'deleted', 'reset', 'bookmark', 'error', 'warning']) {
         part.on(type, (...args) => this.emit(type, ...args, cluster));
@@ -1554,6 +1586,7 @@ export class ClustersWatch extends Emitter {
 
   close() {
     for (const part of this.parts.values()) part.close();
+    if (this._ownsClient) this.client.close();
     this._state();
   }
 

@@ -133,14 +133,14 @@ function removePod(obj, cluster) {
 
 // ---- watches -------------------------------------------------------------
 
-// One client for the page's three watches; its socket is shared with every
-// other tab of this browser. The all-clusters view watches each cluster
-// on a client of its own (`watch(resource, {clusters})`).
-const kubefan = all ? null : connect(token ? {token} : {});
+// One client for the page's watches; its socket is shared with every
+// other tab of this browser. In the all-clusters view it is the gateway's
+// root, and each watch there is one per cluster on it, each naming its
+// cluster (`watch(resource, {clusters, client})`): still one socket.
+const kubefan = connect(Object.assign(all ? {base: new URL(root, location.href).href} : {}, token ? {token} : {}));
 function watchOf(resource, options) {
   if (!all) return kubefan.watch(resource, options);
-  const base = new URL(root, location.href).href;
-  return watch(resource, Object.assign({base, clusters: clusterNames}, token ? {token} : {}, options));
+  return watch(resource, Object.assign({client: kubefan, clusters: clusterNames}, options));
 }
 function podOptions() {
   return {
@@ -177,7 +177,7 @@ for (const w of [podWatch, nodeWatch, namespaceWatch].filter(Boolean)) {
   });
   w.on('error', showBanner);
 }
-if (kubefan) kubefan.on('state', showConnection);
+kubefan.on('state', showConnection);
 
 // ---- the signed-in session ------------------------------------------------
 
@@ -248,8 +248,8 @@ function showConnection() {
   const conn = $('conn');
   conn.dataset.state = state;
   $('conn-text').textContent = state;
-  const shared = Boolean(kubefan && kubefan.shared);
-  const how = all ? 'a connection per cluster' : shared ? 'one connection shared by this browser\'s tabs' : 'a connection of this tab';
+  const shared = Boolean(kubefan.shared);
+  const how = (shared ? 'one connection shared by this browser\'s tabs' : 'a connection of this tab') + (all ? ', for every cluster' : '');
   conn.title = shown.map((w) => w.resource + ': ' + w.state).join(', ') + ' · ' + how;
   // For whoever inspects the page (and its tests): how the pod watch got
   // its state, and whether the connection is the shared one.

@@ -7,7 +7,7 @@
 import {after, before, describe, test} from 'node:test';
 import assert from 'node:assert/strict';
 
-import {watch} from '../kubefan.js';
+import {connect, watch} from '../kubefan.js';
 import {Cluster, when} from './gateway.mjs';
 
 const gateway = new Cluster({pods: 6, nodes: 2, names: ['east', 'west']});
@@ -42,6 +42,12 @@ for (const transport of ['sse', 'ws']) {
       w.on('added', (obj, cluster) => added.push(`${cluster} ${obj.metadata.name}`));
       await w.ready();
       assert.equal(w.state, 'live');
+      // One client at the gateway's root for every part (over ws, one
+      // socket: the root's default is east, so west's pods below come
+      // only through its subscription naming west).
+      assert.equal(w.client.cluster, null);
+      for (const part of w.parts.values()) assert.equal(part.client, w.client);
+      assert.equal(w.client.kind, transport);
       for (const cluster of ['east', 'west']) {
         const want = names(await gateway.listPods(cluster));
         const got = names(w.list().filter(([c]) => c === cluster).map(([, o]) => o));
@@ -55,6 +61,27 @@ for (const transport of ['sse', 'ws']) {
       assert.ok(w.objects.has(`east/default/${pod}`));
       assert.ok(added.includes(`east ${pod}`), added.join(', '));
       assert.throws(() => watch('pods', {base: gateway.base, clusters: []}), /non-empty array/);
+      w.close();
+      assert.equal(w.client.state, 'closed');
+    });
+
+    test('a watch on a root client names its cluster; one on a cluster\'s client cannot name another', async () => {
+      const client = connect({transport, base: gateway.base, token: gateway.token()});
+      const west = client.watch('pods', {cluster: 'west'});
+      const root = client.watch('pods');
+      open.push(west, root);
+      await Promise.all([west.ready(), root.ready()]);
+      assert.equal(west.cluster, 'west');
+      assert.deepEqual(names(west.list()), names(await gateway.listPods('west')));
+      // The root is the gateway's default cluster (east).
+      assert.deepEqual(names(root.list()), names(await gateway.listPods('east')));
+      const eastOnly = connect({transport, base: gateway.base, token: gateway.token(), cluster: 'east'});
+      assert.equal(eastOnly.cluster, 'east');
+      assert.equal(eastOnly.watch('pods', {cluster: 'east'}).cluster, null);
+      assert.throws(() => eastOnly.watch('pods', {cluster: 'west'}), /needs a client at the gateway's root/);
+      assert.throws(() => watch('pods', {base: gateway.base, client: eastOnly, clusters: ['east', 'west']}), /needs a client at the gateway's root/);
+      eastOnly.close();
+      client.close();
     });
   });
 }
