@@ -365,6 +365,9 @@ struct Parts<F: Framing> {
     /// The part polled first next time, so that a busy cluster cannot
     /// starve the others.
     next: usize,
+    /// Bytes the stream sent of its own while no part was streaming yet
+    /// (its counters are its parts' hubs'): counted by the first to start.
+    unclaimed: u64,
 }
 
 /// What a merged stream said of one part's API server.
@@ -412,6 +415,7 @@ impl<F: Framing + Send + 'static> Parts<F> {
             parts,
             names,
             next: 0,
+            unclaimed: 0,
         }
     }
 }
@@ -428,8 +432,9 @@ impl<F: Framing> Parts<F> {
                 continue;
             };
             return Some(match joined {
-                Ok(framed) => {
+                Ok(mut framed) => {
                     let warnings = framed.subscription().hub().warnings();
+                    framed.wrote(std::mem::take(&mut self.unclaimed));
                     *part = Part::Streaming(framed);
                     (name.clone(), Ok(warnings))
                 }
@@ -507,14 +512,16 @@ impl<F: Framing> Parts<F> {
     }
 
     /// `bytes` the stream sent of its own (about its clusters, not of a
-    /// part's stream): counted as its first streaming part's.
+    /// part's stream): counted as its first streaming part's, or, while
+    /// none streams yet, as the first to start's.
     fn wrote(&mut self, bytes: u64) {
         let streaming = self.parts.iter_mut().find_map(|p| match p {
             Part::Streaming(framed) => Some(framed),
             _ => None,
         });
-        if let Some(part) = streaming {
-            part.wrote(bytes);
+        match streaming {
+            Some(part) => part.wrote(bytes),
+            None => self.unclaimed += bytes,
         }
     }
 }
