@@ -762,6 +762,8 @@ struct Merged {
     announced: Vec<(String, u64)>,
     /// Parts ended: the cluster and its `ERROR`'s code.
     ended: Vec<(String, u64)>,
+    /// `WARNING` messages: the cluster and the text.
+    warned: Vec<(String, String)>,
 }
 
 impl Merged {
@@ -776,6 +778,12 @@ impl Merged {
             let cluster = ev.data["cluster"].as_str().unwrap().to_string();
             let code = ev.data["object"]["code"].as_u64().unwrap();
             self.ended.push((cluster, code));
+            return;
+        }
+        if ev.event == "WARNING" {
+            let cluster = ev.data["cluster"].as_str().unwrap().to_string();
+            let text = ev.data["message"].as_str().unwrap().to_string();
+            self.warned.push((cluster, text));
             return;
         }
         if let Some(id) = &ev.id {
@@ -1325,6 +1333,73 @@ async fn a_merged_stream_is_kept_alive_while_its_first_cluster_is_away() {
     merged.until_synced(&mut sse, &["east"]).await;
     for _ in 0..3 {
         sse.next_comment().await;
+    }
+    env.stop().await;
+}
+
+/// Every byte a merged SSE stream's client reads is counted as sent, in
+/// its clusters' `kubefan_bytes_sent_total`: its parts' events and what it
+/// sends of its own (the retry hint, a `CLUSTER` announcement).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_byte_a_merged_stream_sends_is_counted() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.stream.sync_timeout = Duration::from_millis(300);
+    let mut env = east_west(cfg).await;
+    env.kill("west").await;
+    let resp = env.get("/stream/configmaps?clusters=east,west", None).await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    let mut merged = Merged::default();
+    merged.until_synced(&mut sse, &["east"]).await;
+    merged.until(&mut sse, |m| !m.announced.is_empty()).await;
+    let metrics = env.get("/metrics", None).await.text().await.unwrap();
+    let counted: u64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("kubefan_bytes_sent_total{")
+                && l.contains(r#"resource="configmaps""#)
+                && l.contains(r#"transport="Sse""#)
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(counted, sse.received, "{metrics}");
+    env.stop().await;
+}
+
+/// The API server's warnings about a resource (the simulator's, as
+/// kube-apiserver v1.36's, deprecate `endpoints`) reach a merged stream's
+/// client from a part that joins after the response began: as a
+/// `WARNING` naming its cluster, on SSE as on `/ws` (the clients validate
+/// every message by the schema).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_that_joins_later_sends_its_warnings() {
+    const DEPRECATED: &str =
+        "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice";
+    let env = east_west(test_config(&["pods"])).await;
+    // Not among the resources listed at start: every part joins later.
+    let resp = env.get("/stream/endpoints?clusters=east,west", None).await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("warning").is_none());
+    let mut sse = SseClient::new(resp);
+    let mut merged = Merged::default();
+    merged.until_synced(&mut sse, &["east", "west"]).await;
+    let mut ws = crate::ws::WsClient::connect_to(env.app.local_addr(), "/ws").await;
+    ws.subscribe(serde_json::json!({"op": "subscribe", "id": "m", "resource": "endpoints", "clusters": "east,west"}))
+        .await;
+    let mut on_ws = Merged::default();
+    on_ws
+        .until_synced(&mut Sub(&mut ws, "m"), &["east", "west"])
+        .await;
+    for merged in [merged, on_ws] {
+        let mut warned = merged.warned.clone();
+        warned.sort();
+        assert_eq!(
+            warned,
+            [
+                ("east".into(), DEPRECATED.into()),
+                ("west".into(), DEPRECATED.into())
+            ]
+        );
     }
     env.stop().await;
 }

@@ -86,6 +86,17 @@ fn cluster_frame(cluster: &str, name: &str, object: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A `WARNING` event: the API server's `Warning` header text for
+/// `cluster`'s part, which joined after the response's headers had gone.
+fn warning_frame(cluster: &str, warning: &str) -> Vec<u8> {
+    let text = serde_json::Value::from(crate::upstream::warning::text(warning));
+    format!(
+        "event: WARNING\ndata: {{\"cluster\":{},\"type\":\"WARNING\",\"message\":{text}}}\n\n",
+        serde_json::Value::from(cluster)
+    )
+    .into_bytes()
+}
+
 /// One part's framing: SSE as a single-cluster stream frames it, then
 /// marked with the cluster and given the compound id.
 struct ClusterSse {
@@ -165,21 +176,43 @@ struct MergedSse {
     parts: Parts<ClusterSse>,
 }
 
+impl MergedSse {
+    /// A chunk of the stream's own (not of a part's stream), counted as
+    /// sent.
+    fn own(&mut self, chunk: Bytes) -> Poll<Option<Bytes>> {
+        self.parts.wrote(chunk.len() as u64);
+        Poll::Ready(Some(chunk))
+    }
+}
+
 impl ChunkSource for MergedSse {
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         if let Some(preamble) = self.preamble.take() {
-            return Poll::Ready(Some(preamble));
+            return self.own(preamble);
         }
-        // A part that could not join its hub is said to, as one left out.
+        // A part that joined later sends its warnings as events naming
+        // its cluster (the response's headers are gone), as on `/ws`; one
+        // that could not join is said to, as one left out.
         while let Some((cluster, joined)) = self.parts.poll_joined(cx) {
-            if let Err(status) = joined {
-                let frame = cluster_frame(&cluster, "CLUSTER", &status.to_string());
-                return Poll::Ready(Some(Bytes::from(frame)));
+            match joined {
+                Ok(said) => {
+                    let frames: Vec<u8> = said
+                        .iter()
+                        .flat_map(|warning| warning_frame(&cluster, warning))
+                        .collect();
+                    if !frames.is_empty() {
+                        return self.own(Bytes::from(frames));
+                    }
+                }
+                Err(status) => {
+                    let frame = cluster_frame(&cluster, "CLUSTER", &status.to_string());
+                    return self.own(Bytes::from(frame));
+                }
             }
         }
         if let Some((cluster, status)) = self.parts.poll_reach(cx) {
             let frame = cluster_frame(&cluster, "CLUSTER", &status.to_string());
-            return Poll::Ready(Some(Bytes::from(frame)));
+            return self.own(Bytes::from(frame));
         }
         self.parts.poll_next(cx, Framed::poll_next_chunk)
     }
