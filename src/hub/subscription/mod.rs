@@ -377,9 +377,11 @@ impl Subscription {
     /// under load wrote one to every stream at once, 10,000 writes (~50
     /// ms of a core at 10,000 subscribers) ahead of the next change's
     /// (`loadtest/RESULTS.md`, stop 40). A stream is still never silent
-    /// for two keep-alive intervals. The lifecycle's moves up to now are seen after it.
-    /// Asked by the subscription's own task when the lifecycle moves, and
-    /// by a batch writer for the caught-up streams it holds
+    /// for two keep-alive intervals.
+    ///
+    /// The lifecycle's moves up to now are seen after it. Asked by the
+    /// subscription's own task when the lifecycle moves, and by a batch
+    /// writer for the caught-up streams it holds
     /// (`transport::takeover::batch`), after [`Subscription::took`] of
     /// what it sent them.
     pub fn tick(&mut self) -> Option<Item> {
