@@ -184,6 +184,60 @@ async fn websocket_pings_and_pongs_leave_sockets_batched_and_the_idle_timeout_ho
     env.stop().await;
 }
 
+/// A caught-up WebSocket sent events since the tick before gets that
+/// tick's ping with its next events, in the same write (at 10,000 sockets
+/// a tick's pings alone were 10,000 writes at once); an idle one gets it
+/// at the tick. Ticked by hand: the ticker's interval is longer than the
+/// test. Socket `b` sees no pod (its selector matches none): at each tick
+/// it is sent a progress mark (the changes `a` was sent moved its
+/// position) or is idle, and pinged either way, so its ping says the
+/// writer has been through the tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_websockets_ping_goes_with_its_next_events() {
+    let mut cfg = crate::ws::ws_config();
+    cfg.stream.keepalive = Duration::from_secs(300);
+    cfg.stream.ws_idle_timeout = Duration::from_secs(900);
+    let env = crate::support::spawn(crate::sse::seeded(10), cfg).await;
+    env.synced("pods").await;
+    env.sim
+        .create("pods", pod("tracked").ns("batch").build())
+        .unwrap();
+    let (mut a, mut view) = subscribed(&env, "/stream/pods").await;
+    let mut b = crate::ws::WsClient::connect(&env, "/stream/pods?labelSelector=app%3Dnone").await;
+    let mut change = async |a: &mut crate::ws::WsClient, round: &str| {
+        let rv = touch_tracked(&env.sim, round);
+        follow(a, &mut view, rv).await;
+    };
+    for round in 0..200 {
+        if batched(&env).await == 2 {
+            break;
+        }
+        change(&mut a, &format!("b{round}")).await;
+    }
+    assert_eq!(batched(&env).await, 2, "both sockets batched");
+    let before = unparked(&env, None).await;
+    let tick = || env.app.lifecycle().tick();
+    // `a` busy at the tick: no ping of its own then; it comes right after
+    // its next event.
+    change(&mut a, "busy").await;
+    tick();
+    b.until_ping().await;
+    let pinged = a.pings;
+    change(&mut a, "after the tick").await;
+    assert_eq!(a.pings, pinged, "no ping of its own at the tick");
+    a.pings(1).await;
+    // Busy again at the next tick (that event), idle at the one after: the
+    // ping owed since is sent then, alone.
+    tick();
+    b.until_ping().await;
+    tick();
+    b.until_ping().await;
+    a.pings(1).await;
+    assert_eq!(unparked(&env, None).await, before, "nothing unparked");
+    assert_eq!(batched(&env).await, 2);
+    env.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn narrowed_streams_are_batched_and_a_grant_unparks_only_its_users_streams() {
     let sim = team_sim();
