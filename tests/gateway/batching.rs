@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use kubefan_sim::pod;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::auth::{claims, hs256, jwt_config};
 use crate::rbac::{ROLE_BINDINGS, binding, pods_in, rbac_env, team_sim, until_holds};
@@ -181,113 +181,6 @@ async fn websocket_pings_and_pongs_leave_sockets_batched_and_the_idle_timeout_ho
     .await
     .expect("the quiet socket leaves its writer at its idle timeout");
     assert_eq!(quiet.closed().await, 1008);
-    env.stop().await;
-}
-
-/// A caught-up WebSocket sent events since the tick before gets that
-/// tick's ping with its next events, in the same write (at 10,000 sockets
-/// a tick's pings alone were 10,000 writes at once); an idle one gets it
-/// at the tick. Ticked by hand: the ticker's interval is longer than the
-/// test. Socket `b` sees no pod (its selector matches none): at each tick
-/// it is sent a progress mark (the changes `a` was sent moved its
-/// position) or is idle, and pinged either way, so its ping says the
-/// writer has been through the tick.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_busy_websockets_ping_goes_with_its_next_events() {
-    let mut cfg = crate::ws::ws_config();
-    cfg.stream.keepalive = Duration::from_secs(300);
-    cfg.stream.ws_idle_timeout = Duration::from_secs(900);
-    let env = crate::support::spawn(crate::sse::seeded(10), cfg).await;
-    env.synced("pods").await;
-    env.sim
-        .create("pods", pod("tracked").ns("batch").build())
-        .unwrap();
-    let (mut a, mut view) = subscribed(&env, "/stream/pods").await;
-    let mut b = crate::ws::WsClient::connect(&env, "/stream/pods?labelSelector=app%3Dnone").await;
-    let mut change = async |a: &mut crate::ws::WsClient, round: &str| {
-        let rv = touch_tracked(&env.sim, round);
-        follow(a, &mut view, rv).await;
-    };
-    for round in 0..200 {
-        if batched(&env).await == 2 {
-            break;
-        }
-        change(&mut a, &format!("b{round}")).await;
-    }
-    assert_eq!(batched(&env).await, 2, "both sockets batched");
-    let before = unparked(&env, None).await;
-    let tick = || env.app.lifecycle().tick();
-    // `a` busy at the tick: no ping of its own then; it comes right after
-    // its next event.
-    change(&mut a, "busy").await;
-    tick();
-    b.until_ping().await;
-    let pinged = a.pings;
-    change(&mut a, "after the tick").await;
-    assert_eq!(a.pings, pinged, "no ping of its own at the tick");
-    a.pings(1).await;
-    // Busy again at the next tick (that event), idle at the one after: the
-    // ping owed since is sent then, alone.
-    tick();
-    b.until_ping().await;
-    tick();
-    b.until_ping().await;
-    a.pings(1).await;
-    assert_eq!(unparked(&env, None).await, before, "nothing unparked");
-    assert_eq!(batched(&env).await, 2);
-    env.stop().await;
-}
-
-/// The same on `/ws`: a socket whose subscriptions were sent events since
-/// the tick before gets that tick's ping with its next direct write; an
-/// idle one gets it queued at the tick. A client message's reply says the
-/// socket's control loop has been through the tick (it looks at the tick
-/// before it reads the client).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_busy_ws_sockets_ping_goes_with_its_next_events() {
-    let mut cfg = crate::ws::ws_config();
-    cfg.stream.keepalive = Duration::from_secs(300);
-    cfg.stream.ws_idle_timeout = Duration::from_secs(900);
-    let env = crate::support::spawn(crate::sse::seeded(10), cfg).await;
-    env.synced("pods").await;
-    env.sim
-        .create("pods", pod("tracked").ns("batch").build())
-        .unwrap();
-    let mut ws = crate::ws::WsClient::connect(&env, "/ws").await;
-    ws.subscribe(json!({"op": "subscribe", "id": "p", "resource": "pods"}))
-        .await;
-    let mut view = ClientView::new();
-    let mut change = async |ws: &mut crate::ws::WsClient, round: &str| {
-        let rv = touch_tracked(&env.sim, round);
-        follow(ws, &mut view, rv).await;
-    };
-    for round in 0..200 {
-        if batched(&env).await == 1 {
-            break;
-        }
-        change(&mut ws, &format!("b{round}")).await;
-    }
-    assert_eq!(batched(&env).await, 1, "the subscription batched");
-    let tick = async |ws: &mut crate::ws::WsClient| {
-        env.app.lifecycle().tick();
-        ws.send_json(json!({"op": "nope"})).await;
-        let reply = ws.next().await;
-        assert_eq!(reply["sub"], Value::Null, "{reply}");
-    };
-    change(&mut ws, "busy").await;
-    let pinged = ws.pings;
-    tick(&mut ws).await;
-    assert_eq!(ws.pings, pinged, "no ping of its own at the tick");
-    change(&mut ws, "after the tick").await;
-    assert_eq!(ws.pings, pinged, "the ping after the event");
-    ws.pings(1).await;
-    // Busy again at the next tick, idle at the one after: the ping owed
-    // since is queued then.
-    tick(&mut ws).await;
-    assert_eq!(ws.pings, pinged + 1);
-    tick(&mut ws).await;
-    assert_eq!(ws.pings, pinged + 2, "the ping ahead of the reply");
-    assert_eq!(batched(&env).await, 1);
     env.stop().await;
 }
 

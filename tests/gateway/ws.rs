@@ -107,25 +107,6 @@ impl WsClient {
         .expect("pings in time");
     }
 
-    /// Reads (text messages validated and let go) until a ping.
-    pub(crate) async fn until_ping(&mut self) {
-        let until = self.pings + 1;
-        tokio::time::timeout(WAIT, async {
-            while self.pings < until {
-                match self.ws.next().await {
-                    Some(Ok(Message::Ping(_))) => self.pings += 1,
-                    Some(Ok(Message::Text(text))) => {
-                        let v: Value = serde_json::from_str(&text).expect("messages are JSON");
-                        validate_def(self.def, &v);
-                    }
-                    other => panic!("expected a ping or a message, got {other:?}"),
-                }
-            }
-        })
-        .await
-        .expect("a ping in time");
-    }
-
     /// Reads until the server's Close frame; returns its code.
     pub(crate) async fn closed(&mut self) -> u16 {
         loop {

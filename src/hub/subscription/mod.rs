@@ -403,13 +403,6 @@ impl Subscription {
         Some(Item::KeepAlive)
     }
 
-    /// Whether it told the client a position since the last keep-alive
-    /// tick it saw (it is not idle: [`Subscription::tick`] will owe it
-    /// nothing of its own).
-    pub fn told_since_tick(&self) -> bool {
-        self.sent_rv != self.ticked_rv
-    }
-
     /// Its cursor fell off the log: a fresh snapshot, announced as a reset.
     fn lapped(&mut self) {
         self.hub.metrics().lapped(self.hub.name());

@@ -190,13 +190,6 @@ impl WsWriter {
         self.write.send_now(&[io::IoSlice::new(frames)])
     }
 
-    /// [`WsWriter::send_frames_now`] of `frames` and then `more` (whole
-    /// frames too), in one write.
-    pub fn send_frames_then(&self, frames: &[u8], more: &[u8]) -> io::Result<usize> {
-        self.write
-            .send_now(&[io::IoSlice::new(frames), io::IoSlice::new(more)])
-    }
-
     /// Whether a TLS session holds records its socket did not take (the
     /// stream's task sends them).
     pub fn holds_records(&self) -> bool {

@@ -61,10 +61,8 @@ pub(super) struct Single {
     /// linger.
     idle: Option<Pin<Box<Sleep>>>,
     idle_timeout: Duration,
-    /// The keep-alive tick last pinged at (or whose ping is owed).
+    /// The keep-alive tick last pinged at.
     pinged: u64,
-    /// A tick's ping while its batch writer holds it.
-    ping: Ping,
     /// A client frame its batch writer read and could not absorb: acted on
     /// first, back in the socket's task.
     held: Option<Box<ClientFrame>>,
@@ -75,20 +73,6 @@ pub(super) struct Single {
     /// writer sends first), and how many of its bytes went.
     sending: Sending,
     written: usize,
-}
-
-/// A parked socket's ping, when its tick found it busy: it goes with
-/// the socket's next write instead of a write of its own (at 10,000
-/// sockets a tick's pings alone were 10,000 `sendmsg`s at once, ahead of
-/// the next change's).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Ping {
-    /// None owed (or sent).
-    Sent,
-    /// Owed, with the next write.
-    Owed,
-    /// The next write took its first byte: its task writes the other.
-    Half,
 }
 
 /// A frame on its way to the socket.
@@ -118,7 +102,6 @@ impl Single {
             idle: None,
             idle_timeout,
             pinged: ticks,
-            ping: Ping::Sent,
             held: None,
             out: Vec::new(),
             sent: 0,
@@ -278,13 +261,12 @@ impl Wire for Single {
     }
 
     /// A ping on every tick, even while the stream is busy (the pong is
-    /// what keeps the socket from its idle timeout), or one its batch
-    /// writer owed; then the client's frames; then the idle timeout.
+    /// what keeps the socket from its idle timeout); then the client's
+    /// frames; then the idle timeout.
     fn heard(&mut self, lifecycle: &Lifecycle, cx: &mut Context<'_>) -> Heard {
         let ticks = lifecycle.ticks();
-        if ticks != self.pinged || self.ping == Ping::Owed {
+        if ticks != self.pinged {
             self.pinged = ticks;
-            self.ping = Ping::Sent;
             self.send(Sending::Ping);
             return Heard::Answer;
         }
@@ -333,29 +315,11 @@ impl Wire for Single {
         }
     }
 
-    /// `frames`, and the ping a tick owes after them in the same write.
-    /// A ping not all written is its task's to finish: all of `frames`
-    /// went, but not all this stream owes (its task then writes the rest).
     fn send_now(&mut self, frames: &Bytes) -> std::io::Result<(usize, usize)> {
         let Some(conn) = &self.conn else {
             return Err(std::io::ErrorKind::NotConnected.into());
         };
-        if self.ping != Ping::Owed {
-            return Ok((conn.writer.send_frames_now(frames)?, frames.len()));
-        }
-        let went = conn.writer.send_frames_then(frames, PING)?;
-        if went < frames.len() {
-            // The ping still owed: its task sends it once the rest went.
-            return Ok((went, frames.len()));
-        }
-        if went == frames.len() + PING.len() {
-            self.ping = Ping::Sent;
-            return Ok((went - PING.len(), frames.len()));
-        }
-        // The frames all went, and one byte of the ping's two: not all
-        // this stream owes, so its task writes the other.
-        self.ping = Ping::Half;
-        Ok((frames.len(), frames.len() + 1))
+        Ok((conn.writer.send_frames_now(frames)?, frames.len()))
     }
 
     fn flushed(&self) -> bool {
@@ -388,12 +352,7 @@ impl Wire for Single {
     }
 
     fn unparked(&mut self, rest: Option<(Bytes, usize)>) {
-        if self.ping == Ping::Half {
-            // The frames all went, the ping in part.
-            self.ping = Ping::Sent;
-            self.sending = Sending::Ping;
-            self.written = 1;
-        } else if let Some((frames, written)) = rest {
+        if let Some((frames, written)) = rest {
             self.sending = Sending::Frames(frames);
             self.written = written;
         }
@@ -420,25 +379,15 @@ impl Wire for Single {
         let Some(source) = source else {
             return Tick::Unpark;
         };
-        // Asked before the subscription sees the tick.
-        let busy = source.subscription().told_since_tick();
         let owed = source.frame_tick();
         let ticks = lifecycle.ticks();
         if ticks == self.pinged {
             return match owed {
-                // With the ping still owed, if it is ([`Single::send_now`]).
                 Some((bytes, counted)) => Tick::Send(bytes, counted),
                 None => Tick::Nothing,
             };
         }
         self.pinged = ticks;
-        if owed.is_none() && busy && self.ping == Ping::Sent {
-            // Sent events since the tick before: the ping goes with its
-            // next write (or alone at the next tick, if none comes).
-            self.ping = Ping::Owed;
-            return Tick::Nothing;
-        }
-        self.ping = Ping::Sent;
         match owed {
             // The same bytes for every socket.
             None => Tick::Send(Bytes::from_static(PING), 0),

@@ -116,7 +116,7 @@ impl Control {
                         return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Policy, why))));
                     }
                     if !lifecycle.is_shutting_down() {
-                        self.socket.outbox.tick_ping();
+                        self.socket.outbox.try_push(Frame::Ping);
                     }
                 }
                 continue;

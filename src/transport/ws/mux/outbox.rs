@@ -33,14 +33,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use actix_ws::CloseReason;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use bytestring::ByteString;
 
 use super::splice::{Written, spliced, write_spliced};
 use crate::transport::takeover::DirectSocket;
-
-/// An unmasked Ping frame with no payload, as a server sends it.
-const PING: &[u8] = &[0x89, 0x00];
 
 /// Frames the socket's subscriptions and control loop may have queued
 /// (beyond the rest of a direct write, queued whatever this says).
@@ -78,10 +75,6 @@ struct State {
     /// The control loop, while it waits for a frame to write or for a
     /// subscription to end (one task: one waker for both).
     control: Option<Waker>,
-    /// A direct write went since the last keep-alive tick.
-    wrote: bool,
-    /// A tick's ping, owed with the next direct write ([`Outbox::tick_ping`]).
-    ping: bool,
 }
 
 /// A subscription that may write: its id, and what to wake when it may
@@ -169,8 +162,6 @@ impl Outbox {
             ended: false,
             waiting: false,
             control: None,
-            wrote: false,
-            ping: false,
         }))
     }
 
@@ -348,26 +339,15 @@ impl Outbox {
         true
     }
 
-    /// A keep-alive tick's ping. A socket written directly since the tick
-    /// before (its subscriptions are sent events) gets it with its next
-    /// direct write, in the same `sendmsg` (at 10,000 sockets a tick's
-    /// pings alone were 10,000 writes at once, ahead of the next change's);
-    /// one that was not, or whose ping is still owed from the tick before,
-    /// gets it queued now, if there is room (the next tick brings another).
-    /// So pings are at most two ticks apart.
-    pub(super) fn tick_ping(&self) {
+    /// Queues a ping of the control loop's if there is room (a tick's: the
+    /// next tick brings another).
+    pub(super) fn try_push(&self, frame: Frame) -> bool {
         let mut state = self.lock();
-        if state.closed {
-            return;
+        if state.closed || state.queue.len() >= OUTBOX {
+            return false;
         }
-        if std::mem::take(&mut state.wrote) && !state.ping {
-            state.ping = true;
-            return;
-        }
-        state.ping = false;
-        if state.queue.len() < OUTBOX {
-            state.push(Frame::Ping);
-        }
+        state.push(frame);
+        true
     }
 
     /// Writes subscription `generation`'s `frames` (a batch writer's,
@@ -384,43 +364,25 @@ impl Outbox {
             return Ok(Direct::Gone);
         }
         let idle = !state.busy && state.queue.is_empty();
-        // A tick's ping owed goes after the frames, in the same write.
-        let ping: &[u8] = if idle && state.ping && state.direct.is_some() {
-            PING
-        } else {
-            &[]
-        };
         let went = match (&state.direct, idle) {
-            (Some(socket), true) => {
-                let written = write_spliced(socket, prefix, frames, ping)?;
-                let holds = socket.holds_records();
-                state.wrote = true;
-                state.ping = false;
-                match written {
-                    Written::All if holds => {
-                        // A TLS session holds records its socket did not
-                        // take: the control loop sends them (an empty frame
-                        // is a write of what the session holds), and until
-                        // it has, what follows is queued behind.
-                        state.push(Frame::Raw(Bytes::new()));
-                        return Ok(Direct::Sent);
-                    }
-                    Written::All => return Ok(Direct::Sent),
-                    Written::Part(went) => went,
+            (Some(socket), true) => match write_spliced(socket, prefix, frames)? {
+                Written::All if socket.holds_records() => {
+                    // A TLS session holds records its socket did not
+                    // take: the control loop sends them (an empty frame is
+                    // a write of what the session holds), and until it
+                    // has, what follows is queued behind.
+                    state.push(Frame::Raw(Bytes::new()));
+                    return Ok(Direct::Sent);
                 }
-            }
+                Written::All => return Ok(Direct::Sent),
+                Written::Part(went) => went,
+            },
             _ if state.queue.len() >= OUTBOX => return Ok(Direct::Full),
             _ => 0,
         };
         // Ahead of anything else: part of a frame may be out already.
-        let rest = if ping.is_empty() {
-            spliced(prefix, frames)
-        } else {
-            let mut both = BytesMut::from(&spliced(prefix, frames)[..]);
-            both.extend_from_slice(ping);
-            both.freeze()
-        };
-        state.push(Frame::Raw(rest.slice(went..)));
+        let rest = spliced(prefix, frames).slice(went..);
+        state.push(Frame::Raw(rest));
         Ok(Direct::Sent)
     }
 

@@ -111,14 +111,12 @@ pub(super) enum Written {
 }
 
 /// Writes `frames` spliced with `prefix` in parts, without a copy, a few
-/// dozen frames per `sendmsg`, stopping at the first short write; then
-/// `then`, a whole frame of the socket's own of at most 10 bytes (a ping),
-/// in the last `sendmsg`. `WouldBlock` is nothing written.
+/// dozen frames per `sendmsg`, stopping at the first short write.
+/// `WouldBlock` is nothing written.
 pub(super) fn write_spliced(
     socket: &DirectSocket,
     prefix: &[u8],
     frames: &[u8],
-    then: &[u8],
 ) -> io::Result<Written> {
     let mut went = 0;
     let mut headers = [[0u8; 10]; FRAMES_PER_SEND];
@@ -143,12 +141,6 @@ pub(super) fn write_spliced(
                 return Ok(Written::Part(went));
             }
         }
-    }
-    // A group is sent once full: there is room for one more.
-    if !then.is_empty() {
-        let i = group.len();
-        headers[i][..then.len()].copy_from_slice(then);
-        group.push((then.len(), &[], &[]));
     }
     if !group.is_empty() {
         let (sent, all) = send_group(socket, &headers, &mut group)?;
