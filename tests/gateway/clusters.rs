@@ -1316,6 +1316,21 @@ async fn a_cluster_not_yet_listed_holds_up_no_other_part_of_a_merged_stream() {
     env.stop().await;
 }
 
+/// A gateway of east and west (`cfg`), west's API server down since
+/// before the stream: a merged SSE stream of configmaps over `clusters`,
+/// read until east's snapshot.
+async fn with_west_away(cfg: Config, clusters: &str) -> (Env, SseClient, Merged) {
+    let mut env = east_west(cfg).await;
+    env.kill("west").await;
+    let path = format!("/stream/configmaps?clusters={clusters}");
+    let resp = env.get(&path, None).await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    let mut merged = Merged::default();
+    merged.until_synced(&mut sse, &["east"]).await;
+    (env, sse, merged)
+}
+
 /// A merged SSE stream is kept alive while idle, by whichever part is:
 /// with its first cluster away (never listed, so its part has not joined)
 /// the comments still come, one per tick.
@@ -1324,13 +1339,7 @@ async fn a_merged_stream_is_kept_alive_while_its_first_cluster_is_away() {
     let mut cfg = test_config(&["pods"]);
     cfg.stream.sync_timeout = Duration::from_secs(60);
     cfg.stream.keepalive = Duration::from_millis(100);
-    let mut env = east_west(cfg).await;
-    env.kill("west").await;
-    let resp = env.get("/stream/configmaps?clusters=west,east", None).await;
-    assert_eq!(resp.status(), 200);
-    let mut sse = SseClient::new(resp);
-    let mut merged = Merged::default();
-    merged.until_synced(&mut sse, &["east"]).await;
+    let (env, mut sse, _) = with_west_away(cfg, "west,east").await;
     for _ in 0..3 {
         sse.next_comment().await;
     }
@@ -1344,13 +1353,7 @@ async fn a_merged_stream_is_kept_alive_while_its_first_cluster_is_away() {
 async fn every_byte_a_merged_stream_sends_is_counted() {
     let mut cfg = test_config(&["pods"]);
     cfg.stream.sync_timeout = Duration::from_millis(300);
-    let mut env = east_west(cfg).await;
-    env.kill("west").await;
-    let resp = env.get("/stream/configmaps?clusters=east,west", None).await;
-    assert_eq!(resp.status(), 200);
-    let mut sse = SseClient::new(resp);
-    let mut merged = Merged::default();
-    merged.until_synced(&mut sse, &["east"]).await;
+    let (env, mut sse, mut merged) = with_west_away(cfg, "east,west").await;
     merged.until(&mut sse, |m| !m.announced.is_empty()).await;
     let metrics = env.get("/metrics", None).await.text().await.unwrap();
     let counted: u64 = metrics
