@@ -595,6 +595,14 @@ mod tests {
 
     /// Drives a subscription like a client: applies items to a view and
     /// checks ids never decrease, until it is caught up with `until_rv`.
+    /// The subscription's next item, which must come within a second.
+    async fn next_item(sub: &mut Subscription) -> Item {
+        tokio::time::timeout(Duration::from_secs(1), sub.next())
+            .await
+            .expect("an item in time")
+            .expect("the subscription goes on")
+    }
+
     async fn drain(sub: &mut Subscription, view: &mut View, until_rv: u64) -> Vec<String> {
         let mut seen = Vec::new();
         // A snapshot being received (from a stream start or a reset).
@@ -979,16 +987,10 @@ mod tests {
         hub.apply(EventType::Modified, pod("b").ns("y").rv(6).build());
         assert_eq!(drain(&mut sub, &mut view, 5).await, ["MODIFIED:5"]);
         tick.tick();
-        let item = tokio::time::timeout(Duration::from_secs(1), sub.next())
-            .await
-            .unwrap()
-            .unwrap();
+        let item = next_item(&mut sub).await;
         assert!(matches!(item, Item::Progress { rv: 6 }), "{item:?}");
         tick.tick();
-        let item = tokio::time::timeout(Duration::from_secs(1), sub.next())
-            .await
-            .unwrap()
-            .unwrap();
+        let item = next_item(&mut sub).await;
         assert!(matches!(item, Item::KeepAlive), "{item:?}");
     }
 
@@ -999,12 +1001,6 @@ mod tests {
         let (mut sub, tick) = subscribe(&hub, Filter::default(), None).await;
         let mut view = View::new();
         drain(&mut sub, &mut view, 2).await;
-        let next = async |sub: &mut Subscription| {
-            tokio::time::timeout(Duration::from_secs(1), sub.next())
-                .await
-                .expect("an item")
-                .unwrap()
-        };
         let nothing = async |sub: &mut Subscription| {
             // Paused time: this resolves only once the subscription waits
             // with nothing to send.
@@ -1017,7 +1013,7 @@ mod tests {
         tick.tick();
         assert!(nothing(&mut sub).await, "no keep-alive after the snapshot");
         tick.tick();
-        assert!(matches!(next(&mut sub).await, Item::KeepAlive));
+        assert!(matches!(next_item(&mut sub).await, Item::KeepAlive));
         // Events between two ticks: the tick owes nothing.
         hub.apply(EventType::Modified, pod("a").rv(3).build());
         assert_eq!(drain(&mut sub, &mut view, 3).await, ["MODIFIED:3"]);
@@ -1027,9 +1023,9 @@ mod tests {
             "no keep-alive on a stream sent events"
         );
         tick.tick();
-        assert!(matches!(next(&mut sub).await, Item::KeepAlive));
+        assert!(matches!(next_item(&mut sub).await, Item::KeepAlive));
         tick.tick();
-        assert!(matches!(next(&mut sub).await, Item::KeepAlive));
+        assert!(matches!(next_item(&mut sub).await, Item::KeepAlive));
     }
 
     #[tokio::test]

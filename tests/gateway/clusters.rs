@@ -428,9 +428,6 @@ async fn a_cluster_down_leaves_the_others_served_and_readiness_says_which() {
     }
 }
 
-/// Each cluster reviews its own tokens and evaluates its own RBAC: one
-/// user, granted `web` in one cluster and `batch` in the other, sees each
-/// cluster's part as its grants there say.
 /// A merged stream's parts for `double-token`, each cluster's own user
 /// (below): east's dana sees web and batch, west's wes web alone.
 fn assert_double_token_parts(merged: &Merged) {
@@ -444,6 +441,9 @@ fn assert_double_token_parts(merged: &Merged) {
     );
 }
 
+/// Each cluster reviews its own tokens and evaluates its own RBAC: one
+/// user, granted `web` in one cluster and `batch` in the other, sees each
+/// cluster's part as its grants there say.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
     let sims = team_clusters(

@@ -326,6 +326,18 @@ impl Ids {
     }
 }
 
+/// `{"cluster":NAME,"type":TYPE,FIELD:VALUE}`: a message about a cluster
+/// rather than of its part's stream, on SSE and `/ws` alike (a cluster's
+/// name is a DNS label: nothing to escape).
+fn about_json(cluster: &str, kind: &str, field: &str, value: &Value) -> String {
+    format!(r#"{{"cluster":"{cluster}","type":"{kind}","{field}":{value}}}"#)
+}
+
+/// An API server's `Warning` header as a `WARNING` message's `message`.
+fn warning_text(header: &str) -> Value {
+    Value::from(crate::upstream::warning::text(header))
+}
+
 /// A `CLUSTER` message's `Status`: the part's API server cannot be
 /// reached (503, `why`), or is reached again (200).
 fn reach_status(cluster: &str, down: Option<String>) -> Value {

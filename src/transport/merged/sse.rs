@@ -11,7 +11,7 @@ use actix_web::http::header::{self, HeaderName};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
-use super::{Asked, Ids, Parts, Start, open};
+use super::{Asked, Ids, Parts, Start, about_json, open, warning_text};
 use crate::auth::{Principal, Verb};
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Transport;
@@ -21,6 +21,7 @@ use crate::transport::sse::SseFraming;
 use crate::transport::state::AppState;
 use crate::transport::stream::{BatchSource, Chunk, Framed, Framing, Stream};
 use crate::transport::{ChunkSource, access_log, takeover};
+use serde_json::Value;
 
 /// What a merged SSE stream is opened with.
 pub struct Plan<'a> {
@@ -46,7 +47,7 @@ pub async fn stream(
     let mut warnings = Vec::new();
     let mut head = preamble.to_vec();
     for (name, status) in &opened.refused {
-        head.extend_from_slice(&cluster_frame(name, "CLUSTER", &status.to_string()));
+        head.extend_from_slice(&event_about(name, "CLUSTER", "object", status));
     }
     let mut parts = Vec::with_capacity(opened.parts.len());
     for (name, start, resumed) in opened.parts {
@@ -77,22 +78,11 @@ pub async fn stream(
     Ok(takeover::respond(req, &state.streams, &headers, body))
 }
 
-/// An SSE event `name` about `cluster`, with `object` (JSON).
-fn cluster_frame(cluster: &str, name: &str, object: &str) -> Vec<u8> {
+/// An SSE event `kind` about `cluster` ([`about_json`]).
+fn event_about(cluster: &str, kind: &str, field: &str, value: &Value) -> Vec<u8> {
     format!(
-        "event: {name}\ndata: {{\"cluster\":{},\"type\":\"{name}\",\"object\":{object}}}\n\n",
-        serde_json::Value::from(cluster)
-    )
-    .into_bytes()
-}
-
-/// A `WARNING` event: the API server's `Warning` header text for
-/// `cluster`'s part, which joined after the response's headers had gone.
-fn warning_frame(cluster: &str, warning: &str) -> Vec<u8> {
-    let text = serde_json::Value::from(crate::upstream::warning::text(warning));
-    format!(
-        "event: WARNING\ndata: {{\"cluster\":{},\"type\":\"WARNING\",\"message\":{text}}}\n\n",
-        serde_json::Value::from(cluster)
+        "event: {kind}\ndata: {}\n\n",
+        about_json(cluster, kind, field, value)
     )
     .into_bytes()
 }
@@ -198,20 +188,20 @@ impl ChunkSource for MergedSse {
                 Ok(said) => {
                     let frames: Vec<u8> = said
                         .iter()
-                        .flat_map(|warning| warning_frame(&cluster, warning))
+                        .flat_map(|w| event_about(&cluster, "WARNING", "message", &warning_text(w)))
                         .collect();
                     if !frames.is_empty() {
                         return self.own(Bytes::from(frames));
                     }
                 }
                 Err(status) => {
-                    let frame = cluster_frame(&cluster, "CLUSTER", &status.to_string());
+                    let frame = event_about(&cluster, "CLUSTER", "object", &status);
                     return self.own(Bytes::from(frame));
                 }
             }
         }
         if let Some((cluster, status)) = self.parts.poll_reach(cx) {
-            let frame = cluster_frame(&cluster, "CLUSTER", &status.to_string());
+            let frame = event_about(&cluster, "CLUSTER", "object", &status);
             return self.own(Bytes::from(frame));
         }
         self.parts.poll_next(cx, Framed::poll_next_chunk)
@@ -226,7 +216,7 @@ impl ChunkSource for MergedSse {
 #[cfg(test)]
 fn refused(cluster: &str, code: u16, message: &str) -> Vec<u8> {
     let status = crate::status::status_json(code, "Forbidden", message);
-    cluster_frame(cluster, "CLUSTER", &status.to_string())
+    event_about(cluster, "CLUSTER", "object", &status)
 }
 
 #[cfg(test)]

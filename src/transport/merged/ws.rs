@@ -22,7 +22,7 @@ use actix_web::web;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{Asked, Ids, Opened, Parts, Start, open};
+use super::{Asked, Ids, Opened, Parts, Start, about_json, open, warning_text};
 use crate::auth::Principal;
 use crate::metrics::Transport;
 use crate::status::status_json;
@@ -121,11 +121,12 @@ impl Framing for ClusterWs {
     }
 }
 
-/// `{"cluster":NAME,"type":TYPE,FIELD:VALUE}`: a message about a
-/// cluster rather than of its part's stream.
+/// A message about a cluster ([`about_json`]).
 fn about(cluster: &str, kind: &str, field: &str, value: &Value) -> Outgoing {
-    let json = format!(r#"{{"cluster":"{cluster}","type":"{kind}","{field}":{value}}}"#);
-    Outgoing::event(Bytes::from(json), Id::None)
+    Outgoing::event(
+        Bytes::from(about_json(cluster, kind, field, value)),
+        Id::None,
+    )
 }
 
 /// The API server's warnings for a part's resource (a deprecated API's),
@@ -133,10 +134,7 @@ fn about(cluster: &str, kind: &str, field: &str, value: &Value) -> Outgoing {
 fn warnings(cluster: &str, warnings: &[&str]) -> Vec<Outgoing> {
     warnings
         .iter()
-        .map(|w| {
-            let text = Value::from(crate::upstream::warning::text(w));
-            about(cluster, "WARNING", "message", &text)
-        })
+        .map(|w| about(cluster, "WARNING", "message", &warning_text(w)))
         .collect()
 }
 
