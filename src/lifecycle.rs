@@ -2,6 +2,14 @@
 //! the hard stop after the shutdown grace period (in the spirit of
 //! mini-redis's `Shutdown`).
 //!
+//! Keep-alive ticks are spread over the interval: each stream (and each
+//! `/ws` socket) is given one of [`PHASES`] phases when it starts, and
+//! ticks once per interval, at its phase's beat; a beat comes every
+//! `interval / PHASES`. One tick for every stream at once was a burst of
+//! 10,000 writes (pings, and 10,000 pongs back) at 10,000 WebSocket
+//! subscribers, which the next change's deliveries queued behind
+//! (`loadtest/RESULTS.md`, stop 41); a beat is a sixteenth of it.
+//!
 //! Everything that must notice one of these holds an `Arc<Lifecycle>`:
 //! subscriptions poll its [`Epoch`] beside their hub's (one registration per
 //! wait, see [`crate::epoch`]); async loops await [`Lifecycle::shutting_down`]
@@ -11,18 +19,33 @@
 //! gateway is.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::epoch::Epoch;
 
+/// How many parts a keep-alive interval's ticks are spread over.
+pub const PHASES: usize = 16;
+
+/// When in each keep-alive interval a stream ticks: one of [`PHASES`],
+/// given round-robin ([`Lifecycle::phase`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Phase(u8);
+
 #[derive(Default)]
 pub struct Lifecycle {
-    /// Moves on every tick, at shutdown and at the hard stop.
+    /// Moves on every beat, at shutdown and at the hard stop: what a batch
+    /// writer, which holds streams of every phase, waits on.
     epoch: Epoch,
-    ticks: AtomicU64,
+    /// Each moves on its phase's beat, at shutdown and at the hard stop:
+    /// what a stream of that phase waits on.
+    phases: [Epoch; PHASES],
+    /// Beats so far: phase `p`'s ticks are the beats `b` (from 0) with
+    /// `b % PHASES == p`.
+    beats: AtomicU64,
+    next_phase: AtomicUsize,
     /// Set with `shutdown`, for [`Lifecycle::is_shutting_down`]: every
     /// subscription asks on every delivery, and a token's
     /// `is_cancelled` takes its lock.
@@ -36,35 +59,72 @@ impl Lifecycle {
         Arc::new(Lifecycle::default())
     }
 
-    /// What poll-based waiters (subscriptions) register with.
+    /// What a poll-based waiter that holds streams of every phase (a
+    /// batch writer) registers with: it moves on every beat.
     pub fn epoch(&self) -> &Epoch {
         &self.epoch
     }
 
-    /// A keep-alive interval has passed.
+    /// The phase for a stream or socket that starts now: the next in
+    /// turn, so the streams of every writer are spread evenly.
+    pub fn phase(&self) -> Phase {
+        Phase((self.next_phase.fetch_add(1, Ordering::Relaxed) % PHASES) as u8)
+    }
+
+    /// What a poll-based waiter of one phase (a subscription, a `/ws`
+    /// socket's control loop) registers with: it moves on the phase's
+    /// beats, at shutdown and at the hard stop.
+    pub fn phase_epoch(&self, phase: Phase) -> &Epoch {
+        &self.phases[usize::from(phase.0)]
+    }
+
+    /// A whole keep-alive interval passes at once: every phase ticks.
     pub fn tick(&self) {
-        self.ticks.fetch_add(1, Ordering::AcqRel);
+        self.beats.fetch_add(PHASES as u64, Ordering::AcqRel);
+        self.advance_all();
+    }
+
+    /// The next phase's beat: that phase ticks.
+    pub fn beat(&self) {
+        let beat = self.beats.fetch_add(1, Ordering::AcqRel);
+        self.phases[(beat % PHASES as u64) as usize].advance();
         self.epoch.advance();
     }
 
-    /// Keep-alive intervals passed so far.
-    pub fn ticks(&self) -> u64 {
-        self.ticks.load(Ordering::Acquire)
+    /// Keep-alive ticks phase `phase` has had so far: one per interval.
+    pub fn ticks(&self, phase: Phase) -> u64 {
+        let beats = self.beats.load(Ordering::Acquire);
+        (beats + (PHASES as u64 - 1) - u64::from(phase.0)) / PHASES as u64
     }
 
-    /// Ticks every `interval` until shutdown.
+    /// Whole keep-alive intervals passed so far (every phase ticked that
+    /// often, or once more): what a stream of parts of several phases
+    /// counts its keep-alives by.
+    pub fn intervals(&self) -> u64 {
+        self.beats.load(Ordering::Acquire) / PHASES as u64
+    }
+
+    /// Beats every `interval / PHASES` (so each phase ticks every
+    /// `interval`) until shutdown.
     pub fn spawn_ticker(self: &Arc<Self>, interval: Duration) {
         let this = self.clone();
         tokio::spawn(async move {
-            let mut timer = tokio::time::interval(interval);
+            let mut timer = tokio::time::interval(interval / PHASES as u32);
             timer.tick().await;
             loop {
                 tokio::select! {
                     _ = this.shutting_down() => return,
-                    _ = timer.tick() => this.tick(),
+                    _ = timer.tick() => this.beat(),
                 }
             }
         });
+    }
+
+    fn advance_all(&self) {
+        for epoch in &self.phases {
+            epoch.advance();
+        }
+        self.epoch.advance();
     }
 
     /// Begins the shutdown: streams send their last message and end,
@@ -72,7 +132,7 @@ impl Lifecycle {
     pub fn shut_down(&self) {
         self.shutting_down.store(true, Ordering::Release);
         self.shutdown.cancel();
-        self.epoch.advance();
+        self.advance_all();
     }
 
     pub fn is_shutting_down(&self) -> bool {
@@ -96,7 +156,7 @@ impl Lifecycle {
         self.shutting_down.store(true, Ordering::Release);
         self.shutdown.cancel();
         self.hard_stop.cancel();
-        self.epoch.advance();
+        self.advance_all();
     }
 
     /// Whether the hard stop came.
@@ -109,13 +169,13 @@ impl Lifecycle {
         self.hard_stop.cancelled().await
     }
 
-    /// Resolves at the next tick after `seen` (a value of [`Lifecycle::ticks`]),
-    /// or at shutdown; returns the ticks then.
-    pub async fn next_tick(&self, seen: u64) -> u64 {
-        self.epoch
-            .until(|| self.ticks() != seen || self.is_shutting_down())
+    /// Resolves at `phase`'s next tick after `seen` (a value of
+    /// [`Lifecycle::ticks`]), or at shutdown; returns its ticks then.
+    pub async fn next_tick(&self, phase: Phase, seen: u64) -> u64 {
+        self.phase_epoch(phase)
+            .until(|| self.ticks(phase) != seen || self.is_shutting_down())
             .await;
-        self.ticks()
+        self.ticks(phase)
     }
 }
 
@@ -127,16 +187,56 @@ mod tests {
     async fn ticks_come_every_interval_until_shutdown() {
         let lifecycle = Lifecycle::new();
         lifecycle.spawn_ticker(Duration::from_secs(15));
-        let seen = lifecycle.ticks();
-        let wait = tokio::time::timeout(Duration::from_secs(16), lifecycle.next_tick(seen));
+        let phase = lifecycle.phase();
+        let seen = lifecycle.ticks(phase);
+        let wait = tokio::time::timeout(Duration::from_secs(16), lifecycle.next_tick(phase, seen));
         assert_eq!(wait.await.expect("a tick within the interval"), seen + 1);
         lifecycle.shut_down();
         assert!(lifecycle.is_shutting_down());
         // At shutdown a tick waiter returns at once, ticks unchanged.
-        assert_eq!(lifecycle.next_tick(seen + 1).await, seen + 1);
+        assert_eq!(lifecycle.next_tick(phase, seen + 1).await, seen + 1);
         tokio::time::timeout(Duration::from_secs(1), lifecycle.shutting_down())
             .await
             .expect("shutdown is seen by async waiters too");
+    }
+
+    /// Each beat ticks one phase; every phase ticks once per interval, in
+    /// turn; and a phase's epoch moves only on its own beats, so a stream
+    /// is woken once per interval, not on every beat.
+    #[tokio::test(start_paused = true)]
+    async fn each_phase_ticks_once_per_interval_at_its_own_beat() {
+        let lifecycle = Lifecycle::new();
+        let phases: Vec<Phase> = (0..2 * PHASES).map(|_| lifecycle.phase()).collect();
+        // Round-robin: the first PHASES are all different, then again.
+        assert_eq!(phases[0], phases[PHASES]);
+        assert!((1..PHASES).all(|i| phases[i] != phases[0]));
+        let epochs: Vec<u64> = phases[..PHASES]
+            .iter()
+            .map(|&p| lifecycle.phase_epoch(p).current())
+            .collect();
+        let start = tokio::time::Instant::now();
+        lifecycle.spawn_ticker(Duration::from_secs(16));
+        for beat in 1..=PHASES {
+            // Halfway between beats (a beat a second).
+            let at = start + Duration::from_millis(1000 * beat as u64 + 500);
+            tokio::time::sleep_until(at).await;
+            for (i, &phase) in phases[..PHASES].iter().enumerate() {
+                let ticked = i < beat;
+                assert_eq!(
+                    lifecycle.ticks(phase),
+                    u64::from(ticked),
+                    "phase {i} after beat {beat}"
+                );
+                assert_eq!(
+                    lifecycle.phase_epoch(phase).current() != epochs[i],
+                    ticked,
+                    "phase {i}'s epoch after beat {beat}"
+                );
+            }
+        }
+        // A whole interval at once (`tick`): every phase once more.
+        lifecycle.tick();
+        assert!(phases.iter().all(|&p| lifecycle.ticks(p) == 2));
     }
 
     #[tokio::test]

@@ -38,7 +38,7 @@ use super::scope::{scope_tag, shown};
 use super::{Hub, Joined, Lapped, Obj, SubscriberGuard, View};
 use crate::auth::lease::Lease;
 use crate::epoch::Registration;
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::{Lifecycle, Phase};
 use crate::metrics::Transport;
 
 /// Snapshot objects handed out per item.
@@ -56,8 +56,9 @@ pub struct Subscription {
     /// Where this waits for the hub's changes, and the epoch it last read at.
     hub_wait: Registration,
     hub_seen: u64,
-    /// Keep-alive ticks and shutdown.
+    /// Keep-alive ticks (at its phase's beats) and shutdown.
     lifecycle: Arc<Lifecycle>,
+    phase: Phase,
     lifecycle_wait: Registration,
     lifecycle_seen: u64,
     ticks_seen: u64,
@@ -154,14 +155,16 @@ impl Subscription {
         };
         hub.metrics().subscriber_joined(hub.name(), transport);
         let view = hub.view(spec);
+        let phase = lifecycle.phase();
         let mut sub = Subscription {
             hub,
             view,
             cursor: 0,
             hub_wait: Registration::default(),
             hub_seen: 0,
-            lifecycle_seen: lifecycle.epoch().current(),
-            ticks_seen: lifecycle.ticks(),
+            lifecycle_seen: lifecycle.phase_epoch(phase).current(),
+            ticks_seen: lifecycle.ticks(phase),
+            phase,
             lifecycle_wait: Registration::default(),
             lifecycle,
             snapshot: None,
@@ -385,8 +388,8 @@ impl Subscription {
     /// (`transport::takeover::batch`), after [`Subscription::took`] of
     /// what it sent them.
     pub fn tick(&mut self) -> Option<Item> {
-        self.lifecycle_seen = self.lifecycle.epoch().current();
-        let ticks = self.lifecycle.ticks();
+        self.lifecycle_seen = self.lifecycle.phase_epoch(self.phase).current();
+        let ticks = self.lifecycle.ticks(self.phase);
         if ticks == self.ticks_seen || self.lifecycle.is_shutting_down() {
             return None;
         }
@@ -425,6 +428,12 @@ impl Subscription {
         }
     }
 
+    /// When in each keep-alive interval it ticks: a WebSocket's ping goes
+    /// with its subscription's tick.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
     /// The view this subscription sees its hub through.
     pub fn view(&self) -> &Arc<View> {
         &self.view
@@ -460,10 +469,11 @@ impl Subscription {
             .hub
             .changes()
             .poll_moved(self.hub_seen, &mut self.hub_wait, cx);
-        let lifecycle =
-            self.lifecycle
-                .epoch()
-                .poll_moved(self.lifecycle_seen, &mut self.lifecycle_wait, cx);
+        let lifecycle = self.lifecycle.phase_epoch(self.phase).poll_moved(
+            self.lifecycle_seen,
+            &mut self.lifecycle_wait,
+            cx,
+        );
         match (hub, lifecycle) {
             (Poll::Pending, Poll::Pending) => Poll::Pending,
             (_, lifecycle) => Poll::Ready(lifecycle.is_ready()),
@@ -474,7 +484,9 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.hub.changes().deregister(&mut self.hub_wait);
-        self.lifecycle.epoch().deregister(&mut self.lifecycle_wait);
+        self.lifecycle
+            .phase_epoch(self.phase)
+            .deregister(&mut self.lifecycle_wait);
         if let Some(scoped) = &mut self.scoped {
             scoped.access.source.changes().deregister(&mut scoped.wait);
         }

@@ -112,7 +112,7 @@ impl Subscription {
             && self.scoped.as_ref().is_none_or(|s| {
                 s.pending.is_none() && s.access.source.changes().current() == s.seen
             })
-            && self.lifecycle.epoch().current() == self.lifecycle_seen
+            && self.lifecycle.phase_epoch(self.phase).current() == self.lifecycle_seen
             && !self.lifecycle.is_shutting_down();
         owes_nothing.then_some(Batchable {
             cursor: self.cursor,
@@ -150,7 +150,9 @@ impl Subscription {
     /// events is owed.
     pub fn stop_waiting(&mut self) {
         self.hub.changes().deregister(&mut self.hub_wait);
-        self.lifecycle.epoch().deregister(&mut self.lifecycle_wait);
+        self.lifecycle
+            .phase_epoch(self.phase)
+            .deregister(&mut self.lifecycle_wait);
         self.expiry_timer = None;
     }
 }

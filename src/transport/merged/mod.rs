@@ -285,17 +285,18 @@ pub async fn open(
 #[derive(Default)]
 struct Ids {
     parts: Mutex<Vec<(Arc<str>, Option<String>)>>,
-    /// The keep-alive tick the stream last had a comment for (SSE).
+    /// The keep-alive interval the stream last had a comment in (SSE).
     commented: AtomicU64,
 }
 
 impl Ids {
-    /// Whether a part idle at keep-alive tick `tick` is the first to be:
-    /// the stream gets one comment per tick, from whichever part is idle,
+    /// Whether a part idle at its keep-alive tick in interval `interval`
+    /// ([`crate::lifecycle::Lifecycle::intervals`]) is the first to be: the
+    /// stream gets one comment per interval, from whichever part is idle,
     /// so that it gets them while any part streams (the first named may
     /// not have joined, or may have ended).
-    fn comment(&self, tick: u64) -> bool {
-        self.commented.swap(tick, Ordering::Relaxed) != tick
+    fn comment(&self, interval: u64) -> bool {
+        self.commented.swap(interval, Ordering::Relaxed) != interval
     }
 
     fn push(&self, cluster: Arc<str>, position: Option<String>) -> usize {

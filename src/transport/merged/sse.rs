@@ -139,8 +139,9 @@ impl Framing for ClusterSse {
         let more = SseFraming.frame(msg, stream, &mut framed);
         if let Some(frames) = framed.take() {
             if keep_alive {
-                // One comment per tick for the stream, not one per part.
-                if self.ids.comment(self.lifecycle.ticks()) {
+                // One comment per interval for the stream, not one per
+                // part (whose ticks come at their own phases' beats).
+                if self.ids.comment(self.lifecycle.intervals()) {
                     out.shared(&frames);
                 }
             } else {

@@ -83,11 +83,13 @@ pub async fn stream(
     .await?;
     access_log::note(&req, Verb::Watch, sub.hub().name(), &sub.namespaces());
     let taken = handshake(&req, &state, &sub.hub().warnings())?;
+    let phase = sub.phase();
     let framed = framed(sub, principal.name());
     let wire = single::Single::new(
         Box::new(taken),
         state.stream.effective_ws_idle_timeout(),
-        state.lifecycle.ticks(),
+        &state.lifecycle,
+        phase,
     );
     state.streams.drive(framed, wire);
     // actix writes this into the emptied connection, where it vanishes.

@@ -22,7 +22,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::message::{IDLE, Outgoing, TAIL, WsFraming, close_for, close_reason, parts};
 use super::{ClientFrame, lost, poll_messages};
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::{Lifecycle, Phase};
 use crate::transport::stream::{BatchSource, Framed};
 use crate::transport::takeover::{
     Heard, LINGER, Linger, Messages, Next, Opcode, Source, Taken, Tick, Upgraded, Wire,
@@ -61,7 +61,9 @@ pub(super) struct Single {
     /// linger.
     idle: Option<Pin<Box<Sleep>>>,
     idle_timeout: Duration,
-    /// The keep-alive tick last pinged at.
+    /// Its subscription's phase (its pings go with that one's ticks), and
+    /// the keep-alive tick last pinged at.
+    phase: Phase,
     pinged: u64,
     /// A client frame its batch writer read and could not absorb: acted on
     /// first, back in the socket's task.
@@ -95,13 +97,19 @@ enum Sending {
 }
 
 impl Single {
-    pub(super) fn new(taken: Box<Taken>, idle_timeout: Duration, ticks: u64) -> Single {
+    pub(super) fn new(
+        taken: Box<Taken>,
+        idle_timeout: Duration,
+        lifecycle: &Lifecycle,
+        phase: Phase,
+    ) -> Single {
         Single {
             taken: Some(taken),
             conn: None,
             idle: None,
             idle_timeout,
-            pinged: ticks,
+            phase,
+            pinged: lifecycle.ticks(phase),
             held: None,
             out: Vec::new(),
             sent: 0,
@@ -264,7 +272,7 @@ impl Wire for Single {
     /// what keeps the socket from its idle timeout); then the client's
     /// frames; then the idle timeout.
     fn heard(&mut self, lifecycle: &Lifecycle, cx: &mut Context<'_>) -> Heard {
-        let ticks = lifecycle.ticks();
+        let ticks = lifecycle.ticks(self.phase);
         if ticks != self.pinged {
             self.pinged = ticks;
             self.send(Sending::Ping);
@@ -380,7 +388,7 @@ impl Wire for Single {
             return Tick::Unpark;
         };
         let owed = source.frame_tick();
-        let ticks = lifecycle.ticks();
+        let ticks = lifecycle.ticks(self.phase);
         if ticks == self.pinged {
             return match owed {
                 Some((bytes, counted)) => Tick::Send(bytes, counted),

@@ -10,6 +10,7 @@ use crate::hub::{
     EventType, Filter, Hub, Item, LogLimits, Obj, ResetReason, ResourceMeta, Step, Subscribe,
     Subscription, SubscriptionContext, ViewSpec,
 };
+use crate::lifecycle::PHASES;
 use crate::metrics::Transport;
 use crate::transport::sse::SseFraming;
 use crate::transport::stream::Framed;
@@ -526,6 +527,53 @@ async fn a_tick_is_written_without_unparking() {
     }
     assert_eq!(s.unparked_total(), 0);
     assert_eq!(s.parked_now(), 3);
+}
+
+/// Keep-alive ticks are spread over the interval by phase: a beat writes
+/// only to the streams of its phase, and over an interval every stream
+/// has one, each without leaving the writer.
+#[tokio::test(start_paused = true)]
+async fn a_beat_writes_keep_alives_only_to_the_streams_of_its_phase() {
+    let s = Setup::new(LogLimits::default());
+    let mut sockets = Vec::new();
+    for _ in 0..PHASES {
+        sockets.push(s.parked().await);
+    }
+    run_until("all parked", || s.parked_now() == PHASES as i64).await;
+    // Past the snapshot (the first tick owes nothing), then one whole
+    // interval: a keep-alive each.
+    s.lifecycle.tick();
+    run_a_while().await;
+    s.lifecycle.tick();
+    run_until("keep-alives written", || {
+        sockets.iter().all(|s| *lock(&s.writes) == 1)
+    })
+    .await;
+    // One phase at a time: consecutive streams have consecutive phases, so
+    // each beat reaches exactly one stream, and each stream once.
+    for beat in 1..=PHASES {
+        s.lifecycle.beat();
+        run_until("the beat's keep-alive written", || {
+            sockets.iter().map(|s| *lock(&s.writes)).sum::<usize>() == PHASES + beat
+        })
+        .await;
+        run_a_while().await;
+        assert_eq!(
+            sockets.iter().map(|s| *lock(&s.writes)).sum::<usize>(),
+            PHASES + beat,
+            "beat {beat} wrote to more than its phase's stream"
+        );
+        assert_eq!(
+            s.parked_now(),
+            PHASES as i64,
+            "kubefan_streams_batched across beats"
+        );
+    }
+    for socket in &sockets {
+        assert_eq!(*lock(&socket.writes), 2, "one keep-alive per interval");
+        assert_eq!(socket.wrote(), b": keep-alive\n\n: keep-alive\n\n");
+    }
+    assert_eq!(s.unparked_total(), 0);
 }
 
 #[tokio::test(start_paused = true)]

@@ -13,7 +13,7 @@ use super::Socket;
 use super::outbox::Frame;
 use super::writer::{Writer, Wrote};
 use crate::epoch::Registration;
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::{Lifecycle, Phase};
 use crate::transport::takeover::Inbox;
 use crate::transport::ws::message::{GOING_AWAY, IDLE, NOT_READING, close_reason};
 use crate::transport::ws::{ClientFrame, Ending};
@@ -37,8 +37,9 @@ pub(super) struct Control {
     pub(super) socket: Socket,
     pub(super) writer: Writer,
     msgs: Inbox,
-    /// One wait on the lifecycle, whose epoch moves on each tick, at
-    /// shutdown and at the hard stop.
+    /// One wait on the lifecycle, whose epoch of the socket's phase moves
+    /// on each of its ticks (one beat per interval), at shutdown and at the
+    /// hard stop.
     pub(super) life: LifeWait,
     life_seen: u64,
     ticks: u64,
@@ -54,6 +55,7 @@ pub(super) struct Control {
 impl Control {
     pub(super) fn new(socket: Socket, writer: Writer, msgs: Inbox) -> Control {
         let lifecycle = socket.state.lifecycle.clone();
+        let phase = lifecycle.phase();
         let expiry = socket
             .principal
             .deadline()
@@ -61,10 +63,11 @@ impl Control {
         Control {
             writer,
             msgs,
-            life_seen: lifecycle.epoch().current(),
-            ticks: lifecycle.ticks(),
+            life_seen: lifecycle.phase_epoch(phase).current(),
+            ticks: lifecycle.ticks(phase),
             life: LifeWait {
                 lifecycle,
+                phase,
                 reg: Registration::default(),
             },
             heard: Instant::now(),
@@ -81,6 +84,7 @@ impl Control {
         // Borrowed apart from the registration beside it (no `Arc` clone
         // per poll).
         let lifecycle: &Lifecycle = &self.life.lifecycle;
+        let phase = self.life.phase;
         loop {
             if lifecycle.is_shutting_down() && self.socket.outbox.subscriptions() == 0 {
                 return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Away, GOING_AWAY))));
@@ -98,13 +102,13 @@ impl Control {
                 }
                 continue;
             }
-            let epoch = lifecycle.epoch();
+            let epoch = lifecycle.phase_epoch(phase);
             if epoch
                 .poll_moved(self.life_seen, &mut self.life.reg, cx)
                 .is_ready()
             {
                 self.life_seen = epoch.current();
-                let ticked = lifecycle.ticks();
+                let ticked = lifecycle.ticks(phase);
                 if ticked != self.ticks {
                     self.ticks = ticked;
                     if self.heard.elapsed() >= self.socket.state.stream.effective_ws_idle_timeout()
@@ -161,11 +165,14 @@ impl Control {
 /// when the loop ends.
 pub(super) struct LifeWait {
     lifecycle: Arc<Lifecycle>,
+    phase: Phase,
     reg: Registration,
 }
 
 impl Drop for LifeWait {
     fn drop(&mut self) {
-        self.lifecycle.epoch().deregister(&mut self.reg);
+        self.lifecycle
+            .phase_epoch(self.phase)
+            .deregister(&mut self.reg);
     }
 }
