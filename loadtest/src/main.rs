@@ -555,6 +555,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             "p999": total.value_at_quantile(0.999) as f64 / 1000.0, "max": total.max() as f64 / 1000.0},
         "last_subscriber_ms": {"p50": pct(0.5) as f64 / 1000.0, "p99": pct(0.99) as f64 / 1000.0,
             "max": last.last().copied().unwrap_or(0) as f64 / 1000.0},
+        // Each change's slowest delivery, in the order published (one every
+        // 1/R s): when in the run the tail came, and whether it recurs
+        // with a period of the server's (a keep-alive interval, a trim).
+        "last_subscriber_by_change_ms": per_change.iter().map(|(_, m)| f64::from(*m) / 1000.0).collect::<Vec<_>>(),
         "connect_all_ms": connect_ms,
         "rss_kib": {"before": before.map(|s| s.0), "connected": connected.map(|s| s.0),
             "streaming": streaming.map(|s| s.0), "after": cpu_end.map(|s| s.0)},

@@ -738,26 +738,36 @@ async fn connect_h2(
 }
 
 /// Reads changes into `seen` (one per subscriber the connection carries)
-/// until `deadline`, or until every change each is to get has arrived.
-pub async fn read(conn: Conn, mut seen: Vec<Seen>, deadline: tokio::time::Instant) -> Vec<Seen> {
-    if let Conn::WsMux(ws) = conn {
-        return read_mux(*ws, seen, deadline).await;
+/// until `deadline`, or until every change each is to get has arrived;
+/// then hands the connection back, open. The worker closes its
+/// connections only once all its readers are done: a reader that hung up
+/// as soon as it had the last change made the server handle thousands of
+/// hang-ups while it was still delivering that change to the others, and
+/// the run's slowest delivery was often that change's (`RESULTS.md`, stop
+/// 41).
+pub async fn read(
+    mut conn: Conn,
+    mut seen: Vec<Seen>,
+    deadline: tokio::time::Instant,
+) -> (Vec<Seen>, Conn) {
+    if let Conn::WsMux(ws) = &mut conn {
+        let seen = read_mux(ws, seen, deadline).await;
+        return (seen, conn);
     }
     let Some(one) = seen.pop() else {
-        return seen;
+        return (seen, conn);
     };
-    seen.push(read_one(conn, one, deadline).await);
-    seen
+    seen.push(read_one(&mut conn, one, deadline).await);
+    (seen, conn)
 }
 
 /// [`read`] for a connection carrying one subscriber.
-async fn read_one(conn: Conn, mut seen: Seen, deadline: tokio::time::Instant) -> Seen {
+async fn read_one(conn: &mut Conn, mut seen: Seen, deadline: tokio::time::Instant) -> Seen {
     let mut buf: Vec<u8> = Vec::new();
     match conn {
         Conn::Http(_) | Conn::H2(_) => {
-            let mut conn = conn;
             loop {
-                let Some(chunk) = next_chunk(&mut conn, deadline).await else {
+                let Some(chunk) = next_chunk(conn, deadline).await else {
                     break;
                 };
                 buf.extend_from_slice(&chunk);
@@ -775,7 +785,7 @@ async fn read_one(conn: Conn, mut seen: Seen, deadline: tokio::time::Instant) ->
                 }
             }
         }
-        Conn::Ws(mut ws) => loop {
+        Conn::Ws(ws) => loop {
             let next = tokio::time::timeout_at(deadline, ws.next()).await;
             let Ok(Ok(Some(msg))) = next else { break };
             if memmem::find(&msg, b"\"RESET\"").is_some() {
@@ -793,7 +803,7 @@ async fn read_one(conn: Conn, mut seen: Seen, deadline: tokio::time::Instant) ->
 
 /// [`read`] for a `/ws` socket: each message to the subscriber it names.
 async fn read_mux(
-    mut ws: WsConn,
+    ws: &mut WsConn,
     mut seen: Vec<Seen>,
     deadline: tokio::time::Instant,
 ) -> Vec<Seen> {
@@ -983,7 +993,7 @@ mod tests {
         .await
         .unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let seen = read(
+        let (seen, _conn) = read(
             conn,
             vec![Seen::new(2, vec![]), Seen::new(2, vec![])],
             deadline,

@@ -154,11 +154,13 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
         failed_connections: failed,
         ..WorkerReport::default()
     };
-    for seen in futures::future::try_join_all(tasks)
+    // Every reader is done before any connection closes (`read`).
+    let (seens, conns): (Vec<Vec<Seen>>, Vec<_>) = futures::future::try_join_all(tasks)
         .await?
         .into_iter()
-        .flatten()
-    {
+        .unzip();
+    drop(conns);
+    for seen in seens.into_iter().flatten() {
         report.duplicates += seen.duplicates;
         report.resets += seen.resets;
         report.expected += seen.expected();
