@@ -380,7 +380,9 @@ impl Subscription {
     /// under load wrote one to every stream at once, 10,000 writes (~50
     /// ms of a core at 10,000 subscribers) ahead of the next change's
     /// (`loadtest/RESULTS.md`, stop 40). A stream is still never silent
-    /// for two keep-alive intervals.
+    /// for two keep-alive intervals. Its ticks come at its phase's beats
+    /// ([`crate::lifecycle::Phase`]), once per interval, so the streams
+    /// of a writer do not all tick at once.
     ///
     /// The lifecycle's moves up to now are seen after it. Asked by the
     /// subscription's own task when the lifecycle moves, and by a batch
