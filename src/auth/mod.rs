@@ -1,10 +1,10 @@
 //! Authentication and authorization: who a request comes from
-//! ([`Principal`]) and what it may see ([`Auth::authorize`]).
+//! ([`Principal`]) and what it may see ([`Authorizer::authorize`]).
 //!
 //! The middleware (`crate::middleware`) authenticates every request except the probes
 //! once and stores the [`Principal`] in the request's extensions; handlers
 //! take it as an extractor and, before they subscribe, ask
-//! [`Auth::authorize`] which namespaces of a resource to serve. Hubs and
+//! [`Authorizer::authorize`] which namespaces of a resource to serve. Hubs and
 //! informers know nothing of principals: one upstream watch serves
 //! everyone, and a principal's grant narrows its subscription's namespace
 //! filter.

@@ -12,7 +12,7 @@ use super::{Hub, State, SubscriptionError};
 impl Hub {
     /// Ends the hub: its informer has stopped (the resource is gone
     /// upstream, or it was stopped for lack of subscribers). Subscribers
-    /// are woken and receive [`Item::Closed`] with `reason`; new ones are
+    /// are woken and receive [`Item::Closed`](super::Item::Closed) with `reason`; new ones are
     /// refused; later upstream changes are ignored. Its gauges are reset
     /// (no objects, not synced), since a hub started later for the same
     /// resource shares them. Idempotent; the first reason wins.

@@ -231,7 +231,7 @@ impl LabelSelector {
 /// The selector in its shortest spelling (`=` for equality, no space but
 /// the one before `in`/`notin`, sets in their order), which parses back
 /// to an equal selector and is never longer than what was parsed (so it
-/// stays within [`MAX_SELECTOR_LEN`]).
+/// stays within [`MAX_SELECTOR_LEN`](super::MAX_SELECTOR_LEN)).
 impl std::fmt::Display for LabelSelector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (i, Requirement { key, op }) in self.0.iter().enumerate() {
