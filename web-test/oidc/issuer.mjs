@@ -43,9 +43,27 @@ const SCOPE_CLAIMS = {
   groups: ['groups'],
 };
 
+/**
+ * A new RSA-2048 private key as a JWK.
+ *
+ * Generated as PEM and exported from a key object made from that, not from
+ * the generated key object itself: with Node 20 that export deadlocked
+ * once in CI (stop 41). A garbage collection during the export ran the
+ * key-generation job's destructor, which waits for the lock on the key
+ * the export holds (gdb: `ExportJWKRsaKey` → GC → `~KeyGenJob` →
+ * `uv_mutex_lock`), and the program never printed its ready line.
+ */
+export function rsaPrivateJwk() {
+  const {privateKey} = crypto.generateKeyPairSync('rsa', {
+    modulusLength: 2048,
+    privateKeyEncoding: {type: 'pkcs8', format: 'pem'},
+    publicKeyEncoding: {type: 'spki', format: 'pem'},
+  });
+  return crypto.createPrivateKey(privateKey).export({format: 'jwk'});
+}
+
 function rsaSigningKey() {
-  const {privateKey} = crypto.generateKeyPairSync('rsa', {modulusLength: 2048});
-  const jwk = privateKey.export({format: 'jwk'});
+  const jwk = rsaPrivateJwk();
   jwk.kid = `k-${crypto.randomBytes(6).toString('base64url')}`;
   jwk.alg = 'RS256';
   jwk.use = 'sig';
