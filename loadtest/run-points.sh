@@ -88,6 +88,9 @@ cargo build --release --locked -p kubefan -p loadtest
 BIN=${CARGO_TARGET_DIR:-target}/release
 # KUBEFAN_BIN: another build of kubefan to measure (a paired before/after).
 KUBEFAN=${KUBEFAN_BIN:-$BIN/kubefan}
+# LOADTEST_BIN: another build of the generator (to measure the generator's
+# own cost; the floor server stays this tree's).
+LOADTEST=${LOADTEST_BIN:-$BIN/loadtest}
 ulimit -n 20000
 
 # A server left on a port (another run's, or one that did not stop) would
@@ -271,7 +274,7 @@ PY
         base=http://127.0.0.1:8090
         sim=""
       fi
-      taskset -c 1 "$BIN/loadtest" run --server "$server" --base "$base" --sim "$sim_url" \
+      taskset -c 1 "$LOADTEST" run --server "$server" --base "$base" --sim "$sim_url" \
         --pid "$pid" "${transport_run[@]}" --subscribers "$n" --rate "$RATE" \
         --duration-secs "$DURATION" --workers "$workers" --payload "$PAYLOAD" "${tls_run[@]}" "${publish[@]}" --out "$file" >/dev/null
       # shellcheck disable=SC2086 # $sim: one or more simulators' pids.

@@ -220,11 +220,17 @@ fn proc_stats(pid: u32) -> Option<(u64, u64)> {
         .nth(1)?
         .parse()
         .ok()?;
+    Some((rss, proc_cpu_ms(pid)?))
+}
+
+/// CPU time (ms) of a process, from /proc; also of one that has exited and
+/// is not yet waited for (which has no RSS left).
+fn proc_cpu_ms(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
     // utime and stime are fields 14 and 15 (1-based), in clock ticks (100/s).
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some((rss, ticks * 10))
+    Some(ticks * 10)
 }
 
 /// A request to the simulated API server, with its token if there is one.
@@ -464,6 +470,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let cpu_start = stats_of(&args.pid);
     let root_start = args.root_pid.and_then(proc_stats);
+    // The generator's own CPU (its workers and this process, which
+    // publishes): a generator whose core is busy all the time queues
+    // deliveries itself, and its latencies are not only the server's.
+    let worker_pids: Vec<u32> = children.iter().filter_map(|(c, _)| c.id()).collect();
+    let generator_start = worker_pids
+        .iter()
+        .chain([&std::process::id()])
+        .map(|pid| proc_cpu_ms(*pid))
+        .sum::<Option<u64>>();
+    let streaming_started = Instant::now();
     let mut interval = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let publisher = Publisher {
@@ -500,6 +516,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut total = Histogram::<u64>::new_with_bounds(1, 600_000_000, 2)?;
     let mut per_change = vec![(0u64, 0u32); changes];
     let (mut dups, mut resets, mut expected, mut leaked) = (0, 0, 0, 0);
+    let mut generator_end = proc_cpu_ms(std::process::id());
     for (mut child, mut stdout) in children {
         let line = tokio::time::timeout(
             Duration::from_secs(deadline_ms / 1000 + 60),
@@ -520,8 +537,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         resets += report.resets;
         expected += report.expected;
         leaked += report.leaked;
+        // Its CPU once it has reported, before it exits.
+        let worker_cpu = child.id().and_then(proc_cpu_ms);
+        generator_end = generator_end.zip(worker_cpu).map(|(sum, w)| sum + w);
         let _ = child.wait().await;
     }
+    let streaming_ms = streaming_started.elapsed().as_millis() as u64;
+    let generator_cpu_ms = generator_start
+        .zip(generator_end)
+        .map(|(a, b)| b.saturating_sub(a));
     let cpu_end = stats_of(&args.pid);
     let root_end = args.root_pid.and_then(proc_stats);
     let delivered: u64 = per_change.iter().map(|(n, _)| n).sum();
@@ -571,6 +595,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             "cpu_ms": match (root_start, root_end) { (Some(a), Some(b)) => Some(b.1 - a.1), _ => None },
         })),
         "server_cpu_us_per_delivery": cpu_ms.map(|ms| ms as f64 * 1000.0 / delivered.max(1) as f64),
+        "generator_cpu_ms": generator_cpu_ms,
+        "generator_cpu_us_per_delivery": generator_cpu_ms.map(|ms| ms as f64 * 1000.0 / delivered.max(1) as f64),
+        // Of one core, from the first change to the last report: near 1,
+        // the generator's core was saturated (run-points gives it one).
+        "generator_busy": generator_cpu_ms.map(|ms| ms as f64 / streaming_ms.max(1) as f64),
     });
     let text = serde_json::to_string_pretty(&report)?;
     println!("{text}");
@@ -578,7 +607,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         std::fs::write(out, &text)?;
     }
     eprintln!(
-        "{} {:?} N={} R={}: delivered {}/{} (lost {}, dup {}, resets {}, leaked {}), p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms, {}/subscriber ({} just after connecting), {} CPU/delivery",
+        "{} {:?} N={} R={}: delivered {}/{} (lost {}, dup {}, resets {}, leaked {}), p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms, {}/subscriber ({} just after connecting), {} CPU/delivery (generator {}, busy {})",
         args.server,
         args.transport,
         args.subscribers,
@@ -598,6 +627,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         report["server_cpu_us_per_delivery"]
             .as_f64()
             .map_or("?".into(), |u| format!("{u:.2} µs")),
+        report["generator_cpu_us_per_delivery"]
+            .as_f64()
+            .map_or("?".into(), |u| format!("{u:.2} µs")),
+        report["generator_busy"]
+            .as_f64()
+            .map_or("?".into(), |b| format!("{b:.2}")),
     );
     Ok(())
 }
