@@ -11,9 +11,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use bytes::{Buf, Bytes, BytesMut};
-use futures::StreamExt;
+use futures::FutureExt;
 use memchr::memmem;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::http1::HttpConn;
 
 /// What a subscriber saw.
 #[derive(Debug, Default)]
@@ -86,10 +88,17 @@ pub fn now_nanos() -> u64 {
         .unwrap_or(0)
 }
 
+/// Searchers for what every delivery is searched for, built once:
+/// `memmem::find` builds its searcher on every call, which was 1.5% of the
+/// generator's core at 10,000 subscribers (`RESULTS.md`, stop 42).
+static SENT_KEY: std::sync::LazyLock<memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memmem::Finder::new(b"loadtest/sent"));
+static RESET: std::sync::LazyLock<memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memmem::Finder::new(b"\"RESET\""));
+
 /// Finds `"loadtest/sent":"SEQ:NANOS"` (possibly JSON-escaped once).
 fn parse_sent(payload: &[u8]) -> Option<(u64, u64)> {
-    let key = b"loadtest/sent";
-    let at = memmem::find(payload, key)? + key.len();
+    let at = SENT_KEY.find(payload)? + SENT_KEY.needle().len();
     let rest = &payload[at..];
     let start = rest.iter().position(|b| b.is_ascii_digit())?;
     let rest = &rest[start..];
@@ -349,7 +358,8 @@ pub const SNAPSHOT_END: &[u8] = b"k8s.io/initial-events-end";
 
 /// A connected subscriber, ready for changes.
 pub enum Conn {
-    Http(futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>),
+    /// An HTTP/1.1 streaming response (SSE, a Kubernetes watch).
+    Http(Box<HttpConn>),
     Ws(Box<WsConn>),
     /// A `/ws` socket carrying one or more subscriptions (`s0`, `s1`, ...).
     WsMux(Box<WsConn>),
@@ -361,7 +371,7 @@ pub enum Conn {
 #[derive(Clone)]
 pub enum Client {
     /// HTTP/1.1 (plain or TLS), one connection per subscriber.
-    Http(reqwest::Client),
+    Http1,
     /// One HTTP/2 connection, shared by several subscribers' streams.
     H2(h2::client::SendRequest<Bytes>),
 }
@@ -442,15 +452,15 @@ pub async fn h2_connection(
 /// generator was behind.)
 pub struct WsConn {
     /// The socket, or a TLS stream over it (`wss://`).
-    tcp: Box<dyn WsIo>,
+    tcp: Box<dyn Io>,
     buf: BytesMut,
 }
 
-/// What a WebSocket is read from and written to: a TCP stream, plain or
-/// through a rustls client session.
-trait WsIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+/// What a subscriber's connection is read from and written to: a TCP
+/// stream, plain or through a rustls client session.
+pub trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> WsIo for T {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 
 /// Opcodes of RFC 6455, section 5.2.
 const OP_CONTINUATION: u8 = 0x0;
@@ -462,7 +472,7 @@ const OP_PING: u8 = 0x9;
 impl WsConn {
     /// Sends the upgrade request for `path` and reads the `101` answer.
     async fn handshake(
-        mut tcp: Box<dyn WsIo>,
+        mut tcp: Box<dyn Io>,
         host: &str,
         path: &str,
         credential: Option<&Credential>,
@@ -476,6 +486,8 @@ impl WsConn {
              Sec-WebSocket-Version: 13\r\n{credential}\r\n"
         );
         tcp.write_all(request.as_bytes()).await?;
+        // A TLS session may hold what it could not write yet until flushed.
+        tcp.flush().await?;
         let mut buf = BytesMut::with_capacity(4096);
         let end = loop {
             if let Some(end) = memmem::find(&buf, b"\r\n\r\n") {
@@ -557,6 +569,7 @@ impl WsConn {
         frame.extend_from_slice(&[0, 0, 0, 0]);
         frame.extend_from_slice(payload);
         self.tcp.write_all(&frame).await?;
+        self.tcp.flush().await?;
         Ok(())
     }
 
@@ -566,6 +579,7 @@ impl WsConn {
         let mut frame = vec![0x80 | 0xA, 0x80 | payload.len().min(125) as u8, 0, 0, 0, 0];
         frame.extend_from_slice(&payload[..payload.len().min(125)]);
         self.tcp.write_all(&frame).await?;
+        self.tcp.flush().await?;
         Ok(())
     }
 }
@@ -586,25 +600,25 @@ pub async fn connect(
     if nchan && target.transport == Transport::WsMux {
         bail!("ws-mux is kubefan's /ws");
     }
-    let client = match client {
-        Client::Http(client) => client,
-        Client::H2(send) => return connect_h2(target, send.clone(), &url, credential).await,
+    if let Client::H2(send) = client {
+        return connect_h2(target, send.clone(), &url, credential).await;
+    }
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((local, 0).into())?;
+    let mut parts = url.splitn(4, '/');
+    let host = parts.nth(2).context("url has a host")?;
+    let path = format!("/{}", parts.next().unwrap_or(""));
+    let addr: std::net::SocketAddr = host.parse()?;
+    let stream = socket.connect(addr).await?;
+    let tls = url.starts_with("wss:") || url.starts_with("https:");
+    let stream: Box<dyn Io> = match (&target.ca_pem, tls) {
+        // One session per subscriber, as a browser's tab has.
+        (Some(ca), true) => Box::new(tls_connect(ca, &[b"http/1.1"], stream).await?),
+        (None, true) => bail!("{url}: TLS needs --tls-ca"),
+        _ => Box::new(stream),
     };
     match target.transport {
         Transport::Ws | Transport::WsMux => {
-            let socket = tokio::net::TcpSocket::new_v4()?;
-            socket.bind((local, 0).into())?;
-            let mut parts = url.splitn(4, '/');
-            let host = parts.nth(2).context("url has a host")?;
-            let path = format!("/{}", parts.next().unwrap_or(""));
-            let addr: std::net::SocketAddr = host.parse()?;
-            let stream = socket.connect(addr).await?;
-            let stream: Box<dyn WsIo> = match (&target.ca_pem, url.starts_with("wss:")) {
-                // One session per subscriber, as a browser's tab has.
-                (Some(ca), true) => Box::new(tls_connect(ca, &[b"http/1.1"], stream).await?),
-                (None, true) => bail!("{url}: wss needs --tls-ca"),
-                _ => Box::new(stream),
-            };
             let mut ws = WsConn::handshake(stream, host, &path, credential).await?;
             if target.transport == Transport::WsMux {
                 subscribe_all(target, &mut ws, subscriptions.clone()).await?;
@@ -622,18 +636,14 @@ pub async fn connect(
             Ok(Conn::Ws(Box::new(ws)))
         }
         Transport::Sse | Transport::Watch => {
-            let mut req = client.get(&url);
-            if let Some(c) = credential {
-                req = req.header(c.header, &c.value);
-            }
-            if nchan {
-                req = req.header("Accept", "text/event-stream");
-            }
-            let resp = req.send().await?;
-            if !resp.status().is_success() {
-                bail!("{url}: HTTP {}", resp.status());
-            }
-            let mut body = resp.bytes_stream().boxed();
+            let accept = if nchan {
+                "Accept: text/event-stream\r\n"
+            } else {
+                ""
+            };
+            let mut body = HttpConn::get(stream, host, &path, credential, accept)
+                .await
+                .with_context(|| url.clone())?;
             if !nchan {
                 // Only the new chunk and a marker-sized tail of the previous
                 // one are searched: snapshots can be tens of megabytes.
@@ -641,8 +651,8 @@ pub async fn connect(
                 loop {
                     let chunk = body
                         .next()
-                        .await
-                        .context("stream ended before its snapshot")??;
+                        .await?
+                        .context("stream ended before its snapshot")?;
                     tail.extend_from_slice(&chunk);
                     if memmem::find(&tail, SNAPSHOT_END).is_some() {
                         break;
@@ -651,7 +661,7 @@ pub async fn connect(
                     tail.drain(..keep);
                 }
             }
-            Ok(Conn::Http(body))
+            Ok(Conn::Http(Box::new(body)))
         }
     }
 }
@@ -762,12 +772,19 @@ pub async fn read(
 }
 
 /// [`read`] for a connection carrying one subscriber.
+///
+/// The deadline is one timer per reader, registered once: a `timeout_at`
+/// around each read put an entry into tokio's timer wheel and took it out
+/// again for every delivery (3% of the generator's core at 10,000
+/// subscribers, `RESULTS.md`, stop 42).
 async fn read_one(conn: &mut Conn, mut seen: Seen, deadline: tokio::time::Instant) -> Seen {
     let mut buf: Vec<u8> = Vec::new();
+    let expired = tokio::time::sleep_until(deadline);
+    tokio::pin!(expired);
     match conn {
         Conn::Http(_) | Conn::H2(_) => {
             loop {
-                let Some(chunk) = next_chunk(conn, deadline).await else {
+                let Some(chunk) = next_chunk(conn, expired.as_mut()).await else {
                     break;
                 };
                 buf.extend_from_slice(&chunk);
@@ -775,7 +792,7 @@ async fn read_one(conn: &mut Conn, mut seen: Seen, deadline: tokio::time::Instan
                 // change is one frame, so split on newlines.
                 while let Some(end) = memchr::memchr(b'\n', &buf) {
                     let line: Vec<u8> = buf.drain(..=end).collect();
-                    if memmem::find(&line, b"\"RESET\"").is_some() {
+                    if RESET.find(&line).is_some() {
                         seen.resets += 1;
                     }
                     seen.record(&line);
@@ -786,9 +803,10 @@ async fn read_one(conn: &mut Conn, mut seen: Seen, deadline: tokio::time::Instan
             }
         }
         Conn::Ws(ws) => loop {
-            let next = tokio::time::timeout_at(deadline, ws.next()).await;
-            let Ok(Ok(Some(msg))) = next else { break };
-            if memmem::find(&msg, b"\"RESET\"").is_some() {
+            let Some(msg) = before(expired.as_mut(), ws.next()).await else {
+                break;
+            };
+            if RESET.find(&msg).is_some() {
                 seen.resets += 1;
             }
             seen.record(&msg);
@@ -809,13 +827,16 @@ async fn read_mux(
 ) -> Vec<Seen> {
     let mut complete = vec![false; seen.len()];
     let mut pending = seen.len();
+    let expired = tokio::time::sleep_until(deadline);
+    tokio::pin!(expired);
     while pending > 0 {
-        let next = tokio::time::timeout_at(deadline, ws.next()).await;
-        let Ok(Ok(Some(msg))) = next else { break };
+        let Some(msg) = before(expired.as_mut(), ws.next()).await else {
+            break;
+        };
         let Some(id) = mux_sub(&msg).filter(|id| *id < seen.len()) else {
             continue;
         };
-        if memmem::find(&msg, b"\"RESET\"").is_some() {
+        if RESET.find(&msg).is_some() {
             seen[id].resets += 1;
         }
         seen[id].record(&msg);
@@ -827,20 +848,31 @@ async fn read_mux(
     seen
 }
 
-/// The next chunk of an HTTP/1.1 or HTTP/2 body, before `deadline`.
-async fn next_chunk(conn: &mut Conn, deadline: tokio::time::Instant) -> Option<Bytes> {
+/// `next`'s item if it comes before `expired` does; `None` if it does not,
+/// or if it is an error or the end.
+async fn before<T, E>(
+    expired: std::pin::Pin<&mut tokio::time::Sleep>,
+    next: impl Future<Output = Result<Option<T>, E>>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        item = next => item.ok().flatten(),
+        () = expired => None,
+    }
+}
+
+/// The next chunk of an HTTP/1.1 or HTTP/2 body, before `expired`.
+async fn next_chunk(
+    conn: &mut Conn,
+    expired: std::pin::Pin<&mut tokio::time::Sleep>,
+) -> Option<Bytes> {
     match conn {
-        Conn::Http(body) => match tokio::time::timeout_at(deadline, body.next()).await {
-            Ok(Some(Ok(chunk))) => Some(chunk),
-            _ => None,
-        },
-        Conn::H2(body) => match tokio::time::timeout_at(deadline, body.data()).await {
-            Ok(Some(Ok(chunk))) => {
-                let _ = body.flow_control().release_capacity(chunk.len());
-                Some(chunk)
-            }
-            _ => None,
-        },
+        Conn::Http(body) => before(expired, body.next()).await,
+        Conn::H2(body) => {
+            let chunk = before(expired, body.data().map(Option::transpose)).await?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            Some(chunk)
+        }
         Conn::Ws(_) | Conn::WsMux(_) => None,
     }
 }
@@ -981,7 +1013,7 @@ mod tests {
             views: 0,
             clusters: None,
         };
-        let client = Client::Http(client_for("127.0.0.1".parse().unwrap(), None).unwrap());
+        let client = Client::Http1;
         let credential = bearer_line("tok");
         let conn = connect(
             &target,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::subscriber::{
-    Client, Seen, Target, Transport, client_for, connect, credentials, h2_connection, read,
+    Client, Seen, Target, Transport, connect, credentials, h2_connection, read,
 };
 
 #[derive(Serialize, Deserialize)]
@@ -48,6 +48,15 @@ pub fn local_address(i: usize, first: u8, count: u8) -> IpAddr {
     ))
 }
 
+/// A connection that failed, carrying `n` subscribers: counted, and the
+/// first one's reason told on stderr (the run's report counts them only).
+fn failure(n: usize, why: &str, failed_before: u64) -> u64 {
+    if failed_before == 0 {
+        eprintln!("worker: a connection failed: {why}");
+    }
+    n as u64
+}
+
 pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
     let started = Instant::now();
     let per_connection = cfg.target.h2_streams;
@@ -65,15 +74,7 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
         }
         sends
     } else {
-        (0..cfg.addresses.max(1) as usize)
-            .map(|i| {
-                client_for(
-                    local_address(i, cfg.first_address, cfg.addresses),
-                    cfg.target.ca_pem.as_deref(),
-                )
-                .map(Client::Http)
-            })
-            .collect::<anyhow::Result<_>>()?
+        vec![Client::Http1]
     };
     let credentials = std::sync::Arc::new(credentials(&cfg.target)?);
     // Subscribers per connection: a `/ws` socket carries several, each
@@ -111,13 +112,14 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
             .await;
             match conn {
                 Ok(Ok(conn)) => Ok((conn, wanted, n)),
-                _ => Err(n),
+                Ok(Err(e)) => Err((n, format!("{e:#}"))),
+                Err(_) => Err((n, "no connection within 60 s".into())),
             }
         });
         if pending.len() >= 256 {
             match pending.next().await {
                 Some(Ok(c)) => conns.push(c),
-                Some(Err(n)) => failed += n as u64,
+                Some(Err((n, why))) => failed += failure(n, &why, failed),
                 None => {}
             }
         }
@@ -125,7 +127,7 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
     while let Some(r) = pending.next().await {
         match r {
             Ok(c) => conns.push(c),
-            Err(n) => failed += n as u64,
+            Err((n, why)) => failed += failure(n, &why, failed),
         }
     }
     let mut out = tokio::io::stdout();
