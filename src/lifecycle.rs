@@ -20,11 +20,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::epoch::Epoch;
+use crate::epoch::{Epoch, Registration};
 
 /// How many parts a keep-alive interval's ticks are spread over.
 pub const PHASES: usize = 16;
@@ -179,6 +180,79 @@ impl Lifecycle {
     }
 }
 
+/// A poll-based waiter's hold on one phase of the lifecycle (a
+/// subscription's, a `/ws` socket control loop's): the phase's epoch it
+/// last saw, the ticks it last saw, and its registration with the epoch,
+/// taken out when it is dropped.
+pub struct PhaseWait {
+    lifecycle: Arc<Lifecycle>,
+    phase: Phase,
+    seen: u64,
+    ticks: u64,
+    reg: Registration,
+}
+
+impl PhaseWait {
+    /// Waits in `phase`, with the lifecycle's moves up to now seen.
+    pub fn new(lifecycle: Arc<Lifecycle>, phase: Phase) -> PhaseWait {
+        PhaseWait {
+            seen: lifecycle.phase_epoch(phase).current(),
+            ticks: lifecycle.ticks(phase),
+            lifecycle,
+            phase,
+            reg: Registration::default(),
+        }
+    }
+
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Ready once the phase's epoch moved since [`PhaseWait::ticked`] last
+    /// looked (a tick of the phase, shutdown or the hard stop); until then
+    /// `cx`'s waker is registered.
+    pub fn poll_moved(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.lifecycle
+            .phase_epoch(self.phase)
+            .poll_moved(self.seen, &mut self.reg, cx)
+    }
+
+    /// Whether the phase's epoch moved since [`PhaseWait::ticked`] last
+    /// looked.
+    pub fn moved(&self) -> bool {
+        self.lifecycle.phase_epoch(self.phase).current() != self.seen
+    }
+
+    /// Sees the epoch's moves up to now; true if the phase ticked since
+    /// the last time this said so.
+    pub fn ticked(&mut self) -> bool {
+        self.seen = self.lifecycle.phase_epoch(self.phase).current();
+        let ticks = self.lifecycle.ticks(self.phase);
+        let ticked = ticks != self.ticks;
+        self.ticks = ticks;
+        ticked
+    }
+
+    /// Takes its waker out of the epoch: whoever holds it now watches the
+    /// lifecycle for it (a batch writer). [`PhaseWait::poll_moved`]
+    /// registers again.
+    pub fn stop_waiting(&mut self) {
+        self.lifecycle
+            .phase_epoch(self.phase)
+            .deregister(&mut self.reg);
+    }
+}
+
+impl Drop for PhaseWait {
+    fn drop(&mut self) {
+        self.stop_waiting();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +311,31 @@ mod tests {
         // A whole interval at once (`tick`): every phase once more.
         lifecycle.tick();
         assert!(phases.iter().all(|&p| lifecycle.ticks(p) == 2));
+    }
+
+    /// A `PhaseWait` is woken by its phase's beat only, says "ticked" once
+    /// per tick, and is woken (without a tick) at shutdown.
+    #[test]
+    fn a_phase_wait_is_woken_by_its_own_beat_and_ticks_once_per_tick() {
+        let lifecycle = Lifecycle::new();
+        // The first stream's phase is phase 0: the first beat's.
+        let mut wait = PhaseWait::new(lifecycle.clone(), lifecycle.phase());
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(wait.poll_moved(&mut cx).is_pending());
+        lifecycle.beat();
+        assert!(wait.moved() && wait.poll_moved(&mut cx).is_ready());
+        assert!(wait.ticked(), "its beat is a tick");
+        assert!(!wait.moved() && !wait.ticked(), "once per tick");
+        for _ in 1..PHASES {
+            lifecycle.beat();
+        }
+        assert!(!wait.moved(), "the other phases' beats are not its");
+        assert!(wait.poll_moved(&mut cx).is_pending());
+        lifecycle.shut_down();
+        assert!(wait.poll_moved(&mut cx).is_ready());
+        assert!(!wait.ticked(), "shutdown moves the epoch but is no tick");
+        lifecycle.beat();
+        assert!(wait.ticked(), "the next interval's beat is");
     }
 
     #[tokio::test]

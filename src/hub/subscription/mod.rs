@@ -38,7 +38,7 @@ use super::scope::{scope_tag, shown};
 use super::{Hub, Joined, Lapped, Obj, SubscriberGuard, View};
 use crate::auth::lease::Lease;
 use crate::epoch::Registration;
-use crate::lifecycle::{Lifecycle, Phase};
+use crate::lifecycle::{Phase, PhaseWait};
 use crate::metrics::Transport;
 
 /// Snapshot objects handed out per item.
@@ -57,11 +57,7 @@ pub struct Subscription {
     hub_wait: Registration,
     hub_seen: u64,
     /// Keep-alive ticks (at its phase's beats) and shutdown.
-    lifecycle: Arc<Lifecycle>,
-    phase: Phase,
-    lifecycle_wait: Registration,
-    lifecycle_seen: u64,
-    ticks_seen: u64,
+    life: PhaseWait,
     /// Boxed: a subscription streams far longer than it snapshots.
     snapshot: Option<Box<SnapshotProgress>>,
     reset: Option<ResetReason>,
@@ -162,11 +158,7 @@ impl Subscription {
             cursor: 0,
             hub_wait: Registration::default(),
             hub_seen: 0,
-            lifecycle_seen: lifecycle.phase_epoch(phase).current(),
-            ticks_seen: lifecycle.ticks(phase),
-            phase,
-            lifecycle_wait: Registration::default(),
-            lifecycle,
+            life: PhaseWait::new(lifecycle, phase),
             snapshot: None,
             reset: None,
             sent_rv: 0,
@@ -313,7 +305,7 @@ impl Subscription {
                     .snapshot_size(self.hub.name(), objects, bytes);
                 return ready(Item::SnapshotEnd { rv });
             }
-            if self.lifecycle.is_shutting_down() {
+            if self.life.lifecycle().is_shutting_down() {
                 self.finished = true;
                 return ready(Item::Shutdown);
             }
@@ -390,12 +382,9 @@ impl Subscription {
     /// (`transport::takeover::batch`), after [`Subscription::took`] of
     /// what it sent them.
     pub fn tick(&mut self) -> Option<Item> {
-        self.lifecycle_seen = self.lifecycle.phase_epoch(self.phase).current();
-        let ticks = self.lifecycle.ticks(self.phase);
-        if ticks == self.ticks_seen || self.lifecycle.is_shutting_down() {
+        if !self.life.ticked() || self.life.lifecycle().is_shutting_down() {
             return None;
         }
-        self.ticks_seen = ticks;
         if self.pos_rv > self.sent_rv {
             self.sent_rv = self.pos_rv;
             self.ticked_rv = self.sent_rv;
@@ -433,7 +422,7 @@ impl Subscription {
     /// When in each keep-alive interval it ticks: a WebSocket's ping goes
     /// with its subscription's tick.
     pub fn phase(&self) -> Phase {
-        self.phase
+        self.life.phase()
     }
 
     /// The view this subscription sees its hub through.
@@ -471,11 +460,7 @@ impl Subscription {
             .hub
             .changes()
             .poll_moved(self.hub_seen, &mut self.hub_wait, cx);
-        let lifecycle = self.lifecycle.phase_epoch(self.phase).poll_moved(
-            self.lifecycle_seen,
-            &mut self.lifecycle_wait,
-            cx,
-        );
+        let lifecycle = self.life.poll_moved(cx);
         match (hub, lifecycle) {
             (Poll::Pending, Poll::Pending) => Poll::Pending,
             (_, lifecycle) => Poll::Ready(lifecycle.is_ready()),
@@ -486,9 +471,6 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.hub.changes().deregister(&mut self.hub_wait);
-        self.lifecycle
-            .phase_epoch(self.phase)
-            .deregister(&mut self.lifecycle_wait);
         if let Some(scoped) = &mut self.scoped {
             scoped.access.source.changes().deregister(&mut scoped.wait);
         }

@@ -112,8 +112,8 @@ impl Subscription {
             && self.scoped.as_ref().is_none_or(|s| {
                 s.pending.is_none() && s.access.source.changes().current() == s.seen
             })
-            && self.lifecycle.phase_epoch(self.phase).current() == self.lifecycle_seen
-            && !self.lifecycle.is_shutting_down();
+            && !self.life.moved()
+            && !self.life.lifecycle().is_shutting_down();
         owes_nothing.then_some(Batchable {
             cursor: self.cursor,
             deadline: self.expires,
@@ -150,9 +150,7 @@ impl Subscription {
     /// events is owed.
     pub fn stop_waiting(&mut self) {
         self.hub.changes().deregister(&mut self.hub_wait);
-        self.lifecycle
-            .phase_epoch(self.phase)
-            .deregister(&mut self.lifecycle_wait);
+        self.life.stop_waiting();
         self.expiry_timer = None;
     }
 }

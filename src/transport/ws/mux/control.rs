@@ -2,7 +2,6 @@
 //! in the socket's one task, until the socket is to end.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use actix_ws::CloseCode;
@@ -12,8 +11,7 @@ use tokio::time::{Instant, Sleep};
 use super::Socket;
 use super::outbox::Frame;
 use super::writer::{Writer, Wrote};
-use crate::epoch::Registration;
-use crate::lifecycle::{Lifecycle, Phase};
+use crate::lifecycle::PhaseWait;
 use crate::transport::takeover::Inbox;
 use crate::transport::ws::message::{GOING_AWAY, IDLE, NOT_READING, close_reason};
 use crate::transport::ws::{ClientFrame, Ending};
@@ -40,9 +38,7 @@ pub(super) struct Control {
     /// One wait on the lifecycle, whose epoch of the socket's phase moves
     /// on each of its ticks (one beat per interval), at shutdown and at the
     /// hard stop.
-    pub(super) life: LifeWait,
-    life_seen: u64,
-    ticks: u64,
+    pub(super) life: PhaseWait,
     /// When the client was last read: its idle timeout is looked at on
     /// each tick, as a parked single-stream socket's is (no timer per
     /// socket; the timeout is at least 2.5 ticks, `StreamConfig`).
@@ -63,13 +59,7 @@ impl Control {
         Control {
             writer,
             msgs,
-            life_seen: lifecycle.phase_epoch(phase).current(),
-            ticks: lifecycle.ticks(phase),
-            life: LifeWait {
-                lifecycle,
-                phase,
-                reg: Registration::default(),
-            },
+            life: PhaseWait::new(lifecycle, phase),
             heard: Instant::now(),
             expiry,
             socket,
@@ -81,11 +71,8 @@ impl Control {
     /// before the next client message is read); after any that did
     /// something, from the top again.
     pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Stop> {
-        // Borrowed apart from the registration beside it (no `Arc` clone
-        // per poll).
-        let lifecycle: &Lifecycle = &self.life.lifecycle;
-        let phase = self.life.phase;
         loop {
+            let lifecycle = self.life.lifecycle();
             if lifecycle.is_shutting_down() && self.socket.outbox.subscriptions() == 0 {
                 return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Away, GOING_AWAY))));
             }
@@ -102,15 +89,8 @@ impl Control {
                 }
                 continue;
             }
-            let epoch = lifecycle.phase_epoch(phase);
-            if epoch
-                .poll_moved(self.life_seen, &mut self.life.reg, cx)
-                .is_ready()
-            {
-                self.life_seen = epoch.current();
-                let ticked = lifecycle.ticks(phase);
-                if ticked != self.ticks {
-                    self.ticks = ticked;
+            if self.life.poll_moved(cx).is_ready() {
+                if self.life.ticked() {
                     if self.heard.elapsed() >= self.socket.state.stream.effective_ws_idle_timeout()
                     {
                         // Not read for the idle timeout because it did not
@@ -119,7 +99,7 @@ impl Control {
                         let why = if room { IDLE } else { NOT_READING };
                         return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Policy, why))));
                     }
-                    if !lifecycle.is_shutting_down() {
+                    if !self.life.lifecycle().is_shutting_down() {
                         self.socket.outbox.try_push(Frame::Ping);
                     }
                 }
@@ -158,21 +138,5 @@ impl Control {
             }
             return Poll::Pending;
         }
-    }
-}
-
-/// The control loop's registration with the lifecycle's epoch, taken out
-/// when the loop ends.
-pub(super) struct LifeWait {
-    lifecycle: Arc<Lifecycle>,
-    phase: Phase,
-    reg: Registration,
-}
-
-impl Drop for LifeWait {
-    fn drop(&mut self) {
-        self.lifecycle
-            .phase_epoch(self.phase)
-            .deregister(&mut self.reg);
     }
 }
