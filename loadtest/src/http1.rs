@@ -15,7 +15,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use memchr::memmem;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::subscriber::{Credential, Io};
+use crate::subscriber::Io;
+use crate::target::Credential;
 
 /// A chunk-size line longer than this is not one (RFC 9112 sets no limit;
 /// a real one is a few hex digits and perhaps an extension).

@@ -9,7 +9,9 @@ mod http1;
 mod mint;
 mod storm;
 mod subscriber;
+mod target;
 mod worker;
+mod ws;
 
 use worker::{WorkerConfig, WorkerReport, local_address, worker};
 
@@ -24,7 +26,8 @@ use hdrhistogram::Histogram;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use subscriber::{Target, Transport, now_nanos};
+use subscriber::now_nanos;
+use target::{Target, Transport};
 
 #[derive(Parser)]
 #[command(about = "Load generator for kubefan and nginx+nchan")]
@@ -270,7 +273,7 @@ async fn setup_kubefan(
     namespaces: usize,
 ) -> anyhow::Result<()> {
     for k in 0..namespaces.max(1) {
-        let ns = subscriber::namespace_of(k, namespaces);
+        let ns = target::namespace_of(k, namespaces);
         if namespaces > 1 {
             let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}});
@@ -331,7 +334,7 @@ async fn publish(p: Publisher, seq: usize) -> anyhow::Result<()> {
             .await?
     } else {
         let patch = serde_json::json!({"metadata": {"annotations": {"loadtest/sent": mark}}});
-        let ns = subscriber::namespace_of(seq, args.namespaces);
+        let ns = target::namespace_of(seq, args.namespaces);
         to_sim(
             http,
             reqwest::Method::PATCH,
@@ -415,7 +418,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     if let Some(kind) = auth {
         anyhow::ensure!(
-            !subscriber::credentials(&target)?.is_empty(),
+            !target::credentials(&target)?.is_empty(),
             "the --{kind}-file has no line"
         );
     }

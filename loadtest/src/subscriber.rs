@@ -4,18 +4,24 @@
 //! A change carries `"loadtest/sent":"SEQ:NANOS"` in its payload (an
 //! annotation on kubefan's side, the message body on nchan's); each
 //! subscriber records, per sequence number, whether it arrived and how late.
+//!
+//! What a subscriber subscribes to, and with which credential, is
+//! [`crate::target`]'s; the clients that read the wire are
+//! [`crate::http1`] (SSE, watches) and [`crate::ws`] (WebSockets, `/ws`),
+//! and HTTP/2 is the `h2` crate's.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use futures::FutureExt;
 use memchr::memmem;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::http1::HttpConn;
+use crate::target::{Credential, Target, Transport};
+use crate::ws::WsConn;
 
 /// What a subscriber saw.
 #[derive(Debug, Default)]
@@ -113,246 +119,6 @@ fn parse_sent(payload: &[u8]) -> Option<(u64, u64)> {
     Some((seq, sent))
 }
 
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
-pub enum Transport {
-    Sse,
-    Ws,
-    /// The Kubernetes watch face (kubefan only).
-    Watch,
-    /// kubefan's multiplexed WebSocket, `GET /ws`: several subscriptions
-    /// per socket (`--ws-mux-subscriptions`), each a subscriber.
-    WsMux,
-}
-
-/// Where and how to subscribe.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Target {
-    /// `kubefan`, or `nchan` / `floor` (the same publish/subscribe paths).
-    pub server: String,
-    /// Base URL, `http://127.0.0.1:8080`.
-    pub base: String,
-    pub transport: Transport,
-    /// Overrides the path (and query) subscribed to.
-    pub path: Option<String>,
-    /// PEM CA to trust for an `https://` base.
-    #[serde(default)]
-    pub ca_pem: Option<String>,
-    /// HTTP/2 streams per connection (ALPN `h2`); 0: HTTP/1.1, one
-    /// connection per subscriber.
-    #[serde(default)]
-    pub h2_streams: usize,
-    /// A file of `Cookie` header values, one per line (signed-in
-    /// sessions).
-    #[serde(default)]
-    pub cookie_file: Option<std::path::PathBuf>,
-    /// A file of bearer tokens, one per line, sent as `Authorization:
-    /// Bearer TOKEN`.
-    #[serde(default)]
-    pub bearer_file: Option<std::path::PathBuf>,
-    /// The run-wide index of this worker's first subscriber: its
-    /// subscriber `i` signs in with line `first + i` of the cookie or
-    /// bearer file (modulo their number).
-    #[serde(default)]
-    pub first: usize,
-    /// Namespaces the changes are spread over (`loadtest-0` ...); 0 or 1:
-    /// namespace `loadtest` alone. With more, kubefan's subscribers
-    /// stream every namespace (no `namespace=`).
-    #[serde(default)]
-    pub namespaces: usize,
-    /// `ws-mux`: subscriptions per socket.
-    #[serde(default)]
-    pub ws_mux: usize,
-    /// kubefan: distinct views the subscribers are spread over (0: one,
-    /// no selector). Subscriber `i` of the run selects
-    /// [`view_selector`]`(i % views)`.
-    #[serde(default)]
-    pub views: usize,
-    /// kubefan, SSE or `/ws`: one stream across these clusters
-    /// (`clusters=`, or a subscribe message's `clusters`).
-    #[serde(default)]
-    pub clusters: Option<String>,
-}
-
-/// A label selector of its own for view `v` that every pod matches: no pod
-/// has the label `loadtest-view`, and `!=` matches a missing label. kubefan
-/// keys views by their parsed selectors, so V of them are V views, each
-/// getting (and encoding) every change.
-pub fn view_selector(v: usize) -> String {
-    format!("loadtest-view!=v{v}")
-}
-
-/// The namespace of change `seq` (and of target pod `seq`) when changes
-/// are spread over `namespaces`.
-pub fn namespace_of(seq: usize, namespaces: usize) -> String {
-    if namespaces <= 1 {
-        "loadtest".into()
-    } else {
-        format!("loadtest-{}", seq % namespaces)
-    }
-}
-
-/// A header a subscriber signs in with: `Cookie` (a `--cookie-file` line)
-/// or `Authorization` (`Bearer` and a `--bearer-file` line).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Credential {
-    pub header: &'static str,
-    pub value: String,
-    /// The namespaces the credential may see, when its line says
-    /// (`TOKEN NS,NS`); `None`: all of them.
-    pub namespaces: Option<Vec<String>>,
-}
-
-impl Credential {
-    /// [`Seen::wanted`] for a subscriber with this credential when the
-    /// changes are spread over `namespaces`.
-    pub fn wanted(&self, namespaces: usize) -> Vec<bool> {
-        match &self.namespaces {
-            None => Vec::new(),
-            Some(granted) => (0..namespaces.max(1))
-                .map(|k| granted.contains(&namespace_of(k, namespaces)))
-                .collect(),
-        }
-    }
-}
-
-/// The non-empty lines of `path`, read for `flag`.
-fn read_lines(path: &std::path::Path, flag: &str) -> anyhow::Result<Vec<String>> {
-    Ok(std::fs::read_to_string(path)
-        .with_context(|| format!("reading {flag} {}", path.display()))?
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect())
-}
-
-/// The credentials `target`'s subscribers share out (none: anonymous).
-pub fn credentials(target: &Target) -> anyhow::Result<Vec<Credential>> {
-    let mut all = Vec::new();
-    if let Some(path) = &target.cookie_file {
-        all.extend(
-            read_lines(path, "--cookie-file")?
-                .into_iter()
-                .map(|value| Credential {
-                    header: "Cookie",
-                    value,
-                    namespaces: None,
-                }),
-        );
-    }
-    if let Some(path) = &target.bearer_file {
-        all.extend(
-            read_lines(path, "--bearer-file")?
-                .iter()
-                .map(|line| bearer_line(line)),
-        );
-    }
-    Ok(all)
-}
-
-/// A `--bearer-file` line: `TOKEN`, or `TOKEN NS,NS` naming the
-/// namespaces the token may see.
-fn bearer_line(line: &str) -> Credential {
-    let mut words = line.split_whitespace();
-    let token = words.next().unwrap_or_default();
-    Credential {
-        header: "Authorization",
-        value: format!("Bearer {token}"),
-        namespaces: words.next().map(|list| {
-            list.split(',')
-                .filter(|n| !n.is_empty())
-                .map(str::to_string)
-                .collect()
-        }),
-    }
-}
-
-impl Target {
-    /// The view selector of subscriber `index` of the run, if views are
-    /// spread.
-    fn selector(&self, index: usize) -> Option<String> {
-        (self.views > 0).then(|| view_selector(index % self.views))
-    }
-
-    /// What subscriber `index` of the run subscribes to.
-    fn url(&self, index: usize) -> String {
-        if let Some(path) = &self.path {
-            return format!("{}{path}", self.base);
-        }
-        let ws_base = self.base.replacen("http", "ws", 1);
-        if self.server != "kubefan" {
-            return match self.transport {
-                Transport::Ws => format!("{ws_base}/sub/loadtest"),
-                _ => format!("{}/sub/loadtest", self.base),
-            };
-        }
-        if self.transport == Transport::WsMux {
-            // What to subscribe to is in the subscribe messages.
-            return format!("{ws_base}/ws");
-        }
-        // Spread over namespaces: every namespace, narrowed (or not) by
-        // what the subscriber's token may see.
-        let all = self.namespaces > 1;
-        let mut query: Vec<String> = Vec::new();
-        let (base, path) = match self.transport {
-            Transport::Watch => {
-                query.push(
-                    "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
-                        .into(),
-                );
-                let path = if all {
-                    "/api/v1/pods"
-                } else {
-                    "/api/v1/namespaces/loadtest/pods"
-                };
-                (&self.base, path)
-            }
-            transport => {
-                if !all {
-                    query.push("namespace=loadtest".into());
-                }
-                let base = if transport == Transport::Ws {
-                    &ws_base
-                } else {
-                    &self.base
-                };
-                if let Some(clusters) = &self.clusters {
-                    query.push(format!("clusters={clusters}"));
-                }
-                (base, "/stream/pods")
-            }
-        };
-        if let Some(selector) = self.selector(index) {
-            // `!` and `=` percent-encoded (`%21%3D`).
-            query.push(format!(
-                "labelSelector={}",
-                selector.replace('!', "%21").replace('=', "%3D")
-            ));
-        }
-        let sep = if query.is_empty() { "" } else { "?" };
-        format!("{base}{path}{sep}{}", query.join("&"))
-    }
-
-    /// The `/ws` message subscribing to what [`Target::url`] streams
-    /// otherwise, as subscription `s{id}` for subscriber `index` of the run.
-    fn subscribe_message(&self, id: usize, index: usize) -> String {
-        let mut msg =
-            serde_json::json!({"op": "subscribe", "id": format!("s{id}"), "resource": "pods"});
-        if self.namespaces <= 1 {
-            msg["namespace"] = "loadtest".into();
-        }
-        if let Some(selector) = self.selector(index) {
-            msg["labelSelector"] = selector.into();
-        }
-        if let Some(clusters) = &self.clusters {
-            msg["clusters"] = clusters.as_str().into();
-        }
-        msg.to_string()
-    }
-}
-
 /// Marks the end of kubefan's snapshot on every transport.
 pub const SNAPSHOT_END: &[u8] = b"k8s.io/initial-events-end";
 
@@ -444,145 +210,11 @@ pub async fn h2_connection(
     Ok(send)
 }
 
-/// A WebSocket client read straight off its socket: frames are split in
-/// place and their payloads only searched, never copied, validated or
-/// wrapped. (tokio-tungstenite, used before, kept the generator's core
-/// saturated at 10,000 sockets, which made the servers' TCP work, charged
-/// to whichever side's core runs it on loopback, depend on how far the
-/// generator was behind.)
-pub struct WsConn {
-    /// The socket, or a TLS stream over it (`wss://`).
-    tcp: Box<dyn Io>,
-    buf: BytesMut,
-}
-
 /// What a subscriber's connection is read from and written to: a TCP
 /// stream, plain or through a rustls client session.
 pub trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
-
-/// Opcodes of RFC 6455, section 5.2.
-const OP_CONTINUATION: u8 = 0x0;
-const OP_TEXT: u8 = 0x1;
-const OP_BINARY: u8 = 0x2;
-const OP_CLOSE: u8 = 0x8;
-const OP_PING: u8 = 0x9;
-
-impl WsConn {
-    /// Sends the upgrade request for `path` and reads the `101` answer.
-    async fn handshake(
-        mut tcp: Box<dyn Io>,
-        host: &str,
-        path: &str,
-        credential: Option<&Credential>,
-    ) -> anyhow::Result<WsConn> {
-        let credential = credential
-            .map(|c| format!("{}: {}\r\n", c.header, c.value))
-            .unwrap_or_default();
-        let request = format!(
-            "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n\
-             Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-             Sec-WebSocket-Version: 13\r\n{credential}\r\n"
-        );
-        tcp.write_all(request.as_bytes()).await?;
-        // A TLS session may hold what it could not write yet until flushed.
-        tcp.flush().await?;
-        let mut buf = BytesMut::with_capacity(4096);
-        let end = loop {
-            if let Some(end) = memmem::find(&buf, b"\r\n\r\n") {
-                break end;
-            }
-            if tcp.read_buf(&mut buf).await? == 0 {
-                bail!("{path}: connection closed during the WebSocket handshake");
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-        if !head.starts_with("HTTP/1.1 101") {
-            bail!("{path}: no WebSocket upgrade: {head}");
-        }
-        buf.advance(end + 4);
-        Ok(WsConn { tcp, buf })
-    }
-
-    /// The next data frame's payload; pings are answered and other control
-    /// frames skipped. `None` once the server closes.
-    async fn next(&mut self) -> anyhow::Result<Option<Bytes>> {
-        loop {
-            if let Some((opcode, payload)) = self.frame()? {
-                match opcode {
-                    OP_TEXT | OP_BINARY | OP_CONTINUATION => return Ok(Some(payload)),
-                    OP_CLOSE => return Ok(None),
-                    OP_PING => self.pong(&payload).await?,
-                    _ => {}
-                }
-                continue;
-            }
-            if self.tcp.read_buf(&mut self.buf).await? == 0 {
-                return Ok(None);
-            }
-        }
-    }
-
-    /// The first whole frame in the buffer, taken out of it.
-    fn frame(&mut self) -> anyhow::Result<Option<(u8, Bytes)>> {
-        let buf = &self.buf;
-        if buf.len() < 2 {
-            return Ok(None);
-        }
-        let (len, header) = match buf[1] & 0x7f {
-            126 if buf.len() >= 4 => (u64::from(u16::from_be_bytes([buf[2], buf[3]])), 4),
-            127 if buf.len() >= 10 => (u64::from_be_bytes(buf[2..10].try_into()?), 10),
-            126 | 127 => return Ok(None),
-            n => (u64::from(n), 2),
-        };
-        if buf[1] & 0x80 != 0 {
-            bail!("the server masked a frame");
-        }
-        let len = usize::try_from(len)?;
-        if buf.len() < header + len {
-            // Room for the rest, read in as few calls as it takes.
-            self.buf.reserve(header + len - buf.len());
-            return Ok(None);
-        }
-        let opcode = buf[0] & 0x0f;
-        let mut frame = self.buf.split_to(header + len);
-        frame.advance(header);
-        Ok(Some((opcode, frame.freeze())))
-    }
-
-    /// Sends a text message in one frame, masked (with a zero key, which
-    /// leaves the payload as it is).
-    async fn send_text(&mut self, payload: &[u8]) -> anyhow::Result<()> {
-        let mut frame = vec![0x80 | OP_TEXT];
-        match payload.len() {
-            n if n < 126 => frame.push(0x80 | n as u8),
-            n if n <= 0xffff => {
-                frame.push(0x80 | 126);
-                frame.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            n => {
-                frame.push(0x80 | 127);
-                frame.extend_from_slice(&(n as u64).to_be_bytes());
-            }
-        }
-        frame.extend_from_slice(&[0, 0, 0, 0]);
-        frame.extend_from_slice(payload);
-        self.tcp.write_all(&frame).await?;
-        self.tcp.flush().await?;
-        Ok(())
-    }
-
-    /// Answers a ping; a client's frames are masked (here with a zero key,
-    /// which leaves the payload as it is).
-    async fn pong(&mut self, payload: &[u8]) -> anyhow::Result<()> {
-        let mut frame = vec![0x80 | 0xA, 0x80 | payload.len().min(125) as u8, 0, 0, 0, 0];
-        frame.extend_from_slice(&payload[..payload.len().min(125)]);
-        self.tcp.write_all(&frame).await?;
-        self.tcp.flush().await?;
-        Ok(())
-    }
-}
 
 /// Connects and reads until the snapshot is complete (kubefan) or the
 /// response has started (nchan). `subscriptions` are the run-wide indexes
@@ -891,56 +523,11 @@ pub fn client_for(local: IpAddr, ca_pem: Option<&str>) -> anyhow::Result<reqwest
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
-
-    #[tokio::test]
-    async fn the_websocket_client_splits_frames_and_answers_pings() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            let (mut tcp, _) = listener.accept().await.unwrap();
-            let mut request = Vec::new();
-            while memmem::find(&request, b"\r\n\r\n").is_none() {
-                let mut chunk = [0u8; 1024];
-                let n = tcp.read(&mut chunk).await.unwrap();
-                request.extend_from_slice(&chunk[..n]);
-            }
-            assert!(request.starts_with(b"GET /sub/x HTTP/1.1\r\n"));
-            let big = vec![b'a'; 300];
-            let mut out = b"HTTP/1.1 101 Switching Protocols\r\n\r\n".to_vec();
-            out.extend_from_slice(&[0x81, 2, b'h', b'i', 0x89, 1, b'p', 0x81, 126, 1, 44]);
-            out.extend_from_slice(&big);
-            // Byte by byte: frames split across reads.
-            for byte in out {
-                tcp.write_all(&[byte]).await.unwrap();
-            }
-            let mut pong = [0u8; 7];
-            tcp.read_exact(&mut pong).await.unwrap();
-            tcp.write_all(&[0x88, 0]).await.unwrap();
-            pong
-        });
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let mut ws = WsConn::handshake(Box::new(tcp), &addr.to_string(), "/sub/x", None)
-            .await
-            .unwrap();
-        assert_eq!(ws.next().await.unwrap().unwrap(), &b"hi"[..]);
-        assert_eq!(ws.next().await.unwrap().unwrap(), vec![b'a'; 300]);
-        assert_eq!(ws.next().await.unwrap(), None, "Close ends it");
-        assert_eq!(server.await.unwrap(), [0x8A, 0x81, 0, 0, 0, 0, b'p']);
-    }
-
-    /// A text frame as a server sends it (unmasked, payload under 64 KiB).
-    fn server_text(payload: &str) -> Vec<u8> {
-        let mut frame = vec![0x81];
-        if payload.len() < 126 {
-            frame.push(payload.len() as u8);
-        } else {
-            frame.push(126);
-            frame.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-        }
-        frame.extend_from_slice(payload.as_bytes());
-        frame
-    }
+    use crate::target::bearer_line;
+    use crate::ws::server_text;
 
     #[tokio::test]
     async fn a_ws_mux_socket_subscribes_k_times_and_sorts_deliveries_by_subscription() {
@@ -1047,47 +634,6 @@ mod tests {
     }
 
     #[test]
-    fn views_are_distinct_selectors_every_pod_matches_on_every_transport() {
-        let target = |transport, views| Target {
-            server: "kubefan".into(),
-            base: "http://h:1".into(),
-            transport,
-            path: None,
-            ca_pem: None,
-            h2_streams: 0,
-            cookie_file: None,
-            bearer_file: None,
-            first: 0,
-            namespaces: 1,
-            ws_mux: 1,
-            views,
-            clusters: None,
-        };
-        assert_eq!(
-            target(Transport::Sse, 0).url(7),
-            "http://h:1/stream/pods?namespace=loadtest"
-        );
-        assert_eq!(
-            target(Transport::Sse, 1000).url(1007),
-            "http://h:1/stream/pods?namespace=loadtest&labelSelector=loadtest-view%21%3Dv7"
-        );
-        assert_eq!(
-            target(Transport::Ws, 1000).url(3),
-            "ws://h:1/stream/pods?namespace=loadtest&labelSelector=loadtest-view%21%3Dv3"
-        );
-        assert!(
-            target(Transport::Watch, 10)
-                .url(12)
-                .ends_with("&labelSelector=loadtest-view%21%3Dv2")
-        );
-        let msg: serde_json::Value =
-            serde_json::from_str(&target(Transport::WsMux, 1000).subscribe_message(4, 2004))
-                .unwrap();
-        assert_eq!(msg["id"], "s4");
-        assert_eq!(msg["labelSelector"], "loadtest-view!=v4");
-    }
-
-    #[test]
     fn finds_the_sent_mark_in_any_framing() {
         assert_eq!(
             parse_sent(br#"data: {"annotations":{"loadtest/sent":"12:345"}}"#),
@@ -1095,18 +641,6 @@ mod tests {
         );
         assert_eq!(parse_sent(br#"{\"loadtest/sent\":\"7:9\"}"#), Some((7, 9)));
         assert_eq!(parse_sent(b"nothing"), None);
-    }
-
-    #[test]
-    fn a_bearer_line_may_name_the_namespaces_its_token_sees() {
-        let plain = bearer_line("abc");
-        assert_eq!(plain.value, "Bearer abc");
-        assert_eq!(plain.namespaces, None);
-        assert!(plain.wanted(10).is_empty(), "every change");
-        let narrowed = bearer_line("abc loadtest-3,loadtest-5");
-        assert_eq!(narrowed.value, "Bearer abc");
-        let wanted = narrowed.wanted(10);
-        assert_eq!((0..10).filter(|k| wanted[*k]).collect::<Vec<_>>(), [3, 5]);
     }
 
     #[test]

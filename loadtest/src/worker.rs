@@ -12,9 +12,8 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use crate::subscriber::{
-    Client, Seen, Target, Transport, connect, credentials, h2_connection, read,
-};
+use crate::subscriber::{Client, Seen, connect, h2_connection, read};
+use crate::target::{Target, Transport, credentials};
 
 #[derive(Serialize, Deserialize)]
 pub struct WorkerConfig {
