@@ -3,7 +3,7 @@
 //! kubectl asks for `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`
 //! and prints the columns and cells the server computed; without them it
 //! shows only NAME and AGE. This module owns everything about tables that
-//! does not touch HTTP: negotiating the output ([`negotiate`],
+//! does not touch HTTP: negotiating the output ([`negotiate()`],
 //! [`IncludeObject`]), the printers that turn an object's JSON into cells
 //! ([`Printer`], [`Printers`]), and the bytes of a `Table`, its rows and
 //! `PartialObjectMetadata(List)` ([`TableView`], [`partial_object`],

@@ -15,7 +15,7 @@ const SECRETS_REFUSED: &str = " (Secrets are refused unless --allow-secrets)";
 const DENIED: &str = " (refused by --deny-resources)";
 const NOT_ALLOWED: &str = " (not listed in --allow-resources)";
 
-/// Why the policy refuses a resource (the text of [`Error::Forbidden`]),
+/// Why the policy refuses a resource (the text of [`super::Error::Forbidden`]),
 /// or `None` when it is served.
 pub(super) fn refusal(
     cfg: &UpstreamConfig,

@@ -58,8 +58,9 @@
 //! goes on where it stopped.
 //!
 //! The consistency rule is the subscription's own: the writer reads with
-//! [`Step::read`], the step a subscription's `poll_next` makes, keeps each
-//! stream's cursor and the steps' [`Advance`] beside it, and moves the
+//! [`Step::read`](crate::hub::Step::read), the step a
+//! subscription's `poll_next` makes, keeps each stream's cursor and the
+//! steps' [`Advance`](crate::hub::Advance) beside it, and moves the
 //! stream's subscription by them (`BatchSource::took`, as `poll_next`
 //! does) when the stream leaves. So a stream's sequence is the same
 //! whichever path wrote each part of it.
