@@ -186,9 +186,13 @@ impl Lifecycle {
 /// taken out when it is dropped.
 pub struct PhaseWait {
     lifecycle: Arc<Lifecycle>,
-    phase: Phase,
     seen: u64,
-    ticks: u64,
+    /// The phase's ticks seen, modulo 2^32 (only ever compared for
+    /// equality; 2^32 intervals are centuries): with the phase it fits the
+    /// 8 bytes a `u64` alone took, and a subscription is no larger than
+    /// with these fields loose in it (192 bytes, measured at stop 42).
+    ticks: u32,
+    phase: Phase,
     reg: Registration,
 }
 
@@ -197,7 +201,7 @@ impl PhaseWait {
     pub fn new(lifecycle: Arc<Lifecycle>, phase: Phase) -> PhaseWait {
         PhaseWait {
             seen: lifecycle.phase_epoch(phase).current(),
-            ticks: lifecycle.ticks(phase),
+            ticks: lifecycle.ticks(phase) as u32,
             lifecycle,
             phase,
             reg: Registration::default(),
@@ -231,7 +235,7 @@ impl PhaseWait {
     /// the last time this said so.
     pub fn ticked(&mut self) -> bool {
         self.seen = self.lifecycle.phase_epoch(self.phase).current();
-        let ticks = self.lifecycle.ticks(self.phase);
+        let ticks = self.lifecycle.ticks(self.phase) as u32;
         let ticked = ticks != self.ticks;
         self.ticks = ticks;
         ticked
