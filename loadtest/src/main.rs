@@ -191,12 +191,13 @@ fn main() -> anyhow::Result<()> {
     }
     if let Command::Worker { config } = &cli.command {
         // One worker thread: the workers share one core (`run-points.sh`
-        // pins the generator to core 1), and a scheduler of two threads on
-        // it spent its time handing tasks between them (`RESULTS.md`, stop
-        // 42). The multi-thread scheduler all the same, for its LIFO slot:
-        // a reqwest body's reader runs right after the connection task that
-        // woke it, where the current-thread scheduler queued it behind every
-        // other ready connection, and measured that queue as latency.
+        // pins the generator to core 1), where a second thread gains
+        // nothing. The multi-thread scheduler all the same, for its LIFO
+        // slot: an HTTP/2 stream's reader runs right after the connection
+        // task that woke it, where the current-thread scheduler queues it
+        // behind every other ready connection, and that queue is measured
+        // as latency (it was, for reqwest's body readers before `http1.rs`:
+        // `RESULTS.md`, stop 42).
         return tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
