@@ -45,9 +45,48 @@ enum Body {
     Done,
 }
 
+/// Sends `GET path` with `credential` (and `extra` header lines, each
+/// ending in CRLF), reads the answer's head and checks its status (`200`,
+/// or a WebSocket's `101`). The head, and what came after it.
+pub async fn exchange(
+    io: &mut Box<dyn Io>,
+    host: &str,
+    path: &str,
+    credential: Option<&Credential>,
+    extra: &str,
+    status: u16,
+) -> anyhow::Result<(String, BytesMut)> {
+    let credential = credential
+        .map(|c| format!("{}: {}\r\n", c.header, c.value))
+        .unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{credential}{extra}\r\n");
+    io.write_all(request.as_bytes()).await?;
+    // A TLS session may hold what it could not write yet until flushed.
+    io.flush().await?;
+    let mut buf = BytesMut::with_capacity(READ_ROOM);
+    let end = loop {
+        if let Some(end) = memmem::find(&buf, b"\r\n\r\n") {
+            break end;
+        }
+        if buf.len() > MAX_HEAD {
+            bail!("{path}: a response head past {MAX_HEAD} bytes");
+        }
+        buf.reserve(READ_ROOM);
+        if io.read_buf(&mut buf).await? == 0 {
+            bail!("{path}: connection closed before the response head");
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    let line = head.lines().next().unwrap_or_default();
+    if !line.starts_with(&format!("HTTP/1.1 {status}")) {
+        bail!("{path}: {line}");
+    }
+    buf.advance(end + 4);
+    Ok((head, buf))
+}
+
 impl HttpConn {
-    /// Sends `GET path` with `credential` (and `extra` header lines, each
-    /// ending in CRLF) and reads the answer's head, which must be 200.
+    /// [`exchange`] for a `200`, whose body is then read.
     pub async fn get(
         mut io: Box<dyn Io>,
         host: &str,
@@ -55,38 +94,13 @@ impl HttpConn {
         credential: Option<&Credential>,
         extra: &str,
     ) -> anyhow::Result<HttpConn> {
-        let credential = credential
-            .map(|c| format!("{}: {}\r\n", c.header, c.value))
-            .unwrap_or_default();
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{credential}{extra}\r\n");
-        io.write_all(request.as_bytes()).await?;
-        // A TLS session may hold what it could not write yet until flushed.
-        io.flush().await?;
-        let mut buf = BytesMut::with_capacity(READ_ROOM);
-        let end = loop {
-            if let Some(end) = memmem::find(&buf, b"\r\n\r\n") {
-                break end;
-            }
-            if buf.len() > MAX_HEAD {
-                bail!("{path}: a response head past {MAX_HEAD} bytes");
-            }
-            buf.reserve(READ_ROOM);
-            if io.read_buf(&mut buf).await? == 0 {
-                bail!("{path}: connection closed before the response head");
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-        let status = head.lines().next().unwrap_or_default();
-        if !status.starts_with("HTTP/1.1 200") {
-            bail!("{path}: {status}");
-        }
+        let (head, buf) = exchange(&mut io, host, path, credential, extra, 200).await?;
         let chunked = head.lines().skip(1).any(|line| {
             line.split_once(':').is_some_and(|(name, value)| {
                 name.trim().eq_ignore_ascii_case("transfer-encoding")
                     && value.trim().eq_ignore_ascii_case("chunked")
             })
         });
-        buf.advance(end + 4);
         let body = if chunked {
             Body::Chunked {
                 left: 0,

@@ -586,19 +586,8 @@ mod tests {
             (head, subscribes)
         });
         let target = Target {
-            server: "kubefan".into(),
-            base: format!("http://{addr}"),
-            transport: Transport::WsMux,
-            path: None,
-            ca_pem: None,
-            h2_streams: 0,
-            cookie_file: None,
-            bearer_file: None,
-            first: 0,
-            namespaces: 1,
             ws_mux: 2,
-            views: 0,
-            clusters: None,
+            ..Target::kubefan(format!("http://{addr}"), Transport::WsMux)
         };
         let client = Client::Http1;
         let credential = bearer_line("tok");

@@ -243,14 +243,13 @@ impl Target {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn views_are_distinct_selectors_every_pod_matches_on_every_transport() {
-        let target = |transport, views| Target {
+impl Target {
+    /// kubefan at `base` over `transport`: one subscriber a socket, one
+    /// namespace, no views, no credentials (tests change what they need).
+    pub(crate) fn kubefan(base: String, transport: Transport) -> Target {
+        Target {
             server: "kubefan".into(),
-            base: "http://h:1".into(),
+            base,
             transport,
             path: None,
             ca_pem: None,
@@ -260,8 +259,21 @@ mod tests {
             first: 0,
             namespaces: 1,
             ws_mux: 1,
-            views,
+            views: 0,
             clusters: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_are_distinct_selectors_every_pod_matches_on_every_transport() {
+        let target = |transport, views| Target {
+            views,
+            ..Target::kubefan("http://h:1".into(), transport)
         };
         assert_eq!(
             target(Transport::Sse, 0).url(7),

@@ -1,11 +1,11 @@
 //! A WebSocket client for subscribers (RFC 6455), read straight off its
 //! socket.
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use bytes::{Buf, Bytes, BytesMut};
-use memchr::memmem;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::http1::exchange;
 use crate::subscriber::Io;
 use crate::target::Credential;
 
@@ -36,31 +36,11 @@ impl WsConn {
         path: &str,
         credential: Option<&Credential>,
     ) -> anyhow::Result<WsConn> {
-        let credential = credential
-            .map(|c| format!("{}: {}\r\n", c.header, c.value))
-            .unwrap_or_default();
-        let request = format!(
-            "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n\
-             Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-             Sec-WebSocket-Version: 13\r\n{credential}\r\n"
-        );
-        tcp.write_all(request.as_bytes()).await?;
-        // A TLS session may hold what it could not write yet until flushed.
-        tcp.flush().await?;
-        let mut buf = BytesMut::with_capacity(4096);
-        let end = loop {
-            if let Some(end) = memmem::find(&buf, b"\r\n\r\n") {
-                break end;
-            }
-            if tcp.read_buf(&mut buf).await? == 0 {
-                bail!("{path}: connection closed during the WebSocket handshake");
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-        if !head.starts_with("HTTP/1.1 101") {
-            bail!("{path}: no WebSocket upgrade: {head}");
-        }
-        buf.advance(end + 4);
+        const UPGRADE: &str = "Upgrade: websocket\r\nConnection: Upgrade\r\n\
+            Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
+        let (_, buf) = exchange(&mut tcp, host, path, credential, UPGRADE, 101)
+            .await
+            .context("no WebSocket upgrade")?;
         Ok(WsConn { tcp, buf })
     }
 
@@ -159,6 +139,8 @@ pub fn server_text(payload: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    use memchr::memmem;
+
     use super::*;
 
     #[tokio::test]
