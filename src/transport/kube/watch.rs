@@ -174,21 +174,18 @@ impl ChunkSource for WatchBody {
 
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         if let Some(deadline) = self.deadline {
-            let timer = match &mut self.timer {
-                Some(timer) => timer,
-                // A deadline already past (a negative `timeoutSeconds`)
-                // ends the watch before anything is sent: a timer made now
-                // would fire only at the timer wheel's next millisecond,
-                // after the snapshot had gone.
-                None if deadline <= Instant::now() => {
-                    self.framed.ending("timeoutSeconds reached");
-                    return Poll::Ready(None);
-                }
-                None => self
+            // The clock first: a timer fires only at the timer wheel's
+            // next millisecond, and a deadline already past (a negative
+            // `timeoutSeconds`, or a watch its writer handed back at its
+            // deadline) ends the watch now, before anything more is sent.
+            let past = deadline <= Instant::now()
+                || self
                     .timer
-                    .insert(Box::pin(tokio::time::sleep_until(deadline))),
-            };
-            if timer.as_mut().poll(cx).is_ready() {
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)))
+                    .as_mut()
+                    .poll(cx)
+                    .is_ready();
+            if past {
                 self.framed.ending("timeoutSeconds reached");
                 return Poll::Ready(None);
             }

@@ -295,8 +295,11 @@ impl Wire for Single {
                 ClientFrame::Pong | ClientFrame::Text(_) => {}
             }
         }
+        // The clock too: the timer fires only at the timer wheel's next
+        // millisecond, and a tick that found the timeout past handed the
+        // stream back for this (parked again, it would wait a tick more).
         if let Some(idle) = &mut self.idle
-            && idle.as_mut().poll(cx).is_ready()
+            && (idle.deadline() <= Instant::now() || idle.as_mut().poll(cx).is_ready())
         {
             self.idle = None;
             self.close(&close_reason(CloseCode::Policy, IDLE));
