@@ -15,7 +15,6 @@ use bytes::{Buf, Bytes, BytesMut};
 use memchr::memmem;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::subscriber::Io;
 use crate::target::Credential;
 
 /// A chunk-size line longer than this is not one (RFC 9112 sets no limit;
@@ -25,6 +24,12 @@ const MAX_SIZE_LINE: usize = 1024;
 const MAX_HEAD: usize = 64 * 1024;
 /// Room made before each read.
 const READ_ROOM: usize = 16 * 1024;
+
+/// What a subscriber's connection is read from and written to: a TCP
+/// stream, plain or through a rustls client session.
+pub trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 
 /// An HTTP/1.1 response body being streamed.
 pub struct HttpConn {

@@ -7,13 +7,15 @@
 mod floor;
 mod http1;
 mod mint;
+mod publish;
+mod report;
 mod storm;
 mod subscriber;
 mod target;
 mod worker;
 mod ws;
 
-use worker::{WorkerConfig, WorkerReport, local_address, worker};
+use worker::{WorkerConfig, local_address, worker};
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -22,11 +24,11 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use hdrhistogram::Histogram;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use subscriber::now_nanos;
+use publish::{Publisher, publish, setup_kubefan};
+use report::{Measured, Tally, proc_cpu_ms, proc_stats, stats_of};
 use target::{Target, Transport};
 
 #[derive(Parser)]
@@ -216,146 +218,6 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// RSS (KiB) and CPU time (ms) of a process, from /proc.
-/// RSS (KiB) and CPU (ms) of several processes, summed; `None` when
-/// there are none or one is gone.
-fn stats_of(pids: &[u32]) -> Option<(u64, u64)> {
-    if pids.is_empty() {
-        return None;
-    }
-    pids.iter().try_fold((0, 0), |(rss, cpu), pid| {
-        let (r, c) = proc_stats(*pid)?;
-        Some((rss + r, cpu + c))
-    })
-}
-
-fn proc_stats(pid: u32) -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some((rss, proc_cpu_ms(pid)?))
-}
-
-/// CPU time (ms) of a process, from /proc; also of one that has exited and
-/// is not yet waited for (which has no RSS left).
-fn proc_cpu_ms(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 (1-based), in clock ticks (100/s).
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(ticks * 10)
-}
-
-/// A request to the simulated API server, with its token if there is one.
-fn to_sim(
-    http: &reqwest::Client,
-    method: reqwest::Method,
-    url: String,
-    token: Option<&str>,
-) -> reqwest::RequestBuilder {
-    let req = http.request(method, url);
-    match token {
-        Some(token) => req.bearer_auth(token),
-        None => req,
-    }
-}
-
-/// The target pod changes are made to, one in each namespace (and with
-/// several namespaces, the namespaces themselves).
-async fn setup_kubefan(
-    http: &reqwest::Client,
-    sim: &str,
-    token: Option<&str>,
-    namespaces: usize,
-) -> anyhow::Result<()> {
-    for k in 0..namespaces.max(1) {
-        let ns = target::namespace_of(k, namespaces);
-        if namespaces > 1 {
-            let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}});
-            let resp = to_sim(
-                http,
-                reqwest::Method::POST,
-                format!("{sim}/api/v1/namespaces"),
-                token,
-            )
-            .json(&namespace)
-            .send()
-            .await?;
-            if !(resp.status().is_success() || resp.status() == 409) {
-                bail!("creating namespace {ns}: HTTP {}", resp.status());
-            }
-        }
-        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "target", "namespace": ns, "annotations": {"loadtest/sent": "none"}},
-            "spec": {"nodeName": "node-0", "containers": [{"name": "main", "image": "registry.example/app:1"}]},
-            "status": {"phase": "Running"}});
-        let resp = to_sim(
-            http,
-            reqwest::Method::POST,
-            format!("{sim}/api/v1/namespaces/{ns}/pods"),
-            token,
-        )
-        .json(&pod)
-        .send()
-        .await?;
-        if !(resp.status().is_success() || resp.status() == 409) {
-            bail!("creating the target pod in {ns}: HTTP {}", resp.status());
-        }
-    }
-    Ok(())
-}
-
-/// What a change is sent to.
-#[derive(Clone)]
-struct Publisher {
-    http: reqwest::Client,
-    server: String,
-    base: String,
-    sim: Vec<String>,
-    sim_token: Option<String>,
-    namespaces: usize,
-    payload: usize,
-}
-
-async fn publish(p: Publisher, seq: usize) -> anyhow::Result<()> {
-    let (http, args) = (&p.http, &p);
-    let mark = format!("{seq}:{}", now_nanos());
-    let resp = if args.server != "kubefan" {
-        let body = serde_json::json!({"metadata": {"annotations": {"loadtest/sent": mark,
-            "loadtest/pad": "x".repeat(args.payload.saturating_sub(80))}}});
-        http.post(format!("{}/pub/loadtest", args.base))
-            .body(body.to_string())
-            .send()
-            .await?
-    } else {
-        let patch = serde_json::json!({"metadata": {"annotations": {"loadtest/sent": mark}}});
-        let ns = target::namespace_of(seq, args.namespaces);
-        to_sim(
-            http,
-            reqwest::Method::PATCH,
-            format!(
-                "{}/api/v1/namespaces/{ns}/pods/target",
-                args.sim[seq % args.sim.len()]
-            ),
-            args.sim_token.as_deref(),
-        )
-        .header("Content-Type", "application/merge-patch+json")
-        .body(patch.to_string())
-        .send()
-        .await?
-    };
-    if !resp.status().is_success() {
-        bail!("publishing change {seq}: HTTP {}", resp.status());
-    }
-    Ok(())
-}
-
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let sim_token = match &args.sim_token_file {
@@ -531,9 +393,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             publish_errors += 1;
         }
     }
-    let mut total = Histogram::<u64>::new_with_bounds(1, 600_000_000, 2)?;
-    let mut per_change = vec![(0u64, 0u32); changes];
-    let (mut dups, mut resets, mut expected, mut leaked) = (0, 0, 0, 0);
+    let mut tally = Tally::new(changes)?;
     let mut generator_end = proc_cpu_ms(std::process::id());
     for (mut child, mut stdout) in children {
         let line = tokio::time::timeout(
@@ -543,123 +403,38 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .context("worker report in time")??
         .context("worker report")?;
-        let report: WorkerReport = serde_json::from_str(&line)?;
-        for (v, c) in report.histogram {
-            total.record_n(v.max(1), c)?;
-        }
-        for (i, (n, m)) in report.per_change.into_iter().enumerate() {
-            per_change[i].0 += n;
-            per_change[i].1 = per_change[i].1.max(m);
-        }
-        dups += report.duplicates;
-        resets += report.resets;
-        expected += report.expected;
-        leaked += report.leaked;
+        tally.add(serde_json::from_str(&line)?)?;
         // Its CPU once it has reported, before it exits.
         let worker_cpu = child.id().and_then(proc_cpu_ms);
         generator_end = generator_end.zip(worker_cpu).map(|(sum, w)| sum + w);
         let _ = child.wait().await;
     }
-    let streaming_ms = streaming_started.elapsed().as_millis() as u64;
-    let generator_cpu_ms = generator_start
-        .zip(generator_end)
-        .map(|(a, b)| b.saturating_sub(a));
-    let cpu_end = stats_of(&args.pid);
-    let root_end = args.root_pid.and_then(proc_stats);
-    let delivered: u64 = per_change.iter().map(|(n, _)| n).sum();
-    let mut last: Vec<u32> = per_change.iter().map(|(_, m)| *m).collect();
-    last.sort_unstable();
-    let pct = |p: f64| {
-        last.get(((last.len() as f64 * p) as usize).min(last.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0)
+    let measured = Measured {
+        tally,
+        auth,
+        changes,
+        failed_connections: failed,
+        publish_errors,
+        connect_ms,
+        before,
+        connected,
+        streaming,
+        start: cpu_start,
+        end: stats_of(&args.pid),
+        root: [root_before, root_start, args.root_pid.and_then(proc_stats)],
+        generator_cpu_ms: generator_start
+            .zip(generator_end)
+            .map(|(a, b)| b.saturating_sub(a)),
+        streaming_ms: streaming_started.elapsed().as_millis() as u64,
     };
-    let cpu_ms = match (cpu_start, cpu_end) {
-        (Some(a), Some(b)) => Some(b.1 - a.1),
-        _ => None,
-    };
-    let per_subscriber = |at: Option<(u64, u64)>| match (before, at) {
-        (Some(b), Some(a)) => Some((a.0 as f64 - b.0 as f64) * 1024.0 / args.subscribers as f64),
-        _ => None,
-    };
-    let report = serde_json::json!({
-        "server": args.server, "transport": args.transport, "subscribers": args.subscribers,
-        "tls": args.tls_ca.is_some(), "h2_streams_per_connection": args.h2_streams_per_connection,
-        "auth": auth,
-        "ws_mux_subscriptions": (args.transport == Transport::WsMux).then_some(args.ws_mux_subscriptions),
-        "rate": args.rate, "duration_secs": args.duration_secs, "changes": changes,
-        "failed_connections": failed, "publish_errors": publish_errors,
-        "expected": expected, "delivered": delivered, "lost": expected.saturating_sub(delivered),
-        "duplicates": dups, "resets": resets, "namespaces": args.namespaces, "leaked": leaked,
-        "views": args.views, "clusters": args.clusters,
-        "latency_ms": {"p50": total.value_at_quantile(0.5) as f64 / 1000.0,
-            "p99": total.value_at_quantile(0.99) as f64 / 1000.0,
-            "p999": total.value_at_quantile(0.999) as f64 / 1000.0, "max": total.max() as f64 / 1000.0},
-        "last_subscriber_ms": {"p50": pct(0.5) as f64 / 1000.0, "p99": pct(0.99) as f64 / 1000.0,
-            "max": last.last().copied().unwrap_or(0) as f64 / 1000.0},
-        // Each change's slowest delivery, in the order published (one every
-        // 1/R s): when in the run the tail came, and whether it recurs
-        // with a period of the server's (a keep-alive interval, a trim).
-        "last_subscriber_by_change_ms": per_change.iter().map(|(_, m)| f64::from(*m) / 1000.0).collect::<Vec<_>>(),
-        "connect_all_ms": connect_ms,
-        "rss_kib": {"before": before.map(|s| s.0), "connected": connected.map(|s| s.0),
-            "streaming": streaming.map(|s| s.0), "after": cpu_end.map(|s| s.0)},
-        "rss_per_subscriber_bytes": per_subscriber(streaming),
-        "rss_per_subscriber_connected_bytes": per_subscriber(connected),
-        "server_cpu_ms": cpu_ms,
-        "servers": args.base.len(),
-        "root": args.root_pid.map(|_| serde_json::json!({
-            "rss_kib": {"before": root_before.map(|s| s.0), "streaming": root_end.map(|s| s.0)},
-            "cpu_ms": match (root_start, root_end) { (Some(a), Some(b)) => Some(b.1 - a.1), _ => None },
-        })),
-        "server_cpu_us_per_delivery": cpu_ms.map(|ms| ms as f64 * 1000.0 / delivered.max(1) as f64),
-        "generator_cpu_ms": generator_cpu_ms,
-        "generator_cpu_us_per_delivery": generator_cpu_ms.map(|ms| ms as f64 * 1000.0 / delivered.max(1) as f64),
-        // Of one core, from the first change to the last report: near 1,
-        // the generator's core was saturated (run-points gives it one).
-        "generator_busy": generator_cpu_ms.map(|ms| ms as f64 / streaming_ms.max(1) as f64),
-    });
+    let report = measured.report(&args);
     let text = serde_json::to_string_pretty(&report)?;
     println!("{text}");
     if let Some(out) = &args.out {
         std::fs::write(out, &text)?;
     }
-    eprintln!(
-        "{} {:?} N={} R={}: delivered {}/{} (lost {}, dup {}, resets {}, leaked {}), p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms, {}/subscriber ({} just after connecting), {} CPU/delivery (generator {}, busy {})",
-        args.server,
-        args.transport,
-        args.subscribers,
-        args.rate,
-        delivered,
-        expected,
-        expected.saturating_sub(delivered),
-        dups,
-        resets,
-        leaked,
-        report["latency_ms"]["p50"].as_f64().unwrap_or(0.0),
-        report["latency_ms"]["p99"].as_f64().unwrap_or(0.0),
-        report["latency_ms"]["p999"].as_f64().unwrap_or(0.0),
-        report["latency_ms"]["max"].as_f64().unwrap_or(0.0),
-        kb(&report["rss_per_subscriber_bytes"]),
-        kb(&report["rss_per_subscriber_connected_bytes"]),
-        report["server_cpu_us_per_delivery"]
-            .as_f64()
-            .map_or("?".into(), |u| format!("{u:.2} µs")),
-        report["generator_cpu_us_per_delivery"]
-            .as_f64()
-            .map_or("?".into(), |u| format!("{u:.2} µs")),
-        report["generator_busy"]
-            .as_f64()
-            .map_or("?".into(), |b| format!("{b:.2}")),
-    );
+    eprintln!("{}", report::summary(&report));
     Ok(())
-}
-
-/// A byte count in KB, for the summary.
-fn kb(bytes: &serde_json::Value) -> String {
-    bytes
-        .as_f64()
-        .map_or("?".into(), |b| format!("{:.1} KB", b / 1000.0))
 }
 
 async fn herd(args: HerdArgs) -> anyhow::Result<()> {

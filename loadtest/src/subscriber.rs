@@ -19,7 +19,7 @@ use bytes::Bytes;
 use futures::FutureExt;
 use memchr::memmem;
 
-use crate::http1::HttpConn;
+use crate::http1::{HttpConn, Io};
 use crate::target::{Credential, Target, Transport};
 use crate::ws::WsConn;
 
@@ -209,12 +209,6 @@ pub async fn h2_connection(
     tokio::spawn(conn);
     Ok(send)
 }
-
-/// What a subscriber's connection is read from and written to: a TCP
-/// stream, plain or through a rustls client session.
-pub trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 
 /// Connects and reads until the snapshot is complete (kubefan) or the
 /// response has started (nchan). `subscriptions` are the run-wide indexes

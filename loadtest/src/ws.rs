@@ -5,8 +5,7 @@ use anyhow::{Context, bail};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::http1::exchange;
-use crate::subscriber::Io;
+use crate::http1::{Io, exchange};
 use crate::target::Credential;
 
 /// A WebSocket client read straight off its socket: frames are split in
