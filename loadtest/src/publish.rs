@@ -34,35 +34,33 @@ pub async fn setup_kubefan(
         if namespaces > 1 {
             let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}});
-            let resp = to_sim(
-                http,
-                reqwest::Method::POST,
-                format!("{sim}/api/v1/namespaces"),
-                token,
-            )
-            .json(&namespace)
-            .send()
-            .await?;
-            if !(resp.status().is_success() || resp.status() == 409) {
-                bail!("creating namespace {ns}: HTTP {}", resp.status());
-            }
+            let url = format!("{sim}/api/v1/namespaces");
+            create(http, url, token, &namespace, &format!("namespace {ns}")).await?;
         }
         let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "target", "namespace": ns, "annotations": {"loadtest/sent": "none"}},
             "spec": {"nodeName": "node-0", "containers": [{"name": "main", "image": "registry.example/app:1"}]},
             "status": {"phase": "Running"}});
-        let resp = to_sim(
-            http,
-            reqwest::Method::POST,
-            format!("{sim}/api/v1/namespaces/{ns}/pods"),
-            token,
-        )
-        .json(&pod)
+        let url = format!("{sim}/api/v1/namespaces/{ns}/pods");
+        create(http, url, token, &pod, &format!("the target pod in {ns}")).await?;
+    }
+    Ok(())
+}
+
+/// Creates `object` at `url` (one there already, 409, will do).
+async fn create(
+    http: &reqwest::Client,
+    url: String,
+    token: Option<&str>,
+    object: &serde_json::Value,
+    what: &str,
+) -> anyhow::Result<()> {
+    let resp = to_sim(http, reqwest::Method::POST, url, token)
+        .json(object)
         .send()
         .await?;
-        if !(resp.status().is_success() || resp.status() == 409) {
-            bail!("creating the target pod in {ns}: HTTP {}", resp.status());
-        }
+    if !(resp.status().is_success() || resp.status() == 409) {
+        bail!("creating {what}: HTTP {}", resp.status());
     }
     Ok(())
 }
