@@ -37,15 +37,21 @@ pub struct Seen {
     /// Deliveries of changes the subscriber was not to get: a namespace
     /// its token may not see (a stream not narrowed as it should be).
     pub leaked: u64,
+    /// Changes it is to get that have not come yet: [`Seen::complete`]
+    /// is asked after every delivery, and counting the unseen slots there
+    /// went over every change before the first missing one, each time.
+    missing: usize,
 }
 
 impl Seen {
     pub fn new(changes: usize, wanted: Vec<bool>) -> Seen {
-        Seen {
+        let mut seen = Seen {
             latency_us: vec![u32::MAX; changes],
             wanted,
             ..Seen::default()
-        }
+        };
+        seen.missing = seen.expected() as usize;
+        seen
     }
 
     pub fn wants(&self, seq: usize) -> bool {
@@ -61,10 +67,7 @@ impl Seen {
 
     /// Whether every change it is to get has arrived.
     fn complete(&self) -> bool {
-        self.latency_us
-            .iter()
-            .enumerate()
-            .all(|(seq, l)| *l != u32::MAX || !self.wants(seq))
+        self.missing == 0
     }
 
     fn record(&mut self, payload: &[u8]) {
@@ -84,6 +87,16 @@ impl Seen {
             return;
         }
         *slot = (now.saturating_sub(sent) / 1000).min(u32::MAX as u64 - 1) as u32;
+        self.missing -= 1;
+    }
+
+    /// One message (a WebSocket message, or one line of an SSE stream or
+    /// a watch).
+    fn take(&mut self, message: &[u8]) {
+        if RESET.find(message).is_some() {
+            self.resets += 1;
+        }
+        self.record(message);
     }
 }
 
@@ -404,7 +417,8 @@ pub async fn read(
 /// again for every delivery (3% of the generator's core at 10,000
 /// subscribers, `RESULTS.md`, stop 42).
 async fn read_one(conn: &mut Conn, mut seen: Seen, deadline: tokio::time::Instant) -> Seen {
-    let mut buf: Vec<u8> = Vec::new();
+    // The start of a line whose end has not come yet.
+    let mut partial: Vec<u8> = Vec::new();
     let expired = tokio::time::sleep_until(deadline);
     tokio::pin!(expired);
     match conn {
@@ -413,16 +427,23 @@ async fn read_one(conn: &mut Conn, mut seen: Seen, deadline: tokio::time::Instan
                 let Some(chunk) = next_chunk(conn, expired.as_mut()).await else {
                     break;
                 };
-                buf.extend_from_slice(&chunk);
                 // Frames end with a blank line (SSE) or a newline (watch); a
-                // change is one frame, so split on newlines.
-                while let Some(end) = memchr::memchr(b'\n', &buf) {
-                    let line: Vec<u8> = buf.drain(..=end).collect();
-                    if RESET.find(&line).is_some() {
-                        seen.resets += 1;
+                // change is one frame, so split on newlines. Lines are
+                // read in the chunk where they can be; only one cut by
+                // the chunk's end is copied.
+                let mut rest: &[u8] = &chunk;
+                while let Some(end) = memchr::memchr(b'\n', rest) {
+                    let (line, after) = rest.split_at(end + 1);
+                    if partial.is_empty() {
+                        seen.take(line);
+                    } else {
+                        partial.extend_from_slice(line);
+                        seen.take(&partial);
+                        partial.clear();
                     }
-                    seen.record(&line);
+                    rest = after;
                 }
+                partial.extend_from_slice(rest);
                 if chunk.len() < 64 * 1024 && seen.complete() {
                     break;
                 }
@@ -432,10 +453,7 @@ async fn read_one(conn: &mut Conn, mut seen: Seen, deadline: tokio::time::Instan
             let Some(msg) = before(expired.as_mut(), ws.next()).await else {
                 break;
             };
-            if RESET.find(&msg).is_some() {
-                seen.resets += 1;
-            }
-            seen.record(&msg);
+            seen.take(&msg);
             if seen.complete() {
                 break;
             }
@@ -462,10 +480,7 @@ async fn read_mux(
         let Some(id) = mux_sub(&msg).filter(|id| *id < seen.len()) else {
             continue;
         };
-        if RESET.find(&msg).is_some() {
-            seen[id].resets += 1;
-        }
-        seen[id].record(&msg);
+        seen[id].take(&msg);
         if !complete[id] && seen[id].complete() {
             complete[id] = true;
             pending -= 1;
@@ -614,6 +629,68 @@ mod tests {
         assert_eq!(seen[1].duplicates, 0);
         assert_eq!(mux_sub(br#"{"sub":"s12","type":"ADDED"}"#), Some(12));
         assert_eq!(mux_sub(br#"{"sub":null,"type":"ERROR"}"#), None);
+    }
+
+    #[tokio::test]
+    async fn sse_lines_cut_anywhere_by_the_chunks_are_each_read_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut input = Vec::new();
+            while memmem::find(&input, b"\r\n\r\n").is_none() {
+                let mut chunk = [0u8; 4096];
+                let n = tcp.read(&mut chunk).await.unwrap();
+                input.extend_from_slice(&chunk[..n]);
+            }
+            let now = now_nanos();
+            let mut body = format!(
+                "event: BOOKMARK\ndata: {}\n\n",
+                std::str::from_utf8(SNAPSHOT_END).unwrap()
+            )
+            .into_bytes();
+            let snapshot = body.len();
+            // Change 0, then 0 again, a reset, and change 1.
+            for seq in [0, 0, 1] {
+                if seq == 1 {
+                    body.extend_from_slice(b"event: RESET\ndata: {\"type\":\"RESET\"}\n\n");
+                }
+                body.extend_from_slice(
+                    format!("id: {seq}\nevent: MODIFIED\ndata: {{\"loadtest/sent\":\"{seq}:{now}\"}}\n\n")
+                        .as_bytes(),
+                );
+            }
+            // The snapshot in a chunk of its own, then chunks of 7 bytes,
+            // which cut lines everywhere.
+            let mut out = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            let (first, rest) = body.split_at(snapshot);
+            for part in std::iter::once(first).chain(rest.chunks(7)) {
+                out.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+                out.extend_from_slice(part);
+                out.extend_from_slice(b"\r\n");
+            }
+            for part in out.chunks(64) {
+                tcp.write_all(part).await.unwrap();
+                tcp.flush().await.unwrap();
+            }
+            tcp
+        });
+        let target = Target::kubefan(format!("http://{addr}"), Transport::Sse);
+        let conn = connect(
+            &target,
+            &Client::Http1,
+            "127.0.0.1".parse().unwrap(),
+            None,
+            0..1,
+        )
+        .await
+        .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let (seen, _conn) = read(conn, vec![Seen::new(2, vec![])], deadline).await;
+        let _tcp = server.await.unwrap();
+        assert!(seen[0].complete());
+        assert!(seen[0].latency_us.iter().all(|l| *l != u32::MAX));
+        assert_eq!((seen[0].duplicates, seen[0].resets), (1, 1));
     }
 
     #[test]
