@@ -188,6 +188,28 @@ impl HttpConn {
     }
 }
 
+/// A test server's side of a request: accepts one connection and reads
+/// until the end of its head. The connection, the head, and what came
+/// after it.
+#[cfg(test)]
+pub async fn accept_request(
+    listener: &tokio::net::TcpListener,
+) -> (tokio::net::TcpStream, String, Vec<u8>) {
+    let (mut tcp, _) = listener.accept().await.unwrap();
+    let mut input = Vec::new();
+    let end = loop {
+        if let Some(at) = memmem::find(&input, b"\r\n\r\n") {
+            break at + 4;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = tcp.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the client closed before its request's head ended");
+        input.extend_from_slice(&chunk[..n]);
+    };
+    let rest = input.split_off(end);
+    (tcp, String::from_utf8_lossy(&input).into_owned(), rest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -535,6 +535,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+    use crate::http1::accept_request;
     use crate::target::bearer_line;
     use crate::ws::server_text;
 
@@ -543,16 +544,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move {
-            let (mut tcp, _) = listener.accept().await.unwrap();
-            let mut input = Vec::new();
-            while memmem::find(&input, b"\r\n\r\n").is_none() {
-                let mut chunk = [0u8; 4096];
-                let n = tcp.read(&mut chunk).await.unwrap();
-                input.extend_from_slice(&chunk[..n]);
-            }
-            let end = memmem::find(&input, b"\r\n\r\n").unwrap() + 4;
-            let head = String::from_utf8_lossy(&input[..end]).into_owned();
-            input.drain(..end);
+            let (mut tcp, head, mut input) = accept_request(&listener).await;
             tcp.write_all(b"HTTP/1.1 101 Switching Protocols\r\n\r\n")
                 .await
                 .unwrap();
@@ -636,13 +628,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move {
-            let (mut tcp, _) = listener.accept().await.unwrap();
-            let mut input = Vec::new();
-            while memmem::find(&input, b"\r\n\r\n").is_none() {
-                let mut chunk = [0u8; 4096];
-                let n = tcp.read(&mut chunk).await.unwrap();
-                input.extend_from_slice(&chunk[..n]);
-            }
+            let (mut tcp, _, _) = accept_request(&listener).await;
             let now = now_nanos();
             let mut body = format!(
                 "event: BOOKMARK\ndata: {}\n\n",

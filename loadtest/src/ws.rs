@@ -138,8 +138,6 @@ pub fn server_text(payload: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use memchr::memmem;
-
     use super::*;
 
     #[tokio::test]
@@ -147,14 +145,8 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move {
-            let (mut tcp, _) = listener.accept().await.unwrap();
-            let mut request = Vec::new();
-            while memmem::find(&request, b"\r\n\r\n").is_none() {
-                let mut chunk = [0u8; 1024];
-                let n = tcp.read(&mut chunk).await.unwrap();
-                request.extend_from_slice(&chunk[..n]);
-            }
-            assert!(request.starts_with(b"GET /sub/x HTTP/1.1\r\n"));
+            let (mut tcp, request, _) = crate::http1::accept_request(&listener).await;
+            assert!(request.starts_with("GET /sub/x HTTP/1.1\r\n"));
             let big = vec![b'a'; 300];
             let mut out = b"HTTP/1.1 101 Switching Protocols\r\n\r\n".to_vec();
             out.extend_from_slice(&[0x81, 2, b'h', b'i', 0x89, 1, b'p', 0x81, 126, 1, 44]);
