@@ -125,14 +125,6 @@ impl BatchSource for WatchBody {
         }
         let mut batchable = self.framed.batchable()?;
         if let Some(deadline) = self.deadline {
-            // Past it, the watch waits in its task for its timer, which
-            // fires at the timer wheel's next millisecond. Parked, its
-            // writer would find the deadline past and hand it straight
-            // back, again and again until the timer fired (as
-            // `Subscription::batchable` keeps an expired one in its task).
-            if deadline <= Instant::now() {
-                return None;
-            }
             batchable.deadline = Some(batchable.deadline.map_or(deadline, |d| d.min(deadline)));
         }
         Some(batchable)

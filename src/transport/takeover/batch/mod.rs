@@ -107,10 +107,18 @@ pub(crate) trait Parkable: Send + Sized + 'static {
     fn idle(&self) -> bool;
 
     /// Whether the stream may leave its task for its hub's writer: the one
-    /// place that decides, for every transport. Its transport is idle and
-    /// its subscription owes nothing but its events.
+    /// place that decides, for every transport. Its transport is idle, its
+    /// subscription owes nothing but its events, and its deadline (if it
+    /// has one) has not come: past it the stream waits in its task for its
+    /// own timer, which fires only at the timer wheel's next millisecond.
+    /// Parked, its writer would find the deadline past and hand it straight
+    /// back, again and again until then.
     fn parkable(&mut self) -> bool {
-        self.idle() && self.source().is_some_and(|s| s.batchable().is_some())
+        self.idle()
+            && self
+                .source()
+                .and_then(|s| s.batchable())
+                .is_some_and(|b| b.deadline.is_none_or(|at| Instant::now() < at))
     }
 
     /// Frees what only its task uses (buffers kept for its next item): it
