@@ -4,6 +4,7 @@
 
 #![deny(unsafe_code)]
 
+mod arrival;
 mod floor;
 mod http1;
 mod mint;

@@ -46,8 +46,10 @@ pub fn proc_cpu_ms(pid: u32) -> Option<u64> {
 
 /// The workers' reports, merged.
 pub struct Tally {
-    /// Every delivery's latency (µs).
+    /// Every delivery's latency (µs), to when the generator read it.
     latency: Histogram<u64>,
+    /// The same, to when it reached its socket ([`crate::arrival`]).
+    arrival: Histogram<u64>,
     /// Per change, in the order published: deliveries and the latest one
     /// (µs).
     per_change: Vec<(u64, u32)>,
@@ -61,6 +63,7 @@ impl Tally {
     pub fn new(changes: usize) -> anyhow::Result<Tally> {
         Ok(Tally {
             latency: Histogram::new_with_bounds(1, 600_000_000, 2)?,
+            arrival: Histogram::new_with_bounds(1, 600_000_000, 2)?,
             per_change: vec![(0, 0); changes],
             duplicates: 0,
             resets: 0,
@@ -72,6 +75,9 @@ impl Tally {
     pub fn add(&mut self, report: WorkerReport) -> anyhow::Result<()> {
         for (v, c) in report.histogram {
             self.latency.record_n(v.max(1), c)?;
+        }
+        for (v, c) in report.arrival_histogram {
+            self.arrival.record_n(v.max(1), c)?;
         }
         for (change, (n, m)) in self.per_change.iter_mut().zip(report.per_change) {
             change.0 += n;
@@ -100,6 +106,12 @@ impl Tally {
         json!({"p50": ms(pct(0.5).into()), "p99": ms(pct(0.99).into()),
             "max": ms(last.last().copied().unwrap_or(0).into())})
     }
+}
+
+/// p50, p99, p99.9 and max of a histogram of µs, in ms.
+fn percentiles(h: &Histogram<u64>) -> Value {
+    json!({"p50": ms(h.value_at_quantile(0.5)), "p99": ms(h.value_at_quantile(0.99)),
+        "p999": ms(h.value_at_quantile(0.999)), "max": ms(h.max())})
 }
 
 /// µs as ms.
@@ -158,9 +170,11 @@ impl Measured {
             "expected": t.expected, "delivered": delivered, "lost": t.expected.saturating_sub(delivered),
             "duplicates": t.duplicates, "resets": t.resets, "namespaces": args.namespaces, "leaked": t.leaked,
             "views": args.views, "clusters": args.clusters,
-            "latency_ms": {"p50": ms(t.latency.value_at_quantile(0.5)),
-                "p99": ms(t.latency.value_at_quantile(0.99)),
-                "p999": ms(t.latency.value_at_quantile(0.999)), "max": ms(t.latency.max())},
+            "latency_ms": percentiles(&t.latency),
+            // To when each delivery reached the generator's socket, not when
+            // the generator read it: the server's part alone, with the
+            // generator's queue left out (`arrival.rs`).
+            "arrival_ms": percentiles(&t.arrival),
             "last_subscriber_ms": t.last_subscriber(),
             // Each change's slowest delivery, in the order published (one every
             // 1/R s): when in the run the tail came, and whether it recurs
@@ -191,13 +205,14 @@ impl Measured {
 pub fn summary(report: &Value) -> String {
     let num = |v: &Value| v.as_u64().unwrap_or(0);
     let latency = |p: &str| report["latency_ms"][p].as_f64().unwrap_or(0.0);
+    let arrival = |p: &str| report["arrival_ms"][p].as_f64().unwrap_or(0.0);
     let us = |key: &str| {
         report[key]
             .as_f64()
             .map_or("?".into(), |u| format!("{u:.2} µs"))
     };
     format!(
-        "{} {} N={} R={}: delivered {}/{} (lost {}, dup {}, resets {}, leaked {}), p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms, {}/subscriber ({} just after connecting), {} CPU/delivery (generator {}, busy {})",
+        "{} {} N={} R={}: delivered {}/{} (lost {}, dup {}, resets {}, leaked {}), p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms (arrived: p50 {:.1}, p99 {:.1}, p99.9 {:.1}, max {:.1}), {}/subscriber ({} just after connecting), {} CPU/delivery (generator {}, busy {})",
         report["server"].as_str().unwrap_or("?"),
         report["transport"].as_str().unwrap_or("?"),
         num(&report["subscribers"]),
@@ -212,6 +227,10 @@ pub fn summary(report: &Value) -> String {
         latency("p99"),
         latency("p999"),
         latency("max"),
+        arrival("p50"),
+        arrival("p99"),
+        arrival("p999"),
+        arrival("max"),
         kb(&report["rss_per_subscriber_bytes"]),
         kb(&report["rss_per_subscriber_connected_bytes"]),
         us("server_cpu_us_per_delivery"),
@@ -236,6 +255,7 @@ mod tests {
     fn worker(histogram: Vec<(u64, u64)>, per_change: Vec<(u64, u32)>) -> WorkerReport {
         WorkerReport {
             expected: per_change.len() as u64,
+            arrival_histogram: histogram.iter().map(|(v, c)| (v / 2, *c)).collect(),
             histogram,
             per_change,
             duplicates: 1,
@@ -267,6 +287,9 @@ mod tests {
         assert_eq!(tally.latency.len(), 5);
         // Two significant digits: the max is the top of 9,000 µs's bucket.
         assert!((ms(tally.latency.max()) - 9.0).abs() < 0.1);
+        // Arrivals are their own histogram (each half its read here).
+        assert_eq!(tally.arrival.len(), 5);
+        assert!((ms(tally.arrival.max()) - 4.5).abs() < 0.1);
         let last = tally.last_subscriber();
         assert_eq!(
             (last["p50"].as_f64(), last["max"].as_f64()),
@@ -279,13 +302,15 @@ mod tests {
         let report = json!({"server": "kubefan", "transport": "Sse", "subscribers": 10, "rate": 10.0,
             "delivered": 9, "expected": 10, "lost": 1, "duplicates": 0, "resets": 0, "leaked": 0,
             "latency_ms": {"p50": 1.3, "p99": 2.0, "p999": 3.0, "max": 4.0},
+            "arrival_ms": {"p50": 1.1, "p99": 1.5, "p999": 1.8, "max": 2.5},
             "rss_per_subscriber_bytes": 1500.0, "rss_per_subscriber_connected_bytes": null,
             "server_cpu_us_per_delivery": 9.4, "generator_cpu_us_per_delivery": null,
             "generator_busy": 0.5});
         assert_eq!(
             summary(&report),
             "kubefan Sse N=10 R=10: delivered 9/10 (lost 1, dup 0, resets 0, leaked 0), \
-             p50 1.3 ms, p99 2.0 ms, p99.9 3.0 ms, max 4.0 ms, 1.5 KB/subscriber \
+             p50 1.3 ms, p99 2.0 ms, p99.9 3.0 ms, max 4.0 ms \
+             (arrived: p50 1.1, p99 1.5, p99.9 1.8, max 2.5), 1.5 KB/subscriber \
              (? just after connecting), 9.40 µs CPU/delivery (generator ?, busy 0.50)"
         );
     }

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use futures::FutureExt;
 use memchr::memmem;
 
+use crate::arrival::{Arrival, Stamped};
 use crate::http1::{HttpConn, Io};
 use crate::target::{Credential, Target, Transport};
 use crate::ws::WsConn;
@@ -26,8 +27,11 @@ use crate::ws::WsConn;
 /// What a subscriber saw.
 #[derive(Debug, Default)]
 pub struct Seen {
-    /// Latency in microseconds per sequence number (`u32::MAX`: not seen).
+    /// Latency in microseconds per sequence number, to when the generator
+    /// read it (`u32::MAX`: not seen).
     pub latency_us: Vec<u32>,
+    /// The same, to when its bytes reached the socket ([`crate::arrival`]).
+    pub arrival_us: Vec<u32>,
     /// Whether the subscriber is to get change SEQ, at SEQ mod its length
     /// (with `--namespaces`, change SEQ is to namespace SEQ mod K, and a
     /// token may see only some); empty: every change.
@@ -47,6 +51,7 @@ impl Seen {
     pub fn new(changes: usize, wanted: Vec<bool>) -> Seen {
         let mut seen = Seen {
             latency_us: vec![u32::MAX; changes],
+            arrival_us: vec![u32::MAX; changes],
             wanted,
             ..Seen::default()
         };
@@ -70,7 +75,7 @@ impl Seen {
         self.missing == 0
     }
 
-    fn record(&mut self, payload: &[u8]) {
+    fn record(&mut self, payload: &[u8], arrived: Option<u64>) {
         let Some((seq, sent)) = parse_sent(payload) else {
             return;
         };
@@ -86,17 +91,19 @@ impl Seen {
             self.duplicates += 1;
             return;
         }
-        *slot = (now.saturating_sub(sent) / 1000).min(u32::MAX as u64 - 1) as u32;
+        let us = |at: u64| (at.saturating_sub(sent) / 1000).min(u32::MAX as u64 - 1) as u32;
+        *slot = us(now);
+        self.arrival_us[seq as usize] = us(arrived.unwrap_or(now));
         self.missing -= 1;
     }
 
     /// One message (a WebSocket message, or one line of an SSE stream or
-    /// a watch).
-    fn take(&mut self, message: &[u8]) {
+    /// a watch), whose bytes reached the socket at `arrived`.
+    fn take(&mut self, message: &[u8], arrived: Option<u64>) {
         if RESET.find(message).is_some() {
             self.resets += 1;
         }
-        self.record(message);
+        self.record(message, arrived);
     }
 }
 
@@ -136,7 +143,14 @@ fn parse_sent(payload: &[u8]) -> Option<(u64, u64)> {
 pub const SNAPSHOT_END: &[u8] = b"k8s.io/initial-events-end";
 
 /// A connected subscriber, ready for changes.
-pub enum Conn {
+pub struct Conn {
+    wire: Wire,
+    /// When what was last read off its socket arrived.
+    arrival: Arrival,
+}
+
+/// What a [`Conn`] reads.
+enum Wire {
     /// An HTTP/1.1 streaming response (SSE, a Kubernetes watch).
     Http(Box<HttpConn>),
     Ws(Box<WsConn>),
@@ -152,7 +166,7 @@ pub enum Client {
     /// HTTP/1.1 (plain or TLS), one connection per subscriber.
     Http1,
     /// One HTTP/2 connection, shared by several subscribers' streams.
-    H2(h2::client::SendRequest<Bytes>),
+    H2(h2::client::SendRequest<Bytes>, Arrival),
 }
 
 /// A rustls client (ring) trusting `ca_pem`, offering `alpn`.
@@ -178,9 +192,9 @@ pub fn tls_config(ca_pem: &str, alpn: &[&[u8]]) -> anyhow::Result<rustls::Client
 async fn tls_connect(
     ca_pem: &str,
     alpn: &[&[u8]],
-    tcp: tokio::net::TcpStream,
-) -> anyhow::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    let name = rustls::pki_types::ServerName::try_from(tcp.peer_addr()?.ip().to_string())?;
+    tcp: Stamped,
+) -> anyhow::Result<tokio_rustls::client::TlsStream<Stamped>> {
+    let name = rustls::pki_types::ServerName::try_from(tcp.peer_ip()?.to_string())?;
     Ok(
         tokio_rustls::TlsConnector::from(Arc::new(tls_config(ca_pem, alpn)?))
             .connect(name, tcp)
@@ -198,10 +212,7 @@ fn authority(base: &str) -> anyhow::Result<&str> {
 
 /// Opens one HTTP/2 connection (TLS, ALPN `h2`) from `local`, with
 /// browser-sized windows (6 MiB per stream, 15 MiB per connection).
-pub async fn h2_connection(
-    target: &Target,
-    local: IpAddr,
-) -> anyhow::Result<h2::client::SendRequest<Bytes>> {
+pub async fn h2_connection(target: &Target, local: IpAddr) -> anyhow::Result<Client> {
     let ca = target
         .ca_pem
         .as_deref()
@@ -210,7 +221,8 @@ pub async fn h2_connection(
     let addr: std::net::SocketAddr = host.parse()?;
     let socket = tokio::net::TcpSocket::new_v4()?;
     socket.bind((local, 0).into())?;
-    let tls = tls_connect(ca, &[b"h2"], socket.connect(addr).await?).await?;
+    let (tcp, arrival) = Stamped::new(socket.connect(addr).await?)?;
+    let tls = tls_connect(ca, &[b"h2"], tcp).await?;
     if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
         bail!("{host} did not agree to HTTP/2");
     }
@@ -220,7 +232,7 @@ pub async fn h2_connection(
         .handshake::<_, Bytes>(tls)
         .await?;
     tokio::spawn(conn);
-    Ok(send)
+    Ok(Client::H2(send, arrival))
 }
 
 /// Connects and reads until the snapshot is complete (kubefan) or the
@@ -239,8 +251,12 @@ pub async fn connect(
     if nchan && target.transport == Transport::WsMux {
         bail!("ws-mux is kubefan's /ws");
     }
-    if let Client::H2(send) = client {
-        return connect_h2(target, send.clone(), &url, credential).await;
+    if let Client::H2(send, arrival) = client {
+        let body = connect_h2(target, send.clone(), &url, credential).await?;
+        return Ok(Conn {
+            wire: Wire::H2(body),
+            arrival: arrival.clone(),
+        });
     }
     let socket = tokio::net::TcpSocket::new_v4()?;
     socket.bind((local, 0).into())?;
@@ -248,7 +264,7 @@ pub async fn connect(
     let host = parts.nth(2).context("url has a host")?;
     let path = format!("/{}", parts.next().unwrap_or(""));
     let addr: std::net::SocketAddr = host.parse()?;
-    let stream = socket.connect(addr).await?;
+    let (stream, arrival) = Stamped::new(socket.connect(addr).await?)?;
     let tls = url.starts_with("wss:") || url.starts_with("https:");
     let stream: Box<dyn Io> = match (&target.ca_pem, tls) {
         // One session per subscriber, as a browser's tab has.
@@ -261,7 +277,10 @@ pub async fn connect(
             let mut ws = WsConn::handshake(stream, host, &path, credential).await?;
             if target.transport == Transport::WsMux {
                 subscribe_all(target, &mut ws, subscriptions.clone()).await?;
-                return Ok(Conn::WsMux(Box::new(ws)));
+                return Ok(Conn {
+                    wire: Wire::WsMux(Box::new(ws)),
+                    arrival,
+                });
             }
             if !nchan {
                 loop {
@@ -272,7 +291,10 @@ pub async fn connect(
                     }
                 }
             }
-            Ok(Conn::Ws(Box::new(ws)))
+            Ok(Conn {
+                wire: Wire::Ws(Box::new(ws)),
+                arrival,
+            })
         }
         Transport::Sse | Transport::Watch => {
             let accept = if nchan {
@@ -300,7 +322,10 @@ pub async fn connect(
                     tail.drain(..keep);
                 }
             }
-            Ok(Conn::Http(Box::new(body)))
+            Ok(Conn {
+                wire: Wire::Http(Box::new(body)),
+                arrival,
+            })
         }
     }
 }
@@ -353,7 +378,7 @@ async fn connect_h2(
     send: h2::client::SendRequest<Bytes>,
     url: &str,
     credential: Option<&Credential>,
-) -> anyhow::Result<Conn> {
+) -> anyhow::Result<h2::RecvStream> {
     if matches!(target.transport, Transport::Ws | Transport::WsMux) {
         bail!("WebSocket is HTTP/1.1 only (kubefan does not offer RFC 8441)");
     }
@@ -383,7 +408,7 @@ async fn connect_h2(
         let keep = tail.len().saturating_sub(SNAPSHOT_END.len());
         tail.drain(..keep);
     }
-    Ok(Conn::H2(body))
+    Ok(body)
 }
 
 /// Reads changes into `seen` (one per subscriber the connection carries)
@@ -399,8 +424,8 @@ pub async fn read(
     mut seen: Vec<Seen>,
     deadline: tokio::time::Instant,
 ) -> (Vec<Seen>, Conn) {
-    if let Conn::WsMux(ws) = &mut conn {
-        let seen = read_mux(ws, seen, deadline).await;
+    if let Wire::WsMux(ws) = &mut conn.wire {
+        let seen = read_mux(ws, &conn.arrival, seen, deadline).await;
         return (seen, conn);
     }
     let Some(one) = seen.pop() else {
@@ -421,12 +446,14 @@ async fn read_one(conn: &mut Conn, mut seen: Seen, deadline: tokio::time::Instan
     let mut partial: Vec<u8> = Vec::new();
     let expired = tokio::time::sleep_until(deadline);
     tokio::pin!(expired);
-    match conn {
-        Conn::Http(_) | Conn::H2(_) => {
+    let arrival = &conn.arrival;
+    match &mut conn.wire {
+        wire @ (Wire::Http(_) | Wire::H2(_)) => {
             loop {
-                let Some(chunk) = next_chunk(conn, expired.as_mut()).await else {
+                let Some(chunk) = next_chunk(wire, expired.as_mut()).await else {
                     break;
                 };
+                let arrived = arrival.get();
                 // Frames end with a blank line (SSE) or a newline (watch); a
                 // change is one frame, so split on newlines. Lines are
                 // read in the chunk where they can be; only one cut by
@@ -435,10 +462,10 @@ async fn read_one(conn: &mut Conn, mut seen: Seen, deadline: tokio::time::Instan
                 while let Some(end) = memchr::memchr(b'\n', rest) {
                     let (line, after) = rest.split_at(end + 1);
                     if partial.is_empty() {
-                        seen.take(line);
+                        seen.take(line, arrived);
                     } else {
                         partial.extend_from_slice(line);
-                        seen.take(&partial);
+                        seen.take(&partial, arrived);
                         partial.clear();
                     }
                     rest = after;
@@ -449,16 +476,16 @@ async fn read_one(conn: &mut Conn, mut seen: Seen, deadline: tokio::time::Instan
                 }
             }
         }
-        Conn::Ws(ws) => loop {
+        Wire::Ws(ws) => loop {
             let Some(msg) = before(expired.as_mut(), ws.next()).await else {
                 break;
             };
-            seen.take(&msg);
+            seen.take(&msg, arrival.get());
             if seen.complete() {
                 break;
             }
         },
-        Conn::WsMux(_) => unreachable!("read_mux reads /ws sockets"),
+        Wire::WsMux(_) => unreachable!("read_mux reads /ws sockets"),
     }
     seen
 }
@@ -466,6 +493,7 @@ async fn read_one(conn: &mut Conn, mut seen: Seen, deadline: tokio::time::Instan
 /// [`read`] for a `/ws` socket: each message to the subscriber it names.
 async fn read_mux(
     ws: &mut WsConn,
+    arrival: &Arrival,
     mut seen: Vec<Seen>,
     deadline: tokio::time::Instant,
 ) -> Vec<Seen> {
@@ -480,7 +508,7 @@ async fn read_mux(
         let Some(id) = mux_sub(&msg).filter(|id| *id < seen.len()) else {
             continue;
         };
-        seen[id].take(&msg);
+        seen[id].take(&msg, arrival.get());
         if !complete[id] && seen[id].complete() {
             complete[id] = true;
             pending -= 1;
@@ -504,17 +532,17 @@ async fn before<T, E>(
 
 /// The next chunk of an HTTP/1.1 or HTTP/2 body, before `expired`.
 async fn next_chunk(
-    conn: &mut Conn,
+    wire: &mut Wire,
     expired: std::pin::Pin<&mut tokio::time::Sleep>,
 ) -> Option<Bytes> {
-    match conn {
-        Conn::Http(body) => before(expired, body.next()).await,
-        Conn::H2(body) => {
+    match wire {
+        Wire::Http(body) => before(expired, body.next()).await,
+        Wire::H2(body) => {
             let chunk = before(expired, body.data().map(Option::transpose)).await?;
             let _ = body.flow_control().release_capacity(chunk.len());
             Some(chunk)
         }
-        Conn::Ws(_) | Conn::WsMux(_) => None,
+        Wire::Ws(_) | Wire::WsMux(_) => None,
     }
 }
 
@@ -676,6 +704,10 @@ mod tests {
         let _tcp = server.await.unwrap();
         assert!(seen[0].complete());
         assert!(seen[0].latency_us.iter().all(|l| *l != u32::MAX));
+        // Each change's bytes reached the socket no later than they were read.
+        for (arrived, read) in seen[0].arrival_us.iter().zip(&seen[0].latency_us) {
+            assert!(arrived <= read, "arrived {arrived} µs, read {read} µs");
+        }
         assert_eq!((seen[0].duplicates, seen[0].resets), (1, 1));
     }
 
@@ -695,11 +727,11 @@ mod tests {
         let mut seen = Seen::new(6, bearer_line("t loadtest-1").wanted(3));
         assert_eq!(seen.expected(), 2);
         let now = now_nanos();
-        seen.record(format!(r#""loadtest/sent":"1:{now}""#).as_bytes());
+        seen.record(format!(r#""loadtest/sent":"1:{now}""#).as_bytes(), None);
         assert!(!seen.complete());
-        seen.record(format!(r#""loadtest/sent":"2:{now}""#).as_bytes());
+        seen.record(format!(r#""loadtest/sent":"2:{now}""#).as_bytes(), None);
         assert_eq!(seen.leaked, 1);
-        seen.record(format!(r#""loadtest/sent":"4:{now}""#).as_bytes());
+        seen.record(format!(r#""loadtest/sent":"4:{now}""#).as_bytes(), None);
         assert!(seen.complete());
         assert_eq!(seen.duplicates, 0);
     }

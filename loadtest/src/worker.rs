@@ -27,6 +27,10 @@ pub struct WorkerConfig {
 pub struct WorkerReport {
     /// (latency µs, count) of every delivery.
     pub histogram: Vec<(u64, u64)>,
+    /// The same, to when each delivery reached its socket
+    /// ([`crate::arrival`]).
+    #[serde(default)]
+    pub arrival_histogram: Vec<(u64, u64)>,
     /// Per change: deliveries and the latest one (µs).
     pub per_change: Vec<(u64, u32)>,
     pub duplicates: u64,
@@ -65,11 +69,11 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
         let mut sends = Vec::with_capacity(connections);
         for c in 0..connections {
             let local = local_address(c, cfg.first_address, cfg.addresses);
-            let send =
+            let client =
                 tokio::time::timeout(Duration::from_secs(60), h2_connection(&cfg.target, local))
                     .await
                     .context("an HTTP/2 connection in time")??;
-            sends.push(Client::H2(send));
+            sends.push(client);
         }
         sends
     } else {
@@ -150,6 +154,7 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
     out.write_all(b"STARTED\n").await?;
     out.flush().await?;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 2)?;
+    let mut arrival = hist.clone();
     let mut report = WorkerReport {
         per_change: vec![(0, 0); changes],
         failed_connections: failed,
@@ -171,13 +176,17 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
                 hist.saturating_record(u64::from(*l).max(1));
                 report.per_change[i].0 += 1;
                 report.per_change[i].1 = report.per_change[i].1.max(*l);
+                arrival.saturating_record(u64::from(seen.arrival_us[i]).max(1));
             }
         }
     }
-    report.histogram = hist
-        .iter_recorded()
-        .map(|v| (v.value_iterated_to(), v.count_at_value()))
-        .collect();
+    let counts = |h: &Histogram<u64>| {
+        h.iter_recorded()
+            .map(|v| (v.value_iterated_to(), v.count_at_value()))
+            .collect()
+    };
+    report.histogram = counts(&hist);
+    report.arrival_histogram = counts(&arrival);
     out.write_all(format!("{}\n", serde_json::to_string(&report)?).as_bytes())
         .await?;
     out.flush().await?;
