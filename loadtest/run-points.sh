@@ -2,7 +2,10 @@
 # Runs the comparison matrix: kubefan, nginx+nchan and the floor (`loadtest
 # floor`: one write per delivery and nothing else), side by side.
 # Each point three times with a fresh server process, the server pinned to
-# core 0 and the load generator to core 1. Results: loadtest/results/*.json;
+# core 0 and the load generator to core 1 (SERVER_CPUS and GENERATOR_CPUS,
+# taskset lists, move them: on a machine with more cores, give each its
+# own several; GENERATOR_NICE=19 lets a server that shares the generator's
+# cores have them first). Results: loadtest/results/*.json;
 # then `python3 loadtest/summarise.py` writes the table and charts.
 #
 #   bash loadtest/run-points.sh            # full matrix (~15 min)
@@ -70,6 +73,8 @@ REPS=${REPS:-3}
 DURATION=${DURATION:-20}
 RATE=${RATE:-10}
 SERVERS=${SERVERS:-"kubefan nchan floor"}
+SERVER_CPUS=${SERVER_CPUS:-0}
+GENERATOR_CPUS=${GENERATOR_CPUS:-1}
 # Message bytes for nchan and the floor (kubefan sends whole pods; match its
 # mean frame size, kubefan_bytes_sent_total / kubefan_events_sent_total).
 PAYLOAD=${PAYLOAD:-1024}
@@ -192,7 +197,7 @@ for point in $POINTS; do
       if [ "$server" = kubefan ]; then
         ports_free 18001 18080
         rm -f /tmp/lt.kubeconfig
-        taskset -c 0 "$KUBEFAN" sim --listen 127.0.0.1:18001 --kubeconfig-out /tmp/lt.kubeconfig \
+        taskset -c "$SERVER_CPUS" "$KUBEFAN" sim --listen 127.0.0.1:18001 --kubeconfig-out /tmp/lt.kubeconfig \
           --churn-rate 0 --pods 100 "${sim_args[@]}" >/tmp/lt-sim.log 2>&1 &
         sim=$!
         wait_http http://127.0.0.1:18001/version
@@ -206,7 +211,7 @@ for point in $POINTS; do
             port=$((18001 + i))
             ports_free "$port"
             rm -f "/tmp/lt-$i.kubeconfig"
-            taskset -c 0 "$KUBEFAN" sim --listen "127.0.0.1:$port" --kubeconfig-out "/tmp/lt-$i.kubeconfig" \
+            taskset -c "$SERVER_CPUS" "$KUBEFAN" sim --listen "127.0.0.1:$port" --kubeconfig-out "/tmp/lt-$i.kubeconfig" \
               --churn-rate 0 --pods 100 >"/tmp/lt-sim-$i.log" 2>&1 &
             sim="$sim $!"
             wait_http "http://127.0.0.1:$port/version"
@@ -250,7 +255,7 @@ PY
           curl -sf -o /dev/null -H 'Content-Type: application/json' -X POST "$rbac/clusterrolebindings" -d \
             '{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"loadtest"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"pod-reader"},"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"Group","name":"loadtest"}]}'
         fi
-        taskset -c 0 "$KUBEFAN" serve "${upstream[@]}" --listen 127.0.0.1:18080 \
+        taskset -c "$SERVER_CPUS" "$KUBEFAN" serve "${upstream[@]}" --listen 127.0.0.1:18080 \
           --resources pods --workers 1 "${tls_serve[@]}" >/tmp/lt-gw.log 2>&1 &
         srv=$!
         wait_http "$scheme://127.0.0.1:18080/readyz" -k
@@ -264,13 +269,13 @@ PY
           floor_tls=(--tls-listen 127.0.0.1:8093 --tls-cert-file "$CERT/cert.pem" --tls-key-file "$CERT/key.pem")
           base=https://127.0.0.1:8093; publish=(--publish-base http://127.0.0.1:8092)
         fi
-        taskset -c 0 "$BIN/loadtest" floor --listen 127.0.0.1:8092 "${floor_tls[@]}" >/tmp/lt-floor.log 2>&1 &
+        taskset -c "$SERVER_CPUS" "$BIN/loadtest" floor --listen 127.0.0.1:8092 "${floor_tls[@]}" >/tmp/lt-floor.log 2>&1 &
         srv=$!
         wait_listening 8092
         pid=$srv; sim=""
       else
         ports_free 8090
-        taskset -c 0 nginx -c "$PWD/loadtest/nchan.conf" -p /tmp/kubefan-nchan/ >/tmp/nchan.log 2>&1 &
+        taskset -c "$SERVER_CPUS" nginx -c "$PWD/loadtest/nchan.conf" -p /tmp/kubefan-nchan/ >/tmp/nchan.log 2>&1 &
         srv=$!
         wait_listening 8090
         sleep 0.5
@@ -278,7 +283,7 @@ PY
         base=http://127.0.0.1:8090
         sim=""
       fi
-      taskset -c 1 "$LOADTEST" run --server "$server" --base "$base" --sim "$sim_url" \
+      nice -n "${GENERATOR_NICE:-0}" taskset -c "$GENERATOR_CPUS" "$LOADTEST" run --server "$server" --base "$base" --sim "$sim_url" \
         --pid "$pid" "${transport_run[@]}" --subscribers "$n" --rate "$RATE" \
         --duration-secs "$DURATION" --workers "$workers" --payload "$PAYLOAD" "${tls_run[@]}" "${publish[@]}" --out "$file" >/dev/null
       # shellcheck disable=SC2086 # $sim: one or more simulators' pids.

@@ -50,6 +50,8 @@ pub struct Tally {
     latency: Histogram<u64>,
     /// The same, to when it reached its socket ([`crate::arrival`]).
     arrival: Histogram<u64>,
+    /// Per change: its first and last arrival (µs).
+    arrival_per_change: Vec<(u32, u32)>,
     /// Per change, in the order published: deliveries and the latest one
     /// (µs).
     per_change: Vec<(u64, u32)>,
@@ -64,6 +66,7 @@ impl Tally {
         Ok(Tally {
             latency: Histogram::new_with_bounds(1, 600_000_000, 2)?,
             arrival: Histogram::new_with_bounds(1, 600_000_000, 2)?,
+            arrival_per_change: vec![(u32::MAX, 0); changes],
             per_change: vec![(0, 0); changes],
             duplicates: 0,
             resets: 0,
@@ -78,6 +81,13 @@ impl Tally {
         }
         for (v, c) in report.arrival_histogram {
             self.arrival.record_n(v.max(1), c)?;
+        }
+        for (change, (first, last)) in self
+            .arrival_per_change
+            .iter_mut()
+            .zip(report.arrival_per_change)
+        {
+            *change = (change.0.min(first), change.1.max(last));
         }
         for (change, (n, m)) in self.per_change.iter_mut().zip(report.per_change) {
             change.0 += n;
@@ -96,16 +106,37 @@ impl Tally {
 
     /// Percentiles of each change's latest delivery (ms).
     fn last_subscriber(&self) -> Value {
-        let mut last: Vec<u32> = self.per_change.iter().map(|(_, m)| *m).collect();
-        last.sort_unstable();
-        let pct = |p: f64| {
-            last.get(((last.len() as f64 * p) as usize).min(last.len().saturating_sub(1)))
-                .copied()
-                .unwrap_or(0)
-        };
-        json!({"p50": ms(pct(0.5).into()), "p99": ms(pct(0.99).into()),
-            "max": ms(last.last().copied().unwrap_or(0).into())})
+        per_change_percentiles(self.per_change.iter().map(|(_, m)| *m).collect())
     }
+
+    /// Each change's deliveries split in two (ms, percentiles over the
+    /// changes): `first`, until its first delivery reached a socket (the
+    /// server's way to its writes, and any wait behind the change before);
+    /// `spread`, from that to its last (one pass over the subscribers'
+    /// sockets, and whatever ran in the middle of it).
+    fn arrival_parts(&self) -> Value {
+        let arrived = self
+            .arrival_per_change
+            .iter()
+            .filter(|(f, _)| *f != u32::MAX);
+        json!({
+            "first_ms": per_change_percentiles(arrived.clone().map(|(f, _)| *f).collect()),
+            "spread_ms": per_change_percentiles(arrived.map(|(f, l)| l - f).collect()),
+        })
+    }
+}
+
+/// p50, p99 and max of one figure per change (µs), in ms.
+fn per_change_percentiles(mut per_change: Vec<u32>) -> Value {
+    per_change.sort_unstable();
+    let pct = |p: f64| {
+        per_change
+            .get(((per_change.len() as f64 * p) as usize).min(per_change.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    json!({"p50": ms(pct(0.5).into()), "p99": ms(pct(0.99).into()),
+        "max": ms(per_change.last().copied().unwrap_or(0).into())})
 }
 
 /// p50, p99, p99.9 and max of a histogram of µs, in ms.
@@ -175,6 +206,7 @@ impl Measured {
             // the generator read it: the server's part alone, with the
             // generator's queue left out (`arrival.rs`).
             "arrival_ms": percentiles(&t.arrival),
+            "arrival_per_change": t.arrival_parts(),
             "last_subscriber_ms": t.last_subscriber(),
             // Each change's slowest delivery, in the order published (one every
             // 1/R s): when in the run the tail came, and whether it recurs
@@ -256,6 +288,16 @@ mod tests {
         WorkerReport {
             expected: per_change.len() as u64,
             arrival_histogram: histogram.iter().map(|(v, c)| (v / 2, *c)).collect(),
+            arrival_per_change: per_change
+                .iter()
+                .map(|(n, m)| {
+                    if *n == 0 {
+                        (u32::MAX, 0)
+                    } else {
+                        (m / 4, m / 2)
+                    }
+                })
+                .collect(),
             histogram,
             per_change,
             duplicates: 1,
@@ -290,6 +332,15 @@ mod tests {
         // Arrivals are their own histogram (each half its read here).
         assert_eq!(tally.arrival.len(), 5);
         assert!((ms(tally.arrival.max()) - 4.5).abs() < 0.1);
+        // Per change, the earliest first arrival and the latest last one:
+        // (250, 1,000), (1,250, 2,500) and (250, 4,500) µs.
+        assert_eq!(
+            tally.arrival_per_change,
+            [(250, 1_000), (1_250, 2_500), (250, 4_500)]
+        );
+        let parts = tally.arrival_parts();
+        assert_eq!(parts["first_ms"]["max"].as_f64(), Some(1.25));
+        assert_eq!(parts["spread_ms"]["max"].as_f64(), Some(4.25));
         let last = tally.last_subscriber();
         assert_eq!(
             (last["p50"].as_f64(), last["max"].as_f64()),

@@ -31,6 +31,9 @@ pub struct WorkerReport {
     /// ([`crate::arrival`]).
     #[serde(default)]
     pub arrival_histogram: Vec<(u64, u64)>,
+    /// Per change: its first and last arrival (µs; `(u32::MAX, 0)`: none).
+    #[serde(default)]
+    pub arrival_per_change: Vec<(u32, u32)>,
     /// Per change: deliveries and the latest one (µs).
     pub per_change: Vec<(u64, u32)>,
     pub duplicates: u64,
@@ -157,6 +160,7 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
     let mut arrival = hist.clone();
     let mut report = WorkerReport {
         per_change: vec![(0, 0); changes],
+        arrival_per_change: vec![(u32::MAX, 0); changes],
         failed_connections: failed,
         ..WorkerReport::default()
     };
@@ -176,7 +180,10 @@ pub async fn worker(cfg: WorkerConfig) -> anyhow::Result<()> {
                 hist.saturating_record(u64::from(*l).max(1));
                 report.per_change[i].0 += 1;
                 report.per_change[i].1 = report.per_change[i].1.max(*l);
-                arrival.saturating_record(u64::from(seen.arrival_us[i]).max(1));
+                let arrived = seen.arrival_us[i];
+                arrival.saturating_record(u64::from(arrived).max(1));
+                let (first, last) = &mut report.arrival_per_change[i];
+                (*first, *last) = ((*first).min(arrived), (*last).max(arrived));
             }
         }
     }
