@@ -73,6 +73,7 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -233,8 +234,16 @@ impl<M: Parkable> Future for Task<M> {
 pub struct Batches(Arc<Registry>);
 
 struct Registry {
-    /// Per hub, source type and id tag: its writer's mailbox.
+    /// Per hub, source type, id tag and shard: its writer's mailbox.
     writers: Mutex<HashMap<Key, Arc<dyn Any + Send + Sync>>>,
+    /// Writers per hub, type and tag: one per worker thread of the
+    /// runtime. One writer's pass over 10,000 streams is 10,000 `sendmsg`s
+    /// on one thread (~90 ms at 9 µs each), and a change's last delivery
+    /// waits for all of them: that pass is most of a change's latency
+    /// (`RESULTS.md`, stop 44). Streams are dealt to the shards in turn
+    /// as they park, so a change's pass runs on every core at once.
+    shards: usize,
+    next_shard: AtomicUsize,
     runtime: tokio::runtime::Handle,
     tracker: TaskTracker,
     /// Streams parked now.
@@ -244,9 +253,10 @@ struct Registry {
 
 /// What a writer's streams share: their hub (by address), their type,
 /// and the tag their ids carry (`hub::scope`), which is in the bytes
-/// framed for them. Streams of several views share a writer: its passes
-/// read and frame a step per view and cursor.
-type Key = (usize, TypeId, Option<Box<str>>);
+/// framed for them; and the shard ([`Registry::shards`]). Streams of
+/// several views share a writer: its passes read and frame a step per
+/// view and cursor.
+type Key = (usize, TypeId, Option<Box<str>>, usize);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -260,6 +270,8 @@ impl Batches {
     ) -> Batches {
         Batches(Arc::new(Registry {
             writers: Mutex::default(),
+            shards: runtime.metrics().num_workers().max(1),
+            next_shard: AtomicUsize::new(0),
             runtime,
             tracker,
             parked: metrics.batched(),
@@ -283,6 +295,7 @@ impl Batches {
             Arc::as_ptr(&hub) as usize,
             TypeId::of::<M>(),
             sub.id_tag().map(Box::from),
+            self.0.next_shard.fetch_add(1, Ordering::Relaxed) % self.0.shards,
         );
         let mut writers = lock(&self.0.writers);
         if let Some(mailbox) = writers

@@ -596,3 +596,48 @@ async fn a_waiting_stream_is_parked_only_once_its_transport_has_nothing_under_wa
     let frame = s.append();
     run_until("the writer wrote the change", || socket.wrote() == frame).await;
 }
+
+/// Waits for `done` on a runtime of several threads, whose writers run
+/// on the others (where [`run_until`]'s turns are not theirs to take).
+async fn within_10s(what: &str, done: impl Fn() -> bool) {
+    let wait = async {
+        while !done() {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), wait)
+        .await
+        .unwrap_or_else(|_| panic!("never happened: {what}"));
+}
+
+/// On a runtime of several threads, one view's streams are dealt to one
+/// writer per thread, so a change's pass over them runs on every core
+/// (`Registry::shards`); each stream still gets every event once, in
+/// order, and none leaves its writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_views_streams_are_dealt_to_a_writer_per_thread_and_each_gets_every_event() {
+    let mut s = Setup::new(LogLimits::default());
+    let n = 16;
+    let mut sockets = Vec::with_capacity(n);
+    for _ in 0..n {
+        sockets.push(s.parked().await);
+    }
+    within_10s("all parked", || s.parked_now() == n as i64).await;
+    assert_eq!(lock(&s.batches.0.writers).len(), 2, "a writer per thread");
+    let mut expected = Vec::new();
+    for _ in 0..3 {
+        expected.extend(s.append());
+    }
+    within_10s("every stream written", || {
+        sockets.iter().all(|s| s.wrote().len() >= expected.len())
+    })
+    .await;
+    for (i, socket) in sockets.iter().enumerate() {
+        assert!(
+            socket.wrote() == expected,
+            "stream {i}: not the events once in order"
+        );
+    }
+    assert_eq!(s.unparked_total(), 0);
+    assert_eq!(s.parked_now(), n as i64);
+}
