@@ -274,6 +274,16 @@ async fn run_until(what: &str, done: impl Fn() -> bool) {
     panic!("never happened: {what}");
 }
 
+/// Every socket was written `expected`: each event once, in order.
+fn each_wrote_once_in_order(sockets: &[Arc<Socket>], expected: &[u8]) {
+    for (i, socket) in sockets.iter().enumerate() {
+        assert!(
+            socket.wrote() == expected,
+            "stream {i}: not the events once in order"
+        );
+    }
+}
+
 /// Lets everything runnable run a while (for what must not happen).
 async fn run_a_while() {
     for _ in 0..50 {
@@ -457,12 +467,7 @@ async fn every_stream_gets_each_event_once_in_order_across_yields() {
     })
     .await;
     run_a_while().await;
-    for (i, socket) in sockets.iter().enumerate() {
-        assert!(
-            socket.wrote() == expected,
-            "stream {i}: not the events once in order"
-        );
-    }
+    each_wrote_once_in_order(&sockets, &expected);
     assert_eq!(s.unparked_total(), 0);
     assert_eq!(s.parked_now(), n as i64);
 }
@@ -632,12 +637,7 @@ async fn a_views_streams_are_dealt_to_a_writer_per_thread_and_each_gets_every_ev
         sockets.iter().all(|s| s.wrote().len() >= expected.len())
     })
     .await;
-    for (i, socket) in sockets.iter().enumerate() {
-        assert!(
-            socket.wrote() == expected,
-            "stream {i}: not the events once in order"
-        );
-    }
+    each_wrote_once_in_order(&sockets, &expected);
     assert_eq!(s.unparked_total(), 0);
     assert_eq!(s.parked_now(), n as i64);
 }
