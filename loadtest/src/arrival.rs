@@ -154,8 +154,11 @@ impl AsyncRead for Stamped {
             {
                 Ok((n, stamp)) => {
                     if n > 0 {
-                        // No stamp (timestamping unavailable): now, which
-                        // errs late as a read's own time does.
+                        // No stamp: now, which errs late as a read's own
+                        // time does. The kernel turns stamping on for the
+                        // first socket that asks a moment later (from a
+                        // work queue: `net_enable_timestamp`), so a run's
+                        // first bytes may come unstamped.
                         this.arrival
                             .set(stamp.unwrap_or_else(crate::subscriber::now_nanos));
                     }
@@ -195,9 +198,9 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// The stamp is when the bytes came, not when they were read: taken
-    /// after the socket is seen readable and before the read, the clock
-    /// is already past the stamp (a stamp of the read's own time would be
-    /// after it).
+    /// once the bytes are seen in the socket and before the read, the
+    /// clock is already past the stamp (a stamp of the read's own time
+    /// would be after it).
     #[tokio::test]
     async fn a_read_carries_when_its_bytes_arrived_not_when_they_were_read() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -207,17 +210,43 @@ mod tests {
         let (mut server, _) = listener.accept().await.unwrap();
         let (mut stamped, arrival) = Stamped::new(client).unwrap();
         assert_eq!(arrival.get(), None);
+        // Until the kernel stamps (it turns stamping on a moment after the
+        // first socket asks, if no other has), a byte at a time.
+        let mut buf = [0u8; 64];
+        let stamping = async {
+            loop {
+                server.write_all(b"x").await.unwrap();
+                stamped.tcp.readable().await.unwrap();
+                let fd = stamped.tcp.as_raw_fd();
+                let mut room = [std::mem::MaybeUninit::uninit(); 64];
+                match stamped
+                    .tcp
+                    .try_io(Interest::READABLE, || recv_stamped(fd, &mut room))
+                {
+                    Ok((_, Some(_))) => break,
+                    Ok((_, None)) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), stamping)
+            .await
+            .expect("the kernel stamps within 10 s");
+        // Nothing left over from that.
+        assert!(stamped.tcp.try_read(&mut buf).is_err());
         let before = crate::subscriber::now_nanos();
         server.write_all(b"one delivery").await.unwrap();
-        stamped.tcp.readable().await.unwrap();
+        // Peeked (not read): the bytes are in the socket, whatever the
+        // readiness tokio had cached.
+        assert_eq!(stamped.tcp.peek(&mut buf).await.unwrap(), 12);
         let seen_readable = crate::subscriber::now_nanos();
-        let mut buf = [0u8; 64];
         let n = stamped.read(&mut buf).await.unwrap();
         assert_eq!(&buf[..n], b"one delivery");
         let arrived = arrival.get().expect("a stamp after a read");
         assert!(
             (before..=seen_readable).contains(&arrived),
-            "stamped at {arrived}, not between the write ({before}) and the socket readable ({seen_readable})"
+            "stamped at {arrived}, not between the write ({before}) and the bytes seen in the socket ({seen_readable})"
         );
         // Writes pass through.
         stamped.write_all(b"back").await.unwrap();
