@@ -241,7 +241,8 @@ struct Registry {
     /// on one thread (~90 ms at 9 µs each), and a change's last delivery
     /// waits for all of them: that pass is most of a change's latency
     /// (`RESULTS.md`, stop 44). Streams are dealt to the shards in turn
-    /// as they park, so a change's pass runs on every core at once.
+    /// as they park, so a change's pass can run on every core at once (a
+    /// woken writer goes to an idle worker thread if there is one).
     shards: usize,
     next_shard: AtomicUsize,
     runtime: tokio::runtime::Handle,
