@@ -96,6 +96,9 @@ KUBEFAN=${KUBEFAN_BIN:-$BIN/kubefan}
 # LOADTEST_BIN: another build of the generator (to measure the generator's
 # own cost; the floor server stays this tree's).
 LOADTEST=${LOADTEST_BIN:-$BIN/loadtest}
+# KUBEFAN_ARGS: more flags for `kubefan serve`, split on spaces (e.g.
+# "--keepalive-secs 300"); name OUT apart, the result files do not say.
+read -r -a kubefan_args <<<"${KUBEFAN_ARGS:-}"
 ulimit -n 20000
 
 # A server left on a port (another run's, or one that did not stop) would
@@ -256,7 +259,7 @@ PY
             '{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"loadtest"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"pod-reader"},"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"Group","name":"loadtest"}]}'
         fi
         taskset -c "$SERVER_CPUS" "$KUBEFAN" serve "${upstream[@]}" --listen 127.0.0.1:18080 \
-          --resources pods --workers 1 "${tls_serve[@]}" >/tmp/lt-gw.log 2>&1 &
+          --resources pods --workers 1 "${tls_serve[@]}" "${kubefan_args[@]}" >/tmp/lt-gw.log 2>&1 &
         srv=$!
         wait_http "$scheme://127.0.0.1:18080/readyz" -k
         pid=$srv; base=$scheme://127.0.0.1:18080
