@@ -179,9 +179,7 @@ impl Verifier {
         // `exp` is any number an issuer signed: an instant the clock cannot
         // represent (past the year 292 billion) is no expiry at all rather
         // than an overflow.
-        let expires = claims
-            .get("exp")
-            .and_then(Value::as_u64)
+        let expires = super::claim_seconds(claims, "exp")
             .and_then(|exp| UNIX_EPOCH.checked_add(Duration::from_secs(exp)))
             .and_then(|at| at.checked_add(self.cfg.leeway));
         Principal::new(
@@ -397,6 +395,41 @@ mod tests {
             let p = v.verify(&token).unwrap();
             // Either no expiry, or one whose deadline is computed safely.
             let _ = p.deadline();
+        }
+    }
+
+    /// RFC 7519's NumericDate is any JSON number: jsonwebtoken accepts a
+    /// fractional `exp`, so the stream must still end at it.
+    #[test]
+    fn a_fractional_expiry_is_an_expiry() {
+        let (v, _dir) = verifier("s3cret");
+        let exp = now() + 60;
+        let claims =
+            json!({"sub": "alice", "iss": "iss", "aud": "kubefan", "exp": exp as f64 + 0.5});
+        let token = encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(b"s3cret"),
+        )
+        .unwrap();
+        let p = v.verify(&token).unwrap();
+        assert_eq!(p.expires(), Some(UNIX_EPOCH + Duration::from_secs(exp)));
+        let mut past = claims.clone();
+        past["exp"] = json!((now() - 10) as f64 + 0.5);
+        let past = encode(
+            &Header::new(Algorithm::HS256),
+            &past,
+            &EncodingKey::from_secret(b"s3cret"),
+        )
+        .unwrap();
+        assert!(matches!(v.verify(&past), Err(Error::Expired)));
+        let seconds = |exp: Value| {
+            super::super::claim_seconds(json!({"exp": exp}).as_object().unwrap(), "exp")
+        };
+        assert_eq!(seconds(json!(7.9)), Some(7));
+        assert_eq!(seconds(json!(u64::MAX)), Some(u64::MAX));
+        for no in [json!(-1.5), json!(1e20), json!("7"), json!(null)] {
+            assert_eq!(seconds(no.clone()), None, "{no}");
         }
     }
 

@@ -71,6 +71,28 @@ use crate::hub::SubscriptionContext;
 use crate::status::ApiError;
 use crate::upstream::Informers;
 
+/// A claim that is a number of seconds since the epoch (`exp`, `iat`),
+/// whole or not: RFC 7519 makes a NumericDate any JSON number, and
+/// jsonwebtoken validates `exp` from a fractional one (as go-oidc, which
+/// kube-apiserver uses, accepts it), so what it validated must be read
+/// here too, or a fractional `exp` would be read as no expiry at all. A
+/// fraction is dropped: the instant it names is not yet reached at the
+/// second before it. `None` for no claim, a claim that is not a
+/// non-negative number, or one past what `u64` holds.
+pub(crate) fn claim_seconds(
+    claims: &serde_json::Map<String, serde_json::Value>,
+    name: &str,
+) -> Option<u64> {
+    let value = claims.get(name)?;
+    value.as_u64().or_else(|| {
+        let secs = value.as_f64()?;
+        // 2^64 as f64: anything from it up does not fit (nor does NaN).
+        (0.0..18_446_744_073_709_551_616.0)
+            .contains(&secs)
+            .then(|| secs.floor() as u64)
+    })
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(

@@ -189,9 +189,7 @@ impl Issuer {
         let claims = decode_with(token, candidates, &validation)?;
         not_before(&claims)?;
         let user = claims::user(&self.cfg, &self.username_prefix, &claims)?;
-        let expires = claims
-            .get("exp")
-            .and_then(Value::as_u64)
+        let expires = crate::auth::claim_seconds(&claims, "exp")
             .and_then(|exp| UNIX_EPOCH.checked_add(Duration::from_secs(exp)));
         Ok(Verified {
             user,
@@ -234,9 +232,9 @@ impl Verified {
         self.claims.get(name).and_then(Value::as_str)
     }
 
-    /// A claim that is a number of seconds.
+    /// A claim that is a number of seconds ([`crate::auth::claim_seconds`]).
     pub fn seconds(&self, name: &str) -> Option<u64> {
-        self.claims.get(name).and_then(Value::as_u64)
+        crate::auth::claim_seconds(&self.claims, name)
     }
 }
 
