@@ -43,7 +43,8 @@ const MAX_LEASES: usize = 100_000;
 /// What a session cookie holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SessionData {
-    /// A random id: this session's streams on a replica share one lease.
+    /// A random id: this session's streams on a replica share one lease
+    /// while it names the same user and groups ([`LeaseKey`]).
     pub sid: String,
     /// The issuer's subject (a refresh must name the same one).
     pub sub: String,
@@ -86,7 +87,31 @@ pub struct Sessions {
     /// replicas) rather than made up at start.
     shared_key: bool,
     max_age: Duration,
-    leases: Mutex<HashMap<String, Weak<Lease>>>,
+    leases: Mutex<HashMap<LeaseKey, Weak<Lease>>>,
+}
+
+/// What a session's streams share a lease by: the session and whom it
+/// names. A refresh whose id-token names other groups (the issuer took
+/// the user out of one, say) is a new identity: its lease is a new one,
+/// so the streams opened under the old groups are not kept open by it.
+/// They end at the old id-token's expiry, as a session the issuer stopped
+/// refreshing does, and the client reconnects under the new groups, which
+/// RBAC then answers for.
+#[derive(PartialEq, Eq, Hash)]
+struct LeaseKey {
+    sid: String,
+    user: String,
+    groups: Vec<String>,
+}
+
+impl LeaseKey {
+    fn of(session: &SessionData) -> LeaseKey {
+        LeaseKey {
+            sid: session.sid.clone(),
+            user: session.user.clone(),
+            groups: session.groups.clone(),
+        }
+    }
 }
 
 impl Sessions {
@@ -182,7 +207,7 @@ impl Sessions {
                 "the session expired; refresh it (POST /session/refresh) or sign in again at /login".into(),
             )));
         }
-        let lease = self.lease(&session.sid, at(session.exp));
+        let lease = self.lease(&session);
         let user = User {
             username: session.user.clone(),
             uid: None,
@@ -195,11 +220,13 @@ impl Sessions {
         )))
     }
 
-    /// The lease this replica's streams of session `sid` share, moved to
-    /// `until` if that is later.
-    pub fn lease(&self, sid: &str, until: SystemTime) -> Arc<Lease> {
+    /// The lease this replica's streams of `session` share ([`LeaseKey`]),
+    /// moved to its expiry if that is later.
+    pub fn lease(&self, session: &SessionData) -> Arc<Lease> {
+        let until = at(session.exp);
+        let key = LeaseKey::of(session);
         let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(lease) = leases.get(sid).and_then(Weak::upgrade) {
+        if let Some(lease) = leases.get(&key).and_then(Weak::upgrade) {
             lease.extend(until);
             return lease;
         }
@@ -207,15 +234,16 @@ impl Sessions {
             leases.retain(|_, l| l.strong_count() > 0);
         }
         let lease = Arc::new(Lease::new(until));
-        leases.insert(sid.to_string(), Arc::downgrade(&lease));
+        leases.insert(key, Arc::downgrade(&lease));
         lease
     }
 
-    /// Moves the lease of session `sid`'s streams here, if it has any.
-    pub fn extend(&self, sid: &str, until: SystemTime) {
+    /// Moves the lease of `session`'s streams ([`LeaseKey`]) to its
+    /// expiry, if it has any.
+    pub fn extend(&self, session: &SessionData) {
         let leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(lease) = leases.get(sid).and_then(Weak::upgrade) {
-            lease.extend(until);
+        if let Some(lease) = leases.get(&LeaseKey::of(session)).and_then(Weak::upgrade) {
+            lease.extend(at(session.exp));
         }
     }
 }
@@ -306,8 +334,23 @@ mod tests {
         let b = s.authenticate(&headers).unwrap().unwrap();
         assert_eq!(a.name(), "alice@example.com");
         assert!(Arc::ptr_eq(a.lease().unwrap(), b.lease().unwrap()));
-        s.extend(&d.sid, at(unix_now() + 600));
+        let refreshed = SessionData {
+            exp: unix_now() + 600,
+            ..d.clone()
+        };
+        s.extend(&refreshed);
         assert!(a.expires().unwrap() >= at(unix_now() + 599));
+        // Refreshed into other groups: the streams of the old ones keep
+        // their expiry, and the new identity has a lease of its own.
+        let regrouped = SessionData {
+            groups: vec!["system:authenticated".into()],
+            exp: unix_now() + 1200,
+            ..d.clone()
+        };
+        s.extend(&regrouped);
+        assert!(a.expires().unwrap() < at(unix_now() + 1199));
+        let c = s.lease(&regrouped);
+        assert!(!Arc::ptr_eq(a.lease().unwrap(), &c));
 
         let expired = data(unix_now() - 1);
         let cookie = format!("{SESSION_COOKIE}={}", s.seal(SESSION_COOKIE, &expired));

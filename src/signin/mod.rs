@@ -319,7 +319,7 @@ async fn refreshed(req: &HttpRequest, state: &AppState) -> Result<HttpResponse, 
     } else {
         session
     };
-    sessions.extend(&fresh.sid, at(fresh.exp));
+    sessions.extend(&fresh);
     let mut resp = HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(json!({

@@ -278,6 +278,51 @@ async fn a_signed_in_browser_streams_past_the_id_tokens_life_until_the_issuer_st
     env.stop().await;
 }
 
+/// A refresh whose id-token names other groups (the issuer took alice out
+/// of team-web, whose RoleBinding let her see web) keeps nothing open
+/// under the old ones: the stream opened with them ends with the old
+/// id-token, not the refreshed one, and a stream opened anew is RBAC's
+/// answer to the new groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_into_other_groups_ends_the_old_groups_streams_with_their_id_token() {
+    let (issuer, _key) = issuer_for_alice().await;
+    issuer.set_id_token_ttl(6);
+    let env = oidc_env(team_sim(), signin_config(&issuer, None)).await;
+    let mut browser = Browser::new(&issuer);
+    let signed_in_at = unix_now();
+    sign_in(&mut browser, &env, "/").await;
+    let mut sse = SseClient::new(browser.get(&env, "/stream/pods").await);
+    let mut view = ClientView::new();
+    while view.snapshots == 0 {
+        view.apply(&sse.next().await.expect("snapshot"));
+    }
+    assert_eq!(namespaces(&view).into_iter().collect::<Vec<_>>(), ["web"]);
+
+    // Out of team-web, and refreshed into a long id-token.
+    issuer.sign_in_as("alice@example.com", &[]);
+    issuer.set_id_token_ttl(600);
+    until(signed_in_at + 3.5).await;
+    let resp = browser.post(&env, "/session/refresh").await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        issuer
+            .counts()
+            .refreshes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let error = sse.until_error(&mut view).await;
+    assert_eq!(error.data["object"]["code"], 401, "{:?}", error.data);
+    assert!(
+        unix_now() < signed_in_at + 6.0 + 2.0,
+        "ended with the first id-token (6 s), not the refreshed one (600 s)"
+    );
+    let resp = browser.get(&env, "/stream/pods").await;
+    assert_eq!(resp.status(), 403, "team-web's rights went with the group");
+    validate_status(&resp.json().await.unwrap());
+    env.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_made_on_one_replica_works_on_another_with_the_shared_secret() {
     let (issuer, _key) = issuer_for_alice().await;
