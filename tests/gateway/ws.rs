@@ -1222,3 +1222,116 @@ async fn a_single_stream_socket_answers_pings_and_echoes_a_close_parked_or_not()
     }
     env.stop().await;
 }
+
+/// A `/ws` client that sends small requests as fast as it reads their
+/// answers keeps its socket's task busy, not a thread: the control loop
+/// yields after a bounded number of steps. On a runtime of one thread
+/// (this test's, which the gateway's streams, its informers and the other
+/// client share), another client's change comes while the flood goes on;
+/// a loop that never yielded would hold that thread until the flood
+/// stopped (at 20 s, or at the change).
+#[tokio::test(flavor = "current_thread")]
+async fn a_mux_client_flooding_requests_whose_answers_it_reads_does_not_hold_the_thread() {
+    use std::io::{ErrorKind, Read, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let env = spawn(seeded(1), test_config(&["pods"])).await;
+    env.synced("pods").await;
+    let resp = env
+        .http
+        .get(format!("{}/stream/pods", env.base))
+        .send()
+        .await
+        .unwrap();
+    let mut sse = crate::support::SseClient::new(resp);
+    let mut view = ClientView::new();
+    while view.snapshots == 0 {
+        view.apply(&sse.next().await.expect("the snapshot"));
+    }
+
+    let addr = env.app.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flooding_tx, flooding) = tokio::sync::oneshot::channel();
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            let mut conn = std::net::TcpStream::connect(addr).unwrap();
+            conn.set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
+            conn.set_write_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
+            conn.write_all(
+                b"GET /ws HTTP/1.1\r\nHost: kubefan\r\nUpgrade: websocket\r\n\
+                  Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+                  Sec-WebSocket-Version: 13\r\n\r\n",
+            )
+            .unwrap();
+            // A thousand `{}` (answered: no op), masked with a zero mask.
+            let burst = [0x81, 0x82, 0, 0, 0, 0, b'{', b'}'].repeat(1000);
+            let mut reader = conn.try_clone().unwrap();
+            let answers = std::thread::spawn({
+                let stop = stop.clone();
+                move || {
+                    let (mut read, mut flooding_tx) = (0usize, Some(flooding_tx));
+                    let mut buf = vec![0u8; 1 << 16];
+                    while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+                        match reader.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(n) => read += n,
+                            Err(e)
+                                if matches!(
+                                    e.kind(),
+                                    ErrorKind::WouldBlock | ErrorKind::TimedOut
+                                ) => {}
+                            Err(_) => break,
+                        }
+                        // Well into the flood: the 101 and many answers read.
+                        if read > 1 << 20
+                            && let Some(tx) = flooding_tx.take()
+                        {
+                            let _ = tx.send(());
+                        }
+                    }
+                    read
+                }
+            });
+            let mut sent = 0usize;
+            while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+                match conn.write(&burst) {
+                    Ok(n) => sent += n,
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                    Err(_) => break,
+                }
+            }
+            let ended = std::time::Instant::now();
+            let read = answers.join().unwrap();
+            (sent, read, ended)
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(30), flooding)
+        .await
+        .expect("the flood under way")
+        .expect("the flooding client read answers");
+    env.sim
+        .create("pods", pod("during-the-flood").ns("default").build())
+        .unwrap();
+    loop {
+        let ev = sse.next().await.expect("the stream goes on");
+        view.apply(&ev);
+        if view.objects.keys().any(|k| k.contains("during-the-flood")) {
+            break;
+        }
+    }
+    let came = std::time::Instant::now();
+    stop.store(true, Ordering::Relaxed);
+    let (sent, read, ended) = tokio::task::spawn_blocking(move || flood.join().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        came < ended,
+        "the change came only after the flood ended at its deadline ({sent} bytes sent, {read} read)"
+    );
+    env.stop().await;
+}

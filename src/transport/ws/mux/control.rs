@@ -16,6 +16,15 @@ use crate::transport::takeover::Inbox;
 use crate::transport::ws::message::{GOING_AWAY, IDLE, NOT_READING, close_reason};
 use crate::transport::ws::{ClientFrame, Ending};
 
+/// Steps (a frame written, a client message handled, a tick, an ended
+/// subscription) one poll of the control loop takes before it yields.
+/// Each part bounds its own turn (the writer's `WRITES_PER_POLL`, the
+/// inbox's reads), but a part that yields only stops its own turn: a
+/// client that sends small requests as fast as it reads the answers kept
+/// the loop going from one to the other, and held a runtime thread, as
+/// long as it liked.
+const STEPS_PER_POLL: usize = 128;
+
 /// How the control loop stopped.
 pub(super) enum Stop {
     /// The socket ends, with a Close of this reason (none if the peer is
@@ -69,9 +78,9 @@ impl Control {
     /// Ready once the socket is to end. Each step in order (what is
     /// written makes room first, and an ended subscription frees its id
     /// before the next client message is read); after any that did
-    /// something, from the top again.
+    /// something, from the top again, up to [`STEPS_PER_POLL`] times.
     pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Stop> {
-        loop {
+        for _ in 0..STEPS_PER_POLL {
             let lifecycle = self.life.lifecycle();
             if lifecycle.is_shutting_down() && self.socket.outbox.subscriptions() == 0 {
                 return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Away, GOING_AWAY))));
@@ -138,5 +147,8 @@ impl Control {
             }
             return Poll::Pending;
         }
+        // Its turn is over, with more to do: after the runtime's others.
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 }
