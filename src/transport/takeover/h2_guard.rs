@@ -18,8 +18,12 @@
 //! formula): PRIORITY up to 100 per stream opened and 100 more;
 //! WINDOW_UPDATE up to 5 + 2 × (streams opened + 10 × DATA frames sent);
 //! RST_STREAM up to one per stream opened; a PING or SETTINGS
-//! acknowledgement per one kubefan sent; the client's first SETTINGS.
-//! HEADERS, CONTINUATION and GOAWAY are h2's to bound. kubefan reads no
+//! acknowledgement per one kubefan sent; the client's first SETTINGS and
+//! its first GOAWAY (h2 takes any number that do not raise the last stream
+//! id, each walking the connection's streams under their lock, and keeps
+//! a connection with an open stream going after one: a GOAWAY says only
+//! that the client opens no more). HEADERS and CONTINUATION are h2's to
+//! bound. kubefan reads no
 //! request body (`h2::serve_request`), so a DATA frame earns nothing
 //! unless it ends its stream: a client sending a body spends a frame of
 //! its ration per frame but the last.
@@ -138,6 +142,7 @@ struct Tally {
     ping_acks: u64,
     settings_acks: u64,
     settings: u64,
+    goaways: u64,
 }
 
 impl Tally {
@@ -174,7 +179,9 @@ impl Tally {
                 &mut self.window_updates,
                 5 + 2 * (self.streams_opened + 10 * self.data_sent),
             ),
-            CONTINUATION | GOAWAY | PUSH_PROMISE => true,
+            GOAWAY => earn(&mut self.goaways, 1),
+            // h2 ends the connection at a client's PUSH_PROMISE.
+            CONTINUATION | PUSH_PROMISE => true,
             // A PING to answer, or a frame type no one here knows.
             _ => false,
         }
@@ -435,6 +442,11 @@ mod tests {
             20
         );
         assert!(!tally.received(head(0xEE, 0, 0)), "an unknown type");
+        assert!(tally.received(head(GOAWAY, 0, 0)), "the client's GOAWAY");
+        assert!(
+            !tally.received(head(GOAWAY, 0, 0)),
+            "a second one is not earned"
+        );
     }
 
     #[tokio::test]
