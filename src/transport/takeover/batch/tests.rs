@@ -172,6 +172,11 @@ impl Setup {
 
     /// A caught-up stream (its snapshot read), not parked yet.
     async fn stream(&self) -> (Box<Fake>, Arc<Socket>) {
+        self.stream_until(None).await
+    }
+
+    /// [`Setup::stream`], its credentials ending at `expires`.
+    async fn stream_until(&self, expires: Option<Instant>) -> (Box<Fake>, Arc<Socket>) {
         let cx = SubscriptionContext {
             sync_timeout: Duration::from_secs(1),
             lifecycle: self.lifecycle.clone(),
@@ -181,7 +186,7 @@ impl Setup {
             spec: ViewSpec::new(Filter::default()),
             resume: None,
             transport: Transport::Sse,
-            expires: None,
+            expires,
             lease: None,
             access: None,
         };
@@ -508,6 +513,50 @@ async fn a_change_during_a_pass_reaches_the_streams_it_has_yet_to_visit_in_that_
         );
     }
     assert_eq!(s.unparked_total(), 0);
+}
+
+/// A pass of thousands of writes takes tens of milliseconds: a stream
+/// whose credentials end during the pass is not written when the pass
+/// comes to it, an event (`deliver`) or a keep-alive (`tick`), but goes to
+/// its task, which ends it. Real time (not paused): the first stream's
+/// write takes until past the second's deadline.
+#[tokio::test]
+async fn a_deadline_that_passes_during_a_pass_is_kept_for_the_streams_after() {
+    for tick in [false, true] {
+        let mut s = Setup::new(LogLimits::default());
+        let a = s.parked().await;
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let (fake, b) = s.stream_until(Some(deadline)).await;
+        s.batches.park(fake);
+        // Taken in by the writer (which then watches their input), the
+        // first before the second.
+        run_until("both taken in", || {
+            lock(&a.input_waker).is_some() && lock(&b.input_waker).is_some()
+        })
+        .await;
+        *lock(&a.after_write) = Some(Box::new(move || {
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            std::thread::sleep(Duration::from_millis(10));
+        }));
+        if tick {
+            // The first tick owes nothing (the snapshots told a position).
+            s.lifecycle.tick();
+            run_a_while().await;
+            s.lifecycle.tick();
+        } else {
+            s.append();
+        }
+        run_until("the first stream written", || !a.wrote().is_empty()).await;
+        run_until("the second stream unparked", || b.unparked().is_some()).await;
+        assert!(Instant::now() >= deadline);
+        assert!(
+            b.wrote().is_empty(),
+            "nothing written past the deadline (tick: {tick}): {:?}",
+            String::from_utf8_lossy(&b.wrote())
+        );
+        assert_eq!(s.unparked("deadline"), 1, "tick: {tick}");
+        assert_eq!(a.unparked(), None);
+    }
 }
 
 #[tokio::test(start_paused = true)]

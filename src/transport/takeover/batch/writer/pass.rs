@@ -142,7 +142,6 @@ impl<M: Parkable> Writer<M> {
                     }
                 }
             };
-            let now = Instant::now();
             let mut unpark: Vec<Leaving> = Vec::new();
             let mut ended: Vec<usize> = Vec::new();
             let mut stopped = false;
@@ -156,7 +155,11 @@ impl<M: Parkable> Writer<M> {
                     break;
                 }
                 // Owed something of its own since it came: its task acts.
-                let expired = parked.deadline.is_some_and(|at| at <= now);
+                // The clock is read at each stream with a deadline, not
+                // once a pass: a pass of thousands of writes takes tens of
+                // milliseconds, and nothing is sent past a credential's
+                // end (a stream's own task looks before each item).
+                let expired = parked.deadline.is_some_and(|at| at <= Instant::now());
                 let Some(source) = parked.stream.source() else {
                     unpark.push((key, None, Unparked::Refused));
                     continue;
@@ -279,6 +282,12 @@ impl<M: Parkable> Writer<M> {
             if self.budget == 0 {
                 stopped = Some(key);
                 break;
+            }
+            // Past its credential's end: its task ends it, and nothing
+            // more is written.
+            if parked.deadline.is_some_and(|at| at <= Instant::now()) {
+                unpark.push((key, None, Unparked::Deadline));
+                continue;
             }
             // What the tick owes depends on where the writer brought it.
             parked.settle_here();
