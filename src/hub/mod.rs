@@ -902,6 +902,16 @@ mod tests {
         assert_eq!(ids, [false, true]);
         assert!(out[0].frame.sse().starts_with(b"event: DELETED\ndata: "));
         assert!(out[1].frame.sse().starts_with(b"event: DELETED\nid: 5\n"));
+        // Each carries its object's last state as of the deletion the
+        // relist found, at 5, not its own older version (1): a client
+        // keeping the last object's version as its position (client-go)
+        // must not move back.
+        for ev in &out {
+            let object: serde_json::Value = serde_json::from_slice(&ev.obj.json()).unwrap();
+            assert_eq!(object["metadata"]["resourceVersion"], "5", "{object}");
+            assert_eq!(ev.obj.resource_version(), 5);
+            assert_eq!(ev.frame.object(), ev.obj.json(), "framed as stamped");
+        }
     }
 
     #[tokio::test]

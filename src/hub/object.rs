@@ -142,6 +142,32 @@ impl Obj {
         }
     }
 
+    /// This version stamped with `rv`: what a DELETED event at `rv` carries
+    /// of an object whose deletion kubefan inferred (a relist no longer
+    /// lists it). kube-apiserver's watch sends a deleted object's last
+    /// state with the revision of its deletion
+    /// (`k8s.io/apiserver/pkg/storage/etcd3/watcher.go`, `prepareObjs`),
+    /// and client-go's reflector keeps the resourceVersion of each event's
+    /// object as its position: the old one would move it back.
+    pub fn restamped(&self, rv: u64) -> Obj {
+        let json = serde_json::from_slice::<serde_json::Value>(&self.json)
+            .ok()
+            .and_then(|mut object| {
+                super::transition::restamp(&mut object, rv);
+                serde_json::to_vec(&object).ok()
+            })
+            .map_or_else(|| self.json.clone(), Bytes::from);
+        Obj {
+            rv,
+            json,
+            text: self.text.clone(),
+            ends: self.ends.clone(),
+            labels: self.labels,
+            fields: self.fields,
+            present: self.present,
+        }
+    }
+
     pub fn label(&self, key: &str) -> Option<&str> {
         let mut found = None;
         let (mut low, mut high) = (0, self.labels as usize);

@@ -141,10 +141,14 @@ impl Hub {
     /// version, as for watch events): `fresh` gets it too.
     fn encode_diff(diff: Vec<Planned>, fresh: &mut HashMap<ObjKey, Arc<Obj>>) -> Vec<Event> {
         diff.into_iter()
-            .map(|p| {
+            .map(|mut p| {
+                if p.kind == EventType::Deleted {
+                    // Its last state, as of its deletion (`Obj::restamped`).
+                    p.obj = Arc::new(p.obj.restamped(p.rv));
+                }
                 let frame = event_frame(p.kind, p.rv, p.has_id, &p.obj.json());
                 let obj = match p.kind {
-                    EventType::Deleted => p.obj,
+                    EventType::Deleted => Arc::new(p.obj.sharing_frame(&frame)),
                     _ => {
                         let obj = Arc::new(p.obj.sharing_frame(&frame));
                         fresh.insert(obj.key(), obj.clone());
