@@ -1054,6 +1054,32 @@ mod tests {
         assert!(matches!(item, Item::Reset(ResetReason::Lapped)), "{item:?}");
     }
 
+    /// After a rewind the stream is at the new timeline's position: a
+    /// keep-alive tick tells no position of the old one (20 here), which
+    /// the hub would accept as a resume once it passes 20 again, skipping
+    /// every change between the reset's snapshot and it.
+    #[tokio::test]
+    async fn a_rewound_stream_tells_no_position_of_the_old_timeline() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(10).build()], 10);
+        let (mut sub, tick) = subscribe(&hub, Filter::default(), None).await;
+        let mut view = View::new();
+        drain(&mut sub, &mut view, 10).await;
+        hub.apply(EventType::Modified, pod("a").rv(20).build());
+        drain(&mut sub, &mut view, 20).await;
+        hub.relist(vec![pod("z").rv(3).build()], 3);
+        let seen = drain(&mut sub, &mut view, 3).await;
+        assert_eq!(seen[0], "reset:Lapped", "{seen:?}");
+        // Told a position since the last tick (the snapshot's end): the
+        // first tick owes nothing, the next a keep-alive.
+        tick.tick();
+        let first = futures::FutureExt::now_or_never(sub.next());
+        assert!(first.is_none(), "{first:?}");
+        tick.tick();
+        let item = next_item(&mut sub).await;
+        assert!(matches!(item, Item::KeepAlive), "{item:?}");
+    }
+
     #[tokio::test]
     async fn stale_and_unknown_events_are_ignored() {
         let hub = hub();

@@ -218,6 +218,11 @@ impl Subscription {
                 resume_failed,
             } => {
                 self.cursor = cursor;
+                // The snapshot's end sets the position: a reset's is no
+                // later than the one reached before it if the upstream
+                // rewound (an etcd restore), and a position of the old
+                // timeline must not be told (nor resumed from) after it.
+                self.pos_rv = 0;
                 if resume_failed {
                     self.reset = Some(ResetReason::Expired);
                 }
