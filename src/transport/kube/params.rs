@@ -174,10 +174,20 @@ impl KubeQuery {
             Some(token) if collection && !self.watch => Some(Token::parse(token)?),
             _ => None,
         };
+        let resource_version = self.resource_version_number()?;
+        // A continued list is read at its first page's position: asking
+        // for another is refused, as kube-apiserver's storage refuses it
+        // (`k8s.io/apiserver/pkg/storage/etcd3/store.go`, `GetList`; "0"
+        // and empty are unset, as there).
+        if continued.is_some() && resource_version.is_some() {
+            return Err(ApiError::BadRequest(
+                "specifying resource version is not allowed when using continue".into(),
+            ));
+        }
         Ok(Plan {
             labels,
             fields,
-            resource_version: self.resource_version_number()?,
+            resource_version,
             continued,
             timeout: self.watch_timeout(),
             query: self,
@@ -518,6 +528,26 @@ mod tests {
         )
         .unwrap();
         assert!(q.plan(None, &[]).is_ok());
+    }
+
+    #[test]
+    fn a_continued_list_takes_no_resource_version_but_zero() {
+        let token = format!("{}.1", "ab".repeat(16));
+        let plan = |rv: &str| {
+            KubeQuery::parse(&format!("limit=1&continue={token}{rv}"))
+                .unwrap()
+                .plan(None, &[])
+        };
+        match plan("&resourceVersion=5") {
+            Err(ApiError::BadRequest(m)) => assert_eq!(
+                m,
+                "specifying resource version is not allowed when using continue"
+            ),
+            other => panic!("{other:?}"),
+        }
+        for unset in ["", "&resourceVersion=0", "&resourceVersion="] {
+            assert!(plan(unset).unwrap().continued.is_some(), "{unset:?}");
+        }
     }
 
     #[test]
