@@ -150,6 +150,12 @@ impl App {
                 .iter()
                 .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
                 .collect(),
+            allowed_hosts: (cfg.auth.anonymous() && cfg.listen.ip().is_loopback()).then(|| {
+                cfg.allowed_hosts
+                    .iter()
+                    .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+                    .collect()
+            }),
         });
         let metrics_data = web::Data::new(metrics.clone());
         let listener = listen(cfg.listen)?;

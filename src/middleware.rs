@@ -167,6 +167,19 @@ async fn checks(
         );
     }
 
+    if let Some(allowed) = &state.allowed_hosts
+        && let Some(host) = request_host(&req)
+        && !host_allowed(&host, allowed)
+    {
+        tracing::debug!(%host, "a request for another host refused on a loopback listener");
+        return refuse(
+            req,
+            ApiError::Forbidden(format!(
+                "kubefan serves without authentication on loopback, and only to loopback host names: {host:?} is not one (a page whose name points at this machine, DNS rebinding, is refused so); list it in --allowed-hosts if it is yours"
+            )),
+        );
+    }
+
     let origin = origin(req.headers());
     let listed = origin
         .as_deref()
@@ -330,13 +343,46 @@ fn route_to(req: &mut ServiceRequest, path: &str) {
     }
 }
 
-/// The `Origin` header, unless absent or `null`.
+/// The `Origin` header, unless absent. `null` (a sandboxed frame, a
+/// `file:` page, some redirects) is an origin like any other: never the
+/// gateway's own, and never listed (`config::Error::NullOrigin`).
 fn origin(headers: &HeaderMap) -> Option<String> {
     headers
         .get(header::ORIGIN)
         .and_then(|v| v.to_str().ok())
-        .filter(|o| !o.is_empty() && *o != "null")
+        .filter(|o| !o.is_empty())
         .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+}
+
+/// The host name a request was sent to, its port aside (the `Host`
+/// header, else HTTP/2's `:authority`): lowercase, without a trailing
+/// dot, an IPv6 address without its brackets. `None` for a request that
+/// names none (an HTTP/1.0 client's; a browser always does).
+fn request_host(req: &ServiceRequest) -> Option<String> {
+    let authority = match req.headers().get(header::HOST) {
+        Some(host) => host.to_str().unwrap_or("?").to_string(),
+        None => req.uri().authority()?.as_str().to_string(),
+    };
+    let host = match authority.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(rest),
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+            _ => &authority,
+        },
+    };
+    Some(host.trim_end_matches('.').to_ascii_lowercase())
+}
+
+/// Whether `host` ([`request_host`]) is a loopback name or address
+/// (`localhost` and its subdomains, RFC 6761, which browsers resolve to
+/// loopback themselves), or one of `allowed`.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+        || allowed.iter().any(|a| a == host)
 }
 
 /// Whether `origin` (`scheme://host[:port]`) names the host the request
@@ -405,6 +451,41 @@ mod tests {
         assert!(!same_origin("http://evil.example", &h));
         assert!(!same_origin("kubefan.example:8080", &h));
         h.insert(header::ORIGIN, HeaderValue::from_static("null"));
-        assert_eq!(origin(&h), None);
+        assert_eq!(origin(&h).as_deref(), Some("null"));
+        assert!(!same_origin("null", &h));
+    }
+
+    #[test]
+    fn loopback_hosts_and_the_listed_ones_are_allowed() {
+        let host = |value: &'static str| {
+            let req = actix_web::test::TestRequest::default()
+                .insert_header((header::HOST, value))
+                .to_srv_request();
+            request_host(&req).unwrap()
+        };
+        let allowed = ["dash.internal".to_string()];
+        for yes in [
+            "localhost:8080",
+            "LOCALHOST",
+            "app.localhost:8080",
+            "localhost.",
+            "127.0.0.1:8080",
+            "127.1.2.3",
+            "[::1]:8080",
+            "dash.internal:9000",
+        ] {
+            assert!(host_allowed(&host(yes), &allowed), "{yes}");
+        }
+        for no in [
+            "evil.example:8080",
+            "localhost.evil.example",
+            "127.0.0.1.evil.example",
+            "10.0.0.1:8080",
+            "[::2]:8080",
+            "dash.internal.evil",
+            "",
+        ] {
+            assert!(!host_allowed(&host(no), &allowed), "{no}");
+        }
     }
 }

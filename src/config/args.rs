@@ -290,6 +290,14 @@ pub struct GatewayArgs {
     /// upgrades and CORS with credentials. Same-origin is always allowed.
     #[arg(long, env = "KUBEFAN_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
+    /// Host names (`Host` header, port aside) that a loopback listener
+    /// serving without authentication answers besides loopback ones
+    /// (`localhost`, `*.localhost`, 127.0.0.0/8, `[::1]`). Any other is
+    /// refused (403): a page whose name someone points at 127.0.0.1 (DNS
+    /// rebinding) is same-origin with kubefan to the browser. As
+    /// kubectl proxy's `--accept-hosts`. Not looked at otherwise.
+    #[arg(long, env = "KUBEFAN_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
     /// Requests in flight at once, open streams included (503 beyond; 0: no limit).
     #[arg(long, env = "KUBEFAN_MAX_CONNECTIONS", default_value_t = 15_000)]
     pub max_connections: usize,
@@ -442,6 +450,7 @@ impl GatewayArgs {
                 ..LimitsConfig::default()
             },
             allowed_origins: names(self.allowed_origins),
+            allowed_hosts: names(self.allowed_hosts),
             tls: self.tls.into_config(),
             clusters: super::ClustersConfig {
                 default: self.default_cluster,

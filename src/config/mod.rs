@@ -220,6 +220,10 @@ pub enum Error {
     RequestHeaderWithoutTls,
     #[error("TLS needs both --tls-cert-file and --tls-key-file")]
     TlsPair,
+    #[error(
+        "--allowed-origins cannot list null: any sandboxed frame or file: page sends that origin, so listing it allows every one of them"
+    )]
+    NullOrigin,
 }
 
 /// Everything the gateway needs besides a Kubernetes client.
@@ -240,6 +244,9 @@ pub struct Config {
     /// Origins (`scheme://host[:port]`) allowed cross-origin: WebSocket
     /// upgrades, and CORS with credentials. Same-origin is always allowed.
     pub allowed_origins: Vec<String>,
+    /// Host names a loopback listener without authentication answers
+    /// besides loopback ones (`--allowed-hosts`).
+    pub allowed_hosts: Vec<String>,
     pub tls: TlsConfig,
     /// The default cluster and when the gateway is ready (`--cluster`).
     pub clusters: ClustersConfig,
@@ -257,6 +264,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             tls: TlsConfig::default(),
             clusters: Default::default(),
         }
@@ -271,6 +279,13 @@ impl Config {
     pub fn validate(&self) -> Result<(), Error> {
         if self.tls.enabled() && (self.tls.cert_file.is_none() || self.tls.key_file.is_none()) {
             return Err(Error::TlsPair);
+        }
+        if self
+            .allowed_origins
+            .iter()
+            .any(|o| o.trim().eq_ignore_ascii_case("null"))
+        {
+            return Err(Error::NullOrigin);
         }
         if self.auth.uses(AuthMethod::RequestHeader) && !self.tls.enabled() {
             return Err(Error::RequestHeaderWithoutTls);
@@ -296,6 +311,16 @@ mod tests {
         assert_eq!(parse_net("fd00::/8").unwrap().to_string(), "fd00::/8");
         let err = parse_net("ingress").unwrap_err();
         assert!(err.contains("\"ingress\" is neither"), "{err}");
+    }
+
+    #[test]
+    fn the_null_origin_cannot_be_allowed() {
+        let cfg = Config {
+            allowed_origins: vec!["https://dash.example".into(), " NULL".into()],
+            ..Config::default()
+        };
+        let err = cfg.validate().unwrap_err();
+        assert!(matches!(err, Error::NullOrigin), "{err}");
     }
 
     #[test]

@@ -34,4 +34,8 @@ pub struct AppState {
     pub tls: bool,
     /// Origins allowed cross-origin (lowercase, no trailing slash).
     pub allowed_origins: Vec<String>,
+    /// On a loopback listener serving without authentication, the host
+    /// names it answers besides loopback ones (lowercase): `None` where
+    /// any `Host` is answered (`--allowed-hosts`).
+    pub allowed_hosts: Option<Vec<String>>,
 }

@@ -618,7 +618,7 @@ async fn streams_answer_http_1_1_in_chunks_and_http_1_0_until_close() {
     // the gate's CORS headers, chunked, not kept alive afterwards.
     let got = raw_exchange(
         &env,
-        "GET /stream/pods HTTP/1.1\r\nHost: kubefan\r\nOrigin: https://dash.example\r\n\r\n",
+        "GET /stream/pods HTTP/1.1\r\nHost: localhost\r\nOrigin: https://dash.example\r\n\r\n",
         end,
     )
     .await;
@@ -648,6 +648,58 @@ async fn streams_answer_http_1_1_in_chunks_and_http_1_0_until_close() {
     assert!(head.contains("connection: close"), "{head}");
     assert!(body.starts_with("retry: "), "{body}");
     assert!(!head.contains("access-control-allow-origin"), "{head}");
+    env.stop().await;
+}
+
+/// A loopback listener serving without authentication answers loopback
+/// host names only, and those `--allowed-hosts` lists: a page whose name
+/// an attacker points at 127.0.0.1 (DNS rebinding) is same-origin with
+/// the gateway to the browser, so its `Host` is all that tells it apart.
+/// A WebSocket upgrade from the opaque origin `null` is cross-origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anonymous_loopback_gateway_answers_loopback_hosts_only() {
+    let mut cfg = test_config(&["pods"]);
+    cfg.allowed_hosts = vec!["dash.internal".into()];
+    let env = spawn(seeded(1), cfg).await;
+    env.synced("pods").await;
+    let end = "k8s.io/initial-events-end";
+    let status_of = |got: &str| got.split(' ').nth(1).unwrap_or("").to_string();
+    for host in ["localhost:8080", "127.0.0.1", "[::1]:1", "dash.internal"] {
+        let got = raw_exchange(
+            &env,
+            &format!("GET /stream/pods HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+            end,
+        )
+        .await;
+        assert_eq!(status_of(&got), "200", "{host}: {got}");
+    }
+    for host in ["rebound.evil.example:8080", "localhost.evil.example"] {
+        let got = raw_exchange(
+            &env,
+            &format!("GET /api/v1/pods HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+            "\"code\":403}",
+        )
+        .await;
+        assert_eq!(status_of(&got), "403", "{host}: {got}");
+        let body: Value = serde_json::from_str(got.split_once("\r\n\r\n").unwrap().1).unwrap();
+        validate_status(&body);
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("--allowed-hosts"),
+            "{body}"
+        );
+    }
+    let got = raw_exchange(
+        &env,
+        "GET /ws HTTP/1.1\r\nHost: localhost\r\nOrigin: null\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Version: 13\r\n\r\n",
+        "\"code\":403}",
+    )
+    .await;
+    assert_eq!(status_of(&got), "403", "Origin: null: {got}");
     env.stop().await;
 }
 
@@ -685,8 +737,8 @@ async fn a_client_that_reads_nothing_is_closed_after_the_write_timeout() {
     let hub = env.app.informers().hub("pods").await.unwrap();
     let mut subscribers = hub.subscribers_rx();
     let requests = [
-        "GET /stream/pods HTTP/1.1\r\nHost: kubefan\r\n\r\n",
-        "GET /stream/pods HTTP/1.1\r\nHost: kubefan\r\nUpgrade: websocket\r\n\
+        "GET /stream/pods HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        "GET /stream/pods HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n\
          Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
          Sec-WebSocket-Version: 13\r\n\r\n",
     ];

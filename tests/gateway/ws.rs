@@ -879,7 +879,7 @@ async fn unread_mux_socket(env: &TestEnv) -> tokio::net::TcpStream {
     socket.set_recv_buffer_size(4096).unwrap();
     let mut conn = socket.connect(env.app.local_addr()).await.unwrap();
     conn.write_all(
-        b"GET /ws HTTP/1.1\r\nHost: kubefan\r\nUpgrade: websocket\r\n\
+        b"GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n\
           Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
           Sec-WebSocket-Version: 13\r\n\r\n",
     )
@@ -1263,7 +1263,7 @@ async fn a_mux_client_flooding_requests_whose_answers_it_reads_does_not_hold_the
             conn.set_write_timeout(Some(Duration::from_millis(100)))
                 .unwrap();
             conn.write_all(
-                b"GET /ws HTTP/1.1\r\nHost: kubefan\r\nUpgrade: websocket\r\n\
+                b"GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n\
                   Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
                   Sec-WebSocket-Version: 13\r\n\r\n",
             )

@@ -175,7 +175,8 @@ impl Gateway {
     /// `GET path` on a fresh connection: the status and the body.
     pub async fn get(&self, path: &str) -> (u16, String) {
         let mut conn = self.connect(false).await;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: kubefan\r\nConnection: close\r\n\r\n");
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
         conn.write_all(request.as_bytes()).await.unwrap();
         let mut response = Vec::new();
         let _ = conn.read_to_end(&mut response).await;
@@ -192,7 +193,7 @@ impl Gateway {
     async fn time_to_head(&self, path: &str) -> Duration {
         let start = Instant::now();
         let mut conn = self.connect(false).await;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: kubefan\r\n\r\n");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
         conn.write_all(request.as_bytes()).await.unwrap();
         let mut head = Vec::new();
         let mut byte = [0u8; 1024];
@@ -227,7 +228,7 @@ struct Viewer {
 impl Viewer {
     async fn start(gw: &Gateway) -> Viewer {
         let mut conn = gw.connect(false).await;
-        conn.write_all(b"GET /stream/pods HTTP/1.1\r\nHost: kubefan\r\n\r\n")
+        conn.write_all(b"GET /stream/pods HTTP/1.1\r\nHost: localhost\r\n\r\n")
             .await
             .unwrap();
         let arrivals = Arc::new(Mutex::new(Vec::new()));

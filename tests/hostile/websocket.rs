@@ -13,7 +13,7 @@ const PATHS: [&str; 2] = ["/ws", "/stream/pods"];
 async fn open(gw: &Gateway, path: &str) -> (Conn, Vec<u8>) {
     let mut conn = gw.connect(false).await;
     let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: kubefan\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     );
     conn.write_all(request.as_bytes()).await.unwrap();
