@@ -71,6 +71,21 @@ impl Authorizer {
         Ok((namespaces, scoping))
     }
 
+    /// What an open watch of the Kubernetes face follows: its Kubernetes
+    /// token's reviews alone (revoked: the watch ends with a 401, as a
+    /// stream's does). Not RBAC: a watch there is authorized once, as
+    /// kube-apiserver authorizes one (a stream's narrowing would make it
+    /// a watch kube-apiserver never serves: all namespaces but some).
+    pub fn watch_scoping(principal: &Principal, requested: &[String]) -> Option<Scoping> {
+        let credential = principal.credential()?;
+        Some(Scoping {
+            source: Arc::new(CredentialScope {
+                credential: credential.clone(),
+            }),
+            requested: requested.to_vec(),
+        })
+    }
+
     /// What an open stream of `info` follows, when its access can change
     /// what it shows or end it.
     fn scoping(

@@ -310,6 +310,34 @@ async fn a_token_that_no_longer_reviews_ends_its_streams_with_401() {
     env.stop().await;
 }
 
+/// The Kubernetes face's watches follow the token's reviews as streams
+/// do: revoked, a watch ends with an `ERROR` 401 (kubectl and client-go
+/// then relist, and are refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_that_no_longer_reviews_ends_its_kubernetes_watches_with_401() {
+    let sim = team_sim();
+    sim.create(ROLE_BINDINGS, binding("dana-web", "web", "dana"))
+        .unwrap();
+    let env = rbac_env(sim, |cfg| cfg.auth.cache_ttl = Duration::from_secs(1)).await;
+    let path = "/api/v1/namespaces/web/pods?watch=1";
+    let resp = env.get_as(path, "dana-token").await;
+    assert_eq!(resp.status(), 200);
+    let mut watch = crate::tables::Lines::new(resp);
+    assert_eq!(watch.next().await["type"], "ADDED", "the web pods first");
+    let reviews = env.sim.token_reviews_of("dana-token");
+    assert!(env.sim.revoke_token("dana-token"));
+    let last = loop {
+        let ev = watch.next().await;
+        if ev["type"] == "ERROR" {
+            break ev;
+        }
+    };
+    assert_eq!(last["object"]["code"], 401, "{last}");
+    assert!(env.sim.token_reviews_of("dana-token") > reviews);
+    assert_eq!(env.get_as(path, "dana-token").await.status(), 401);
+    env.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_audiences_let_users_hand_kubefan_tokens_minted_for_it_alone() {
     let sim = team_sim();

@@ -67,6 +67,7 @@ pub async fn watch(
     }
     // sendInitialEvents: a snapshot not older than `rv` (waited for above).
     let resume = if send_initial { None } else { rv };
+    let access = crate::auth::Authorizer::watch_scoping(principal, &filter.namespaces);
     let request = Subscribe {
         spec: ViewSpec {
             shape: shape.clone(),
@@ -76,7 +77,7 @@ pub async fn watch(
         transport: Transport::KubeWatch,
         expires: principal.deadline(),
         lease: principal.lease().cloned(),
-        access: None,
+        access,
     };
     let hub_warnings = hub.warnings();
     let sub = Subscription::start(hub.clone(), request, &state.subscriptions).await?;
