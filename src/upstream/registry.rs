@@ -135,18 +135,31 @@ impl Informers {
             }
             let key = hub.name();
             match self.refresh(Instant::now()).await {
-                Ok(catalog)
-                    if !catalog
-                        .resources()
-                        .iter()
-                        .any(|r| r.canonical_name() == key) =>
+                Ok(catalog) => match catalog
+                    .resources()
+                    .iter()
+                    .find(|r| r.canonical_name() == key)
                 {
-                    self.retire(&hub, &stop, "resource removed upstream");
-                    return;
-                }
-                Ok(_) => {
-                    tracing::warn!(resource = %key, "upstream answered 404 but still lists the resource; retrying")
-                }
+                    None => {
+                        self.retire(&hub, &stop, "resource removed upstream");
+                        return;
+                    }
+                    // Served at another version now (a CRD's that stopped
+                    // serving this one): the hub's objects are of this
+                    // one, so it ends, and the next subscriber starts one
+                    // at the version discovery prefers.
+                    Some(now) if now.api.version != info.api.version => {
+                        let why = format!(
+                            "its API server serves version {} now, not {}; subscribe again for it",
+                            now.api.version, info.api.version
+                        );
+                        self.retire(&hub, &stop, &why);
+                        return;
+                    }
+                    Some(_) => {
+                        tracing::warn!(resource = %key, "upstream answered 404 but still lists the resource; retrying")
+                    }
+                },
                 Err(err) => {
                     tracing::warn!(resource = %key, error = %err, "upstream answered 404 and discovery failed; retrying")
                 }

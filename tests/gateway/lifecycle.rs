@@ -242,6 +242,48 @@ async fn crd_installed_later_is_streamed_and_its_removal_ends_the_stream() {
     env.stop().await;
 }
 
+/// A CRD that moves to another version and stops serving the old one:
+/// the hub of the old version ends its streams (its objects are of that
+/// version), rather than retry the old version's 404s for ever, and the
+/// next subscriber gets the new version's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_served_at_another_version_ends_the_old_versions_streams() {
+    let mut cfg = lifecycle_config(&["pods"]);
+    cfg.upstream.discovery_refresh = Duration::ZERO;
+    let env = spawn(Sim::new(sim_config()), cfg).await;
+    env.synced("pods").await;
+    let def = |version| ResourceDef::new("example.com", version, "widgets", "Widget", true);
+    env.sim.register(def("v1alpha1"));
+    let mut w1 = widget("w1", 3);
+    w1["apiVersion"] = json!("example.com/v1alpha1");
+    env.sim.create("widgets.example.com", w1).unwrap();
+    let (mut sse, mut view) = subscribed(&env, "/stream/widgets").await;
+    let hub = running(&env, "widgets.example.com").expect("started on demand");
+
+    env.sim.register(def("v1"));
+    let ev = sse.until_error(&mut view).await;
+    let message = ev.data["object"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("serves version v1 now, not v1alpha1"),
+        "{ev:?}"
+    );
+    assert!(sse.next().await.is_none(), "the stream ends");
+    closed(&hub).await;
+
+    // The new version's (the simulator converts nothing: kubefan stamps
+    // each object with the version it watches, as a conversion would).
+    let (_sse, view) = subscribed(&env, "/stream/widgets").await;
+    assert_eq!(view.objects.len(), 1, "{:?}", view.objects);
+    assert!(
+        view.objects
+            .values()
+            .all(|o| o["apiVersion"] == "example.com/v1"),
+        "{:?}",
+        view.objects
+    );
+    env.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boot_resource_removed_upstream_is_reported_not_ready() {
     let sim = Sim::new(sim_config());

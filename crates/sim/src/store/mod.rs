@@ -334,6 +334,17 @@ impl Store {
         match self.resources.get_mut(&def.key()) {
             Some(r) => {
                 let refresh = r.def.selectable_fields != def.selectable_fields;
+                if r.def.version != def.version {
+                    // Served at another version (a CRD's storage version
+                    // changed): the old version's storage is torn down,
+                    // its watches end and its list snapshots go, as the
+                    // apiextensions-apiserver's CRD handler removes a
+                    // changed CRD's storage (`customresource_handler.go`,
+                    // `removeStorage_locked`).
+                    r.watchers.clear();
+                    let key = def.key();
+                    self.snapshots.retain(|s| s.key != key);
+                }
                 r.def = def;
                 if refresh {
                     let def = r.def.clone();
