@@ -108,6 +108,7 @@ impl Authorizer {
                     verb: Verb::Watch,
                     group: info.api.group.clone(),
                     resource: info.api.plural.clone(),
+                    namespaced: info.namespaced,
                 }),
                 (_, Some(credential)) => Arc::new(CredentialScope {
                     credential: credential.clone(),

@@ -30,6 +30,9 @@ pub struct RbacScope {
     pub verb: Verb,
     pub group: String,
     pub resource: String,
+    /// Whether the resource is namespaced: grants in namespaces alone
+    /// grant nothing of a cluster-scoped one.
+    pub namespaced: bool,
 }
 
 impl ScopeSource for RbacScope {
@@ -46,8 +49,8 @@ impl ScopeSource for RbacScope {
         let access = self.access.current();
         match access.namespaces(self.verb, &self.group, &self.resource) {
             Namespaces::All => Scope::All,
-            Namespaces::Only(names) => Scope::Only(names.into_iter().collect()),
-            Namespaces::Nothing => Scope::Denied(Denial {
+            Namespaces::Only(names) if self.namespaced => Scope::Only(names.into_iter().collect()),
+            Namespaces::Only(_) | Namespaces::Nothing => Scope::Denied(Denial {
                 code: 403,
                 reason: "Forbidden",
                 message: format!(

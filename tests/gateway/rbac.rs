@@ -310,6 +310,65 @@ async fn a_token_that_no_longer_reviews_ends_its_streams_with_401() {
     env.stop().await;
 }
 
+/// A cluster-scoped resource is granted cluster-wide or not at all: a
+/// user whose ClusterRoleBinding for nodes goes, and who keeps a
+/// namespace's grant of every resource, may no longer see nodes. The
+/// stream ends with a 403, not narrowed to namespaces nodes are not in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_scoped_stream_ends_when_only_namespace_grants_are_left() {
+    let sim = team_sim();
+    sim.create(
+        CLUSTER_ROLES,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "node-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]}),
+    )
+    .unwrap();
+    sim.create(
+        CLUSTER_ROLE_BINDINGS,
+        cluster_role_binding(
+            "dana-nodes",
+            "node-reader",
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dana"}),
+        ),
+    )
+    .unwrap();
+    sim.create(
+        ROLES,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "everything", "namespace": "web"},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+    )
+    .unwrap();
+    sim.create(
+        ROLE_BINDINGS,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "dana-everything", "namespace": "web"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "everything"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dana"}]}),
+    )
+    .unwrap();
+    let env = rbac_env(sim, |_| {}).await;
+    let resp = env.get_as("/stream/nodes", "dana-token").await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = SseClient::new(resp);
+    let mut view = ClientView::new();
+    while view.snapshots == 0 {
+        view.apply(&sse.next().await.expect("the snapshot"));
+    }
+    assert_eq!(view.objects.len(), 3, "the nodes");
+    env.sim
+        .delete(CLUSTER_ROLE_BINDINGS, None, "dana-nodes")
+        .unwrap();
+    let error = sse.until_error(&mut view).await;
+    assert_eq!(error.data["object"]["code"], 403, "{:?}", error.data);
+    assert_eq!(
+        env.get_as("/stream/nodes", "dana-token").await.status(),
+        403
+    );
+    env.stop().await;
+}
+
 /// The Kubernetes face's watches follow the token's reviews as streams
 /// do: revoked, a watch ends with an `ERROR` 401 (kubectl and client-go
 /// then relist, and are refused).
