@@ -28,6 +28,12 @@ const DEFAULT_IDLE_TIMEOUT_MS = 45000; // kubefan leaves no stream silent for tw
 const BACKOFF_BASE_MS = 1000;
 const BACKOFF_CAP_MS = 10000;
 const SOCKET_LINGER_MS = 5000;
+// A stream refused with a 401 this soon after it was opened with a renewed
+// token is refused for good (the fresh token is refused too); one refused
+// later, after running quietly with it, is that token's expiry, renewed
+// again. Over /ws nothing says a subscription was accepted (a quiet one
+// gets no message), so the time it ran is what tells them apart.
+const AUTH_SETTLED_MS = 10000;
 const WORKER_READY_MS = 5000;
 const TOKEN_ASK_MS = 5000;
 
@@ -327,6 +333,7 @@ export class Watch extends Emitter {
     this._timer = null;
     const gen = ++this._gen;
     const mine = () => gen === this._gen && !this._closed;
+    this._openedAt = Date.now();
     const from = this._position;
     this._buffer = from ? null : new Map();
     this._setState(state || (this.synced || from ? 'reconnecting' : 'connecting'));
@@ -364,15 +371,20 @@ export class Watch extends Emitter {
   }
 
   _opened() {
-    // The gateway accepted the stream (and its credentials).
-    this._authFailures = 0;
+    // The stream is under way. Over SSE the gateway accepted it (HTTP 200);
+    // over /ws its subscribe was only sent, and may still be refused with
+    // an ERROR 401: a message that is not an ERROR, or time
+    // (`AUTH_SETTLED_MS`), says the credentials were taken (`_failed`).
     this.error = null;
     this._setState(this._buffer ? 'syncing' : 'live');
   }
 
   _message(msg) {
     const type = msg.type;
-    if (type !== 'ERROR') this._attempt = 0;
+    if (type !== 'ERROR') {
+      this._attempt = 0;
+      this._authFailures = 0;
+    }
     switch (type) {
       case 'ADDED':
       case 'MODIFIED':
@@ -487,8 +499,11 @@ export class Watch extends Emitter {
     this.emit('error', status);
     if (code === 401) {
       // Token expired or refused: renew it once and resume; a second 401 in
-      // a row is final.
-      if (this._authFailures++ > 0) return this._setState('error');
+      // a row (no message between, and soon after the renewed stream was
+      // opened) is final.
+      const settled = Date.now() - this._openedAt >= AUTH_SETTLED_MS;
+      if (this._authFailures > 0 && !settled) return this._setState('error');
+      this._authFailures = 1;
       this._setState('reconnecting');
       const gen = this._gen;
       Promise.resolve(this.client.renew(status))
@@ -826,10 +841,16 @@ export class WsClient extends Client {
   renew(status) {
     // The socket's token is refused or expired: no new subscription goes on
     // that socket, and the next one carries the fresh token.
-    if (this._socket) this._socket.stale = true;
+    const was = this._socket;
+    if (was) was.stale = true;
     return super.renew(status).then((ok) => {
       const s = this._socket;
       if (ok && s && s.stale) this._retire(s);
+      // No fresh token: the socket's is the best there is, and it serves
+      // its other subscriptions; were it left stale, the next subscription
+      // would open another socket beside it, and this one, no longer the
+      // client's, would never be unsubscribed from nor closed.
+      else if (!ok && s && s === was) s.stale = false;
       return ok;
     });
   }

@@ -304,6 +304,58 @@ test('/ws: an upgrade refused with an HTTP error refuses the waiting subscriptio
   assert.deepEqual(a.got, ['refused 401 token expired 0']);
 });
 
+test('/ws: a subscription refused with 401 again after its renewal is final, not renewed in a loop', async (t) => {
+  // As a cluster whose review refuses the token refuses a subscription
+  // naming it, the socket staying open for the others.
+  t.mock.timers.enable({apis: ['setTimeout', 'Date']});
+  let n = 0;
+  const {client, sockets} = wsClient({getToken: async () => 'token-' + ++n});
+  const w = client.watch('pods', {cluster: 'b'});
+  for (let round = 0; round < 4 && w.state !== 'error'; round++) {
+    t.mock.timers.tick(0);
+    await settle();
+    const s = sockets[sockets.length - 1];
+    if (s.readyState === 0) s.accept();
+    await settle();
+    const sub = s.subscribes().at(-1);
+    s.deliver({sub: sub.id, ...error(401, 'Unauthorized', 'cluster "b": the token is not accepted')});
+    await settle();
+    await settle();
+  }
+  assert.equal(w.state, 'error', 'a second 401 in a row is final');
+  assert.equal(sockets.length, 2, 'one renewal, one new socket');
+  assert.equal(n, 2);
+  w.close();
+});
+
+test('/ws: a subscription refused with 401 and no fresh token leaves its socket the one in use', async (t) => {
+  t.mock.timers.enable({apis: ['setTimeout', 'Date']});
+  const {client, sockets} = wsClient({token: 't'});
+  const b = client.watch('pods', {cluster: 'b'});
+  const a = client.watch('nodes', {cluster: 'a'});
+  t.mock.timers.tick(0);
+  await settle();
+  sockets[0].accept();
+  await settle();
+  const [kb, ka] = sockets[0].subscribes().map((m) => m.id);
+  sockets[0].deliver({sub: kb, ...error(401, 'Unauthorized', 'cluster "b": the token is not accepted')});
+  await settle();
+  await settle();
+  assert.equal(b.state, 'error', 'no token to renew with');
+  b.retry();
+  t.mock.timers.tick(0);
+  await settle();
+  assert.equal(sockets.length, 1, 'subscribed again on the same socket, not a second beside it');
+  assert.equal(sockets[0].subscribes().length, 3);
+  a.close();
+  b.close();
+  t.mock.timers.tick(client.lingerMs + 1);
+  await settle();
+  const unsubscribed = sockets[0].sent.filter((m) => m.op === 'unsubscribe').map((m) => m.id);
+  assert.ok(unsubscribed.includes(ka), JSON.stringify(sockets[0].sent));
+  assert.equal(sockets[0].closedWith, 1000, 'closed once idle');
+});
+
 test('/ws: token expiry (ERROR 401, close 4001) renews the token once and reconnects with it', async (t) => {
   t.mock.timers.enable({apis: ['setTimeout', 'Date']});
   let n = 0;
