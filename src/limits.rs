@@ -62,7 +62,10 @@ pub fn client_address(
     trusted: &[ipnet::IpNet],
 ) -> Option<IpAddr> {
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
-    let mut client = peer?;
+    // An IPv4 peer of a dual-stack listener (`[::]`) arrives as
+    // `::ffff:a.b.c.d`, which no IPv4 network contains, and would count
+    // apart from the same client over IPv4: as the address it is.
+    let mut client = peer?.to_canonical();
     if !is_trusted(&client) {
         return Some(client);
     }
@@ -79,6 +82,7 @@ pub fn client_address(
         else {
             break;
         };
+        let ip = ip.to_canonical();
         client = ip;
         if !is_trusted(&ip) {
             break;
@@ -283,6 +287,21 @@ mod tests {
         drop(p1);
         let _p4 = l.admit("carol", Some(a)).unwrap();
         assert_eq!(l.in_flight(), 3);
+    }
+
+    #[test]
+    fn an_ipv4_peer_of_a_dual_stack_listener_is_its_ipv4_address() {
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let mapped: IpAddr = "::ffff:10.1.2.3".parse().unwrap();
+        assert_eq!(
+            client_address(Some(mapped), &["198.51.100.7"], &trusted),
+            Some("198.51.100.7".parse().unwrap()),
+            "a trusted proxy's"
+        );
+        assert_eq!(
+            client_address(Some("::ffff:192.0.2.9".parse().unwrap()), &[], &trusted),
+            Some("192.0.2.9".parse().unwrap())
+        );
     }
 
     #[test]
