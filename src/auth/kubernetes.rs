@@ -39,6 +39,12 @@ use crate::lifecycle::Lifecycle;
 
 /// Entries one cache holds at most.
 const CACHE_ENTRIES: usize = 10_000;
+/// The longest a TokenReview or SubjectAccessReview is waited for. kube's
+/// client has no read timeout (its watches are long reads), so an API
+/// server that takes the request and never answers would hold every
+/// request it authenticates, and their permits, for ever; past this the
+/// review failed (503 to the request, a stream keeps going and asks again).
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a SubjectAccessReview asks about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -281,10 +287,7 @@ impl Reviewer {
             ..Default::default()
         };
         let api: Api<TokenReview> = Api::all(self.client.clone());
-        let done = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| Error::Review(e.to_string()))?;
+        let done = within(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review)).await?;
         let status = done.status.unwrap_or_default();
         // An audience-aware API server answers the audiences the token and
         // the review share; one that names none did not check them
@@ -337,13 +340,25 @@ impl Reviewer {
             ..Default::default()
         };
         let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let done = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| Error::Review(e.to_string()))?;
+        let done = within(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review)).await?;
         let allowed = done.status.is_some_and(|s| s.allowed);
         self.decisions.put(key, allowed, self.ttl);
         Ok(allowed)
+    }
+}
+
+/// A review's answer, or [`Error::Review`] if it failed or did not come
+/// within `limit`.
+async fn within<T>(
+    limit: Duration,
+    review: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(limit, review).await {
+        Ok(done) => done.map_err(|e| Error::Review(e.to_string())),
+        Err(_) => Err(Error::Review(format!(
+            "the API server did not answer within {} s",
+            limit.as_secs()
+        ))),
     }
 }
 
@@ -418,5 +433,26 @@ mod tests {
             cache.put(i, false, Duration::from_secs(60));
         }
         assert!(cache.entries.lock().unwrap().len() <= CACHE_ENTRIES);
+    }
+
+    /// An API server that takes a review and never answers fails it at
+    /// the timeout, rather than hold the request for ever.
+    #[tokio::test(start_paused = true)]
+    async fn a_review_never_answered_fails_at_the_timeout() {
+        let started = tokio::time::Instant::now();
+        let never = std::future::pending::<Result<(), kube::Error>>();
+        let err = within(REVIEW_TIMEOUT, never).await.unwrap_err();
+        assert!(matches!(err, Error::Review(_)), "{err}");
+        assert!(
+            err.to_string().contains("did not answer within 10 s"),
+            "{err}"
+        );
+        assert_eq!(started.elapsed(), REVIEW_TIMEOUT);
+        assert_eq!(
+            within(REVIEW_TIMEOUT, async { Ok::<_, kube::Error>(7) })
+                .await
+                .unwrap(),
+            7
+        );
     }
 }
