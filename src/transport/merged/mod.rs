@@ -86,6 +86,8 @@ pub fn parse_compound(
     clusters: &[&str],
 ) -> Result<Vec<Option<Position>>, ApiError> {
     let mut positions = vec![None; clusters.len()];
+    // Named already: a position of none ("" or 0) is a naming too.
+    let mut named = vec![false; clusters.len()];
     let value = value.trim();
     if value.is_empty() {
         return Ok(positions);
@@ -101,7 +103,7 @@ pub fn parse_compound(
                 "{what} {value:?} names cluster {name:?}, which this stream does not ask for"
             )));
         };
-        if positions[i].is_some() {
+        if std::mem::replace(&mut named[i], true) {
             return Err(ApiError::BadRequest(format!(
                 "{what} {value:?} names cluster {name:?} twice"
             )));
@@ -360,6 +362,8 @@ mod tests {
             ("7", "not a merged stream's id"),
             ("a=7,d=1", "which this stream does not ask for"),
             ("a=7,a=8", "twice"),
+            ("a=0,a=7", "twice"),
+            ("a=,a=7", "twice"),
             ("a=seven", "not a resourceVersion"),
         ] {
             let err = parse_compound("Last-Event-ID", bad, &names).unwrap_err();
