@@ -394,6 +394,48 @@ fn metric_value(env: &TestEnv, name: &str, labels: &str) -> u64 {
         .sum()
 }
 
+/// An HTTP/2 connection with no stream open for 8 keep-alive intervals
+/// is closed with a GOAWAY, whether it never opened one (it answers pings,
+/// as h2 clients do by themselves, and reaches no limit) or its streams
+/// have ended; one with a stream open stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_with_no_stream_open_is_closed_after_a_while() {
+    let ca = Authority::new("kubefan test CA");
+    let dir = Dir::new("h2-idle");
+    let env = spawn_tls(&dir, &ca.leaf("first"), |cfg| {
+        cfg.stream.keepalive = Duration::from_millis(100);
+    })
+    .await;
+    let handshake = || async {
+        let tls = connect(env.app.local_addr(), client_config(&ca.pem(), &[b"h2"])).await;
+        h2::client::Builder::new()
+            .handshake::<_, Bytes>(tls)
+            .await
+            .unwrap()
+    };
+    // Never a stream: closed (8 × 100 ms, and a tick).
+    let (_send, idle) = handshake().await;
+    tokio::time::timeout(WAIT, idle)
+        .await
+        .expect("an idle connection is closed")
+        .expect("with a GOAWAY, not an error");
+    // A stream open for longer than that: kept; once it ends, closed.
+    let (mut send, conn) = handshake().await;
+    let mut conn = tokio::spawn(conn);
+    let mut stream = H2Stream::open(&mut send, "/stream/pods").await;
+    stream.until("k8s.io/initial-events-end").await;
+    let kept = tokio::time::timeout(Duration::from_millis(1500), &mut conn).await;
+    assert!(kept.is_err(), "closed with a stream open: {kept:?}");
+    drop(stream);
+    drop(send);
+    tokio::time::timeout(WAIT, conn)
+        .await
+        .expect("closed once its stream ended")
+        .unwrap()
+        .expect("with a GOAWAY");
+    env.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caught_up_http2_streams_are_written_by_their_hubs_writer_within_their_windows() {
     let ca = Authority::new("kubefan test CA");

@@ -51,7 +51,7 @@ use tokio_rustls::server::TlsStream;
 
 use super::Streams;
 use super::h2_guard::Guarded;
-use super::h2_stream::{Stream, send_chunk};
+use super::h2_stream::{OpenStreams, Stream, send_chunk};
 use super::io::{WriteDeadline, linger};
 use super::ration::IDLE_FRAMES;
 use crate::lifecycle::Lifecycle;
@@ -63,6 +63,15 @@ const SEND_BUFFER: usize = 64 << 10;
 
 /// How long a client has to complete the HTTP/2 preface and settings.
 const PREFACE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many keep-alive intervals a connection may go with no stream open
+/// before it is closed (GOAWAY, then the end once h2 has sent it): 2
+/// minutes at the default 15 s. A client that opens one and never a stream
+/// held it otherwise for as long as it answered pings, which h2 does by
+/// itself: connections collected so, counted by nothing (no request
+/// reaches the limits), until the file descriptors ran out. Browsers open
+/// a new one when they need it.
+const IDLE_INTERVALS: u32 = 8;
 
 /// How long a connection cut for its frames (`h2_guard`) has to take its
 /// GOAWAY before it is dropped.
@@ -143,12 +152,25 @@ pub(super) async fn serve<S>(
         tokio::time::interval_at(Instant::now() + settings.keepalive, settings.keepalive);
     let mut draining = false;
     let lifecycle = settings.lifecycle().clone();
+    let open = OpenStreams::default();
+    // Since when no stream has been open (none yet: since the handshake).
+    let mut idle_since = Some(Instant::now());
+    let idle_timeout = settings.keepalive * IDLE_INTERVALS;
+    let idle = tokio::time::sleep(idle_timeout);
+    let mut idle = pin!(idle);
     loop {
         tokio::select! {
             next = conn.accept() => match next {
                 Some(Ok((request, respond))) => {
                     let deadline = settings.deadline.clone();
-                    tokio::task::spawn_local(serve_request(request, respond, app.clone(), peer, client.clone(), deadline));
+                    let stream = Stream(Rc::new(RefCell::new(Some(respond))), open.clone());
+                    let counted = open.open();
+                    idle_since = None;
+                    let serving = serve_request(request, stream, app.clone(), peer, client.clone(), deadline);
+                    tokio::task::spawn_local(async move {
+                        serving.await;
+                        drop(counted);
+                    });
                 }
                 Some(Err(err)) => {
                     tracing::debug!(?peer, error = %err, "HTTP/2 connection ended with an error");
@@ -174,7 +196,23 @@ pub(super) async fn serve<S>(
                 draining = true;
                 conn.graceful_shutdown();
             }
-            _ = ticker.tick(), if pings.is_some() => {
+            // Looked at on each ping tick: streams end without telling
+            // this task.
+            () = &mut idle, if idle_since.is_some() && !draining => {
+                tracing::debug!(?peer, "closing an HTTP/2 connection with no stream open");
+                draining = true;
+                conn.graceful_shutdown();
+            }
+            _ = ticker.tick(), if pings.is_some() || !draining => {
+                match (open.count(), idle_since) {
+                    (0, None) => {
+                        let now = Instant::now();
+                        idle_since = Some(now);
+                        idle.as_mut().reset(now + idle_timeout);
+                    }
+                    (0, Some(_)) => {}
+                    (_, _) => idle_since = None,
+                }
                 let Some(pings) = pings.as_mut() else { continue };
                 match ping_sent {
                     Some(at) if at.elapsed() >= settings.deadline.timeout => {
@@ -207,7 +245,7 @@ pub(super) async fn serve<S>(
 /// the request's HTTP/2 stream.
 async fn serve_request<S>(
     request: http::Request<RecvStream>,
-    respond: SendResponse<Bytes>,
+    stream: Stream,
     app: Rc<S>,
     peer: Option<SocketAddr>,
     client: Option<PeerCertificates>,
@@ -244,8 +282,8 @@ async fn serve_request<S>(
         }
         head.uri = parts.uri;
     }
-    let slot = Rc::new(RefCell::new(Some(respond)));
-    req.extensions_mut().insert(Stream(slot.clone()));
+    let slot = stream.0.clone();
+    req.extensions_mut().insert(stream);
     if let Some(client) = client {
         req.extensions_mut().insert(client);
     }

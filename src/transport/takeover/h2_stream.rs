@@ -32,21 +32,55 @@ use crate::lifecycle::Lifecycle;
 use crate::limits::Permit;
 use crate::transport::ChunkSource;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 /// A request's HTTP/2 stream, in the request's extensions until a stream
-/// handler takes it (or the connection answers the request itself).
+/// handler takes it (or the connection answers the request itself), and
+/// its connection's count of open streams.
 #[derive(Clone)]
-pub(super) struct Stream(pub(super) Rc<RefCell<Option<SendResponse<Bytes>>>>);
+pub(super) struct Stream(
+    pub(super) Rc<RefCell<Option<SendResponse<Bytes>>>>,
+    pub(super) OpenStreams,
+);
+
+/// How many streams of an HTTP/2 connection are open: requests being
+/// answered, and streaming responses wherever they are written from. A
+/// connection with none for a while is closed (`h2::serve`).
+#[derive(Clone, Default)]
+pub(super) struct OpenStreams(Arc<AtomicUsize>);
+
+impl OpenStreams {
+    /// One more open, until the returned guard drops.
+    pub(super) fn open(&self) -> OpenStream {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        OpenStream(self.0.clone())
+    }
+
+    pub(super) fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One open stream of a connection ([`OpenStreams`]).
+pub(super) struct OpenStream(Arc<AtomicUsize>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// `req`'s HTTP/2 stream, taken from the connection's request task; `None`
 /// for a request that did not come over HTTP/2.
 pub(super) fn take(req: &HttpRequest) -> Option<Taken> {
-    let slot = req.extensions().get::<Stream>()?.0.clone();
-    let respond = slot.borrow_mut().take()?;
-    Some(Taken(respond))
+    let stream = req.extensions().get::<Stream>()?.clone();
+    let respond = stream.0.borrow_mut().take()?;
+    Some(Taken(respond, stream.1.open()))
 }
 
-/// An HTTP/2 stream taken for a streaming response.
-pub(super) struct Taken(SendResponse<Bytes>);
+/// An HTTP/2 stream taken for a streaming response, counted open.
+pub(super) struct Taken(SendResponse<Bytes>, OpenStream);
 
 impl Taken {
     /// Answers with `200 OK`, `headers` and the chunks of `source`; the
@@ -60,7 +94,7 @@ impl Taken {
     ) -> HttpResponse {
         let cors = req.extensions().get::<CorsHeaders>().cloned();
         let head = head(headers, cors.as_ref().map(|c| &c.0));
-        let Taken(mut respond) = self;
+        let Taken(mut respond, open) = self;
         let send = match respond.send_response(head, false) {
             Ok(send) => send,
             Err(err) => {
@@ -72,6 +106,7 @@ impl Taken {
             Chunks(source),
             H2 {
                 _permit: req.extensions_mut().remove::<Permit>(),
+                _open: open,
                 send,
                 chunk: None,
                 end: false,
@@ -109,6 +144,8 @@ fn head(headers: &[(HeaderName, &'static str)], cors: Option<&HeaderMap>) -> htt
 struct H2 {
     /// Held for as long as the stream lasts (the connection limits).
     _permit: Option<Permit>,
+    /// Counted among its connection's open streams while it lasts.
+    _open: OpenStream,
     send: SendStream<Bytes>,
     /// What is left of the chunk being sent.
     chunk: Option<Bytes>,
