@@ -188,6 +188,12 @@ impl App {
                 cfg.limits.idle_frames_per_minute,
             ),
             metrics: metrics.clone(),
+            // A request may wait for its resource's first list: longer.
+            request_timeout: cfg
+                .limits
+                .request_timeout
+                .max(cfg.stream.sync_timeout + std::time::Duration::from_secs(5)),
+            write_timeout: cfg.stream.write_timeout,
         };
         let scheme = if settings.tls.is_some() {
             "https"

@@ -95,6 +95,12 @@ pub struct LimitsConfig {
     pub max_uri_bytes: usize,
     /// Largest sum of request header names and values, in bytes (431 beyond).
     pub max_header_bytes: usize,
+    /// How soon after its first byte an HTTP/1.1 request is to be answered,
+    /// or its answer begun, before its connection is closed (nginx's
+    /// `client_header_timeout` is 60 s too). Longer than any wait of a
+    /// request that is not a stream (`--sync-timeout-secs`, a review's
+    /// 10 s).
+    pub request_timeout: Duration,
     /// Proxies (an ingress, a load balancer) whose `X-Forwarded-For` names
     /// the client address the per-address limits count. Empty: the TCP peer
     /// is the client.
@@ -111,6 +117,7 @@ impl Default for LimitsConfig {
             idle_frames_per_minute: 100,
             max_uri_bytes: 8 << 10,
             max_header_bytes: 16 << 10,
+            request_timeout: Duration::from_secs(60),
             trusted_proxies: Vec::new(),
         }
     }

@@ -703,6 +703,77 @@ async fn an_anonymous_loopback_gateway_answers_loopback_hosts_only() {
     env.stop().await;
 }
 
+/// What actix-http does not time on an HTTP/1.1 connection kubefan does:
+/// a second request whose head never completes closes its connection
+/// after the request timeout, and a response the client does not read
+/// after the write timeout, giving its permit back (one permit here: the
+/// next request is served, not refused with 503, once it has).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_connection_is_not_held_by_a_trickled_request_or_an_unread_response() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut cfg = test_config(&["pods"]);
+    // The request timeout is at least the sync timeout and 5 s.
+    cfg.stream.sync_timeout = Duration::from_millis(200);
+    cfg.limits.request_timeout = Duration::from_millis(200);
+    cfg.stream.write_timeout = Duration::from_millis(500);
+    cfg.limits.max_connections = 1;
+    // A list of several MB: more than the socket buffers hold.
+    let env = spawn(seeded(4000), cfg).await;
+    env.synced("pods").await;
+    let addr = env.app.local_addr();
+
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(WAIT, conn.read(&mut buf))
+        .await
+        .expect("the first answer")
+        .unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+    // A second request, one byte of it.
+    conn.write_all(b"G").await.unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the trickled request's connection is closed"
+    );
+
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut unread = socket.connect(addr).await.unwrap();
+    unread
+        .write_all(b"GET /api/v1/pods HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let served = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let (status, _) = env.get_json("/api/v1/namespaces/web/pods?limit=1").await;
+            if status == 200 {
+                break;
+            }
+            assert_eq!(status, 503, "refused only for the permit");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        served.is_ok(),
+        "the unread response's permit is given back after the write timeout"
+    );
+    drop(unread);
+    env.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_hanging_up_ends_its_subscription_without_waiting_for_a_write() {
     // Keep-alives far beyond the test's wait: nothing is written to the

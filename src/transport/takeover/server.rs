@@ -47,6 +47,7 @@ use actix_service::{
 use actix_web::dev::AppConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -84,6 +85,113 @@ struct Conn {
     io: Option<Front>,
     /// Who waits to read: woken when the socket is taken, to see the end.
     reader: Option<Waker>,
+    watch: Watchdog,
+}
+
+/// The two waits actix-http's HTTP/1 dispatcher does not bound, on a
+/// connection it still serves: a request after the first whose head never
+/// completes (its head timer is for the first request only, and any byte
+/// read clears its keep-alive timer: a client trickling a second request
+/// held the connection for ever, reaching no limit, since no request got
+/// to the middleware), and a response the client does not read (it has no
+/// write timeout: the response's permit was held for ever). A request is
+/// to be answered, or its answer begun, within `request_timeout` of its
+/// first byte; a blocked write is to move within `write_timeout`. Past
+/// either the connection fails, and actix drops it. A stream that took
+/// its socket over has timeouts of its own.
+struct Watchdog {
+    request_timeout: Duration,
+    write_timeout: Duration,
+    /// Since when bytes have been read that nothing was written after.
+    request_since: Option<Instant>,
+    /// Since when writes have been blocked.
+    blocked_since: Option<Instant>,
+    /// Wakes the connection's task at the first of the two deadlines.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl Watchdog {
+    fn new(request_timeout: Duration, write_timeout: Duration) -> Watchdog {
+        Watchdog {
+            request_timeout,
+            write_timeout,
+            request_since: None,
+            blocked_since: None,
+            timer: None,
+        }
+    }
+
+    fn read(&mut self) {
+        self.request_since.get_or_insert_with(Instant::now);
+    }
+
+    fn wrote(&mut self) {
+        self.request_since = None;
+        self.blocked_since = None;
+    }
+
+    fn blocked(&mut self) {
+        self.blocked_since.get_or_insert_with(Instant::now);
+    }
+
+    /// The first deadline, if one is running.
+    fn deadline(&self) -> Option<Instant> {
+        let request = self.request_since.map(|at| at + self.request_timeout);
+        let write = self.blocked_since.map(|at| at + self.write_timeout);
+        request.into_iter().chain(write).min()
+    }
+
+    /// An error once a deadline has passed; else `cx` is woken at the
+    /// first (the task then polls its I/O again, and gets the error).
+    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let Some(deadline) = self.deadline() else {
+            return Ok(());
+        };
+        if Instant::now() >= deadline {
+            self.timer = None;
+            let why = if self
+                .blocked_since
+                .is_some_and(|at| at + self.write_timeout <= deadline)
+            {
+                "the client took nothing of a response for the write timeout"
+            } else {
+                "the client sent no complete request in time"
+            };
+            return Err(io::Error::new(io::ErrorKind::TimedOut, why));
+        }
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.deadline() != deadline {
+            timer.as_mut().reset(deadline);
+        }
+        // Registered for the deadline (ready only once it has passed,
+        // which was ruled out above).
+        let _ = timer.as_mut().poll(cx);
+        Ok(())
+    }
+
+    /// What a write's poll says of it, with the watchdog's verdict.
+    fn after_write(
+        &mut self,
+        poll: Poll<io::Result<usize>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        match poll {
+            Poll::Ready(Ok(n)) if n > 0 => {
+                self.wrote();
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending => {
+                self.blocked();
+                match self.check(cx) {
+                    Ok(()) => Poll::Pending,
+                    Err(err) => Poll::Ready(Err(err)),
+                }
+            }
+            other => other,
+        }
+    }
 }
 
 /// A connection's I/O as actix sees it: the socket until a handler takes
@@ -187,7 +295,17 @@ impl AsyncRead for FrontIo {
         let Some(io) = conn.io.as_mut() else {
             return Poll::Ready(Ok(()));
         };
+        let before = buf.filled().len();
         let poll = Pin::new(io).poll_read(cx, buf);
+        match &poll {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => conn.watch.read(),
+            Poll::Pending => {
+                if let Err(err) = conn.watch.check(cx) {
+                    return Poll::Ready(Err(err));
+                }
+            }
+            _ => {}
+        }
         if poll.is_pending()
             && !conn
                 .reader
@@ -206,8 +324,10 @@ impl AsyncWrite for FrontIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.0.borrow_mut().io.as_mut() {
-            Some(io) => Pin::new(io).poll_write(cx, buf),
+        let mut conn = self.0.borrow_mut();
+        let conn = &mut *conn;
+        match conn.io.as_mut() {
+            Some(io) => conn.watch.after_write(Pin::new(io).poll_write(cx, buf), cx),
             None => Poll::Ready(Ok(buf.len())),
         }
     }
@@ -217,8 +337,12 @@ impl AsyncWrite for FrontIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.0.borrow_mut().io.as_mut() {
-            Some(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+        let mut conn = self.0.borrow_mut();
+        let conn = &mut *conn;
+        match conn.io.as_mut() {
+            Some(io) => conn
+                .watch
+                .after_write(Pin::new(io).poll_write_vectored(cx, bufs), cx),
             None => Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum())),
         }
     }
@@ -228,8 +352,19 @@ impl AsyncWrite for FrontIo {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.0.borrow_mut().io.as_mut() {
-            Some(io) => Pin::new(io).poll_flush(cx),
+        let mut conn = self.0.borrow_mut();
+        let conn = &mut *conn;
+        match conn.io.as_mut() {
+            Some(io) => match Pin::new(io).poll_flush(cx) {
+                Poll::Pending => {
+                    conn.watch.blocked();
+                    match conn.watch.check(cx) {
+                        Ok(()) => Poll::Pending,
+                        Err(err) => Poll::Ready(Err(err)),
+                    }
+                }
+                done => done,
+            },
             None => Poll::Ready(Ok(())),
         }
     }
@@ -254,6 +389,12 @@ pub struct Settings {
     /// HTTP/2 connections (over TLS only).
     pub h2: h2::Settings,
     pub metrics: Arc<Metrics>,
+    /// An HTTP/1.1 request is answered, or its answer begun, this soon
+    /// after its first byte, or its connection closes ([`Watchdog`]).
+    pub request_timeout: Duration,
+    /// An HTTP/1.1 response's blocked write moves this soon, or its
+    /// connection closes (the streams' write timeout).
+    pub write_timeout: Duration,
 }
 
 /// Serves `factory`'s application on `listener` (see the module
@@ -282,6 +423,8 @@ where
         tls,
         h2,
         metrics,
+        request_timeout,
+        write_timeout,
     } = settings;
     let tls = tls.map(TlsAcceptor::from);
     let h2 = Arc::new(h2);
@@ -333,6 +476,8 @@ where
                         tls,
                         h2,
                         metrics,
+                        request_timeout,
+                        write_timeout,
                     });
                     Ok::<_, ()>(fn_service(move |tcp: TcpStream| connections.serve(tcp)))
                 }
@@ -349,6 +494,8 @@ struct Connections<H1, H2> {
     tls: Option<TlsAcceptor>,
     h2: Arc<h2::Settings>,
     metrics: Arc<Metrics>,
+    request_timeout: Duration,
+    write_timeout: Duration,
 }
 
 impl<H1, H2> Connections<H1, H2>
@@ -361,6 +508,7 @@ where
     fn serve(&self, tcp: TcpStream) -> impl Future<Output = Result<(), ()>> + use<H1, H2> {
         let (http1, http2) = (self.http1.clone(), self.http2.clone());
         let (tls, h2, metrics) = (self.tls.clone(), self.h2.clone(), self.metrics.clone());
+        let watch = Watchdog::new(self.request_timeout, self.write_timeout);
         async move {
             let peer = tcp.peer_addr().ok();
             // As actix-web's own server does: a response written in
@@ -401,6 +549,7 @@ where
             let io = FrontIo(Rc::new(RefCell::new(Conn {
                 io: Some(front),
                 reader: None,
+                watch,
             })));
             if let Err(err) = http1.call((io, Protocol::Http1, peer)).await {
                 tracing::trace!(error = ?err, "HTTP/1 connection ended with an error");
