@@ -252,18 +252,41 @@ async fn checks(
         // by the clusters in turn, the first that accepts it naming the
         // principal; whatever it then reads of another cluster is that
         // cluster's to review again (`Auth::principal_in`).
+        // A request across clusters at the root is for no cluster, even
+        // where the root also serves a default one: which clusters accept
+        // its token is theirs to say (the default first, so that a token
+        // every cluster accepts names the default's user), and the default
+        // down takes none of the others away.
+        let across = across_clusters(&req);
         let chosen = req
             .extensions()
             .get::<ClusterOf>()
+            .filter(|_| !across)
             .map(|c| c.authorizer().clone());
         let reviewers: Vec<_> = match (chosen, state.auth.reviews_tokens()) {
             (Some(one), _) => vec![one],
-            (None, true) => state
-                .clusters
-                .all()
-                .iter()
-                .map(|c| c.authorizer().clone())
-                .collect(),
+            (None, true) => {
+                let default = req
+                    .extensions()
+                    .get::<ClusterOf>()
+                    .map(|c| c.authorizer().clone());
+                default
+                    .iter()
+                    .cloned()
+                    .chain(
+                        state
+                            .clusters
+                            .all()
+                            .iter()
+                            .map(|c| c.authorizer().clone())
+                            .filter(|a| {
+                                !default
+                                    .as_ref()
+                                    .is_some_and(|d| std::sync::Arc::ptr_eq(d, a))
+                            }),
+                    )
+                    .collect()
+            }
             (None, false) => vec![state.clusters.all()[0].authorizer().clone()],
         };
         let mut authenticated = Err(crate::auth::Error::Setup("no cluster".into()));
@@ -352,6 +375,20 @@ fn origin(headers: &HeaderMap) -> Option<String> {
         .and_then(|v| v.to_str().ok())
         .filter(|o| !o.is_empty())
         .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+}
+
+/// Whether a request is for several clusters at once: `/clusters`, or a
+/// stream across clusters (`/stream/R?clusters=...`), at the root.
+fn across_clusters(req: &ServiceRequest) -> bool {
+    if req.extensions().contains::<crate::cluster::Prefixed>() {
+        return false;
+    }
+    req.path() == "/clusters"
+        || (req.path().starts_with("/stream/")
+            && req
+                .query_string()
+                .split('&')
+                .any(|pair| pair.split('=').next() == Some("clusters")))
 }
 
 /// The host name a request was sent to, its port aside (the `Host`

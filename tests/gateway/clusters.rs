@@ -444,6 +444,63 @@ fn assert_double_token_parts(merged: &Merged) {
 /// Each cluster reviews its own tokens and evaluates its own RBAC: one
 /// user, granted `web` in one cluster and `batch` in the other, sees each
 /// cluster's part as its grants there say.
+/// With a default cluster at the root, a request across clusters there
+/// (`/clusters`, `/stream/R?clusters=`) is still for no cluster: any
+/// cluster that accepts its token lets it in (the default first), and the
+/// default's API server down takes the others' merged viewers away no
+/// more than it takes their own. The root's own paths stay the default's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_clusters_at_a_root_with_a_default_any_cluster_reviews_the_token() {
+    let sims = team_clusters(
+        &["east", "west"],
+        |name| {
+            let mut users = vec![SimUser::new("dana-token", "dana", &["team"])];
+            if name == "west" {
+                users.push(SimUser::new("wes-token", "wes", &[]));
+            }
+            users
+        },
+        &[
+            ("east", "dana", "web"),
+            ("west", "dana", "batch"),
+            ("west", "wes", "web"),
+        ],
+    );
+    let mut cfg = test_config(&["pods"]);
+    cfg.auth.set(AuthMethod::Kubernetes);
+    cfg.auth.cache_ttl = Duration::from_secs(300);
+    cfg.clusters.default = Some("east".into());
+    let mut env = serve(sims, cfg).await;
+    env.rbac_loaded().await;
+
+    async fn merged_west(env: &Env, token: &str) -> BTreeSet<String> {
+        let resp = env.get("/stream/pods?clusters=west", Some(token)).await;
+        assert_eq!(resp.status(), 200, "{token}");
+        let mut sse = SseClient::new(resp);
+        let mut merged = Merged::default();
+        merged.until_synced(&mut sse, &["west"]).await;
+        namespaces(&merged.views["west"])
+    }
+    // A token only west knows.
+    assert_eq!(
+        merged_west(&env, "wes-token").await,
+        BTreeSet::from(["web".to_string()])
+    );
+    let (status, body) = env.json("/clusters", Some("wes-token")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["clusters"].as_array().unwrap().len(), 1, "{body}");
+    let (status, body) = env.json("/stream/pods", Some("wes-token")).await;
+    assert_eq!(status, 401, "the root's own paths are east's: {body}");
+
+    // East's API server down: dana's merged stream of west still opens.
+    env.kill("east").await;
+    assert_eq!(
+        merged_west(&env, "dana-token").await,
+        BTreeSet::from(["batch".to_string()])
+    );
+    env.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
     let sims = team_clusters(
