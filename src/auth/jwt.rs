@@ -338,18 +338,23 @@ mod tests {
         (Verifier::new(&cfg).unwrap(), dir)
     }
 
+    /// `claims` signed with HS256 and the verifier's secret.
+    fn hs256(claims: &Value) -> String {
+        encode(
+            &Header::new(Algorithm::HS256),
+            claims,
+            &EncodingKey::from_secret(b"s3cret"),
+        )
+        .unwrap()
+    }
+
     /// Proves the crypto backend is there: without one, this panics.
     #[test]
     fn hs256_verifies_and_claims_grant() {
         let (v, _dir) = verifier("s3cret\n");
         let claims = json!({"sub": "alice", "iss": "iss", "aud": "kubefan", "exp": now() + 60,
             "kubefan/namespaces": ["a"], "kubefan/resources": "*"});
-        let token = encode(
-            &Header::new(Algorithm::HS256),
-            &claims,
-            &EncodingKey::from_secret(b"s3cret"),
-        )
-        .unwrap();
+        let token = hs256(&claims);
         let p = v.verify(&token).unwrap();
         assert_eq!(p.name(), "alice");
         let Access::Claims {
@@ -372,12 +377,7 @@ mod tests {
         assert!(matches!(v.verify("a.b.c"), Err(Error::Malformed)));
         let mut expired = claims.clone();
         expired["exp"] = json!(now() - 10);
-        let expired = encode(
-            &Header::new(Algorithm::HS256),
-            &expired,
-            &EncodingKey::from_secret(b"s3cret"),
-        )
-        .unwrap();
+        let expired = hs256(&expired);
         assert!(matches!(v.verify(&expired), Err(Error::Expired)));
     }
 
@@ -386,12 +386,7 @@ mod tests {
         let (v, _dir) = verifier("s3cret");
         for exp in [u64::MAX, i64::MAX as u64] {
             let claims = json!({"sub": "alice", "iss": "iss", "aud": "kubefan", "exp": exp});
-            let token = encode(
-                &Header::new(Algorithm::HS256),
-                &claims,
-                &EncodingKey::from_secret(b"s3cret"),
-            )
-            .unwrap();
+            let token = hs256(&claims);
             let p = v.verify(&token).unwrap();
             // Either no expiry, or one whose deadline is computed safely.
             let _ = p.deadline();
@@ -406,22 +401,12 @@ mod tests {
         let exp = now() + 60;
         let claims =
             json!({"sub": "alice", "iss": "iss", "aud": "kubefan", "exp": exp as f64 + 0.5});
-        let token = encode(
-            &Header::new(Algorithm::HS256),
-            &claims,
-            &EncodingKey::from_secret(b"s3cret"),
-        )
-        .unwrap();
+        let token = hs256(&claims);
         let p = v.verify(&token).unwrap();
         assert_eq!(p.expires(), Some(UNIX_EPOCH + Duration::from_secs(exp)));
         let mut past = claims.clone();
         past["exp"] = json!((now() - 10) as f64 + 0.5);
-        let past = encode(
-            &Header::new(Algorithm::HS256),
-            &past,
-            &EncodingKey::from_secret(b"s3cret"),
-        )
-        .unwrap();
+        let past = hs256(&past);
         assert!(matches!(v.verify(&past), Err(Error::Expired)));
         let seconds = |exp: Value| {
             super::super::claim_seconds(json!({"exp": exp}).as_object().unwrap(), "exp")
