@@ -134,6 +134,12 @@ impl Watchdog {
         self.blocked_since.get_or_insert_with(Instant::now);
     }
 
+    /// Everything written went (a TLS session's records too): nothing is
+    /// blocked, whether or not another write follows.
+    fn flushed(&mut self) {
+        self.blocked_since = None;
+    }
+
     /// The first deadline, if one is running.
     fn deadline(&self) -> Option<Instant> {
         let request = self.request_since.map(|at| at + self.request_timeout);
@@ -363,6 +369,12 @@ impl AsyncWrite for FrontIo {
                         Err(err) => Poll::Ready(Err(err)),
                     }
                 }
+                // Flushed (a TLS session's records written): nothing is
+                // blocked any more, whether or not a write follows.
+                Poll::Ready(Ok(())) => {
+                    conn.watch.flushed();
+                    Poll::Ready(Ok(()))
+                }
                 done => done,
             },
             None => Poll::Ready(Ok(())),
@@ -556,5 +568,28 @@ where
             }
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write that blocked and then went, by a write or a flush, leaves
+    /// no deadline behind: a stale one would end a connection that is
+    /// only idle between requests.
+    #[test]
+    fn the_watchdog_times_only_what_is_under_way() {
+        let mut watch = Watchdog::new(Duration::from_secs(60), Duration::from_secs(1));
+        assert_eq!(watch.deadline(), None);
+        watch.read();
+        let request = watch.deadline().expect("a request under way");
+        watch.blocked();
+        assert!(watch.deadline().unwrap() < request, "the write's is first");
+        watch.flushed();
+        assert_eq!(watch.deadline(), Some(request));
+        watch.blocked();
+        watch.wrote();
+        assert_eq!(watch.deadline(), None, "answered");
     }
 }
