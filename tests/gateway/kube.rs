@@ -647,6 +647,60 @@ fn probes_of(sim: &kubefan_sim::Sim) -> u64 {
 /// `limit=1` LIST shared by the LISTs arriving together, at most one per
 /// 100 ms however many clients list; `resourceVersion=0` reads the cache
 /// as it is, without a probe.
+/// A watch list (`sendInitialEvents=true`, no resourceVersion, what
+/// client-go's streaming informers send) is consistent as a LIST is: its
+/// initial events wait for a write the upstream has made and kubefan's
+/// watch has not brought yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_list_without_resource_version_is_consistent() {
+    let env = spawn(seeded(3), test_config(&["pods"])).await;
+    env.caught_up("pods", env.sim.resource_version()).await;
+    env.sim.stall_watches(true);
+    env.sim.create("pods", pod("fresh").build()).unwrap();
+    let before = probes(&env);
+    let watching = tokio::spawn(
+        env.http
+            .get(format!(
+                "{}/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true",
+                env.base
+            ))
+            .send(),
+    );
+    tokio::time::timeout(WAIT, async {
+        while probes(&env) == before {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the watch list probes the upstream");
+    env.sim.stall_watches(false);
+    let resp = tokio::time::timeout(WAIT, watching)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut lines = crate::tables::Lines::new(resp);
+    let mut initial = Vec::new();
+    loop {
+        let ev = lines.next().await;
+        if ev["type"] == "BOOKMARK" {
+            break;
+        }
+        initial.push(
+            ev["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert!(
+        initial.iter().any(|n| n == "fresh"),
+        "the initial events waited for the write: {initial:?}"
+    );
+    env.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_without_resource_version_are_consistent_with_shared_probes() {
     let env = spawn(seeded(3), test_config(&["pods"])).await;

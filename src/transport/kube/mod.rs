@@ -276,6 +276,20 @@ async fn serve(
         let consistent = query.resource_version.is_none();
         list::get(read, target.namespace.as_deref(), name, consistent).await
     } else if query.watch {
+        // A watch list (sendInitialEvents=true) with no resourceVersion
+        // is a consistent read, as a LIST without one: its initial events
+        // are at least as new as the upstream is now, as kube-apiserver's
+        // cache serves one (KEP-3157, "watch-list": the cacher waits until
+        // it is fresh before sending them).
+        if query.send_initial_events == Some(true)
+            && query.resource_version.is_none()
+            && hub.wait_synced(state.stream.sync_timeout).await
+        {
+            cluster
+                .probes()
+                .catch_up(cluster.informers().client(), &info, &hub)
+                .await;
+        }
         watch::watch(&req, &state, hub.clone(), filter, shape, &plan, &principal).await
     } else {
         let owner = PageOwner {
