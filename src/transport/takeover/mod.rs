@@ -31,6 +31,7 @@ mod pump;
 pub(crate) mod ration;
 pub mod server;
 mod socket;
+mod watchdog;
 mod ws_read;
 mod ws_write;
 
