@@ -17,13 +17,16 @@
 //! log; the hub's resourceVersion never decreases except on a rewind,
 //! which laps every cursor.
 
+mod cache;
 pub mod encode;
 mod filter;
 mod life;
 mod object;
+pub mod pin;
 pub mod projection;
 mod relist;
 pub mod scope;
+mod snapshot;
 mod subscription;
 pub mod transition;
 mod upstream;
@@ -38,10 +41,13 @@ use tokio::sync::watch;
 
 use crate::epoch::Epoch;
 use crate::metrics::{HubMetrics, Metrics};
+use cache::Cache;
 pub use encode::{EventType, Frame};
 pub use filter::Filter;
 pub use life::SubscriberGuard;
 pub use object::{Event, Obj, ObjKey};
+pub use pin::{Dim, Pin};
+pub use snapshot::Snapshot;
 pub use subscription::{
     Advance, Batchable, Delivery, Denial, Item, ResetReason, Step, Subscribe, Subscription,
     SubscriptionContext, SubscriptionError,
@@ -82,7 +88,7 @@ pub enum Joined {
     /// tells that the client asked to resume and could not.
     Snapshot {
         cursor: u64,
-        objects: Vec<Arc<Obj>>,
+        objects: Snapshot,
         rv: u64,
         resume_failed: bool,
     },
@@ -116,6 +122,8 @@ pub struct HubStats {
 pub struct Hub {
     meta: ResourceMeta,
     limits: LogLimits,
+    /// The fields its cache is indexed by (`hub::cache`).
+    indexed: &'static [&'static str],
     state: RwLock<State>,
     /// Moves after every mutation: what subscriptions and every other
     /// waiter on this hub wait on.
@@ -138,7 +146,7 @@ pub struct Hub {
 }
 
 struct State {
-    cache: HashMap<ObjKey, Arc<Obj>>,
+    cache: Cache,
     /// The resourceVersion the cache reflects.
     rv: u64,
     /// A client at `rv >= base_rv` can resume from the log.
@@ -159,10 +167,12 @@ impl State {
 
 impl Hub {
     pub fn new(meta: ResourceMeta, limits: LogLimits, metrics: Arc<Metrics>) -> Arc<Hub> {
+        let indexed = cache::indexed_fields(&meta.name);
         Arc::new(Hub {
             limits,
+            indexed,
             state: RwLock::new(State {
-                cache: HashMap::new(),
+                cache: Cache::new(indexed),
                 rv: 0,
                 base_rv: 0,
                 log: VecDeque::new(),
@@ -280,8 +290,11 @@ impl Hub {
                 has_id: true,
             },
         );
-        self.trim(&mut st);
+        let trimmed = self.trim(&mut st);
         self.publish(st);
+        // Freed after the lock: an event trimmed may hold an object's
+        // last version.
+        drop(trimmed);
         self.count(kind);
         true
     }
@@ -316,12 +329,17 @@ impl Hub {
         st.log.push_back(Arc::new(event));
     }
 
-    fn trim(&self, st: &mut State) {
+    /// Drops the oldest events past the log's bounds; they are returned,
+    /// for the caller to free once it has released the lock.
+    fn trim(&self, st: &mut State) -> Vec<Arc<Event>> {
+        let mut trimmed = Vec::new();
         while st.log.len() > self.limits.max_events || st.log_bytes > self.limits.max_bytes {
             let Some(old) = st.log.pop_front() else { break };
             st.log_bytes -= old.size();
             st.base_rv = old.rv;
+            trimmed.push(old);
         }
+        trimmed
     }
 
     /// Updates gauges, releases the lock, then wakes subscribers. Gauges
@@ -340,9 +358,12 @@ impl Hub {
     }
 
     /// Joins a subscriber: a resume when `resume` is a position the log
-    /// still covers, otherwise a snapshot of the objects `keep` accepts.
-    /// Both are taken under the lock `append` takes.
-    pub fn join(&self, resume: Option<u64>, keep: &dyn Fn(&Obj) -> bool) -> Joined {
+    /// still covers, otherwise a snapshot of the objects `filter` can
+    /// match (the reader applies the filter). Both are taken under the
+    /// lock `append` takes, in O(log n) whatever the cache holds
+    /// (`hub::cache`): an agent's snapshot is its node's objects, read
+    /// from the index.
+    pub fn join(&self, resume: Option<u64>, filter: &Filter) -> Joined {
         let st = self.read_state();
         if let Some(r) = resume
             && st.synced
@@ -355,28 +376,21 @@ impl Hub {
                 rv: r,
             };
         }
-        let objects = st.cache.values().filter(|o| keep(o)).cloned().collect();
         Joined::Snapshot {
             cursor: st.next_seq,
-            objects,
+            objects: st.cache.snapshot(filter),
             rv: st.rv,
             resume_failed: resume.is_some(),
         }
     }
 
-    /// The cached objects `keep` accepts and the resourceVersion, if
-    /// `cursor` is caught up (no event after it): taken under the lock
-    /// appends take, they are exactly what that cursor's subscriber holds.
-    pub fn objects_at(
-        &self,
-        cursor: u64,
-        keep: &dyn Fn(&Obj) -> bool,
-    ) -> Option<(Vec<Arc<Obj>>, u64)> {
+    /// A snapshot of the cached objects `filter` can match and the
+    /// resourceVersion, if `cursor` is caught up (no event after it):
+    /// taken under the lock appends take, they are exactly what that
+    /// cursor's subscriber holds.
+    pub fn objects_at(&self, cursor: u64, filter: &Filter) -> Option<(Snapshot, u64)> {
         let st = self.read_state();
-        (cursor == st.next_seq).then(|| {
-            let objects = st.cache.values().filter(|o| keep(o)).cloned().collect();
-            (objects, st.rv)
-        })
+        (cursor == st.next_seq).then(|| (st.cache.snapshot(filter), st.rv))
     }
 
     /// Copies up to `max` events from `*cursor` on into `out` and advances
@@ -478,10 +492,13 @@ impl Hub {
         tokio::time::timeout(timeout, until).await.is_ok()
     }
 
-    /// The current objects (no order), for tests and lists.
+    /// The current objects (in key order), for tests.
     pub fn objects(&self) -> (Vec<Arc<Obj>>, u64) {
-        let st = self.read_state();
-        (st.cache.values().cloned().collect(), st.rv)
+        let (snapshot, rv) = {
+            let st = self.read_state();
+            (st.cache.snapshot(&Filter::default()), st.rv)
+        };
+        (snapshot.collect(&|_| true), rv)
     }
 }
 

@@ -232,9 +232,13 @@ impl Obj {
     }
 }
 
-/// `namespace/name`, or `name` for cluster-scoped objects.
+/// `namespace/name`, or `name` for cluster-scoped objects. Ordered as
+/// the text is, so a namespace's objects are one range of keys
+/// ([`ObjKey::namespace_range`]) and a list comes out sorted as
+/// kube-apiserver's (by etcd key, `/registry/pods/NAMESPACE/NAME`).
+/// Shared, not copied: the cache and its indexes hold the same key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjKey(Box<str>);
+pub struct ObjKey(Arc<str>);
 
 impl ObjKey {
     pub fn new(namespace: Option<&str>, name: &str) -> ObjKey {
@@ -242,6 +246,16 @@ impl ObjKey {
             Some(ns) if !ns.is_empty() => ObjKey(format!("{ns}/{name}").into()),
             _ => ObjKey(name.into()),
         }
+    }
+
+    /// The keys of `namespace`'s objects: from `namespace/` up to, not
+    /// including, `namespace0` (`'0'` follows `'/'`), which holds every
+    /// key starting `namespace/` and no other.
+    pub fn namespace_range(namespace: &str) -> (ObjKey, ObjKey) {
+        (
+            ObjKey(format!("{namespace}/").into()),
+            ObjKey(format!("{namespace}0").into()),
+        )
     }
 }
 

@@ -203,6 +203,18 @@ impl FieldSelector {
             .map(|r| r.value.as_str())
     }
 
+    /// A field every match must have equal to one value, among those
+    /// `readable` accepts: the first such `field=value` term, as
+    /// (field, value). A missing field reads as "" (see
+    /// [`FieldSelector::matches_with`]), so a pin on "" holds for
+    /// objects without the field.
+    pub fn pinned(&self, readable: impl Fn(&str) -> bool) -> Option<(&str, &str)> {
+        self.0
+            .iter()
+            .find(|r| r.equal && readable(&r.field))
+            .map(|r| (r.field.as_str(), r.value.as_str()))
+    }
+
     /// The dotted paths this selector reads.
     pub fn fields(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(|r| r.field.as_str())

@@ -204,6 +204,20 @@ impl LabelSelector {
         self
     }
 
+    /// A label every match must have, and the values it may take there:
+    /// the first `key=value`, `key==value` or `key in (values)`
+    /// requirement. An object without that label, or with another value,
+    /// matches nothing (what the hub dispatches events by, `hub::pin`).
+    pub fn pinned(&self) -> Option<(&str, Vec<&str>)> {
+        self.0.iter().find_map(|r| match &r.op {
+            Op::Eq(value) => Some((r.key.as_str(), vec![value.as_str()])),
+            Op::In(set) if !set.is_empty() => {
+                Some((r.key.as_str(), set.iter().map(String::as_str).collect()))
+            }
+            _ => None,
+        })
+    }
+
     /// Matches labels read through `label(key)`.
     pub fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| {

@@ -35,7 +35,7 @@ use scoped::Scoped;
 pub use step::{Advance, Batchable, Step};
 
 use super::scope::{scope_tag, shown};
-use super::{Hub, Joined, Lapped, Obj, SubscriberGuard, View};
+use super::{Hub, Joined, Lapped, Snapshot, SubscriberGuard, View};
 use crate::auth::lease::Lease;
 use crate::epoch::Registration;
 use crate::lifecycle::{Phase, PhaseWait};
@@ -88,7 +88,9 @@ pub struct Subscription {
 }
 
 struct SnapshotProgress {
-    objects: std::vec::IntoIter<Arc<Obj>>,
+    /// The hub's objects as they were at the join (`hub::Snapshot`),
+    /// read a chunk at a time.
+    objects: Snapshot,
     rv: u64,
     /// Objects and encoded bytes handed out so far (for metrics).
     sent_objects: u64,
@@ -205,7 +207,7 @@ impl Subscription {
 
     fn join(&mut self, resume: Option<u64>) {
         let view = &self.view;
-        match self.hub.join(resume, &|o| view.prefilter(o)) {
+        match self.hub.join(resume, &view.spec().filter) {
             Joined::Resumed { cursor, rv } => {
                 self.cursor = cursor;
                 self.sent_rv = rv;
@@ -227,7 +229,7 @@ impl Subscription {
                     self.reset = Some(ResetReason::Expired);
                 }
                 self.snapshot = Some(Box::new(SnapshotProgress {
-                    objects: objects.into_iter(),
+                    objects,
                     rv,
                     sent_objects: 0,
                     sent_bytes: 0,
@@ -279,19 +281,18 @@ impl Subscription {
                 return ready(Item::Reset(reason));
             }
             if let Some(snap) = &mut self.snapshot {
-                let mut chunk: Vec<Arc<Obj>> = Vec::new();
-                let mut bytes = 0;
-                while chunk.len() < SNAPSHOT_CHUNK && bytes < SNAPSHOT_CHUNK_BYTES {
-                    let Some(obj) = snap.objects.next() else {
-                        break;
-                    };
-                    bytes += obj.json_len();
-                    chunk.push(obj);
-                }
-                if !chunk.is_empty() {
+                let view = &self.view;
+                let chunk = snap
+                    .objects
+                    .next_chunk(SNAPSHOT_CHUNK, SNAPSHOT_CHUNK_BYTES, &|o| view.prefilter(o));
+                if !chunk.is_empty() || !snap.objects.is_done() {
                     let frames = self.view.snapshot(&chunk);
                     if frames.is_empty() {
-                        continue;
+                        // Nothing kept of a few thousand objects: the
+                        // others of this thread first (a filter that
+                        // keeps few of 150,000 must not hold it).
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
                     }
                     snap.sent_objects += frames.len() as u64;
                     snap.sent_bytes += frames.iter().map(|f| f.len() as u64).sum::<u64>();

@@ -47,9 +47,14 @@ impl Subscription {
         spec.filter.namespaces = namespaces.to_vec();
         let old = self.view.clone();
         let new = self.hub.view(spec);
-        let (objects, rv) = self
-            .hub
-            .objects_at(self.cursor, &|o| old.prefilter(o) || new.prefilter(o))?;
+        // What either shows: the namespaces of both (all, if either has all).
+        let mut both = old.spec().filter.clone();
+        both.namespaces = match (&both.namespaces, namespaces) {
+            (was, now) if was.is_empty() || now.is_empty() => Vec::new(),
+            (was, now) => was.iter().chain(now).cloned().collect(),
+        };
+        let (snapshot, rv) = self.hub.objects_at(self.cursor, &both)?;
+        let objects = snapshot.collect(&|o| old.prefilter(o) || new.prefilter(o));
         let mut changed = Vec::new();
         for obj in &objects {
             let before = old.snapshot(std::slice::from_ref(obj)).pop();

@@ -258,13 +258,12 @@ pub async fn list(
                 }
                 (None, _) => {}
             }
-            let Joined::Snapshot {
-                mut objects, rv, ..
-            } = hub.join(None, &|o| owner.filter.matches(o))
-            else {
+            let Joined::Snapshot { objects, rv, .. } = hub.join(None, &owner.filter) else {
                 unreachable!("a join without a resume position is a snapshot");
             };
-            objects.sort_by_cached_key(|o| o.key());
+            // Read under no lock, in key order: sorted as kube-apiserver
+            // lists (by etcd key, namespace then name).
+            let objects = objects.collect(&|o| owner.filter.matches(o));
             (None, rv, Arc::from(objects), 0)
         }
     };
