@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use super::projection::{Projection, merge_diff};
 use super::transition::{Transition, restamp, transition};
-use super::{Delivery, Event, EventType, Filter, Frame, Obj, ObjKey};
+use super::{Delivery, Event, EventType, Filter, Frame, Obj, ObjKey, Pin};
 use crate::table::{Clock, MetaVersion, TableView, partial_object};
 
 /// Event encodings a view keeps (subscribers of a view read within a few
@@ -101,6 +101,9 @@ pub struct View {
     /// Full objects, a filter decided without their JSON: the hub's frames
     /// as they are, retyped by the filter; no cache.
     passthrough: bool,
+    /// What every object it shows has (`hub::pin`): its hub's writers
+    /// dispatch events to its streams by it.
+    pin: Option<Pin>,
     cache: Mutex<Cache>,
     encodings: Counter,
     live_views: Gauge,
@@ -130,6 +133,7 @@ impl View {
             && spec.shape == Shape::Object;
         live_views.inc();
         View {
+            pin: spec.filter.pin(precomputed),
             spec,
             precomputed,
             needs_json,
@@ -142,6 +146,13 @@ impl View {
 
     pub fn spec(&self) -> &ViewSpec {
         &self.spec
+    }
+
+    /// The value one field has on every object this view shows, if its
+    /// filter pins one: an event whose old and new versions both lack it
+    /// reaches none of its subscribers.
+    pub fn pin(&self) -> Option<&Pin> {
+        self.pin.as_ref()
     }
 
     /// The part of the filter decidable cheaply, used under the hub's lock

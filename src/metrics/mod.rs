@@ -54,6 +54,7 @@ pub struct Metrics {
     limits_hit: Family<KindLabel, Counter>,
     connections: Family<ProtocolLabel, Counter>,
     batched: Gauge,
+    visited: Counter,
     unparked: Family<ReasonLabel, Counter>,
     signins: Family<SignInLabels, Counter>,
 }
@@ -116,6 +117,7 @@ impl Metrics {
             snapshot_bytes: Family::new_with_constructor(byte_buckets),
             last_sync: Family::default(),
             batched: Gauge::default(),
+            visited: Counter::default(),
             unparked: Family::default(),
             signins: Family::default(),
             registry: Arc::new(Registry::default()),
@@ -126,6 +128,11 @@ impl Metrics {
             "streams_batched",
             "Caught-up streams written together with their view's others, by one task per view",
             m.batched.clone(),
+        );
+        registry.register(
+            "streams_visited",
+            "Batched streams a writer's passes read the log for: those whose views pin nothing, and those the events reached (a node agent's, for its node's)",
+            m.visited.clone(),
         );
         registry.register(
             "streams_unparked",
@@ -314,6 +321,11 @@ impl Metrics {
     /// Streams written by their hub's batch writer now.
     pub fn batched(&self) -> Gauge {
         self.batched.clone()
+    }
+
+    /// Batched streams visited by their writers' passes.
+    pub fn streams_visited(&self) -> Counter {
+        self.visited.clone()
     }
 
     /// A sign-in step answered with `status`.

@@ -51,6 +51,21 @@ pub struct Advance {
 }
 
 impl Advance {
+    /// A move to `cursor` over events none of which reaches the
+    /// subscription's view (a pin tells which, `hub::pin`): what a step
+    /// over them would be, had it been read. `read_rv` is the last of
+    /// them a client can resume from, `caught_up` the hub's position when
+    /// `cursor` was its head.
+    pub fn skipped(cursor: u64, read_rv: Option<u64>, caught_up: Option<u64>) -> Advance {
+        Advance {
+            cursor,
+            read_rv,
+            sent_rv: None,
+            caught_up,
+            delivered_rv: None,
+        }
+    }
+
     /// This advance, then `next` (which starts where this one ends).
     pub fn then(&mut self, next: &Advance) {
         self.cursor = next.cursor;

@@ -78,6 +78,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -249,6 +250,8 @@ struct Registry {
     tracker: TaskTracker,
     /// Streams parked now.
     parked: Gauge,
+    /// Streams the writers' passes visited.
+    visited: Counter,
     metrics: Arc<Metrics>,
 }
 
@@ -276,6 +279,7 @@ impl Batches {
             runtime,
             tracker,
             parked: metrics.batched(),
+            visited: metrics.streams_visited(),
             metrics,
         }))
     }

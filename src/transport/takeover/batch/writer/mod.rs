@@ -17,12 +17,14 @@ use tokio::time::{Instant, Sleep};
 
 use super::{Batches, Input, Key, Mailbox, Parkable, SENDS_PER_POLL, lock};
 use crate::epoch::Registration;
-use crate::hub::{Advance, Hub};
+use crate::hub::{Advance, Hub, View};
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Unparked;
 
+mod dispatch;
 mod pass;
 
+use dispatch::Dispatch;
 use pass::Pass;
 
 struct Parked<M> {
@@ -43,6 +45,12 @@ struct Parked<M> {
     deadline: Option<Instant>,
     /// It follows an access that can change.
     scoped: bool,
+    /// Its view, if the view pins a value (`hub::pin`): the writer then
+    /// visits it only for the events that reach it (`dispatch`).
+    pinned: Option<Arc<View>>,
+    /// Pinned, and no event in the log from its cursor to where the
+    /// writer's scan reached can reach it.
+    clean: bool,
 }
 
 impl<M: Parkable> Parked<M> {
@@ -91,6 +99,8 @@ pub(super) struct Writer<M: Parkable> {
     ticking: Option<usize>,
     /// Writes left before this poll yields.
     budget: usize,
+    /// Which streams an event reaches.
+    dispatch: Dispatch,
 }
 
 impl<M: Parkable> Writer<M> {
@@ -101,6 +111,7 @@ impl<M: Parkable> Writer<M> {
         hub: Arc<Hub>,
         lifecycle: Arc<Lifecycle>,
     ) -> Writer<M> {
+        let hub_head = hub.head();
         Writer {
             key,
             batches,
@@ -119,6 +130,7 @@ impl<M: Parkable> Writer<M> {
             pass: None,
             ticking: None,
             budget: 0,
+            dispatch: Dispatch::new(hub_head),
         }
     }
 
@@ -158,6 +170,12 @@ impl<M: Parkable> Writer<M> {
         if let Some(at) = batchable.deadline {
             self.deadlines.push(Reverse((at, key, generation)));
         }
+        let pinned = stream
+            .source()
+            .map(|s| s.subscription().view().clone())
+            .filter(|view| view.pin().is_some());
+        self.dispatch
+            .admit(key, pinned.as_ref().and_then(|view| view.pin()));
         slot.insert(Parked {
             stream,
             generation,
@@ -168,6 +186,8 @@ impl<M: Parkable> Writer<M> {
             input,
             deadline: batchable.deadline,
             scoped: batchable.scoped,
+            pinned,
+            clean: false,
         });
         self.batches.0.parked.inc();
         // A stream that came in during a pass may be behind its head.
@@ -254,7 +274,11 @@ impl<M: Parkable> Writer<M> {
     /// writer brought it.
     fn leave(&mut self, key: usize) -> Box<M> {
         self.batches.0.parked.dec();
-        self.streams.remove(key).settle()
+        let mut parked = self.streams.remove(key);
+        self.dispatch.catch_up(&mut parked);
+        self.dispatch
+            .leave(key, parked.pinned.as_ref().and_then(|view| view.pin()));
+        parked.settle()
     }
 
     /// Gives the stream in `key` its task back, with `rest` to write first.

@@ -11,8 +11,8 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
 use super::super::{Parkable, Tick};
-use super::Writer;
-use crate::hub::{Lapped, Step};
+use super::{Parked, Writer};
+use crate::hub::{Hub, Lapped, Step};
 use crate::metrics::Unparked;
 use crate::transport::stream::Batched;
 
@@ -70,6 +70,9 @@ pub(super) struct Pass {
     pub(super) again: bool,
     /// The hub's position when `steps` were read.
     read_at: u64,
+    /// The slots to visit, in order (`next` indexes it), when some
+    /// stream is pinned; every slot (`next` is a slot) when none is.
+    visit: Option<Vec<usize>>,
 }
 
 /// A step read and framed once for every stream of a view at one
@@ -124,10 +127,152 @@ impl Pass {
     }
 }
 
+/// What a pass's visit of one stream came to.
+enum Visit {
+    /// The budget is spent: the pass stops before this stream.
+    Stopped,
+    /// It was brought to the head.
+    Head,
+    /// It leaves the writer (its task has something to do, or its
+    /// connection failed), wherever its cursor is.
+    Left,
+    /// Its step stopped short of the head: the next pass visits it again.
+    Behind,
+}
+
+/// What visiting a stream needs of its writer besides the stream.
+struct Visiting<'a> {
+    hub: &'a Hub,
+    counters: Option<&'a (Counter, Counter)>,
+    budget: &'a mut usize,
+    unpark: Vec<Leaving>,
+    ended: Vec<usize>,
+    /// Streams visited.
+    visited: u64,
+}
+
+impl Visiting<'_> {
+    /// Brings the stream in slot `key` to the head of the log, or as far
+    /// as one step goes, with the steps `pass` read for its view and
+    /// cursor (reading one if none is there yet).
+    fn visit<M: Parkable>(&mut self, pass: &mut Pass, key: usize, parked: &mut Parked<M>) -> Visit {
+        if *self.budget == 0 {
+            return Visit::Stopped;
+        }
+        self.visited += 1;
+        // Owed something of its own since it came: its task acts.
+        // The clock is read at each stream with a deadline, not
+        // once a pass: a pass of thousands of writes takes tens of
+        // milliseconds, and nothing is sent past a credential's
+        // end (a stream's own task looks before each item).
+        let expired = parked.deadline.is_some_and(|at| at <= Instant::now());
+        let Some(source) = parked.stream.source() else {
+            self.unpark.push((key, None, Unparked::Refused));
+            return Visit::Left;
+        };
+        if expired {
+            self.unpark.push((key, None, Unparked::Deadline));
+            return Visit::Left;
+        }
+        // Changes that came during the pass go to the streams it
+        // has yet to visit with the steps they read now (as each
+        // stream's own task would read up to the head when it
+        // runs), not a pass later: with a pass as long as the
+        // time between changes (10,000 TLS streams), waiting for
+        // the next pass doubled the median delivery time. The
+        // streams visited already get them in the pass that
+        // follows (`hub_seen` is still the pass's start).
+        let head = self.hub.changes().current();
+        if head != pass.read_at {
+            pass.count_and_clear(self.counters);
+            pass.read_at = head;
+        }
+        if parked.scoped && source.subscription().scope_moved() {
+            self.unpark.push((key, None, Unparked::Access));
+            return Visit::Left;
+        }
+        // Usually one cursor per view: every stream took the last
+        // step.
+        let view = Arc::as_ptr(source.subscription().view()) as usize;
+        let at = match pass.find(view, parked.cursor) {
+            Some(at) => at,
+            None => {
+                let shown = source.subscription().view().clone();
+                let step = Step::read(self.hub, &shown, parked.cursor).map(|step| {
+                    let batched = source.frame_step(&step);
+                    (step, batched)
+                });
+                pass.add(Prepared {
+                    view,
+                    from: parked.cursor,
+                    step,
+                    took: 0,
+                    extra: 0,
+                })
+            }
+        };
+        let prepared = &mut pass.steps[at];
+        let (step, batched) = match &prepared.step {
+            Ok(step) => step,
+            // Its task finds it lapped and starts it over.
+            Err(Lapped) => {
+                self.unpark.push((key, None, Unparked::Lapped));
+                return Visit::Left;
+            }
+        };
+        let reached = if step.advance.caught_up.is_some() {
+            Visit::Head
+        } else {
+            Visit::Behind
+        };
+        if step.advance.cursor == parked.cursor {
+            // Nothing new in the log; but the hub's position may
+            // have moved past its last event (an upstream
+            // bookmark): the stream's moves with it, as its task's
+            // read would move it, so that a tick tells the client.
+            if step.advance.caught_up.is_some() {
+                match &mut parked.taken {
+                    Some(taken) => taken.then(&step.advance),
+                    None => parked.taken = Some(step.advance),
+                }
+            }
+            return reached;
+        }
+        pass.again |= step.advance.caught_up.is_none();
+        parked.cursor = step.advance.cursor;
+        match &mut parked.taken {
+            Some(taken) => taken.then(&step.advance),
+            None => parked.taken = Some(step.advance),
+        }
+        let Some(batched) = batched else {
+            // Nothing this view shows: only the position moves.
+            return reached;
+        };
+        *self.budget -= 1;
+        if !send(
+            key,
+            &mut *parked.stream,
+            &batched.bytes,
+            &mut self.unpark,
+            &mut self.ended,
+        ) {
+            return Visit::Left;
+        }
+        let extra = batched.messages * parked.stream.extra_per_message();
+        parked.events += batched.messages;
+        parked.bytes += batched.message_bytes + extra;
+        prepared.took += 1;
+        prepared.extra += extra;
+        reached
+    }
+}
+
 impl<M: Parkable> Writer<M> {
     /// Brings every parked stream to the head of the log, within the
     /// poll's budget of writes: false if it stopped short (the pass goes
-    /// on at the next poll).
+    /// on at the next poll). A pass visits the streams whose views pin
+    /// nothing and those the log's new events reach (`dispatch`); the
+    /// others are, in effect, at the head already.
     pub(super) fn deliver(&mut self) -> bool {
         loop {
             let mut pass = match self.pass.take() {
@@ -136,123 +281,67 @@ impl<M: Parkable> Writer<M> {
                     // Seen before reading: a change after this point
                     // wakes the writer.
                     self.hub_seen = self.hub.changes().current();
+                    let visit = self.dispatch.scan(&self.hub, &mut self.streams);
                     Pass {
                         read_at: self.hub_seen,
+                        visit,
                         ..Pass::default()
                     }
                 }
             };
-            let mut unpark: Vec<Leaving> = Vec::new();
-            let mut ended: Vec<usize> = Vec::new();
+            let Writer {
+                hub,
+                counters,
+                budget,
+                streams,
+                dispatch,
+                ..
+            } = self;
+            let mut visiting = Visiting {
+                hub,
+                counters: counters.as_ref(),
+                budget,
+                unpark: Vec::new(),
+                ended: Vec::new(),
+                visited: 0,
+            };
             let mut stopped = false;
-            for (key, parked) in &mut self.streams {
-                if key < pass.next {
-                    continue;
-                }
-                if self.budget == 0 {
-                    pass.next = key;
-                    stopped = true;
-                    break;
-                }
-                // Owed something of its own since it came: its task acts.
-                // The clock is read at each stream with a deadline, not
-                // once a pass: a pass of thousands of writes takes tens of
-                // milliseconds, and nothing is sent past a credential's
-                // end (a stream's own task looks before each item).
-                let expired = parked.deadline.is_some_and(|at| at <= Instant::now());
-                let Some(source) = parked.stream.source() else {
-                    unpark.push((key, None, Unparked::Refused));
-                    continue;
-                };
-                if expired {
-                    unpark.push((key, None, Unparked::Deadline));
-                    continue;
-                }
-                // Changes that came during the pass go to the streams it
-                // has yet to visit with the steps they read now (as each
-                // stream's own task would read up to the head when it
-                // runs), not a pass later: with a pass as long as the
-                // time between changes (10,000 TLS streams), waiting for
-                // the next pass doubled the median delivery time. The
-                // streams visited already get them in the pass that
-                // follows (`hub_seen` is still the pass's start).
-                let head = self.hub.changes().current();
-                if head != pass.read_at {
-                    pass.count_and_clear(self.counters.as_ref());
-                    pass.read_at = head;
-                }
-                if parked.scoped && source.subscription().scope_moved() {
-                    unpark.push((key, None, Unparked::Access));
-                    continue;
-                }
-                // Usually one cursor per view: every stream took the last
-                // step.
-                let view = Arc::as_ptr(source.subscription().view()) as usize;
-                let at = match pass.find(view, parked.cursor) {
-                    Some(at) => at,
-                    None => {
-                        let shown = source.subscription().view().clone();
-                        let step = Step::read(&self.hub, &shown, parked.cursor).map(|step| {
-                            let batched = source.frame_step(&step);
-                            (step, batched)
-                        });
-                        pass.add(Prepared {
-                            view,
-                            from: parked.cursor,
-                            step,
-                            took: 0,
-                            extra: 0,
-                        })
-                    }
-                };
-                let prepared = &mut pass.steps[at];
-                let (step, batched) = match &prepared.step {
-                    Ok(step) => step,
-                    // Its task finds it lapped and starts it over.
-                    Err(Lapped) => {
-                        unpark.push((key, None, Unparked::Lapped));
-                        continue;
-                    }
-                };
-                if step.advance.cursor == parked.cursor {
-                    // Nothing new in the log; but the hub's position may
-                    // have moved past its last event (an upstream
-                    // bookmark): the stream's moves with it, as its task's
-                    // read would move it, so that a tick tells the client.
-                    if step.advance.caught_up.is_some() {
-                        match &mut parked.taken {
-                            Some(taken) => taken.then(&step.advance),
-                            None => parked.taken = Some(step.advance),
+            match pass.visit.take() {
+                None => {
+                    for (key, parked) in streams.iter_mut() {
+                        if key < pass.next {
+                            continue;
+                        }
+                        if let Visit::Stopped = visiting.visit(&mut pass, key, parked) {
+                            pass.next = key;
+                            stopped = true;
+                            break;
                         }
                     }
-                    continue;
                 }
-                pass.again |= step.advance.caught_up.is_none();
-                parked.cursor = step.advance.cursor;
-                match &mut parked.taken {
-                    Some(taken) => taken.then(&step.advance),
-                    None => parked.taken = Some(step.advance),
+                Some(visit) => {
+                    while let Some(&key) = visit.get(pass.next) {
+                        let Some(parked) = streams.get_mut(key) else {
+                            pass.next += 1;
+                            continue;
+                        };
+                        match visiting.visit(&mut pass, key, parked) {
+                            Visit::Stopped => {
+                                stopped = true;
+                                break;
+                            }
+                            Visit::Head => dispatch.visited(key, parked, true),
+                            Visit::Behind => dispatch.visited(key, parked, false),
+                            // It leaves dirty: no move past its cursor.
+                            Visit::Left => {}
+                        }
+                        pass.next += 1;
+                    }
+                    pass.visit = Some(visit);
                 }
-                let Some(batched) = batched else {
-                    // Nothing this view shows: only the position moves.
-                    continue;
-                };
-                self.budget -= 1;
-                if !send(
-                    key,
-                    &mut *parked.stream,
-                    &batched.bytes,
-                    &mut unpark,
-                    &mut ended,
-                ) {
-                    continue;
-                }
-                let extra = batched.messages * parked.stream.extra_per_message();
-                parked.events += batched.messages;
-                parked.bytes += batched.message_bytes + extra;
-                prepared.took += 1;
-                prepared.extra += extra;
             }
+            let (unpark, ended) = (visiting.unpark, visiting.ended);
+            self.batches.0.visited.inc_by(visiting.visited);
             self.settle_all(unpark, ended);
             if stopped {
                 self.pass = Some(pass);
@@ -289,7 +378,9 @@ impl<M: Parkable> Writer<M> {
                 unpark.push((key, None, Unparked::Deadline));
                 continue;
             }
-            // What the tick owes depends on where the writer brought it.
+            // What the tick owes depends on where the writer brought it
+            // (a clean pinned stream: where the scan reached).
+            self.dispatch.catch_up(parked);
             parked.settle_here();
             match parked.stream.tick(now) {
                 Tick::Nothing => {}

@@ -177,13 +177,22 @@ impl Setup {
 
     /// [`Setup::stream`], its credentials ending at `expires`.
     async fn stream_until(&self, expires: Option<Instant>) -> (Box<Fake>, Arc<Socket>) {
+        self.stream_of(Filter::default(), expires).await
+    }
+
+    /// A caught-up stream of `filter`'s view, not parked yet.
+    async fn stream_of(
+        &self,
+        filter: Filter,
+        expires: Option<Instant>,
+    ) -> (Box<Fake>, Arc<Socket>) {
         let cx = SubscriptionContext {
             sync_timeout: Duration::from_secs(1),
             lifecycle: self.lifecycle.clone(),
             metrics: self.metrics.clone(),
         };
         let request = Subscribe {
-            spec: ViewSpec::new(Filter::default()),
+            spec: ViewSpec::new(filter),
             resume: None,
             transport: Transport::Sse,
             expires,
@@ -690,3 +699,5 @@ async fn a_views_streams_are_dealt_to_a_writer_per_thread_and_each_gets_every_ev
     assert_eq!(s.unparked_total(), 0);
     assert_eq!(s.parked_now(), n as i64);
 }
+
+mod pinned;
