@@ -65,6 +65,7 @@ where
         let event = lines.next().await?;
         Some((event, lines))
     })
+    .fuse()
 }
 
 /// The `Status` of an error response, or one made from its text when it
@@ -222,6 +223,27 @@ mod tests {
             "{events:?}"
         );
         assert!(events[1].is_err(), "{events:?}");
+    }
+
+    #[tokio::test]
+    async fn a_broken_body_is_an_error_and_a_cut_chunk_the_end() {
+        let cut = || {
+            kube::Error::ReadEvents(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "cut",
+            ))
+        };
+        let broken = || kube::Error::ReadEvents(std::io::Error::other("reset"));
+        for (error, ends_quietly) in [(cut(), true), (broken(), false)] {
+            let chunks = vec![
+                Ok(Bytes::from(format!("{ADDED}\n{}", &END[..20]))),
+                Err(error),
+            ];
+            let events: Vec<_> = events(futures::stream::iter(chunks)).collect().await;
+            assert!(matches!(events[0], Ok(WatchEvent::Added(_))), "{events:?}");
+            // What was cut off mid-line is dropped either way.
+            assert_eq!(events.len(), if ends_quietly { 1 } else { 2 }, "{events:?}");
+        }
     }
 
     #[test]
