@@ -10,7 +10,7 @@ use super::{
     RequestHeaderConfig, SignInConfig, StreamConfig, TlsArgs,
 };
 use crate::hub::LogLimits;
-use crate::upstream::{InformerConfig, IngestOptions, PositionsConfig, UpstreamConfig};
+use crate::upstream::{InformerConfig, IngestOptions, ListMode, PositionsConfig, UpstreamConfig};
 
 /// Gateway flags, shared by `serve` and `demo`.
 #[derive(Debug, Clone, clap::Args)]
@@ -96,6 +96,11 @@ pub struct GatewayArgs {
     /// HTTP worker threads.
     #[arg(long, env = "KUBEFAN_WORKERS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: u16,
+    /// How informers get a resource's state: auto (a streaming list,
+    /// `sendInitialEvents=true`, where the upstream serves it, else paged
+    /// LISTs), streaming (only the streaming list), paged (only LISTs).
+    #[arg(long, env = "KUBEFAN_UPSTREAM_LIST", value_enum, default_value_t = ListMode::Auto)]
+    pub upstream_list: ListMode,
     /// Upstream LIST page size.
     #[arg(long, env = "KUBEFAN_PAGE_SIZE", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
     pub page_size: u32,
@@ -364,6 +369,7 @@ impl GatewayArgs {
                 allow_secrets: self.allow_secrets,
                 idle_grace: Duration::from_secs(self.idle_grace_secs),
                 informer: InformerConfig {
+                    list: self.upstream_list,
                     page_size: self.page_size,
                     watch_timeout: Duration::from_secs(self.watch_timeout_secs),
                     ingest: IngestOptions {

@@ -38,6 +38,13 @@ pub(super) struct ReasonLabels {
     pub(super) reason: String,
 }
 
+/// A list of a resource, by kind (`streaming`, `paged`, `cached`, `exact`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct ListLabels {
+    pub(super) resource: String,
+    pub(super) kind: &'static str,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub(super) struct ReasonLabel {
     pub(super) reason: Unparked,
@@ -179,6 +186,20 @@ pub(super) fn tl(
         TransportLabels {
             resource: resource.to_string(),
             transport,
+        },
+    )
+}
+
+pub(super) fn ll(
+    cluster: &Option<Arc<str>>,
+    resource: &str,
+    kind: &'static str,
+) -> Clustered<ListLabels> {
+    clustered(
+        cluster,
+        ListLabels {
+            resource: resource.to_string(),
+            kind,
         },
     )
 }

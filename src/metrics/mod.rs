@@ -11,8 +11,8 @@ mod process;
 use std::sync::Arc;
 
 use labels::{
-    Clustered, KindLabel, ProtocolLabel, ReasonLabel, ReasonLabels, ResourceLabel, SignInLabels,
-    TransportLabels, TypeLabels, res, rl, tl, tyl,
+    Clustered, KindLabel, ListLabels, ProtocolLabel, ReasonLabel, ReasonLabels, ResourceLabel,
+    SignInLabels, TransportLabels, TypeLabels, ll, res, rl, tl, tyl,
 };
 pub use labels::{Protocol, SignInResult, SignInStep, Transport, Unparked};
 use prometheus_client::metrics::counter::Counter;
@@ -35,7 +35,7 @@ pub struct Metrics {
     snapshots: Family<Clustered<TransportLabels>, Counter>,
     resets: Family<Clustered<ReasonLabels>, Counter>,
     lapped: Family<Clustered<ResourceLabel>, Counter>,
-    upstream_lists: Family<Clustered<ResourceLabel>, Counter>,
+    upstream_lists: Family<Clustered<ListLabels>, Counter>,
     upstream_watches: Family<Clustered<ResourceLabel>, Counter>,
     upstream_errors: Family<Clustered<ReasonLabels>, Counter>,
     upstream_relists: Family<Clustered<ReasonLabels>, Counter>,
@@ -171,7 +171,7 @@ impl Metrics {
         );
         registry.register(
             "upstream_lists",
-            "Upstream LIST cycles started",
+            "Upstream lists started, by kind: a streaming list (a watch), a paged LIST, a resourceVersion=0 LIST (cached), one at a saved position (exact)",
             m.upstream_lists.clone(),
         );
         registry.register(
@@ -409,9 +409,11 @@ impl Metrics {
             .set(i64::from(running));
     }
 
-    pub fn upstream_list(&self, resource: &str) {
+    /// `kind`: how the list was made (`streaming`, `paged`, `cached`,
+    /// `exact`).
+    pub fn upstream_list(&self, resource: &str, kind: &'static str) {
         self.upstream_lists
-            .get_or_create(&res(&self.cluster, resource))
+            .get_or_create(&ll(&self.cluster, resource, kind))
             .inc();
     }
 

@@ -1,37 +1,58 @@
 //! One informer: the list-then-watch loop that feeds one hub.
 //!
-//! Paginated LIST, then WATCH from the list's resourceVersion with
+//! The state comes from a list (`upstream::list`: which one, and why):
+//! by default the streaming list (`upstream::watchlist`), whose watch goes
+//! on from the state it brought; where the upstream does not serve it, a
+//! paginated LIST, then a WATCH from the list's resourceVersion with
 //! bookmarks. The first LIST may be at a position saved by a process
 //! before this one (`upstream::positions`): at exactly that
 //! resourceVersion, so that the log holds every change since and the
 //! clients of that process resume; if the upstream cannot give it, the
-//! LIST is at the latest as usual. A watch that ends is resumed from the
-//! last resourceVersion seen (no relist); a 410 Expired relists, and the
-//! hub turns the new list into synthetic events. Errors back off exponentially with jitter. The
-//! loop ends when its token is cancelled (shutdown, or the registry stopped
-//! it), when the upstream answers 404 NotFound (the registry then checks
-//! discovery and either removes the resource or runs the informer again),
-//! or 403 Forbidden: kubefan may not read it, and retrying cannot help
-//! (the registry says what to grant; `upstream::access`).
+//! list is the ordinary one. A watch that ends is resumed from the last
+//! resourceVersion seen (no relist); a 410 Expired lists again, and the
+//! hub turns the new list into synthetic events. Errors back off
+//! exponentially with jitter; the back-off starts over once a watch
+//! delivered something.
+//!
+//! # A 410 right after a LIST cannot loop
+//! A LIST slower than the upstream's watch history (a paged LIST of a big
+//! resource from etcd, under churn) ends older than anything a watch can
+//! resume from, and so would every LIST after it. When the watch that
+//! follows a LIST is 410 before it delivered anything, the informer warns
+//! once for it (how long the list took), counts it
+//! (`kubefan_upstream_relists_total{reason="list_outran_history"}`), backs
+//! off, and its later LISTs are `resourceVersion=0` ones, served from the
+//! API server's watch cache at a position its watches have
+//! (`ListPlan::outran_history`); a streaming list cannot fall behind at
+//! all.
+//!
+//! The loop ends when its token is cancelled (shutdown, or the registry
+//! stopped it), when the upstream answers 404 NotFound (the registry then
+//! checks discovery and either removes the resource or runs the informer
+//! again), or 403 Forbidden: kubefan may not read it, and retrying cannot
+//! help (the registry says what to grant; `upstream::access`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use futures::StreamExt;
-use kube::api::{
-    Api, DynamicObject, ListParams, ObjectList, VersionMatch, WatchEvent, WatchParams,
-};
+use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 use kube::core::ApiResource;
 use tokio_util::sync::CancellationToken;
 
+use super::events::{self, Events};
 use super::ingest::{IngestOptions, ingest};
+use super::list::{ListKind, ListMode, ListPlan};
+use super::watchlist::WatchListEnd;
 use crate::hub::{EventType, Hub, Obj};
 use crate::metrics::Metrics;
 
 /// How an informer talks to the upstream.
 #[derive(Debug, Clone, Copy)]
 pub struct InformerConfig {
+    /// Which list gets the state (`--upstream-list`).
+    pub list: ListMode,
     /// LIST page size (`limit`).
     pub page_size: u32,
     /// `timeoutSeconds` of each WATCH; the API server caps it anyway.
@@ -44,6 +65,7 @@ pub struct InformerConfig {
 impl Default for InformerConfig {
     fn default() -> Self {
         InformerConfig {
+            list: ListMode::default(),
             page_size: 500,
             watch_timeout: Duration::from_secs(290),
             backoff_min: Duration::from_millis(200),
@@ -53,15 +75,9 @@ impl Default for InformerConfig {
     }
 }
 
-/// The longest the LIST at a saved position may take. kube-rs retries a
-/// 504 for minutes, and 504 is what kube-apiserver answers a position it
-/// has not reached (an etcd restored from a backup): the ordinary LIST
-/// then starts instead.
-const SAVED_LIST_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// A watch that ends this soon without delivering anything is treated as
 /// a failure (backed off), so a misbehaving upstream is not hammered.
-const SHORT_WATCH: Duration = Duration::from_secs(1);
+pub(super) const SHORT_WATCH: Duration = Duration::from_secs(1);
 
 pub struct Informer {
     pub hub: Arc<Hub>,
@@ -110,6 +126,14 @@ enum WatchEnd {
     Shutdown,
 }
 
+/// A resource's state, as a list brought it.
+struct Listed {
+    objects: Vec<Obj>,
+    rv: u64,
+    /// A streaming list's watch, which goes on from `rv`.
+    events: Option<Events>,
+}
+
 impl Informer {
     pub async fn run(mut self) -> Exit {
         let name = self.hub.name().to_string();
@@ -117,62 +141,109 @@ impl Informer {
         let mut first = !self.hub.is_synced();
         // Only a hub's first list starts at a saved position.
         let mut start_at = self.start_at.take().filter(|_| first);
+        let mut plan = ListPlan::new(self.cfg.list);
         'relist: loop {
-            self.metrics.upstream_list(&name);
-            let at = start_at.take();
-            let listed = tokio::select! {
-                _ = self.shutdown.cancelled() => return Exit::Stopped,
-                listed = self.list_from(at) => listed,
-            };
-            let (objects, mut rv) = match listed {
-                Ok(listed) => listed,
-                Err(err) if at.is_some() && !is_forbidden(&err) && !is_not_found(&err) => {
-                    // Compacted (410) or not served: the ordinary list,
-                    // at once. Clients then get snapshots, as they would
-                    // have without a saved position.
-                    self.metrics.upstream_error(&name, "saved_position");
-                    tracing::info!(resource = %name, resource_version = at, error = %err,
-                        "upstream cannot list at the saved position; listing at the latest");
-                    continue 'relist;
-                }
-                Err(err) if is_not_found(&err) => {
-                    self.metrics.upstream_error(&name, "not_found");
-                    tracing::info!(resource = %name, "upstream list answered 404 NotFound");
-                    return Exit::NotFound;
-                }
-                Err(err) if is_forbidden(&err) => {
-                    self.metrics.upstream_error(&name, "forbidden");
-                    return Exit::Forbidden("list");
-                }
-                Err(err) => {
-                    self.metrics.upstream_error(&name, "list");
-                    tracing::warn!(resource = %name, error = %err, "upstream list failed");
-                    self.hub
-                        .upstream_down(format!("listing from its API server failed: {err}"));
-                    if !self.pause(&mut backoff).await {
-                        return Exit::Stopped;
+            let mut kind = start_at.take().map_or(plan.next(), ListKind::Exact);
+            let started = Instant::now();
+            let listed = loop {
+                self.metrics.upstream_list(&name, kind.label());
+                let failed = match self.list(kind).await {
+                    Ok(listed) => break listed,
+                    Err(failed) => failed,
+                };
+                match failed {
+                    ListFailed::Stopped => return Exit::Stopped,
+                    ListFailed::Refused(why) => {
+                        self.metrics.upstream_error(&name, "watch_list_refused");
+                        if let Some(fallback) = plan.fallback() {
+                            tracing::info!(resource = %name, why = %why, list = fallback.label(),
+                                "the upstream does not serve the streaming list; listing instead");
+                            kind = fallback;
+                            continue;
+                        }
+                        tracing::warn!(resource = %name, why = %why,
+                            "the upstream refused the streaming list (--upstream-list streaming)");
+                        self.hub.upstream_down(format!(
+                            "its API server refused the streaming list: {why}"
+                        ));
                     }
-                    continue 'relist;
+                    ListFailed::Broken(why) => {
+                        self.metrics.upstream_error(&name, "watch_list");
+                        tracing::warn!(resource = %name, why = %why,
+                            "the streaming list broke before its end; starting over");
+                    }
+                    ListFailed::Api(err, ListKind::Exact(at))
+                        if !is_forbidden(&err) && !is_not_found(&err) =>
+                    {
+                        // Compacted (410) or not served: the ordinary list,
+                        // at once. Clients then get snapshots, as they would
+                        // have without a saved position.
+                        self.metrics.upstream_error(&name, "saved_position");
+                        tracing::info!(resource = %name, resource_version = at, error = %err,
+                            "upstream cannot list at the saved position; listing at the latest");
+                        continue 'relist;
+                    }
+                    ListFailed::Api(err, kind) => {
+                        // A streaming list needs the watch verb, a LIST the list verb.
+                        let verb = if kind.is_list_request() {
+                            "list"
+                        } else {
+                            "watch"
+                        };
+                        if is_not_found(&err) {
+                            self.metrics.upstream_error(&name, "not_found");
+                            tracing::info!(resource = %name, "upstream {verb} answered 404 NotFound");
+                            return Exit::NotFound;
+                        }
+                        if is_forbidden(&err) {
+                            self.metrics.upstream_error(&name, "forbidden");
+                            return Exit::Forbidden(verb);
+                        }
+                        self.metrics.upstream_error(&name, "list");
+                        tracing::warn!(resource = %name, list = kind.label(), error = %err, "upstream list failed");
+                        self.hub
+                            .upstream_down(format!("listing from its API server failed: {err}"));
+                    }
                 }
+                if !self.pause(&mut backoff).await {
+                    return Exit::Stopped;
+                }
+                continue 'relist;
             };
+            let took = started.elapsed();
+            let Listed {
+                objects,
+                mut rv,
+                mut events,
+            } = listed;
             let count = objects.len();
             self.hub.upstream_up();
             let outcome = self.hub.relist(objects, rv);
             if first {
                 tracing::info!(resource = %name, objects = count, resource_version = rv,
-                    saved_position = at.is_some(), "informer synced");
+                    list = kind.label(), seconds = took.as_secs_f64(), "informer synced");
                 first = false;
             } else {
                 tracing::info!(resource = %name, objects = count, resource_version = rv,
+                    list = kind.label(), seconds = took.as_secs_f64(),
                     added = outcome.added, modified = outcome.modified, deleted = outcome.deleted,
                     rewound = outcome.rewound, "relisted");
             }
-            backoff = self.new_backoff();
-
+            if events.is_some() {
+                // A streaming list delivered: the upstream serves.
+                backoff = self.new_backoff();
+            }
+            // Until a watch after a LIST delivers, a 410 means the list
+            // ended older than the upstream's history.
+            let mut just_listed = kind.is_list_request();
             loop {
-                let (end, delivered) = self.watch_from(&mut rv).await;
+                let (end, delivered) = match events.take() {
+                    Some(events) => self.follow(events, &mut rv, Instant::now(), true).await,
+                    None => self.watch_from(&mut rv).await,
+                };
                 if delivered {
                     backoff = self.new_backoff();
+                    just_listed = false;
                 }
                 match end {
                     WatchEnd::Resume => {}
@@ -180,6 +251,21 @@ impl Informer {
                         if !self.pause(&mut backoff).await {
                             return Exit::Stopped;
                         }
+                    }
+                    WatchEnd::Expired if just_listed => {
+                        self.metrics.upstream_relist(&name, "list_outran_history");
+                        plan.outran_history();
+                        let next = plan.next();
+                        let instead = plan.fallback().filter(|f| *f != next);
+                        tracing::warn!(resource = %name, list = kind.label(), seconds = took.as_secs_f64(),
+                            resource_version = rv, next = next.label(), fallback = instead.map(ListKind::label),
+                            "the list took {:.1} s, longer than the upstream keeps its watch history: \
+                             the watch from its resourceVersion expired (410) before delivering anything; \
+                             backing off, then listing with a {} list", took.as_secs_f64(), next.label());
+                        if !self.pause(&mut backoff).await {
+                            return Exit::Stopped;
+                        }
+                        continue 'relist;
                     }
                     WatchEnd::Expired => {
                         self.metrics.upstream_relist(&name, "expired");
@@ -219,104 +305,40 @@ impl Informer {
         }
     }
 
-    /// [`Informer::list_all`]; at a saved position, given at most
-    /// [`SAVED_LIST_TIMEOUT`].
-    async fn list_from(&self, at: Option<u64>) -> Result<(Vec<Obj>, u64), kube::Error> {
-        if at.is_none() {
-            return self.list_all(None).await;
-        }
-        tokio::time::timeout(SAVED_LIST_TIMEOUT, self.list_all(at))
-            .await
-            .unwrap_or_else(|_| {
-                Err(kube::Error::Api(
-                    kube::core::Status::failure(
-                        "listing at the saved position took too long",
-                        "Timeout",
-                    )
-                    .boxed(),
-                ))
-            })
-    }
-
-    /// Every object, in pages, and the list's resourceVersion: the latest,
-    /// or exactly `at`. (The resourceVersion goes with the first page
-    /// only: the continue token carries it on, and kube-apiserver refuses
-    /// both together.)
-    async fn list_all(&self, at: Option<u64>) -> Result<(Vec<Obj>, u64), kube::Error> {
-        let mut objects = Vec::new();
-        let mut warnings = Vec::new();
-        let mut token: Option<String> = None;
-        let at = at.map(|rv| rv.to_string());
-        loop {
-            let mut lp = ListParams::default().limit(self.cfg.page_size);
-            match (&token, &at) {
-                (Some(t), _) => lp = lp.continue_token(t),
-                (None, Some(rv)) => lp = lp.at(rv).matching(VersionMatch::Exact),
-                (None, None) => {}
-            }
-            let (page, page_warnings) = self.list_page(&lp).await?;
-            for warning in page_warnings {
-                if !warnings.contains(&warning) {
-                    warnings.push(warning);
-                }
-            }
-            for item in page.items {
-                match ingest(item, &self.resource, self.cfg.ingest) {
-                    Ok(obj) => objects.push(obj),
-                    Err(err) => self.decode_failed(err),
-                }
-            }
-            match page.metadata.continue_ {
-                Some(next) if !next.is_empty() => token = Some(next),
-                _ => {
-                    let rv = page.metadata.resource_version.unwrap_or_default();
-                    let rv = rv.parse::<u64>().map_err(|_| {
-                        kube::Error::Api(
-                            kube::core::Status::failure(
-                                &format!("list has a non-numeric resourceVersion {rv:?}"),
-                                "BadResponse",
-                            )
-                            .boxed(),
-                        )
-                    })?;
-                    self.hub.set_warnings(warnings);
-                    return Ok((objects, rv));
-                }
-            }
-        }
-    }
-
-    /// One page of the LIST, and the `Warning`s it came with (what
-    /// `Api::list` drops): the request `Api::list` makes, sent as it sends
-    /// it, its errors read as it reads them.
-    async fn list_page(
-        &self,
-        lp: &ListParams,
-    ) -> Result<(ObjectList<DynamicObject>, Vec<&'static str>), kube::Error> {
-        let request = kube::core::Request::new(self.api.resource_url())
-            .list(lp)
-            .map_err(kube::Error::BuildRequest)?;
-        let client = self.api.clone().into_client();
-        let response = client.send(request.map(kube::client::Body::from)).await?;
-        let status = response.status();
-        let warnings = super::warning::of(response.headers());
-        let body = response.into_body().collect_bytes().await?;
-        if status.is_client_error() || status.is_server_error() {
-            let failure = match serde_json::from_slice::<kube::core::Status>(&body) {
-                Ok(failure) => failure,
-                Err(_) => kube::core::Status::failure(
-                    String::from_utf8_lossy(&body).trim(),
-                    "Failed to parse error data",
-                )
-                .with_code(status.as_u16()),
+    /// The state by a list of `kind`.
+    async fn list(&self, kind: ListKind) -> Result<Listed, ListFailed> {
+        if kind == ListKind::Streaming {
+            return match self.watch_list().await {
+                WatchListEnd::Listed {
+                    objects,
+                    rv,
+                    events,
+                } => Ok(Listed {
+                    objects,
+                    rv,
+                    events: Some(events),
+                }),
+                WatchListEnd::Refused(why) => Err(ListFailed::Refused(why)),
+                WatchListEnd::Broken(why) => Err(ListFailed::Broken(why)),
+                WatchListEnd::Failed(err) => Err(ListFailed::Api(err, kind)),
+                WatchListEnd::Shutdown => Err(ListFailed::Stopped),
             };
-            return Err(kube::Error::Api(failure.boxed()));
         }
-        let page = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
-        Ok((page, warnings))
+        tokio::select! {
+            _ = self.shutdown.cancelled() => Err(ListFailed::Stopped),
+            listed = self.list_request(kind) => match listed {
+                Ok((objects, rv)) => Ok(Listed { objects, rv, events: None }),
+                Err(err) => Err(ListFailed::Api(err, kind)),
+            },
+        }
     }
 
-    fn decode_failed(&self, err: super::ingest::IngestError) {
+    /// `timeoutSeconds` of a watch.
+    pub(super) fn watch_timeout_secs(&self) -> u32 {
+        self.cfg.watch_timeout.as_secs().clamp(1, 290) as u32
+    }
+
+    pub(super) fn decode_failed(&self, err: super::ingest::IngestError) {
         self.metrics.upstream_error(self.hub.name(), "decode");
         tracing::warn!(resource = %self.hub.name(), error = %err, "skipping an object that cannot be ingested");
     }
@@ -326,16 +348,15 @@ impl Informer {
     async fn watch_from(&self, rv: &mut u64) -> (WatchEnd, bool) {
         let name = self.hub.name();
         self.metrics.upstream_watch(name);
-        let timeout = self.cfg.watch_timeout.as_secs().clamp(1, 290) as u32;
-        let wp = WatchParams::default().timeout(timeout);
+        let wp = WatchParams::default().timeout(self.watch_timeout_secs());
         let started = Instant::now();
         let from = rv.to_string();
-        let stream = tokio::select! {
+        let opened = tokio::select! {
             _ = self.shutdown.cancelled() => return (WatchEnd::Shutdown, false),
-            s = self.api.watch(&wp, &from) => s,
+            opened = events::open(&self.api, &wp, &from) => opened,
         };
-        let stream = match stream {
-            Ok(stream) => stream,
+        let events = match opened {
+            Ok((events, _warnings)) => events,
             Err(kube::Error::Api(status)) if status.code == 410 => {
                 return (WatchEnd::Expired, false);
             }
@@ -351,12 +372,24 @@ impl Informer {
         };
         // The watch is open: the API server is reached.
         self.hub.upstream_up();
-        let mut stream = std::pin::pin!(stream);
-        let mut delivered = false;
+        self.follow(events, rv, started, false).await
+    }
+
+    /// Follows an open watch into the hub, advancing `*rv`; tells how it
+    /// ended and whether it delivered anything (`delivered` if something
+    /// came on it before, as a streaming list's state).
+    async fn follow(
+        &self,
+        mut events: Events,
+        rv: &mut u64,
+        started: Instant,
+        mut delivered: bool,
+    ) -> (WatchEnd, bool) {
+        let name = self.hub.name();
         loop {
             let next = tokio::select! {
                 _ = self.shutdown.cancelled() => return (WatchEnd::Shutdown, delivered),
-                next = stream.next() => next,
+                next = events.next() => next,
             };
             let (kind, obj) = match next {
                 None => {
@@ -376,7 +409,9 @@ impl Informer {
                     }
                     continue;
                 }
-                Some(Ok(WatchEvent::Error(status))) if status.code == 410 => {
+                Some(Ok(WatchEvent::Error(status))) | Some(Err(kube::Error::Api(status)))
+                    if status.code == 410 =>
+                {
                     return (WatchEnd::Expired, delivered);
                 }
                 Some(Ok(WatchEvent::Error(status))) if status.code == 404 => {
@@ -407,4 +442,14 @@ impl Informer {
             }
         }
     }
+}
+
+/// Why a list brought no state.
+enum ListFailed {
+    Stopped,
+    /// The upstream does not serve the streaming list.
+    Refused(String),
+    /// The streaming list broke before its end.
+    Broken(String),
+    Api(kube::Error, ListKind),
 }

@@ -49,13 +49,16 @@
 pub mod access;
 mod boot;
 pub mod discovery;
+mod events;
 pub mod informer;
 pub mod ingest;
+pub mod list;
 mod policy;
 pub mod positions;
 pub mod reflector;
 mod registry;
 pub mod warning;
+pub mod watchlist;
 
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
@@ -73,6 +76,7 @@ pub use boot::Readiness;
 pub use discovery::{Catalog, ResourceInfo};
 pub use informer::InformerConfig;
 pub use ingest::IngestOptions;
+pub use list::ListMode;
 pub use positions::PositionsConfig;
 use registry::Registry;
 

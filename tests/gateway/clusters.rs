@@ -380,9 +380,11 @@ async fn a_cluster_down_leaves_the_others_served_and_readiness_says_which() {
         cfg.clusters.default = Some("up".into());
         cfg.clusters.ready_when = ready_when;
         cfg.stream.sync_timeout = Duration::from_millis(500);
-        // `down`'s API server answers no list: nothing syncs there.
+        // `down`'s API server answers no list, streaming or not: nothing
+        // syncs there.
         let down = cluster_sim("down");
         down.delay_lists(Duration::from_secs(60));
+        down.stall_watches(true);
         let env = serve(vec![("up", cluster_sim("up")), ("down", down)], cfg).await;
 
         // The default cluster at the root paths and under its own.
@@ -1476,6 +1478,7 @@ async fn a_cluster_whose_rbac_is_not_loaded_holds_up_no_other() {
         &[("east", "dana", "web"), ("west", "dana", "batch")],
     );
     sims[1].1.delay_lists(Duration::from_secs(60));
+    sims[1].1.stall_watches(true);
     let mut cfg = test_config(&["pods"]);
     cfg.auth.set(AuthMethod::Kubernetes);
     // Longer than a test waits: a request held up for it fails.

@@ -21,4 +21,5 @@ mod support;
 mod tables;
 mod tls;
 mod views;
+mod watchlist;
 mod ws;

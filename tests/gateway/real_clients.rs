@@ -210,7 +210,7 @@ async fn churn_faults_and_a_restart(cluster: &mut Cluster, clients: &mut [Client
         follows(c, &marks).await;
     }
 
-    let before = cluster.stats();
+    let before = cluster.relists();
     let (marks, gone) = cluster.expire_upstream_history();
     for c in clients.iter_mut() {
         follows_deletions(c, &marks, &gone).await;

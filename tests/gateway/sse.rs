@@ -61,7 +61,7 @@ pub(crate) async fn subscribed(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_subscribers_cost_one_list_and_one_watch() {
+async fn fifty_subscribers_cost_one_upstream_watch() {
     let env = spawn(seeded(100), test_config(&["pods"])).await;
     env.synced("pods").await;
     let mut clients = join_all((0..50).map(|_| subscribed(&env, "/stream/pods"))).await;
@@ -76,13 +76,19 @@ async fn fifty_subscribers_cost_one_list_and_one_watch() {
         assert!(view.changes.iter().any(|(t, _)| t == "ADDED"));
     }))
     .await;
+    // The state came through the watch itself (a streaming list): no
+    // LIST at all.
     let stats = env.sim.stats().resource("pods");
-    assert_eq!(stats.list_requests, 1, "{stats:?}");
+    assert_eq!(stats.list_requests, 0, "{stats:?}");
     assert_eq!(stats.watch_requests, 1, "{stats:?}");
     assert_eq!(stats.open_watches, 1, "{stats:?}");
     let metrics = env.metrics().await;
     assert!(
         metrics.contains("kubefan_subscribers{resource=\"pods\",transport=\"Sse\"} 50"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("kubefan_upstream_lists_total{resource=\"pods\",kind=\"streaming\"} 1"),
         "{metrics}"
     );
     drop(clients);
@@ -231,6 +237,11 @@ async fn upstream_watch_end_resumes_without_relist_or_reset() {
         after.watch_requests > before.watch_requests,
         "the watch was resumed"
     );
+    let metrics = env.metrics().await;
+    assert!(
+        metrics.contains("kubefan_upstream_lists_total{resource=\"pods\",kind=\"streaming\"} 1"),
+        "no second streaming list: {metrics}"
+    );
     env.stop().await;
 }
 
@@ -280,12 +291,13 @@ async fn expired_watch_relists_and_subscribers_converge_through_synthetic_events
         ["MODIFIED", "ADDED", "DELETED"],
         "synthetic events in resourceVersion order"
     );
-    assert_eq!(
-        env.sim.stats().resource("pods").list_requests,
-        2,
-        "one relist"
-    );
+    // The relist is a streaming list too: no LIST request at all.
+    assert_eq!(env.sim.stats().resource("pods").list_requests, 0);
     let metrics = env.metrics().await;
+    assert!(
+        metrics.contains("kubefan_upstream_lists_total{resource=\"pods\",kind=\"streaming\"} 2"),
+        "one relist: {metrics}"
+    );
     assert!(
         metrics.contains("kubefan_upstream_relists_total{resource=\"pods\",reason=\"expired\"} 1"),
         "{metrics}"
@@ -385,12 +397,15 @@ async fn bad_input_gets_a_status_body_and_harms_no_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_waits_for_boot_resources_to_sync() {
     let sim = seeded(5);
-    sim.fail_next(3);
+    // Every list fails (a streaming list and the paged LIST it falls back
+    // to alike) until the upstream recovers.
+    sim.fail_next(usize::MAX);
     let env = spawn(sim, test_config(&["pods"])).await;
     let (status, body) = env.get_json("/readyz").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["resources"][0]["ready"], false);
     assert!(body["resources"][0]["reason"].is_string());
+    env.sim.fail_next(0);
     env.synced("pods").await;
     let (status, body) = env.get_json("/readyz").await;
     assert_eq!(status, 200, "{body}");

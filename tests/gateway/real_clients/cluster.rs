@@ -453,16 +453,39 @@ impl Cluster {
         }
     }
 
-    /// Whether kubefan relisted `resource` upstream since `before` (the
-    /// 410 path): a list request beyond the first, not counting the
-    /// `limit=1` resourceVersion probes its consistent LISTs make.
-    pub fn relisted_since(&self, before: &Stats) -> Vec<&'static str> {
-        let now = self.sim.stats();
-        let lists =
-            |stats: &Stats, r: &str| stats.resource(r).list_requests - stats.lists(r).probes;
+    /// How many times kubefan relisted each of [`RESOURCES`] after a 410
+    /// (`kubefan_upstream_relists_total{reason="expired"}`); its lists are
+    /// watches (streaming lists), which the upstream's counters cannot
+    /// tell from resumed watches.
+    pub fn relists(&self) -> Vec<u64> {
+        let text = self
+            .app
+            .as_ref()
+            .map(|a| a.metrics().encode())
+            .unwrap_or_default();
         RESOURCES
             .into_iter()
-            .filter(|r| lists(&now, r) > lists(before, r))
+            .map(|r| {
+                let series = format!(
+                    "kubefan_upstream_relists_total{{resource=\"{r}\",reason=\"expired\"}} "
+                );
+                text.lines()
+                    .find_map(|l| l.strip_prefix(series.as_str()))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+
+    /// The resources kubefan relisted upstream since `before` (the 410
+    /// path), as [`Cluster::relists`] counted then.
+    pub fn relisted_since(&self, before: &[u64]) -> Vec<&'static str> {
+        let now = self.relists();
+        RESOURCES
+            .into_iter()
+            .zip(now.iter().zip(before))
+            .filter(|(_, (n, b))| n > b)
+            .map(|(r, _)| r)
             .collect()
     }
 
