@@ -95,15 +95,17 @@ pub fn report(args: &AgentsArgs, run: &Run, workers: Vec<Report>) -> anyhow::Res
     )
     .map(|d| d as u64)
     .or(run.rv_window.map(|(a, b)| b.saturating_sub(a)));
+    // None where there is nothing to divide by (no agents, no deliveries).
     let per = |n: Option<u64>| {
         cpu_ms
-            .zip(n)
-            .map(|(ms, n)| ms as f64 * 1000.0 / n.max(1) as f64)
+            .zip(n.filter(|n| *n > 0))
+            .map(|(ms, n)| ms as f64 * 1000.0 / n as f64)
     };
-    let subscribers = (args.agents + args.viewers).max(1) as f64;
+    let subscribers = (args.agents + args.viewers) as f64;
     let per_agent = |at: super::Sample| {
         s.before
             .zip(at)
+            .filter(|_| subscribers > 0.0)
             .map(|(b, a)| (a.0 as f64 - b.0 as f64) * 1024.0 / subscribers)
     };
     let relist = run.relist.as_ref().map(|(seq, result)| {
