@@ -7,7 +7,6 @@
 //! resourceVersion, and after a watch's 410 a relist (a watch list again,
 //! or LIST then WATCH). Every loop is bounded.
 
-use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,9 +15,11 @@ use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, oneshot, watch};
 
-use super::fold::{Fold, Id, Kind, Outcome, SseEvent, WireList, parse_event};
+use super::fold::{Fold, Outcome};
+use super::frame::{Kind, SseEvent, WireList, parse_event};
 use super::marks::Marks;
-use crate::arrival::{Arrival, Stamped};
+use super::stream::{Stream, Wire, list_path, stream_path, watch_path};
+use crate::arrival::Stamped;
 use crate::http1::{HttpConn, Io};
 use crate::subscriber::{authority, now_nanos, tls_connect};
 use crate::target::{Credential, Transport};
@@ -140,127 +141,6 @@ enum End {
     Closed(String),
     /// A watch's `ERROR` (410): relist.
     Expired,
-}
-
-/// `spec.nodeName=NODE`, as a query parameter.
-fn selector(node: Option<&str>) -> Option<String> {
-    node.map(|n| format!("fieldSelector=spec.nodeName%3D{n}"))
-}
-
-fn query(parts: impl IntoIterator<Item = Option<String>>) -> String {
-    let parts: Vec<String> = parts.into_iter().flatten().collect();
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("?{}", parts.join("&"))
-    }
-}
-
-/// SSE and WebSocket: `/stream/pods`, resuming from `from` (WebSocket; SSE
-/// sends `Last-Event-ID`).
-pub fn stream_path(node: Option<&str>, ws_from: Option<u64>) -> String {
-    format!(
-        "/stream/pods{}",
-        query([
-            selector(node),
-            ws_from.map(|rv| format!("resourceVersion={rv}"))
-        ])
-    )
-}
-
-/// The watch face: a watch list as client-go's WatchList informer opens it
-/// (`None`), or a watch from a resourceVersion.
-pub fn watch_path(node: Option<&str>, from: Option<u64>) -> String {
-    let how = match from {
-        None => "allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
-            .to_string(),
-        Some(rv) => format!("allowWatchBookmarks=true&resourceVersion={rv}"),
-    };
-    format!(
-        "/api/v1/pods{}",
-        query([Some("watch=1".into()), selector(node), Some(how)])
-    )
-}
-
-/// A LIST page as client-go's reflector asks for it: the first at
-/// `resourceVersion=0` (the watch cache), the next with `continue` alone.
-pub fn list_path(node: Option<&str>, cont: Option<&str>) -> String {
-    let at = match cont {
-        None => "resourceVersion=0".to_string(),
-        Some(token) => format!("continue={}", super::upstream::urlencode(token)),
-    };
-    format!(
-        "/api/v1/pods{}",
-        query([selector(node), Some(format!("limit={PAGE}")), Some(at)])
-    )
-}
-
-/// A stream being read: its messages, each whole, and when the bytes of
-/// the last read reached the socket.
-struct Stream {
-    wire: Wire,
-    arrival: Arrival,
-    queue: VecDeque<(Id, Vec<u8>)>,
-}
-
-enum Wire {
-    /// SSE (`sse`: its event being assembled) or a watch (one JSON a line).
-    Http {
-        body: Box<HttpConn>,
-        partial: Vec<u8>,
-        sse: Option<SseEvent>,
-    },
-    Ws(Box<WsConn>),
-}
-
-impl Stream {
-    /// The next message: an SSE event's `id` and `data`, a watch's line, a
-    /// WebSocket message. `None` at the end.
-    async fn next(&mut self) -> anyhow::Result<Option<(Id, Vec<u8>)>> {
-        // Bounded: each round reads from the socket, which ends or fails.
-        loop {
-            if let Some(message) = self.queue.pop_front() {
-                return Ok(Some(message));
-            }
-            match &mut self.wire {
-                Wire::Ws(ws) => return Ok(ws.next().await?.map(|m| (Id::Absent, m.to_vec()))),
-                Wire::Http { body, partial, sse } => {
-                    let Some(chunk) = body.next().await? else {
-                        return Ok(None);
-                    };
-                    let mut rest: &[u8] = &chunk;
-                    while let Some(end) = memchr::memchr(b'\n', rest) {
-                        let (line, after) = rest.split_at(end);
-                        rest = &after[1..];
-                        let whole;
-                        let line = if partial.is_empty() {
-                            line
-                        } else {
-                            partial.extend_from_slice(line);
-                            whole = std::mem::take(partial);
-                            &whole[..]
-                        };
-                        match sse {
-                            Some(sse) => {
-                                if let Some((id, data)) = sse.line(line)
-                                    && !data.is_empty()
-                                {
-                                    self.queue.push_back((id, data));
-                                }
-                            }
-                            None => {
-                                let line = line.strip_suffix(b"\r").unwrap_or(line);
-                                if !line.is_empty() {
-                                    self.queue.push_back((Id::Absent, line.to_vec()));
-                                }
-                            }
-                        }
-                    }
-                    partial.extend_from_slice(rest);
-                }
-            }
-        }
-    }
 }
 
 /// One agent's run.
@@ -441,11 +321,7 @@ impl Agent {
                 sse: sse.then(SseEvent::default),
             }
         };
-        Ok(Stream {
-            wire,
-            arrival,
-            queue: VecDeque::new(),
-        })
+        Ok(Stream::new(wire, arrival))
     }
 
     /// LIST (paged) into the fold; its resourceVersion.
@@ -586,32 +462,6 @@ mod tests {
 
     use super::*;
     use crate::http1::accept_request;
-
-    #[test]
-    fn paths_are_what_each_client_asks_for() {
-        assert_eq!(
-            stream_path(Some("node-3"), None),
-            "/stream/pods?fieldSelector=spec.nodeName%3Dnode-3"
-        );
-        assert_eq!(stream_path(None, Some(7)), "/stream/pods?resourceVersion=7");
-        assert_eq!(
-            watch_path(Some("node-3"), None),
-            "/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dnode-3\
-             &allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
-        );
-        assert_eq!(
-            watch_path(None, Some(9)),
-            "/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion=9"
-        );
-        assert_eq!(
-            list_path(Some("n"), None),
-            "/api/v1/pods?fieldSelector=spec.nodeName%3Dn&limit=500&resourceVersion=0"
-        );
-        assert_eq!(
-            list_path(None, Some("a=")),
-            "/api/v1/pods?limit=500&continue=a%3D"
-        );
-    }
 
     /// A server's chunked response of `body`, in pieces `split` bytes long.
     fn chunked(body: &[u8], split: usize) -> Vec<u8> {

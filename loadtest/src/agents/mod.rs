@@ -14,15 +14,17 @@
 //! list's resourceVersion, reads until its position reaches it; its folded
 //! state is compared with the listed pods of its node.
 //!
-//! [`fold`] parses and folds streams, [`marks`] times an agent's marker
-//! changes, [`agent`] is one agent's connection, [`worker`] a worker
+//! [`frame`] parses a stream's messages, [`fold`] folds them, [`marks`] times an agent's marker
+//! changes, [`agent`] is one agent's connection, [`stream`] what it asks for and how its stream is read, [`worker`] a worker
 //! process's agents, [`upstream`] the cluster and gateway requests, and
 //! [`report`] the report.
 
 pub mod agent;
 pub mod fold;
+pub mod frame;
 pub mod marks;
 mod report;
+pub mod stream;
 pub mod upstream;
 pub mod worker;
 

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use futures::StreamExt;
 use serde_json::json;
 
-use super::fold::WireList;
+use super::frame::WireList;
 use crate::subscriber::now_nanos;
 
 /// The namespace of the marker pods.
