@@ -4,6 +4,7 @@
 
 #![deny(unsafe_code)]
 
+mod agents;
 mod arrival;
 mod floor;
 mod http1;
@@ -45,6 +46,10 @@ enum Command {
     Run(Box<RunArgs>),
     /// N subscribers connecting at once; time until the last has its snapshot.
     Herd(HerdArgs),
+    /// N node agents, agent K watching node `node-K`'s pods; marker
+    /// changes at R per second, spread over the nodes; each agent's folded
+    /// state checked against the upstream's at the end.
+    Agents(Box<agents::AgentsArgs>),
     /// N subscribers holding their snapshots; when the gateway restarts,
     /// time until the last is consistent again (`run-storm.sh`).
     Storm(storm::StormArgs),
@@ -67,6 +72,8 @@ enum Command {
     MintJwt(mint::MintJwtArgs),
     /// Internal: one worker process's share of subscribers.
     Worker { config: String },
+    /// Internal: one worker process's share of `agents`.
+    AgentsWorker { config: String },
 }
 
 #[derive(clap::Args)]
@@ -171,6 +178,11 @@ struct HerdArgs {
     base: String,
     #[arg(long, default_value_t = 100)]
     subscribers: usize,
+    /// Gives up on a snapshot this long after the herd started (a
+    /// 150,000-pod snapshot is hundreds of megabytes, a hundred of them
+    /// tens of gigabytes).
+    #[arg(long, default_value_t = 120)]
+    timeout_secs: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -191,6 +203,14 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?
             .block_on(floor::run(listen, tls));
+    }
+    if let Command::AgentsWorker { config } = &cli.command {
+        // One thread, as `worker` below, for the same reasons.
+        return tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?
+            .block_on(agents::worker::worker(serde_json::from_str(config)?));
     }
     if let Command::Worker { config } = &cli.command {
         // One worker thread: the workers share one core (`run-points.sh`
@@ -213,9 +233,12 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => rt.block_on(run(*args)),
         Command::Herd(args) => rt.block_on(herd(args)),
+        Command::Agents(args) => rt.block_on(agents::agents(*args)),
         Command::Storm(args) => rt.block_on(storm::storm(args)),
         Command::MintJwt(args) => mint::mint_jwt(args),
-        Command::Floor { .. } | Command::Worker { .. } => unreachable!("run above"),
+        Command::Floor { .. } | Command::Worker { .. } | Command::AgentsWorker { .. } => {
+            unreachable!("run above")
+        }
     }
 }
 
@@ -487,7 +510,11 @@ async fn herd(args: HerdArgs) -> anyhow::Result<()> {
         });
     }
     let mut times = Vec::new();
-    while let Some(r) = tokio::time::timeout(Duration::from_secs(120), all.next()).await? {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout_secs);
+    while let Some(r) = tokio::time::timeout_at(deadline, all.next())
+        .await
+        .context("the herd's snapshots in time")?
+    {
         times.push(r?);
     }
     times.sort();

@@ -34,6 +34,25 @@ pub fn proc_stats(pid: u32) -> Option<(u64, u64)> {
     Some((rss, proc_cpu_ms(pid)?))
 }
 
+/// A `kB` field of /proc/PID/status (`VmHWM`: the peak RSS), summed over
+/// `pids`.
+pub fn status_kib(pids: &[u32], field: &str) -> Option<u64> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter().try_fold(0, |sum, pid| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let value: u64 = status
+            .lines()
+            .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        Some(sum + value)
+    })
+}
+
 /// CPU time (ms) of a process, from /proc; also of one that has exited and
 /// is not yet waited for (which has no RSS left).
 pub fn proc_cpu_ms(pid: u32) -> Option<u64> {
@@ -47,18 +66,18 @@ pub fn proc_cpu_ms(pid: u32) -> Option<u64> {
 /// The workers' reports, merged.
 pub struct Tally {
     /// Every delivery's latency (µs), to when the generator read it.
-    latency: Histogram<u64>,
+    pub(crate) latency: Histogram<u64>,
     /// The same, to when it reached its socket ([`crate::arrival`]).
-    arrival: Histogram<u64>,
+    pub(crate) arrival: Histogram<u64>,
     /// Per change: its first and last arrival (µs).
     arrival_per_change: Vec<(u32, u32)>,
     /// Per change, in the order published: deliveries and the latest one
     /// (µs).
-    per_change: Vec<(u64, u32)>,
-    duplicates: u64,
-    resets: u64,
-    expected: u64,
-    leaked: u64,
+    pub(crate) per_change: Vec<(u64, u32)>,
+    pub(crate) duplicates: u64,
+    pub(crate) resets: u64,
+    pub(crate) expected: u64,
+    pub(crate) leaked: u64,
 }
 
 impl Tally {
@@ -100,12 +119,12 @@ impl Tally {
         Ok(())
     }
 
-    fn delivered(&self) -> u64 {
+    pub(crate) fn delivered(&self) -> u64 {
         self.per_change.iter().map(|(n, _)| n).sum()
     }
 
     /// Percentiles of each change's latest delivery (ms).
-    fn last_subscriber(&self) -> Value {
+    pub(crate) fn last_subscriber(&self) -> Value {
         per_change_percentiles(self.per_change.iter().map(|(_, m)| *m).collect())
     }
 
@@ -114,7 +133,7 @@ impl Tally {
     /// server's way to its writes, and any wait behind the change before);
     /// `spread`, from that to its last (one pass over the subscribers'
     /// sockets, and whatever ran in the middle of it).
-    fn arrival_parts(&self) -> Value {
+    pub(crate) fn arrival_parts(&self) -> Value {
         let arrived = self
             .arrival_per_change
             .iter()
@@ -127,7 +146,7 @@ impl Tally {
 }
 
 /// p50, p99 and max of one figure per change (µs), in ms.
-fn per_change_percentiles(mut per_change: Vec<u32>) -> Value {
+pub(crate) fn per_change_percentiles(mut per_change: Vec<u32>) -> Value {
     per_change.sort_unstable();
     let pct = |p: f64| {
         per_change
@@ -140,13 +159,13 @@ fn per_change_percentiles(mut per_change: Vec<u32>) -> Value {
 }
 
 /// p50, p99, p99.9 and max of a histogram of µs, in ms.
-fn percentiles(h: &Histogram<u64>) -> Value {
+pub(crate) fn percentiles(h: &Histogram<u64>) -> Value {
     json!({"p50": ms(h.value_at_quantile(0.5)), "p99": ms(h.value_at_quantile(0.99)),
         "p999": ms(h.value_at_quantile(0.999)), "max": ms(h.max())})
 }
 
 /// µs as ms.
-fn ms(us: u64) -> f64 {
+pub(crate) fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
@@ -274,7 +293,7 @@ pub fn summary(report: &Value) -> String {
 }
 
 /// A byte count in KB, for the summary.
-fn kb(bytes: &serde_json::Value) -> String {
+pub(crate) fn kb(bytes: &serde_json::Value) -> String {
     bytes
         .as_f64()
         .map_or("?".into(), |b| format!("{:.1} KB", b / 1000.0))

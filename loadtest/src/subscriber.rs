@@ -123,7 +123,7 @@ static RESET: std::sync::LazyLock<memmem::Finder<'static>> =
     std::sync::LazyLock::new(|| memmem::Finder::new(b"\"RESET\""));
 
 /// Finds `"loadtest/sent":"SEQ:NANOS"` (possibly JSON-escaped once).
-fn parse_sent(payload: &[u8]) -> Option<(u64, u64)> {
+pub(crate) fn parse_sent(payload: &[u8]) -> Option<(u64, u64)> {
     let at = SENT_KEY.find(payload)? + SENT_KEY.needle().len();
     let rest = &payload[at..];
     let start = rest.iter().position(|b| b.is_ascii_digit())?;
@@ -189,7 +189,7 @@ pub fn tls_config(ca_pem: &str, alpn: &[&[u8]]) -> anyhow::Result<rustls::Client
 
 /// A TLS session over `tcp`, trusting `ca_pem`, offering `alpn`, for the
 /// server's IP address.
-async fn tls_connect(
+pub(crate) async fn tls_connect(
     ca_pem: &str,
     alpn: &[&[u8]],
     tcp: Stamped,
@@ -203,7 +203,7 @@ async fn tls_connect(
 }
 
 /// `host:port` of a base URL.
-fn authority(base: &str) -> anyhow::Result<&str> {
+pub(crate) fn authority(base: &str) -> anyhow::Result<&str> {
     base.split("://")
         .nth(1)
         .map(|rest| rest.split('/').next().unwrap_or(rest))

@@ -132,13 +132,17 @@ pub fn credentials(target: &Target) -> anyhow::Result<Vec<Credential>> {
         );
     }
     if let Some(path) = &target.bearer_file {
-        all.extend(
-            read_lines(path, "--bearer-file")?
-                .iter()
-                .map(|line| bearer_line(line)),
-        );
+        all.extend(bearer_file(path)?);
     }
     Ok(all)
+}
+
+/// A `--bearer-file`'s credentials, a line each.
+pub(crate) fn bearer_file(path: &std::path::Path) -> anyhow::Result<Vec<Credential>> {
+    Ok(read_lines(path, "--bearer-file")?
+        .iter()
+        .map(|line| bearer_line(line))
+        .collect())
 }
 
 /// A `--bearer-file` line: `TOKEN`, or `TOKEN NS,NS` naming the
