@@ -907,6 +907,120 @@ mod tests {
         );
     }
 
+    /// A relist with more changes than the log holds: the events the log
+    /// could not keep are numbered, not kept, so a cursor before them is
+    /// lapped (a reset, never a gap), a resume inside the kept ones gets
+    /// exactly the rest, and the cache is the list.
+    #[tokio::test]
+    async fn a_relist_bigger_than_the_log_laps_those_before_it_and_keeps_its_last_events() {
+        let hub = hub_with(LogLimits {
+            max_events: 5,
+            max_bytes: usize::MAX,
+        });
+        hub.relist(vec![pod("a").rv(2).build()], 2);
+        let (mut before, _t) = subscribe(&hub, Filter::default(), None).await;
+        let mut view = View::new();
+        drain(&mut before, &mut view, 2).await;
+        let fresh: Vec<Obj> = (0..20u64)
+            .map(|i| pod(&format!("p{i:02}")).rv(10 + i).build())
+            .collect();
+        let outcome = hub.relist(fresh, 40);
+        assert_eq!((outcome.added, outcome.deleted), (20, 1));
+        let stats = hub.stats();
+        assert_eq!(stats.log_events, 5, "the last five kept");
+        assert_eq!(stats.objects, 20);
+        assert!(
+            matches!(next_item(&mut before).await, Item::Reset(ResetReason::Lapped)),
+            "a cursor before the relist is lapped"
+        );
+        let seen = drain(&mut before, &mut view, 40).await;
+        assert_eq!(seen, ["snapshot"]);
+        assert_eq!(view, view_of_hub(&hub));
+        // The kept events are the relist's last: p16..p19, then a's delete.
+        let (mut resumed, _t) = subscribe(&hub, Filter::default(), Some(28)).await;
+        let mut held: View = (0..19u64)
+            .map(|i| entry_of(&pod(&format!("p{i:02}")).rv(10 + i).build().json()))
+            .filter(|(_, (rv, _))| *rv <= 28)
+            .collect();
+        held.insert("ObjKey(\"default/a\")".into(), (2, "Running".into()));
+        let seen = drain(&mut resumed, &mut held, 40).await;
+        assert_eq!(seen, ["ADDED:29", "DELETED:40"]);
+        assert_eq!(held, view_of_hub(&hub));
+    }
+
+    /// A snapshot is read after the join, under no lock, while the cache
+    /// changes: it is the cache as it was at the join, and the events
+    /// after take the joiner to the hub's state, nothing twice.
+    #[tokio::test]
+    async fn a_snapshot_read_while_the_cache_changes_is_the_cache_at_the_join() {
+        let hub = hub();
+        let pods: Vec<Obj> = (0..600u64)
+            .map(|i| pod(&format!("p{i:03}")).rv(1 + i).build())
+            .collect();
+        hub.relist(pods, 600);
+        let (mut sub, _t) = subscribe(&hub, Filter::default(), None).await;
+        // Every object changes, some go, some come, before the first
+        // chunk is read (the snapshot holds more than one chunk).
+        let mut rv = 600;
+        for i in (0..600u64).step_by(3) {
+            rv += 1;
+            hub.apply(
+                EventType::Modified,
+                pod(&format!("p{i:03}")).rv(rv).phase("Failed").build(),
+            );
+            rv += 1;
+            hub.apply(EventType::Deleted, pod(&format!("p{:03}", i + 1)).rv(rv).build());
+            rv += 1;
+            hub.apply(EventType::Added, pod(&format!("n{i:03}")).rv(rv).build());
+        }
+        let mut view = View::new();
+        let seen = drain(&mut sub, &mut view, rv).await;
+        assert_eq!(seen[0], "snapshot");
+        assert_eq!(seen.len(), 1 + 600, "each change once after the snapshot");
+        assert_eq!(view, view_of_hub(&hub));
+    }
+
+    /// A node agent's snapshot comes from the index: its node's objects,
+    /// through reschedules, and nothing else.
+    #[tokio::test]
+    async fn a_node_agents_snapshot_is_its_nodes_objects() {
+        let hub = hub();
+        let on = |name: &str, node: &str, rv: u64| {
+            let json = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "resourceVersion": rv.to_string()},
+                "spec": {"nodeName": node}, "status": {"phase": "Running"}}))
+            .unwrap();
+            let fields = crate::selector::selectable_fields("", "pods");
+            Obj::new(Some("default"), name, rv, &json).with_selectors(
+                [],
+                fields,
+                fields
+                    .iter()
+                    .map(|f| (*f == "spec.nodeName").then(|| node.to_string())),
+            )
+        };
+        hub.relist(
+            (0..30u64)
+                .map(|i| on(&format!("p{i}"), &format!("n{}", i % 3), 1 + i))
+                .collect(),
+            30,
+        );
+        hub.apply(EventType::Modified, on("p0", "n1", 31));
+        let filter = Filter {
+            fields: crate::selector::FieldSelector::parse_any("spec.nodeName=n1").unwrap(),
+            ..Filter::default()
+        };
+        let (mut sub, _t) = subscribe(&hub, filter, None).await;
+        let mut view = View::new();
+        drain(&mut sub, &mut view, 31).await;
+        let mut want: Vec<String> = (0..30)
+            .filter(|i| i % 3 == 1 || *i == 0)
+            .map(|i| format!("ObjKey(\"default/p{i}\")"))
+            .collect();
+        want.sort();
+        assert_eq!(view.keys().cloned().collect::<Vec<_>>(), want);
+    }
+
     #[tokio::test]
     async fn events_sharing_a_resource_version_carry_one_id() {
         let hub = hub();
