@@ -1,13 +1,17 @@
 //! The hub: one per resource, the single owner of consistency.
 //!
-//! State: the cache (key → `Arc<Obj>`), the resourceVersion it reflects, and
+//! State: the cache (key → `Arc<Obj>`, and per indexed field value → its
+//! objects), the resourceVersion it reflects, and
 //! a ring log of recent events bounded by count and by bytes. Subscribers are
 //! cursors (`seq` numbers) into that log, driven by [`Subscription`].
 //!
 //! # Invariant
 //! Every mutation (apply, bookmark, relist, close) and every join (a
 //! snapshot and a cursor) happens under one lock, so a joiner's snapshot reflects
-//! exactly the events before its cursor: no gap, no duplicate. A mutation
+//! exactly the events before its cursor: no gap, no duplicate. The
+//! snapshot is a clone of the cache's copy-on-write trees (`cache`), taken
+//! in O(1) under the lock and read after under none, so a join delays no
+//! append however many objects the cache holds. A mutation
 //! never waits on a subscriber: after releasing the lock it moves the
 //! hub's one [`Epoch`] ([`Hub::changes`]), which wakes every waiter at
 //! once — subscriptions, and whoever waits for a resourceVersion or the
