@@ -95,6 +95,34 @@ impl Event {
             .map_or(0, |o| o.encoded.len() + o.attrs.size());
         self.encoded.len() + self.attrs.size() + old
     }
+
+    /// The watch line of type `ty` for this event. A MODIFIED that makes
+    /// the object stop matching a watcher's selector is sent as DELETED
+    /// carrying the previous version (the one that matched), stamped with
+    /// this event's resourceVersion, as kube-apiserver's cacher does
+    /// (staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go,
+    /// `convertToWatchEvent`: "return a delete event with the previous
+    /// object content, but with the event's resource version").
+    fn line(&self, ty: &'static str) -> Bytes {
+        match (&self.old, self.kind, ty) {
+            (Some(old), EventKind::Modified, "DELETED") => {
+                event_line(ty, &restamp(&old.encoded, self.rv))
+            }
+            _ => event_line(ty, &self.encoded),
+        }
+    }
+}
+
+/// `encoded` with `metadata.resourceVersion` set to `rv`; the bytes
+/// unchanged if they do not parse (they always do: the store wrote them).
+fn restamp(encoded: &Bytes, rv: u64) -> Bytes {
+    match serde_json::from_slice::<Value>(encoded) {
+        Ok(mut v) => {
+            write::set_meta(&mut v, "resourceVersion", Value::String(rv.to_string()));
+            Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+        }
+        Err(_) => encoded.clone(),
+    }
 }
 
 /// What a list or watch selects within one resource.
@@ -436,9 +464,7 @@ impl Store {
                 "MODIFIED" => 1,
                 _ => 2,
             };
-            let line = lines[slot]
-                .get_or_insert_with(|| event_line(ty, &event.encoded))
-                .clone();
+            let line = lines[slot].get_or_insert_with(|| event.line(ty)).clone();
             match w.tx.try_send(line) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
@@ -472,5 +498,74 @@ impl Store {
     /// Every object of a resource, sorted by namespace/name.
     pub fn objects(&self, key: &str) -> Result<Vec<Stored>, SimError> {
         Ok(self.resource(key)?.objects.values().cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::{Filter, Limits, Store, WatchFrom};
+    use crate::selector::FieldSelector;
+    use crate::{builtins, pod};
+
+    fn store() -> Store {
+        let mut store = Store::new(Limits {
+            history: 100,
+            history_bytes: 1 << 20,
+            watch_queue: 16,
+            list_snapshots: 4,
+        });
+        for def in builtins::builtins() {
+            store.register(def);
+        }
+        store
+    }
+
+    fn on_node(store: &Store, node: &str) -> Filter {
+        let def = store.def("pods").unwrap();
+        Filter {
+            fields: FieldSelector::parse(&format!("spec.nodeName={node}"), &def).unwrap(),
+            ..Filter::default()
+        }
+    }
+
+    fn parse(line: &[u8]) -> (String, Value) {
+        let v: Value = serde_json::from_slice(line).unwrap();
+        (v["type"].as_str().unwrap().to_owned(), v["object"].clone())
+    }
+
+    #[test]
+    fn a_pod_moved_off_a_node_is_deleted_there_with_the_version_that_matched() {
+        let mut store = store();
+        store.create("pods", pod("a").node("n1").build()).unwrap();
+        let mut from = store
+            .watch("pods", on_node(&store, "n1"), WatchFrom::After(store.rv()))
+            .unwrap();
+        let mut to = store
+            .watch("pods", on_node(&store, "n2"), WatchFrom::After(store.rv()))
+            .unwrap();
+        let patch = serde_json::json!({"spec": {"nodeName": "n2"}});
+        let moved = store.merge_patch("pods", None, "a", &patch).unwrap();
+        let rv = moved.object["metadata"]["resourceVersion"].clone();
+
+        let (ty, obj) = parse(&from.rx.try_recv().unwrap());
+        assert_eq!(ty, "DELETED");
+        assert_eq!(obj["spec"]["nodeName"], "n1", "the version that matched");
+        assert_eq!(obj["metadata"]["resourceVersion"], rv, "the event's rv");
+        let (ty, obj) = parse(&to.rx.try_recv().unwrap());
+        assert_eq!(ty, "ADDED");
+        assert_eq!(obj["spec"]["nodeName"], "n2");
+
+        // A watch replayed from the history sees the same.
+        let replay = store
+            .watch("pods", on_node(&store, "n1"), WatchFrom::After(1))
+            .unwrap();
+        let (ty, obj) = parse(replay.initial.back().unwrap());
+        assert_eq!(
+            (ty.as_str(), &obj["spec"]["nodeName"]),
+            ("DELETED", &Value::from("n1"))
+        );
+        assert_eq!(obj["metadata"]["resourceVersion"], rv);
     }
 }

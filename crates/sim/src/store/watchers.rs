@@ -58,7 +58,7 @@ impl Store {
             WatchFrom::After(n) => {
                 for ev in r.history.iter().filter(|e| e.rv > n) {
                     if let Some(ty) = filter.view(ev) {
-                        initial.push_back(event_line(ty, &ev.encoded));
+                        initial.push_back(ev.line(ty));
                     }
                 }
             }
