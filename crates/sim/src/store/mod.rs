@@ -73,6 +73,8 @@ impl Stored {
 
 struct Event {
     rv: u64,
+    /// When it was recorded, for the history's time window.
+    at: std::time::Instant,
     kind: EventKind,
     /// The object encoded once for all watchers.
     encoded: Bytes,
@@ -194,7 +196,18 @@ impl Resource {
 
     /// Drops the oldest events until both bounds hold.
     fn trim_history(&mut self, limits: &Limits) {
+        let now = std::time::Instant::now();
         while self.history.len() > limits.history || self.history_bytes > limits.history_bytes {
+            // Events younger than the window stay, up to the hard cap, as
+            // kube-apiserver's watch cache keeps `eventFreshDuration` of
+            // events by growing its capacity (watch_cache.go, `resizeCacheLocked`).
+            let fresh = self
+                .history
+                .front()
+                .is_some_and(|e| now.saturating_duration_since(e.at) < limits.history_window);
+            if fresh && self.history.len() <= crate::HISTORY_WINDOW_CAP {
+                break;
+            }
             let Some(old) = self.history.pop_front() else {
                 break;
             };
@@ -225,6 +238,7 @@ pub(crate) struct Written {
 pub(crate) struct Limits {
     pub history: usize,
     pub history_bytes: usize,
+    pub history_window: std::time::Duration,
     pub watch_queue: usize,
     pub list_snapshots: usize,
 }
@@ -235,6 +249,8 @@ pub(crate) struct Store {
     snapshots: VecDeque<Snapshot>,
     next_id: u64,
     limits: Limits,
+    /// False while `seed` writes: no history events are recorded.
+    recording: bool,
     /// Set while controllers run after a write, so their own writes do not
     /// start them again.
     reacting: bool,
@@ -254,6 +270,7 @@ impl Store {
             next_id: 1,
             limits,
             reacting: false,
+            recording: true,
             policy: None,
             crd_keys: Default::default(),
         }
@@ -446,8 +463,19 @@ impl Store {
         if let Some(old) = &old {
             r.object_bytes -= old.encoded.len();
         }
+        if !self.recording {
+            // Seeded: no event, and the floor rises past this write.
+            r.history.clear();
+            r.history_bytes = 0;
+            r.floor = rv;
+            return Ok(Written {
+                object: obj,
+                encoded,
+            });
+        }
         let event = Event {
             rv,
+            at: std::time::Instant::now(),
             kind,
             encoded: encoded.clone(),
             attrs,
@@ -483,6 +511,25 @@ impl Store {
         })
     }
 
+    /// Creates `objs` without recording history events (`Sim::seed`);
+    /// ordinary creates when the resource has watchers. Existing objects
+    /// are kept.
+    pub fn seed(&mut self, key: &str, objs: Vec<Value>) -> Result<(), SimError> {
+        self.recording = !self.resource(key)?.watchers.is_empty();
+        let mut result = Ok(());
+        for obj in objs {
+            match self.create(key, obj) {
+                Ok(_) | Err(SimError::AlreadyExists { .. }) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.recording = true;
+        result
+    }
+
     /// Drops every resource's event history and every list snapshot, like an
     /// etcd compaction at the current revision.
     pub fn compact(&mut self) {
@@ -510,9 +557,14 @@ mod tests {
     use crate::{builtins, pod};
 
     fn store() -> Store {
+        store_with(std::time::Duration::ZERO)
+    }
+
+    fn store_with(history_window: std::time::Duration) -> Store {
         let mut store = Store::new(Limits {
-            history: 100,
+            history: 5,
             history_bytes: 1 << 20,
+            history_window,
             watch_queue: 16,
             list_snapshots: 4,
         });
@@ -567,5 +619,48 @@ mod tests {
             ("DELETED", &Value::from("n1"))
         );
         assert_eq!(obj["metadata"]["resourceVersion"], rv);
+    }
+
+    #[test]
+    fn events_younger_than_the_window_outlive_the_count_bound() {
+        for (window, kept) in [(0, 5), (3600, 30)] {
+            let mut store = store_with(std::time::Duration::from_secs(window));
+            let first = store.rv();
+            for i in 0..30 {
+                store.create("pods", pod(&format!("p{i}")).build()).unwrap();
+            }
+            let s = store.stats().storage("pods");
+            assert_eq!(s.history_events, kept, "window {window}s");
+            assert!(
+                store
+                    .watch("pods", Filter::default(), WatchFrom::After(first))
+                    .is_ok()
+                    == (kept == 30)
+            );
+        }
+    }
+
+    #[test]
+    fn seeded_objects_record_no_history_and_raise_the_floor() {
+        let mut store = store_with(std::time::Duration::from_secs(3600));
+        let before = store.rv();
+        let pods = (0..20).map(|i| pod(&format!("p{i}")).build()).collect();
+        store.seed("pods", pods).unwrap();
+        let s = store.stats().storage("pods");
+        assert_eq!(
+            (s.objects, s.history_events, s.history_floor),
+            (20, 0, store.rv())
+        );
+        assert!(
+            store
+                .watch("pods", Filter::default(), WatchFrom::After(before))
+                .is_err()
+        );
+        // With a watcher open, seeding is ordinary creates: it misses nothing.
+        let mut w = store
+            .watch("pods", Filter::default(), WatchFrom::After(store.rv()))
+            .unwrap();
+        store.seed("pods", vec![pod("late").build()]).unwrap();
+        assert!(w.rx.try_recv().is_ok());
     }
 }
