@@ -129,7 +129,12 @@ pub async fn run(args: SimArgs, shutdown: CancellationToken) -> Result<(), SimEr
     };
     let started = std::time::Instant::now();
     seed_cluster(&sim, &churn);
-    tracing::info!(pods = args.pods, nodes = args.nodes, took = ?started.elapsed(), "seeded");
+    println!(
+        "seeded {} pods on {} nodes in {:.1?}",
+        args.pods,
+        args.nodes,
+        started.elapsed()
+    );
     let server = sim.serve(args.listen).await?;
     println!("simulated API server at {}", server.url());
     if let Some(path) = &args.kubeconfig_out {

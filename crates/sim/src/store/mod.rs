@@ -613,7 +613,7 @@ mod tests {
         let replay = store
             .watch("pods", on_node(&store, "n1"), WatchFrom::After(1))
             .unwrap();
-        let (ty, obj) = parse(replay.initial.back().unwrap());
+        let (ty, obj) = parse(&replay.initial.back().unwrap().clone().into_line());
         assert_eq!(
             (ty.as_str(), &obj["spec"]["nodeName"]),
             ("DELETED", &Value::from("n1"))
