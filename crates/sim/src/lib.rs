@@ -362,12 +362,7 @@ impl Sim {
     /// parsed pod takes several times its JSON, and the heap a list of
     /// 10,000 of them took stayed with the process.
     pub fn names(&self, resource: &str) -> Vec<(String, String)> {
-        self.store()
-            .objects(resource)
-            .unwrap_or_default()
-            .iter()
-            .map(|s| (s.attrs.ns.to_string(), s.attrs.name.to_string()))
-            .collect()
+        self.store().names(resource)
     }
 
     /// The global resourceVersion: the rv of the latest write.

@@ -551,4 +551,45 @@ mod tests {
         let n = sim.list("pods").0.len();
         assert!((20..=60).contains(&n), "population drifted to {n}");
     }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn rollout_churn_replaces_pods_and_keeps_the_population() {
+        let sim = Sim::new(SimConfig::default());
+        let cfg = ChurnConfig {
+            pods: 60,
+            rate: 2000.0,
+            seed: Some(2),
+            style: super::ChurnStyle::Rollout,
+            ..ChurnConfig::default()
+        };
+        seed_cluster(&sim, &cfg);
+        let before = sim.names("pods");
+        let start = sim.resource_version();
+        let stop = CancellationToken::new();
+        let task = spawn_churn(sim.clone(), cfg, stop.clone());
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while sim.resource_version() < start + 400 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("rollouts made progress");
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
+        let (pods, _) = sim.list("pods");
+        // At most one surge of new pods and terminating old ones in flight.
+        assert!((57..=63).contains(&pods.len()), "{} pods", pods.len());
+        let replaced = before
+            .iter()
+            .filter(|k| !sim.names("pods").contains(k))
+            .count();
+        assert!(replaced >= 30, "{replaced} replaced");
+        assert!(
+            pods.iter()
+                .all(|p| p["metadata"]["ownerReferences"][0]["controller"] == true)
+        );
+    }
 }

@@ -95,6 +95,7 @@ impl Rollout {
         if self.current.as_ref().is_none_or(|(_, old)| old.is_empty()) {
             let i = rng.random_range(0..self.deploys.len());
             let d = &mut self.deploys[i];
+            d.revision += 1;
             let hash = d.hash();
             let old: Vec<String> = sim
                 .names("pods")
@@ -102,12 +103,11 @@ impl Rollout {
                 .filter(|(ns, name)| *ns == d.ns && d.owns(name))
                 .map(|(_, name)| name)
                 .collect();
-            // Only pods of another revision are replaced.
+            // Pods of every older revision are replaced.
             let old: Vec<String> = old
                 .into_iter()
                 .filter(|n| !n.contains(&format!("-{hash}-")))
                 .collect();
-            d.revision += 1;
             self.current = Some((i, old));
         }
         let Some((i, old)) = &mut self.current else {

@@ -542,6 +542,14 @@ impl Store {
         self.snapshots.clear();
     }
 
+    /// The (namespace, name) of every object of a resource, sorted; empty
+    /// for an unknown resource.
+    pub fn names(&self, key: &str) -> Vec<(String, String)> {
+        self.resource(key)
+            .map(|r| r.objects.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Every object of a resource, sorted by namespace/name.
     pub fn objects(&self, key: &str) -> Result<Vec<Stored>, SimError> {
         Ok(self.resource(key)?.objects.values().cloned().collect())
