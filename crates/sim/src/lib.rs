@@ -27,7 +27,8 @@
 //! - `http.rs`: routing, query parsing, `Status` responses, `SimServer`
 //! - `selector.rs`, `patch.rs`: label/field selectors, JSON merge patch,
 //!   written apart from the gateway's so the two check each other
-//! - `churn.rs`: a seeded cluster and a background workload
+//! - `churn/`: a seeded cluster, a background workload (random or
+//!   rollouts) and the pods it is made of (`pod.rs`)
 //! - `cli.rs`: `kubefan sim`; `error.rs`: `SimError` and its `Status`
 //! - `rbac/`: the RBAC kinds' typed form, defaults and validation, the
 //!   clusterrole-aggregation controller, the authorizer, the bootstrap policy
