@@ -7,7 +7,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    AuthorizationMode, ChurnConfig, Sim, SimConfig, SimError, SimUser, seed_cluster, spawn_churn,
+    AuthorizationMode, ChurnConfig, ChurnStyle, Sim, SimConfig, SimError, SimUser, seed_cluster,
+    spawn_churn,
 };
 
 /// The user `kubefan sim` writes first into its kubeconfig in RBAC mode.
@@ -77,6 +78,21 @@ pub struct SimArgs {
     /// Bytes those events may hold per resource; the oldest go first.
     #[arg(long, env = "KUBEFAN_SIM_HISTORY_BYTES", default_value_t = SimConfig::default().history_bytes)]
     pub history_bytes: usize,
+    /// Events younger than this are kept past --history-events and
+    /// --history-bytes (up to 102,400 a resource), as kube-apiserver's
+    /// watch cache keeps 75 s of events; 0 for the count and byte bounds
+    /// alone.
+    #[arg(long, env = "KUBEFAN_SIM_HISTORY_WINDOW_SECS", default_value_t = 75)]
+    pub history_window_secs: u64,
+    /// random: creates, deletes and patches of every kind; rollout:
+    /// Deployments' pods replaced a few at a time (create, bind, ready,
+    /// terminate, delete).
+    #[arg(long, env = "KUBEFAN_SIM_CHURN_STYLE", value_enum, default_value_t = ChurnStyle::Random)]
+    pub churn_style: ChurnStyle,
+    /// Whether pods carry metadata.managedFields, as kube-apiserver stores
+    /// them (3-8 KB a pod; 2-4 KB without).
+    #[arg(long, env = "KUBEFAN_SIM_MANAGED_FIELDS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub managed_fields: bool,
     /// Seed for a reproducible cluster and churn.
     #[arg(long, env = "KUBEFAN_SIM_SEED")]
     pub seed: Option<u64>,
@@ -88,6 +104,7 @@ pub async fn run(args: SimArgs, shutdown: CancellationToken) -> Result<(), SimEr
         bookmark_interval: Duration::from_secs(args.bookmark_interval_secs.max(1)),
         history: args.history_events,
         history_bytes: args.history_bytes,
+        history_window: Duration::from_secs(args.history_window_secs),
         authorization: args.authorization_mode,
         ..SimConfig::default()
     });
@@ -106,9 +123,18 @@ pub async fn run(args: SimArgs, shutdown: CancellationToken) -> Result<(), SimEr
         nodes: args.nodes,
         pods: args.pods,
         seed: args.seed,
+        style: args.churn_style,
+        managed_fields: args.managed_fields,
         ..ChurnConfig::default()
     };
+    let started = std::time::Instant::now();
     seed_cluster(&sim, &churn);
+    println!(
+        "seeded {} pods on {} nodes in {:.1?}",
+        args.pods,
+        args.nodes,
+        started.elapsed()
+    );
     let server = sim.serve(args.listen).await?;
     println!("simulated API server at {}", server.url());
     if let Some(path) = &args.kubeconfig_out {
@@ -185,6 +211,9 @@ mod tests {
             seed: Some(3),
             history_events: 100,
             history_bytes: 1 << 20,
+            history_window_secs: 0,
+            churn_style: crate::ChurnStyle::Random,
+            managed_fields: true,
             authorization_mode: AuthorizationMode::Rbac,
             users: vec!["alice:devs".parse().unwrap()],
         };
@@ -248,6 +277,9 @@ mod tests {
             seed: Some(3),
             history_events: 100,
             history_bytes: 1 << 20,
+            history_window_secs: 0,
+            churn_style: crate::ChurnStyle::Random,
+            managed_fields: true,
             authorization_mode: AuthorizationMode::AlwaysAllow,
             users: vec![],
         };

@@ -27,7 +27,8 @@
 //! - `http.rs`: routing, query parsing, `Status` responses, `SimServer`
 //! - `selector.rs`, `patch.rs`: label/field selectors, JSON merge patch,
 //!   written apart from the gateway's so the two check each other
-//! - `churn.rs`: a seeded cluster and a background workload
+//! - `churn/`: a seeded cluster, a background workload (random or
+//!   rollouts) and the pods it is made of (`pod.rs`)
 //! - `cli.rs`: `kubefan sim`; `error.rs`: `SimError` and its `Status`
 //! - `rbac/`: the RBAC kinds' typed form, defaults and validation, the
 //!   clusterrole-aggregation controller, the authorizer, the bootstrap policy
@@ -71,7 +72,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthStats, SimRule, SimUser, Subject};
-pub use churn::{ChurnConfig, PodBuilder, pod, seed_cluster, spawn_churn};
+pub use churn::{ChurnConfig, ChurnStyle, PodBuilder, pod, seed_cluster, spawn_churn};
 pub use cli::{SimArgs, run};
 pub use error::SimError;
 pub use patch::merge_patch;
@@ -81,6 +82,12 @@ pub use store::{ListStats, ResourceStats, Stats, StorageStats};
 
 use store::{Limits, Store};
 
+/// The most events a resource's history keeps to cover
+/// `SimConfig::history_window`: kube-apiserver's watch cache grows to
+/// `defaultUpperBoundCapacity` (100 * 1024) and no further
+/// (staging/src/k8s.io/apiserver/pkg/storage/cacher/watch_cache.go).
+pub const HISTORY_WINDOW_CAP: usize = 100 * 1024;
+
 /// Bounds and timings of a simulator.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -89,6 +96,12 @@ pub struct SimConfig {
     /// Bytes those events may hold per resource (their JSON and selectable
     /// attributes); the oldest go first when either bound is reached.
     pub history_bytes: usize,
+    /// Events younger than this are kept even past `history` and
+    /// `history_bytes`, up to [`HISTORY_WINDOW_CAP`] events: the time
+    /// window kube-apiserver's watch cache keeps (its
+    /// `eventFreshDuration`, 75 s). Zero (the default here; `kubefan sim`
+    /// defaults to 75 s) bounds the history by count and bytes alone.
+    pub history_window: Duration,
     /// Period of BOOKMARK events on watches that allow them.
     pub bookmark_interval: Duration,
     /// How long a watch without `timeoutSeconds` stays open.
@@ -128,6 +141,7 @@ impl Default for SimConfig {
         SimConfig {
             history: 10_000,
             history_bytes: 8 << 20,
+            history_window: Duration::ZERO,
             bookmark_interval: Duration::from_secs(10),
             watch_timeout: Duration::from_secs(30 * 60),
             watch_queue: 1024,
@@ -167,6 +181,7 @@ impl Sim {
         let mut store = Store::new(Limits {
             history: cfg.history,
             history_bytes: cfg.history_bytes,
+            history_window: cfg.history_window,
             watch_queue: cfg.watch_queue,
             list_snapshots: cfg.list_snapshots,
         });
@@ -293,6 +308,17 @@ impl Sim {
         self.store().create(resource, obj).map(|w| w.object)
     }
 
+    /// Creates objects as a cluster's state at start: each gets its own
+    /// resourceVersion, but no watch history is recorded for them (the
+    /// history's floor rises past them, so a watch from before them gets
+    /// 410). Objects that exist already are kept. A resource with open
+    /// watchers gets ordinary creates, so they miss nothing. Seeding
+    /// 150,000 pods this way keeps them out of a time-window history
+    /// (`SimConfig::history_window`) that would otherwise hold them all.
+    pub fn seed(&self, resource: &str, objs: Vec<Value>) -> Result<(), SimError> {
+        self.store().seed(resource, objs)
+    }
+
     /// Replaces an object (PUT semantics, including the rv precondition).
     pub fn update(&self, resource: &str, obj: Value) -> Result<Value, SimError> {
         self.store().update(resource, obj).map(|w| w.object)
@@ -337,12 +363,7 @@ impl Sim {
     /// parsed pod takes several times its JSON, and the heap a list of
     /// 10,000 of them took stayed with the process.
     pub fn names(&self, resource: &str) -> Vec<(String, String)> {
-        self.store()
-            .objects(resource)
-            .unwrap_or_default()
-            .iter()
-            .map(|s| (s.attrs.ns.to_string(), s.attrs.name.to_string()))
-            .collect()
+        self.store().names(resource)
     }
 
     /// The global resourceVersion: the rv of the latest write.

@@ -97,7 +97,7 @@ impl WatchStream {
                 continue;
             }
             if let Some(line) = self.start.initial.pop_front() {
-                return Some(line);
+                return Some(line.into_line());
             }
             tokio::select! {
                 biased;

@@ -86,6 +86,7 @@ mod tests {
         let mut store = Store::new(Limits {
             history: 100,
             history_bytes: 1 << 20,
+            history_window: std::time::Duration::ZERO,
             watch_queue: 10,
             list_snapshots: 1,
         });

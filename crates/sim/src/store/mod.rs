@@ -73,6 +73,8 @@ impl Stored {
 
 struct Event {
     rv: u64,
+    /// When it was recorded, for the history's time window.
+    at: std::time::Instant,
     kind: EventKind,
     /// The object encoded once for all watchers.
     encoded: Bytes,
@@ -94,6 +96,34 @@ impl Event {
             .as_ref()
             .map_or(0, |o| o.encoded.len() + o.attrs.size());
         self.encoded.len() + self.attrs.size() + old
+    }
+
+    /// The watch line of type `ty` for this event. A MODIFIED that makes
+    /// the object stop matching a watcher's selector is sent as DELETED
+    /// carrying the previous version (the one that matched), stamped with
+    /// this event's resourceVersion, as kube-apiserver's cacher does
+    /// (staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go,
+    /// `convertToWatchEvent`: "return a delete event with the previous
+    /// object content, but with the event's resource version").
+    fn line(&self, ty: &'static str) -> Bytes {
+        match (&self.old, self.kind, ty) {
+            (Some(old), EventKind::Modified, "DELETED") => {
+                event_line(ty, &restamp(&old.encoded, self.rv))
+            }
+            _ => event_line(ty, &self.encoded),
+        }
+    }
+}
+
+/// `encoded` with `metadata.resourceVersion` set to `rv`; the bytes
+/// unchanged if they do not parse (they always do: the store wrote them).
+fn restamp(encoded: &Bytes, rv: u64) -> Bytes {
+    match serde_json::from_slice::<Value>(encoded) {
+        Ok(mut v) => {
+            write::set_meta(&mut v, "resourceVersion", Value::String(rv.to_string()));
+            Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+        }
+        Err(_) => encoded.clone(),
     }
 }
 
@@ -166,7 +196,18 @@ impl Resource {
 
     /// Drops the oldest events until both bounds hold.
     fn trim_history(&mut self, limits: &Limits) {
+        let now = std::time::Instant::now();
         while self.history.len() > limits.history || self.history_bytes > limits.history_bytes {
+            // Events younger than the window stay, up to the hard cap, as
+            // kube-apiserver's watch cache keeps `eventFreshDuration` of
+            // events by growing its capacity (watch_cache.go, `resizeCacheLocked`).
+            let fresh = self
+                .history
+                .front()
+                .is_some_and(|e| now.saturating_duration_since(e.at) < limits.history_window);
+            if fresh && self.history.len() <= crate::HISTORY_WINDOW_CAP {
+                break;
+            }
             let Some(old) = self.history.pop_front() else {
                 break;
             };
@@ -197,6 +238,7 @@ pub(crate) struct Written {
 pub(crate) struct Limits {
     pub history: usize,
     pub history_bytes: usize,
+    pub history_window: std::time::Duration,
     pub watch_queue: usize,
     pub list_snapshots: usize,
 }
@@ -207,6 +249,8 @@ pub(crate) struct Store {
     snapshots: VecDeque<Snapshot>,
     next_id: u64,
     limits: Limits,
+    /// False while `seed` writes: no history events are recorded.
+    recording: bool,
     /// Set while controllers run after a write, so their own writes do not
     /// start them again.
     reacting: bool,
@@ -226,6 +270,7 @@ impl Store {
             next_id: 1,
             limits,
             reacting: false,
+            recording: true,
             policy: None,
             crd_keys: Default::default(),
         }
@@ -418,8 +463,19 @@ impl Store {
         if let Some(old) = &old {
             r.object_bytes -= old.encoded.len();
         }
+        if !self.recording {
+            // Seeded: no event, and the floor rises past this write.
+            r.history.clear();
+            r.history_bytes = 0;
+            r.floor = rv;
+            return Ok(Written {
+                object: obj,
+                encoded,
+            });
+        }
         let event = Event {
             rv,
+            at: std::time::Instant::now(),
             kind,
             encoded: encoded.clone(),
             attrs,
@@ -436,9 +492,7 @@ impl Store {
                 "MODIFIED" => 1,
                 _ => 2,
             };
-            let line = lines[slot]
-                .get_or_insert_with(|| event_line(ty, &event.encoded))
-                .clone();
+            let line = lines[slot].get_or_insert_with(|| event.line(ty)).clone();
             match w.tx.try_send(line) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
@@ -457,6 +511,25 @@ impl Store {
         })
     }
 
+    /// Creates `objs` without recording history events (`Sim::seed`);
+    /// ordinary creates when the resource has watchers. Existing objects
+    /// are kept.
+    pub fn seed(&mut self, key: &str, objs: Vec<Value>) -> Result<(), SimError> {
+        self.recording = !self.resource(key)?.watchers.is_empty();
+        let mut result = Ok(());
+        for obj in objs {
+            match self.create(key, obj) {
+                Ok(_) | Err(SimError::AlreadyExists { .. }) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.recording = true;
+        result
+    }
+
     /// Drops every resource's event history and every list snapshot, like an
     /// etcd compaction at the current revision.
     pub fn compact(&mut self) {
@@ -469,8 +542,133 @@ impl Store {
         self.snapshots.clear();
     }
 
+    /// The (namespace, name) of every object of a resource, sorted; empty
+    /// for an unknown resource.
+    pub fn names(&self, key: &str) -> Vec<(String, String)> {
+        self.resource(key)
+            .map(|r| r.objects.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Every object of a resource, sorted by namespace/name.
     pub fn objects(&self, key: &str) -> Result<Vec<Stored>, SimError> {
         Ok(self.resource(key)?.objects.values().cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::{Filter, Limits, Store, WatchFrom};
+    use crate::selector::FieldSelector;
+    use crate::{builtins, pod};
+
+    fn store() -> Store {
+        store_with(std::time::Duration::ZERO)
+    }
+
+    fn store_with(history_window: std::time::Duration) -> Store {
+        let mut store = Store::new(Limits {
+            history: 5,
+            history_bytes: 1 << 20,
+            history_window,
+            watch_queue: 16,
+            list_snapshots: 4,
+        });
+        for def in builtins::builtins() {
+            store.register(def);
+        }
+        store
+    }
+
+    fn on_node(store: &Store, node: &str) -> Filter {
+        let def = store.def("pods").unwrap();
+        Filter {
+            fields: FieldSelector::parse(&format!("spec.nodeName={node}"), &def).unwrap(),
+            ..Filter::default()
+        }
+    }
+
+    fn parse(line: &[u8]) -> (String, Value) {
+        let v: Value = serde_json::from_slice(line).unwrap();
+        (v["type"].as_str().unwrap().to_owned(), v["object"].clone())
+    }
+
+    #[test]
+    fn a_pod_moved_off_a_node_is_deleted_there_with_the_version_that_matched() {
+        let mut store = store();
+        store.create("pods", pod("a").node("n1").build()).unwrap();
+        let mut from = store
+            .watch("pods", on_node(&store, "n1"), WatchFrom::After(store.rv()))
+            .unwrap();
+        let mut to = store
+            .watch("pods", on_node(&store, "n2"), WatchFrom::After(store.rv()))
+            .unwrap();
+        let patch = serde_json::json!({"spec": {"nodeName": "n2"}});
+        let moved = store.merge_patch("pods", None, "a", &patch).unwrap();
+        let rv = moved.object["metadata"]["resourceVersion"].clone();
+
+        let (ty, obj) = parse(&from.rx.try_recv().unwrap());
+        assert_eq!(ty, "DELETED");
+        assert_eq!(obj["spec"]["nodeName"], "n1", "the version that matched");
+        assert_eq!(obj["metadata"]["resourceVersion"], rv, "the event's rv");
+        let (ty, obj) = parse(&to.rx.try_recv().unwrap());
+        assert_eq!(ty, "ADDED");
+        assert_eq!(obj["spec"]["nodeName"], "n2");
+
+        // A watch replayed from the history sees the same.
+        let replay = store
+            .watch("pods", on_node(&store, "n1"), WatchFrom::After(1))
+            .unwrap();
+        let (ty, obj) = parse(&replay.initial.back().unwrap().clone().into_line());
+        assert_eq!(
+            (ty.as_str(), &obj["spec"]["nodeName"]),
+            ("DELETED", &Value::from("n1"))
+        );
+        assert_eq!(obj["metadata"]["resourceVersion"], rv);
+    }
+
+    #[test]
+    fn events_younger_than_the_window_outlive_the_count_bound() {
+        for (window, kept) in [(0, 5), (3600, 30)] {
+            let mut store = store_with(std::time::Duration::from_secs(window));
+            let first = store.rv();
+            for i in 0..30 {
+                store.create("pods", pod(&format!("p{i}")).build()).unwrap();
+            }
+            let s = store.stats().storage("pods");
+            assert_eq!(s.history_events, kept, "window {window}s");
+            assert!(
+                store
+                    .watch("pods", Filter::default(), WatchFrom::After(first))
+                    .is_ok()
+                    == (kept == 30)
+            );
+        }
+    }
+
+    #[test]
+    fn seeded_objects_record_no_history_and_raise_the_floor() {
+        let mut store = store_with(std::time::Duration::from_secs(3600));
+        let before = store.rv();
+        let pods = (0..20).map(|i| pod(&format!("p{i}")).build()).collect();
+        store.seed("pods", pods).unwrap();
+        let s = store.stats().storage("pods");
+        assert_eq!(
+            (s.objects, s.history_events, s.history_floor),
+            (20, 0, store.rv())
+        );
+        assert!(
+            store
+                .watch("pods", Filter::default(), WatchFrom::After(before))
+                .is_err()
+        );
+        // With a watcher open, seeding is ordinary creates: it misses nothing.
+        let mut w = store
+            .watch("pods", Filter::default(), WatchFrom::After(store.rv()))
+            .unwrap();
+        store.seed("pods", vec![pod("late").build()]).unwrap();
+        assert!(w.rx.try_recv().is_ok());
     }
 }
