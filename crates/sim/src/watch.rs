@@ -22,6 +22,9 @@ use super::resource::ResourceDef;
 use super::store::WatchStart;
 use super::{Sim, SimError};
 
+/// About how many bytes of initial events one write carries.
+const INITIAL_WRITE: usize = 64 << 10;
+
 /// `{"type":TY,"object":OBJ}\n` around an already encoded object.
 pub(crate) fn event_line(ty: &str, object: &[u8]) -> Bytes {
     let mut b = BytesMut::with_capacity(object.len() + ty.len() + 24);
@@ -97,7 +100,22 @@ impl WatchStream {
                 continue;
             }
             if let Some(line) = self.start.initial.pop_front() {
-                return Some(line.into_line());
+                // The first lines go out in writes of about 64 KiB, as a
+                // LIST page does, not one write per object (150,000 of
+                // them in a streaming list at Kubernetes' limits).
+                let first = line.into_line();
+                if self.start.initial.is_empty() || first.len() >= INITIAL_WRITE {
+                    return Some(first);
+                }
+                let mut out = BytesMut::with_capacity(INITIAL_WRITE + first.len());
+                out.extend_from_slice(&first);
+                while out.len() < INITIAL_WRITE {
+                    let Some(line) = self.start.initial.pop_front() else {
+                        break;
+                    };
+                    out.extend_from_slice(&line.into_line());
+                }
+                return Some(out.freeze());
             }
             tokio::select! {
                 biased;
