@@ -1217,12 +1217,23 @@ async fn real_client_kubectl_get_pods_all_namespaces_at_size_prints_what_the_api
             let mut args = args.clone();
             args.push(output);
             let (want, want_gets) = kubectl_logged(&kubectl, &upstream, &cache, &args).await;
-            let before = env.sim.stats().resource("pods").list_requests;
+            let before = (
+                env.sim.stats().resource("pods"),
+                env.sim.stats().lists("pods"),
+            );
             let (got, gets) = kubectl_logged(&kubectl, &env.base, &cache, &args).await;
-            assert_eq!(
-                env.sim.stats().resource("pods").list_requests,
-                before,
-                "kubefan served kubectl {args:?} from its cache"
+            // From its cache: upstream, at most the one resourceVersion
+            // probe (`limit=1`) of a consistent read, for the first page.
+            let after = (
+                env.sim.stats().resource("pods"),
+                env.sim.stats().lists("pods"),
+            );
+            let probes = after.1.probes - before.1.probes;
+            assert!(
+                after.0.list_requests - before.0.list_requests == probes
+                    && probes <= 1
+                    && after.1.items - before.1.items <= probes,
+                "kubefan served kubectl {args:?} from its cache: upstream {before:?} then {after:?}"
             );
             if output == "-o=json" {
                 let (want, got): (Value, Value) = (
