@@ -51,6 +51,7 @@ type requestCounts struct {
 	lists      atomic.Int64 // GET without watch: a plain LIST
 	watches    atomic.Int64 // watch=true without sendInitialEvents
 	watchLists atomic.Int64 // watch=true&sendInitialEvents=true
+	selected   atomic.Int64 // of all those, the ones with a fieldSelector
 }
 
 // countingTransport counts every request that got a 200 answer.
@@ -65,6 +66,9 @@ func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return resp, err
 	}
 	q := req.URL.Query()
+	if q.Get("fieldSelector") != "" {
+		t.counts.selected.Add(1)
+	}
 	switch {
 	case q.Get("watch") == "" || q.Get("watch") == "false" || q.Get("watch") == "0":
 		t.counts.lists.Add(1)
@@ -83,6 +87,7 @@ type report struct {
 	Lists      int64                        `json:"lists"`
 	Watches    int64                        `json:"watches"`
 	WatchLists int64                        `json:"watchLists"`
+	Selected   int64                        `json:"selected"`
 	Caches     map[string]map[string]string `json:"caches"`
 }
 
@@ -221,7 +226,7 @@ func run(kubeconfig, crd string, nodes []string) error {
 		}
 		// A line when a cache changed, or when the sync state or the
 		// request counts did.
-		state := fmt.Sprint(synced, counts.lists.Load(), counts.watches.Load(), counts.watchLists.Load())
+		state := fmt.Sprint(synced, counts.lists.Load(), counts.watches.Load(), counts.watchLists.Load(), counts.selected.Load())
 		if !dirty.Swap(false) && state == last {
 			continue
 		}
@@ -232,6 +237,7 @@ func run(kubeconfig, crd string, nodes []string) error {
 			Lists:      counts.lists.Load(),
 			Watches:    counts.watches.Load(),
 			WatchLists: counts.watchLists.Load(),
+			Selected:   counts.selected.Load(),
 			Caches:     map[string]map[string]string{},
 		}
 		for name, inf := range stores {

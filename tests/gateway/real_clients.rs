@@ -1,7 +1,8 @@
 //! Real Kubernetes clients against kubefan's Kubernetes face: client-go
 //! (a SharedInformerFactory and a dynamic informer, through the streaming
-//! watch-list and through list-then-watch), `@kubernetes/client-node`'s
-//! `makeInformer`, and kubectl. Clients we did not write are the better
+//! watch-list and through list-then-watch, and a node agent's informer of
+//! `spec.nodeName=NODE`), `@kubernetes/client-node`'s `makeInformer`, and
+//! kubectl (`get pods -A` at 3,000 pods too). Clients we did not write are the better
 //! oracle of what "Kubernetes-compatible" means.
 //!
 //! Each test runs one kind of client as child processes against a kubefan
@@ -45,6 +46,8 @@ struct Report {
     lists: u64,
     watches: u64,
     watch_lists: u64,
+    /// client-go: of those, the ones that carried a `fieldSelector`.
+    selected: u64,
 }
 
 fn replace_report(state: &mut Report, line: Value) {
@@ -347,6 +350,10 @@ async fn real_client_go_node_agent_holds_exactly_its_nodes_pods_through_reschedu
     assert!(watch_list.watch_lists >= n, "{watch_list:?}");
     assert!(classic.synced && classic.watch_lists == 0, "{classic:?}");
     assert!(classic.lists >= n && classic.watches >= n, "{classic:?}");
+    // The agent's own list and watch carried its selector to kubefan (no
+    // other informer sends one).
+    assert!(watch_list.selected >= 1, "{watch_list:?}");
+    assert!(classic.selected >= 2, "{classic:?}");
     let pods = cluster.stats().resource("pods");
     assert_eq!(
         pods.open_watches, 1,
