@@ -13,6 +13,10 @@
 // every reflector opens a streaming watch-list
 // (sendInitialEvents=true&resourceVersionMatch=NotOlderThan) instead of a
 // LIST; without it, the classic LIST then WATCH.
+//
+// With -node-agent NODE (repeatable) it also runs, in a SharedInformerFactory
+// of its own, a pod informer restricted to spec.nodeName=NODE, as a kubelet
+// or a node's log shipper runs one; its store is reported as pods@NODE.
 package main
 
 import (
@@ -30,6 +34,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -45,6 +51,7 @@ type requestCounts struct {
 	lists      atomic.Int64 // GET without watch: a plain LIST
 	watches    atomic.Int64 // watch=true without sendInitialEvents
 	watchLists atomic.Int64 // watch=true&sendInitialEvents=true
+	selected   atomic.Int64 // of all those, the ones with a fieldSelector
 }
 
 // countingTransport counts every request that got a 200 answer.
@@ -59,6 +66,9 @@ func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return resp, err
 	}
 	q := req.URL.Query()
+	if q.Get("fieldSelector") != "" {
+		t.counts.selected.Add(1)
+	}
 	switch {
 	case q.Get("watch") == "" || q.Get("watch") == "false" || q.Get("watch") == "0":
 		t.counts.lists.Add(1)
@@ -77,6 +87,7 @@ type report struct {
 	Lists      int64                        `json:"lists"`
 	Watches    int64                        `json:"watches"`
 	WatchLists int64                        `json:"watchLists"`
+	Selected   int64                        `json:"selected"`
 	Caches     map[string]map[string]string `json:"caches"`
 }
 
@@ -97,17 +108,32 @@ func digest(store cache.Store) map[string]string {
 	return out
 }
 
+// nodeList is the repeatable -node-agent flag.
+type nodeList []string
+
+func (n *nodeList) String() string { return strings.Join(*n, ",") }
+
+func (n *nodeList) Set(node string) error {
+	if node == "" {
+		return fmt.Errorf("-node-agent needs a node name")
+	}
+	*n = append(*n, node)
+	return nil
+}
+
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the server to watch (kubefan)")
 	crd := flag.String("crd", "example.com/v1/widgets", "the custom resource to watch, as group/version/plural")
+	var nodes nodeList
+	flag.Var(&nodes, "node-agent", "also run a pod informer of spec.nodeName=`NODE`, in a factory of its own (repeatable)")
 	flag.Parse()
-	if err := run(*kubeconfig, *crd); err != nil {
+	if err := run(*kubeconfig, *crd, nodes); err != nil {
 		fmt.Fprintln(os.Stderr, "kubefan-client-go:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, crd string) error {
+func run(kubeconfig, crd string, nodes []string) error {
 	parts := strings.Split(crd, "/")
 	if len(parts) != 3 {
 		return fmt.Errorf("-crd %q is not group/version/plural", crd)
@@ -144,6 +170,16 @@ func run(kubeconfig, crd string) error {
 		"deployments.apps":             factory.Apps().V1().Deployments().Informer(),
 		gvr.Resource + "." + gvr.Group: dynFactory.ForResource(gvr).Informer(),
 	}
+	// A node agent's factory: every list and watch it sends carries
+	// fieldSelector=spec.nodeName=NODE.
+	var agents []informers.SharedInformerFactory
+	for _, node := range nodes {
+		selector := fields.OneTermEqualSelector("spec.nodeName", node).String()
+		agent := informers.NewSharedInformerFactoryWithOptions(typed, 0,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = selector }))
+		stores["pods@"+node] = agent.Core().V1().Pods().Informer()
+		agents = append(agents, agent)
+	}
 	for _, inf := range stores {
 		if _, err := inf.AddEventHandler(mark); err != nil {
 			return err
@@ -164,6 +200,9 @@ func run(kubeconfig, crd string) error {
 
 	factory.Start(stop)
 	dynFactory.Start(stop)
+	for _, agent := range agents {
+		agent.Start(stop)
+	}
 
 	out := bufio.NewWriter(os.Stdout)
 	watchList := clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient)
@@ -175,6 +214,9 @@ func run(kubeconfig, crd string) error {
 		case <-stop:
 			factory.Shutdown()
 			dynFactory.Shutdown()
+			for _, agent := range agents {
+				agent.Shutdown()
+			}
 			return nil
 		case <-tick.C:
 		}
@@ -184,7 +226,7 @@ func run(kubeconfig, crd string) error {
 		}
 		// A line when a cache changed, or when the sync state or the
 		// request counts did.
-		state := fmt.Sprint(synced, counts.lists.Load(), counts.watches.Load(), counts.watchLists.Load())
+		state := fmt.Sprint(synced, counts.lists.Load(), counts.watches.Load(), counts.watchLists.Load(), counts.selected.Load())
 		if !dirty.Swap(false) && state == last {
 			continue
 		}
@@ -195,6 +237,7 @@ func run(kubeconfig, crd string) error {
 			Lists:      counts.lists.Load(),
 			Watches:    counts.watches.Load(),
 			WatchLists: counts.watchLists.Load(),
+			Selected:   counts.selected.Load(),
 			Caches:     map[string]map[string]string{},
 		}
 		for name, inf := range stores {

@@ -927,3 +927,117 @@ async fn the_api_servers_deprecation_warnings_reach_kubefans_clients() {
     }
     env.stop().await;
 }
+
+/// A node agent's watch (`fieldSelector=spec.nodeName=NODE`) resumed from
+/// a list's resourceVersion replays, from the history, exactly the changes
+/// to that node's set: a pod rescheduled onto it is ADDED, one rescheduled
+/// away or unscheduled is DELETED (at the resourceVersion that moved it),
+/// one deleted there is DELETED, one created there ADDED; pods that never
+/// were on the node are not seen. Then the same live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_watch_resumed_from_history_sees_pods_rescheduled_onto_and_off_its_node() {
+    let env = spawn(seeded(0), test_config(&["pods"])).await;
+    for (name, node) in [
+        ("stays", "node-1"),
+        ("leaves", "node-1"),
+        ("unscheduled", "node-1"),
+        ("deleted", "node-1"),
+        ("arrives", "node-0"),
+        ("elsewhere", "node-2"),
+    ] {
+        env.sim
+            .create("pods", pod(name).ns("web").node(node).build())
+            .unwrap();
+    }
+    env.caught_up("pods", env.sim.resource_version()).await;
+    let api: Api<Pod> = Api::namespaced(env.kube_client(None).await, "web");
+    let listed = api
+        .list(&ListParams::default().fields("spec.nodeName=node-1"))
+        .await
+        .unwrap();
+    let names: Vec<_> = listed
+        .items
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["deleted", "leaves", "stays", "unscheduled"]);
+    let rv = listed.metadata.resource_version.unwrap();
+
+    // Written before the watch starts: it must replay them from history.
+    let patch = |name: &str, p: Value| {
+        let o = env.sim.merge_patch("pods", Some("web"), name, &p).unwrap();
+        o["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut want = vec![
+        (
+            "MODIFIED",
+            "stays",
+            patch("stays", json!({"metadata": {"labels": {"x": "1"}}})),
+        ),
+        (
+            "DELETED",
+            "leaves",
+            patch("leaves", json!({"spec": {"nodeName": "node-2"}})),
+        ),
+        (
+            "ADDED",
+            "arrives",
+            patch("arrives", json!({"spec": {"nodeName": "node-1"}})),
+        ),
+        (
+            "DELETED",
+            "unscheduled",
+            patch("unscheduled", json!({"spec": {"nodeName": null}})),
+        ),
+    ];
+    let gone = env.sim.delete("pods", Some("web"), "deleted").unwrap();
+    want.push((
+        "DELETED",
+        "deleted",
+        gone["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    ));
+    patch("elsewhere", json!({"spec": {"nodeName": "node-0"}}));
+    env.caught_up("pods", env.sim.resource_version()).await;
+
+    let wp = WatchParams::default().fields("spec.nodeName=node-1");
+    let mut events = Box::pin(api.watch(&wp, &rv).await.unwrap());
+    let mut next = async || {
+        let event = tokio::time::timeout(WAIT, events.try_next())
+            .await
+            .expect("an event in time")
+            .unwrap()
+            .unwrap();
+        let (ty, p) = match event {
+            WatchEvent::Added(p) => ("ADDED", p),
+            WatchEvent::Modified(p) => ("MODIFIED", p),
+            WatchEvent::Deleted(p) => ("DELETED", p),
+            other => panic!("unexpected {other:?}"),
+        };
+        (
+            ty,
+            p.metadata.name.unwrap(),
+            p.metadata.resource_version.unwrap(),
+        )
+    };
+    for (ty, name, rv) in &want {
+        assert_eq!(
+            next().await,
+            (*ty, name.to_string(), rv.clone()),
+            "replayed"
+        );
+    }
+
+    // Live: onto the node, off it, and a pod elsewhere not seen.
+    patch("elsewhere", json!({"spec": {"nodeName": "node-2"}}));
+    let on = patch("leaves", json!({"spec": {"nodeName": "node-1"}}));
+    assert_eq!(next().await, ("ADDED", "leaves".into(), on));
+    let off = patch("arrives", json!({"spec": {"nodeName": "node-0"}}));
+    assert_eq!(next().await, ("DELETED", "arrives".into(), off));
+    env.stop().await;
+}

@@ -1,7 +1,8 @@
 //! Real Kubernetes clients against kubefan's Kubernetes face: client-go
 //! (a SharedInformerFactory and a dynamic informer, through the streaming
-//! watch-list and through list-then-watch), `@kubernetes/client-node`'s
-//! `makeInformer`, and kubectl. Clients we did not write are the better
+//! watch-list and through list-then-watch, and a node agent's informer of
+//! `spec.nodeName=NODE`), `@kubernetes/client-node`'s `makeInformer`, and
+//! kubectl (`get pods -A` at 3,000 pods too). Clients we did not write are the better
 //! oracle of what "Kubernetes-compatible" means.
 //!
 //! Each test runs one kind of client as child processes against a kubefan
@@ -45,6 +46,8 @@ struct Report {
     lists: u64,
     watches: u64,
     watch_lists: u64,
+    /// client-go: of those, the ones that carried a `fieldSelector`.
+    selected: u64,
 }
 
 fn replace_report(state: &mut Report, line: Value) {
@@ -168,6 +171,17 @@ async fn equals(client: &mut ClientProcess<Report>, upstream: &Caches) {
 /// The client-go program, with its WatchListClient feature gate on or off
 /// (set either way, so a change of client-go's default changes nothing).
 fn client_go(cluster: &Cluster, watch_list: bool) -> ClientProcess<Report> {
+    client_go_with_agents(cluster, watch_list, &[])
+}
+
+/// [`client_go`] that also runs a node agent per node of `agents`: a pod
+/// informer of `spec.nodeName=NODE` in a factory of its own, whose cache
+/// it reports as `pods@NODE`.
+fn client_go_with_agents(
+    cluster: &Cluster,
+    watch_list: bool,
+    agents: &[&str],
+) -> ClientProcess<Report> {
     let mut command = Command::new(program("KUBEFAN_CLIENT_GO"));
     command
         .arg("-kubeconfig")
@@ -175,12 +189,25 @@ fn client_go(cluster: &Cluster, watch_list: bool) -> ClientProcess<Report> {
         .arg("-crd")
         .arg(CRD)
         .env("KUBE_FEATURE_WatchListClient", watch_list.to_string());
+    for node in agents {
+        command.arg("-node-agent").arg(node);
+    }
     let name = if watch_list {
         "client-go (watch-list)"
     } else {
         "client-go (list-then-watch)"
     };
     ClientProcess::spawn(name, command, replace_report)
+}
+
+/// The upstream's state as clients running node agents on `agents` hold
+/// it: every resource, and each agent's node's pods as `pods@NODE`.
+fn upstream_with_agents(cluster: &Cluster, agents: &[&str]) -> Caches {
+    let mut upstream = cluster.upstream();
+    for node in agents {
+        upstream.insert(format!("pods@{node}"), cluster.node_pods(node));
+    }
+    upstream
 }
 
 fn client_node(cluster: &Cluster) -> ClientProcess<Report> {
@@ -196,7 +223,13 @@ fn client_node(cluster: &Cluster) -> ClientProcess<Report> {
 /// Runs the scenario every client goes through, checking `clients` at each
 /// step: they follow the churn, an ended upstream watch, a 410 upstream
 /// and a restart of kubefan, and end with exactly the upstream's objects.
-async fn churn_faults_and_a_restart(cluster: &mut Cluster, clients: &mut [ClientProcess<Report>]) {
+/// Clients that run node agents on `agents` must hold each agent's node's
+/// pods exactly too.
+async fn churn_faults_and_a_restart(
+    cluster: &mut Cluster,
+    clients: &mut [ClientProcess<Report>],
+    agents: &[&str],
+) {
     let marks = cluster.mark();
     for c in clients.iter_mut() {
         follows(c, &marks).await;
@@ -228,7 +261,7 @@ async fn churn_faults_and_a_restart(cluster: &mut Cluster, clients: &mut [Client
     }
 
     cluster.settle().await;
-    let upstream = cluster.upstream();
+    let upstream = upstream_with_agents(cluster, agents);
     for c in clients.iter_mut() {
         equals(c, &upstream).await;
     }
@@ -240,7 +273,7 @@ async fn churn_faults_and_a_restart(cluster: &mut Cluster, clients: &mut [Client
 async fn real_client_go_informers_end_equal_to_upstream_through_faults_and_a_restart() {
     let mut cluster = Cluster::start().await;
     let mut clients = [client_go(&cluster, true), client_go(&cluster, false)];
-    churn_faults_and_a_restart(&mut cluster, &mut clients).await;
+    churn_faults_and_a_restart(&mut cluster, &mut clients, &[]).await;
 
     // Each ran the list mode it was given: the streaming watch-list never
     // needed a LIST, the classic informer never sent a watch-list.
@@ -272,12 +305,70 @@ async fn real_client_go_informers_end_equal_to_upstream_through_faults_and_a_res
     cluster.stop().await;
 }
 
+/// A node agent (client-go's pod informer of `spec.nodeName=NODE` in a
+/// factory of its own, as a kubelet runs it) beside the ordinary informers,
+/// through the streaming watch-list and through list-then-watch: it sees
+/// pods scheduled onto its node arrive and pods rescheduled away,
+/// unscheduled or deleted leave, follows the churn (which reschedules pods
+/// between the nodes), ended watches, a 410 and a restart of kubefan, and
+/// ends holding exactly the upstream's pods on its node. kubefan serves it
+/// from its cache: the upstream still sees one watch for pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real clients: conformance/run"]
+async fn real_client_go_node_agent_holds_exactly_its_nodes_pods_through_reschedules() {
+    const NODE: &str = "node-1";
+    let agents = [NODE];
+    let mut cluster = Cluster::start().await;
+    let mut clients = [
+        client_go_with_agents(&cluster, true, &agents),
+        client_go_with_agents(&cluster, false, &agents),
+    ];
+    let (held, gone) = cluster.reschedule(NODE, "node-2");
+    for c in clients.iter_mut() {
+        follows_deletions(c, &held, &gone).await;
+    }
+    churn_faults_and_a_restart(&mut cluster, &mut clients, &agents).await;
+
+    // After the restart, through the new kubefan's watches; no churn now.
+    let (held, gone) = cluster.reschedule(NODE, "node-0");
+    for c in clients.iter_mut() {
+        follows_deletions(c, &held, &gone).await;
+    }
+    let upstream = upstream_with_agents(&cluster, &agents);
+    assert!(
+        upstream[&format!("pods@{NODE}")].len() > 3,
+        "the node holds pods: {upstream:?}"
+    );
+    for c in clients.iter_mut() {
+        equals(c, &upstream).await;
+    }
+    // The agent's informer made its own requests (one more informer than
+    // without it), each mode its own kind; kubefan served them all.
+    let [watch_list, classic] = clients.each_ref().map(|c| c.state());
+    let n = RESOURCES.len() as u64 + 1;
+    assert!(watch_list.synced && watch_list.lists == 0, "{watch_list:?}");
+    assert!(watch_list.watch_lists >= n, "{watch_list:?}");
+    assert!(classic.synced && classic.watch_lists == 0, "{classic:?}");
+    assert!(classic.lists >= n && classic.watches >= n, "{classic:?}");
+    // The agent's own list and watch carried its selector to kubefan (no
+    // other informer sends one).
+    assert!(watch_list.selected >= 1, "{watch_list:?}");
+    assert!(classic.selected >= 2, "{classic:?}");
+    let pods = cluster.stats().resource("pods");
+    assert_eq!(
+        pods.open_watches, 1,
+        "one upstream watch for pods: {pods:?}"
+    );
+    drop(clients);
+    cluster.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the real clients: conformance/run"]
 async fn real_client_node_informers_end_equal_to_upstream_through_faults_and_a_restart() {
     let mut cluster = Cluster::start().await;
     let mut clients = [client_node(&cluster)];
-    churn_faults_and_a_restart(&mut cluster, &mut clients).await;
+    churn_faults_and_a_restart(&mut cluster, &mut clients, &[]).await;
     drop(clients);
     cluster.stop().await;
 }
@@ -977,5 +1068,257 @@ async fn real_client_kubectl_prints_the_api_servers_deprecation_warning() {
     );
     let stderr = stderr_of("pods").await;
     assert!(!stderr.contains("Warning"), "{stderr}");
+    env.stop().await;
+}
+
+/// `kubectl` with `args` against `server`, verbose enough (`-v=6`) to log
+/// each request: (stdout, the URLs it GET, in order).
+async fn kubectl_logged(
+    kubectl: &std::path::Path,
+    server: &str,
+    cache: &std::path::Path,
+    args: &[&str],
+) -> (String, Vec<String>) {
+    let out = tokio::time::timeout(
+        process::CLIENT_WAIT,
+        Command::new(kubectl)
+            .arg("--server")
+            .arg(server)
+            .arg("--cache-dir")
+            .arg(cache)
+            .arg("-v=6")
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("kubectl finishes")
+    .expect("kubectl runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kubectl {args:?}: {stderr}");
+    // round_trippers.go logs each response as `GET URL 200 OK in 3
+    // milliseconds` (kubectl 1.32) or, structured (1.33 on), as
+    // `"Response" verb="GET" url="URL" status="200 OK"`; the kubectl
+    // dispatcher may run either, by the server's version.
+    let gets = stderr
+        .lines()
+        .filter_map(|l| match l.split_once("verb=\"GET\"") {
+            Some((_, rest)) => rest
+                .split_once("url=\"")
+                .and_then(|(_, url)| url.split_once('"'))
+                .map(|(url, _)| url),
+            None => l
+                .split_once("] GET ")
+                .and_then(|(_, rest)| rest.split_whitespace().next()),
+        })
+        .filter(|url| url.contains("/api/v1/pods"))
+        .map(str::to_string)
+        .collect();
+    (String::from_utf8_lossy(&out.stdout).into_owned(), gets)
+}
+
+/// The query parameter `name` of `url`, decoded.
+fn query_param(url: &str, name: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).expect("a URL");
+    parsed
+        .query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// kubectl against kubefan at a cluster's size prints what it prints
+/// against the API server itself: `kubectl get pods -A` over 3,000 pods on
+/// 100 nodes in 30 namespaces, which kubectl pages (`--chunk-size=500`,
+/// its default: six pages, five of them `continue`d, all served by
+/// kubefan's cache), and with `--field-selector spec.nodeName=node-7`
+/// (one node's pods, read from kubefan's node index), after pods have
+/// been rescheduled onto and off that node, deleted and created there.
+/// The simulated server has no Tables, so the comparison is of what
+/// kubectl prints client-side (`-o json`, `-o name`, custom columns);
+/// kubefan's Table for the same list is checked row by row against them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kubectl: run through conformance/run"]
+async fn real_client_kubectl_get_pods_all_namespaces_at_size_prints_what_the_api_server_gives() {
+    const NODE: &str = "node-7";
+    let kubectl = program("KUBEFAN_KUBECTL");
+    let sim = kubefan_sim::Sim::new(crate::support::sim_config());
+    let churn = kubefan_sim::ChurnConfig {
+        pods: 3000,
+        nodes: 100,
+        namespaces: (0..30).map(|i| format!("team-{i:02}")).collect(),
+        seed: Some(2026),
+        ..kubefan_sim::ChurnConfig::default()
+    };
+    kubefan_sim::seed_cluster(&sim, &churn);
+    let env = crate::support::spawn(sim, crate::support::test_config(&["pods"])).await;
+    env.synced("pods").await;
+
+    // Changes after kubefan's list, which its node index must follow.
+    let (pods, _) = env.sim.list("pods");
+    let at = |p: &Value, k: &str| p["metadata"][k].as_str().unwrap().to_string();
+    let on_node = |p: &&Value| p["spec"]["nodeName"].as_str() == Some(NODE);
+    let off: Vec<&Value> = pods.iter().filter(|p| !on_node(p)).take(40).collect();
+    let on: Vec<&Value> = pods.iter().filter(on_node).take(10).collect();
+    assert!(on.len() >= 6, "node-7 holds {} seeded pods", on.len());
+    for p in &off[..20] {
+        let patch = serde_json::json!({"spec": {"nodeName": NODE}, "status": {"phase": "Running"}});
+        env.sim
+            .merge_patch("pods", Some(&at(p, "namespace")), &at(p, "name"), &patch)
+            .unwrap();
+    }
+    for p in &off[20..30] {
+        env.sim
+            .delete("pods", Some(&at(p, "namespace")), &at(p, "name"))
+            .unwrap();
+    }
+    for (i, p) in on.iter().enumerate() {
+        let (ns, name) = (at(p, "namespace"), at(p, "name"));
+        match i % 3 {
+            0 => env.sim.delete("pods", Some(&ns), &name).map(|_| ()),
+            1 => env
+                .sim
+                .merge_patch("pods", Some(&ns), &name, &serde_json::json!({"spec": {"nodeName": "node-8"}}))
+                .map(|_| ()),
+            _ => env
+                .sim
+                .merge_patch("pods", Some(&ns), &name, &serde_json::json!({"spec": {"nodeName": null}, "status": {"phase": "Pending"}}))
+                .map(|_| ()),
+        }
+        .unwrap();
+    }
+    for i in 0..10 {
+        env.sim
+            .create(
+                "pods",
+                kubefan_sim::pod(&format!("late-{i}"))
+                    .ns(&format!("team-{:02}", i * 3))
+                    .node(NODE)
+                    .build(),
+            )
+            .unwrap();
+    }
+    env.caught_up("pods", env.sim.resource_version()).await;
+    let (pods, _) = env.sim.list("pods");
+    let total = pods.len();
+    let on_node_now = pods.iter().filter(on_node).count();
+    assert!(
+        total > 2500 && on_node_now >= 30,
+        "{total} pods, {on_node_now} on {NODE}"
+    );
+
+    let cache = std::env::temp_dir().join(format!("kubefan-kubectl-{}", uuid::Uuid::new_v4()));
+    let upstream = env.server.url();
+    let columns = "-o=custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,\
+        NODE:.spec.nodeName,PHASE:.status.phase,RV:.metadata.resourceVersion,\
+        UID:.metadata.uid,LABELS:.metadata.labels";
+    let selector = format!("spec.nodeName={NODE}");
+    for (what, args) in [
+        ("all", vec!["get", "pods", "-A"]),
+        (
+            "node",
+            vec!["get", "pods", "-A", "--field-selector", &selector],
+        ),
+    ] {
+        let expected_pods = if what == "all" { total } else { on_node_now };
+        for output in ["-o=json", "-o=name", columns] {
+            let mut args = args.clone();
+            args.push(output);
+            let (want, want_gets) = kubectl_logged(&kubectl, &upstream, &cache, &args).await;
+            let before = (
+                env.sim.stats().resource("pods"),
+                env.sim.stats().lists("pods"),
+            );
+            let (got, gets) = kubectl_logged(&kubectl, &env.base, &cache, &args).await;
+            // From its cache: upstream, at most the one resourceVersion
+            // probe (`limit=1`) of a consistent read, for the first page.
+            let after = (
+                env.sim.stats().resource("pods"),
+                env.sim.stats().lists("pods"),
+            );
+            let probes = after.1.probes - before.1.probes;
+            assert!(
+                after.0.list_requests - before.0.list_requests == probes
+                    && probes <= 1
+                    && after.1.items - before.1.items <= probes,
+                "kubefan served kubectl {args:?} from its cache: upstream {before:?} then {after:?}"
+            );
+            if output == "-o=json" {
+                let (want, got): (Value, Value) = (
+                    serde_json::from_str(&want).unwrap(),
+                    serde_json::from_str(&got).unwrap(),
+                );
+                let items = got["items"].as_array().expect("items");
+                assert_eq!(items.len(), expected_pods, "kubectl {args:?}");
+                let first_difference = items
+                    .iter()
+                    .zip(want["items"].as_array().unwrap())
+                    .find(|(g, w)| g != w);
+                assert!(
+                    first_difference.is_none(),
+                    "kubectl {args:?}: kubefan's item {:#}\nthe API server's {:#}",
+                    first_difference.unwrap().0,
+                    first_difference.unwrap().1
+                );
+                assert_eq!(got, want, "kubectl {args:?}");
+            } else {
+                assert_eq!(
+                    got.lines().count(),
+                    expected_pods + usize::from(output != "-o=name"),
+                    "kubectl {args:?}"
+                );
+                assert_eq!(got, want, "kubectl {args:?}");
+            }
+            // Paged alike: limit=500, then continue until the last page.
+            let pages = expected_pods.div_ceil(500);
+            for (server, gets) in [("kubefan", &gets), ("the API server", &want_gets)] {
+                assert_eq!(
+                    gets.len(),
+                    pages,
+                    "{server} pages, kubectl {args:?}: {gets:#?}"
+                );
+                for (i, url) in gets.iter().enumerate() {
+                    assert_eq!(query_param(url, "limit").as_deref(), Some("500"), "{url}");
+                    assert_eq!(query_param(url, "continue").is_some(), i > 0, "{url}");
+                    if what == "node" {
+                        assert_eq!(
+                            query_param(url, "fieldSelector"),
+                            Some(selector.clone()),
+                            "{url}"
+                        );
+                    }
+                }
+            }
+        }
+
+        // kubefan's own Table (the API server here has none): a row per pod
+        // of the list above, in the same order, with its phase.
+        let (table, gets) = kubectl_logged(&kubectl, &env.base, &cache, &args).await;
+        assert_eq!(gets.len(), expected_pods.div_ceil(500), "{gets:#?}");
+        let (listed, _) = kubectl_logged(
+            &kubectl,
+            &upstream,
+            &cache,
+            &[
+                &args[..],
+                &["-o=custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name"],
+            ]
+            .concat(),
+        )
+        .await;
+        let rows = printed_rows(table.as_bytes(), &["AGE"]);
+        assert_eq!(
+            rows[0][..3],
+            ["NAMESPACE", "NAME", "READY"],
+            "{:?}",
+            rows[0]
+        );
+        let names: Vec<Vec<String>> = rows.iter().map(|r| r[..2].to_vec()).collect();
+        assert_eq!(
+            names,
+            printed_rows(listed.as_bytes(), &[]),
+            "kubectl {args:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&cache);
     env.stop().await;
 }

@@ -334,6 +334,94 @@ impl Cluster {
             .collect()
     }
 
+    /// The simulated server's pods on `node` (`spec.nodeName`), as a node
+    /// agent's cache holds them.
+    pub fn node_pods(&self, node: &str) -> BTreeMap<String, String> {
+        self.sim
+            .list("pods")
+            .0
+            .iter()
+            .filter(|o| o["spec"]["nodeName"].as_str() == Some(node))
+            .map(|o| (key_of(o), rv_of(o).to_string()))
+            .collect()
+    }
+
+    /// Moves pods onto and off `node`, as a scheduler and an eviction do:
+    /// one created elsewhere then rescheduled onto it, one rescheduled from
+    /// it to another node, one unscheduled, one deleted there, and one that
+    /// stays and changes. Returns the marks a client then holds (in `pods`
+    /// and, for the pods on `node`, in `pods@NODE`) and the ones it must
+    /// not: the pods that left `node` are gone from `pods@NODE` (a DELETED
+    /// to a watch of `spec.nodeName=NODE`), the deleted one from both.
+    pub fn reschedule(&mut self, node: &str, elsewhere: &str) -> (Marks, Marks) {
+        self.marks += 1;
+        let n = self.marks;
+        let agent = format!("pods@{node}");
+        let (mut held, mut gone) = (Marks::new(), Marks::new());
+        let write = |name: &str, first: &str, then: Option<Value>| {
+            let created = self
+                .sim
+                .create(
+                    "pods",
+                    pod(&format!("{name}-{n}")).ns("web").node(first).build(),
+                )
+                .expect("pod created");
+            let key = key_of(&created);
+            let last = match then {
+                Some(patch) => self
+                    .sim
+                    .merge_patch("pods", Some("web"), &format!("{name}-{n}"), &patch)
+                    .expect("pod patched"),
+                None => created,
+            };
+            (
+                key,
+                rv_of(&last),
+                last["spec"]["nodeName"].as_str() == Some(node),
+            )
+        };
+        let moves = [
+            (
+                "arrives",
+                elsewhere,
+                Some(json!({"spec": {"nodeName": node}})),
+            ),
+            (
+                "leaves",
+                node,
+                Some(json!({"spec": {"nodeName": elsewhere}})),
+            ),
+            (
+                "unscheduled",
+                node,
+                Some(json!({"spec": {"nodeName": null}, "status": {"phase": "Pending"}})),
+            ),
+            (
+                "stays",
+                node,
+                Some(json!({"metadata": {"labels": {"round": n.to_string()}}})),
+            ),
+            ("deleted", node, None),
+        ];
+        for (name, first, then) in moves {
+            let (key, rv, on_node) = write(name, first, then);
+            if name == "deleted" {
+                self.sim
+                    .delete("pods", Some("web"), &format!("{name}-{n}"))
+                    .expect("pod deleted");
+                gone.push(("pods".into(), key.clone(), rv));
+                gone.push((agent.clone(), key, rv));
+                continue;
+            }
+            held.push(("pods".into(), key.clone(), rv));
+            match on_node {
+                true => held.push((agent.clone(), key, rv)),
+                false => gone.push((agent.clone(), key, rv)),
+            }
+        }
+        (held, gone)
+    }
+
     /// The pods of the quiet cluster of [`Cluster::start_named`] (`west`),
     /// as [`Caches`] hold them.
     pub fn other_pods(&self) -> BTreeMap<String, String> {
