@@ -124,15 +124,16 @@ impl WatchStream {
                 changed = self.stall.changed() => if changed.is_err() { return None },
                 line = self.start.rx.recv() => match line {
                     Some(line) => return Some(line),
-                    None => {
-                        self.done = true;
-                        if self.start.overflowed.load(Ordering::SeqCst) {
-                            let rv = self.sim.resource_version();
-                            return Some(error_line(&SimError::Expired(format!(
-                                "too old resource version: watcher fell behind at {rv}"
-                            ))));
-                        }
-                    }
+                    // The queue is closed: the watch is over. A watcher
+                    // that overflowed it ends after the events it had
+                    // queued, with no error, as kube-apiserver's cacher
+                    // ends one that does not keep up ("Forcing watcher
+                    // close due to unresponsiveness": `cacheWatcher.add`
+                    // and `forget(graceful)` drain its buffer and close
+                    // it, storage/cacher/cache_watcher.go); its client
+                    // watches again from the last resourceVersion it got,
+                    // which the history window covers.
+                    None => self.done = true,
                 },
                 _ = async { self.bookmarks.as_mut()?.tick().await; Some(()) }, if self.bookmarks.is_some() => {
                     if let Some(line) = self.bookmark() {

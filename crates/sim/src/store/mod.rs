@@ -13,7 +13,8 @@
 //!   its replay has been collected: no gap, no duplicate.
 //! - Writers never wait on a watcher: events are `try_send` into a bounded
 //!   queue, and a watcher whose queue is full is dropped and marked
-//!   overflowed (its stream then ends with 410).
+//!   overflowed (its stream then ends after what it had queued, with no
+//!   error, as kube-apiserver ends a watcher that does not keep up).
 //! - Objects and events are kept as their JSON encoding plus their
 //!   selectable attributes (`attrs.rs`), never as parsed values; what a
 //!   caller needs as a `Value` is parsed from the bytes on demand.

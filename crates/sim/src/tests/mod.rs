@@ -830,7 +830,7 @@ async fn a_negative_timeout_ends_the_watch_at_once_and_zero_is_the_default() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn stalled_watch_resumes_and_an_overflowing_one_ends_with_410() {
+async fn stalled_watch_resumes_and_an_overflowing_one_ends_without_an_error() {
     let cfg = SimConfig {
         watch_queue: 4,
         ..SimConfig::default()
@@ -865,8 +865,10 @@ async fn stalled_watch_resumes_and_an_overflowing_one_ends_with_410() {
     while let Some(ev) = next(&mut w).await {
         got.push(brief(&ev));
     }
-    assert_eq!(got.len(), 5, "{got:?}");
-    assert_eq!(got[4], ("ERROR", "410".to_owned()));
+    // The four it had queued, then the end: no error (kube-apiserver
+    // closes an unresponsive watcher; its client watches again).
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert!(got.iter().all(|(ty, _)| ty == "ADDED"), "{got:?}");
     server.stop().await;
 }
 
