@@ -52,8 +52,8 @@ bash ../shared/realk8s/start.sh >/dev/null
 API=https://127.0.0.1:6443
 CA=$R/run/pki/ca.crt
 TOKEN=$R/run/admin.token
-taskset -pc "$SERVER_CPUS" "$(cat "$R/run/apiserver.pid")" >/dev/null
-taskset -pc "$SERVER_CPUS" "$(cat "$R/run/etcd.pid")" >/dev/null
+taskset -apc "$SERVER_CPUS" "$(cat "$R/run/apiserver.pid")" >/dev/null
+taskset -apc "$SERVER_CPUS" "$(cat "$R/run/etcd.pid")" >/dev/null
 # The loadtest's markers live in namespace `loadtest`; the background pods
 # in `big-N` namespaces (30 of them), made here once per API server.
 python3 - "$API" "$CA" "$TOKEN" "$PODS" "$NODES" <<'PY'

@@ -934,7 +934,10 @@ mod tests {
         assert_eq!(stats.log_events, 5, "the last five kept");
         assert_eq!(stats.objects, 20);
         assert!(
-            matches!(next_item(&mut before).await, Item::Reset(ResetReason::Lapped)),
+            matches!(
+                next_item(&mut before).await,
+                Item::Reset(ResetReason::Lapped)
+            ),
             "a cursor before the relist is lapped"
         );
         let seen = drain(&mut before, &mut view, 40).await;
@@ -973,7 +976,10 @@ mod tests {
                 pod(&format!("p{i:03}")).rv(rv).phase("Failed").build(),
             );
             rv += 1;
-            hub.apply(EventType::Deleted, pod(&format!("p{:03}", i + 1)).rv(rv).build());
+            hub.apply(
+                EventType::Deleted,
+                pod(&format!("p{:03}", i + 1)).rv(rv).build(),
+            );
             rv += 1;
             hub.apply(EventType::Added, pod(&format!("n{i:03}")).rv(rv).build());
         }

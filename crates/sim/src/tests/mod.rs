@@ -868,7 +868,7 @@ async fn stalled_watch_resumes_and_an_overflowing_one_ends_without_an_error() {
     // The four it had queued, then the end: no error (kube-apiserver
     // closes an unresponsive watcher; its client watches again).
     assert_eq!(got.len(), 4, "{got:?}");
-    assert!(got.iter().all(|(ty, _)| ty == "ADDED"), "{got:?}");
+    assert!(got.iter().all(|(ty, _)| *ty == "ADDED"), "{got:?}");
     server.stop().await;
 }
 
