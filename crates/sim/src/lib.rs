@@ -158,6 +158,9 @@ struct Inner {
     /// Cancelled and replaced by `end_watches`.
     end: Mutex<CancellationToken>,
     stall_tx: tokio::sync::watch::Sender<bool>,
+    /// The churn rate set by `POST /debug/churn?rate=N`, over the one it
+    /// started with.
+    churn_rate: tokio::sync::watch::Sender<Option<f64>>,
     fail_next: AtomicUsize,
     list_delay: Mutex<Duration>,
     authz: auth::Authz,
@@ -196,6 +199,7 @@ impl Sim {
                 store: Mutex::new(store),
                 end: Mutex::new(CancellationToken::new()),
                 stall_tx: tokio::sync::watch::Sender::new(false),
+                churn_rate: tokio::sync::watch::Sender::new(None),
                 fail_next: AtomicUsize::new(0),
                 list_delay: Mutex::new(Duration::ZERO),
                 authz,
@@ -400,6 +404,17 @@ impl Sim {
     /// While on, watch streams write nothing (their queues fill up).
     pub fn stall_watches(&self, on: bool) {
         self.inner.stall_tx.send_replace(on);
+    }
+
+    /// Sets the churn rate (operations a second; 0 pauses churn), for a
+    /// load test that needs a still cluster to compare its clients with.
+    pub fn set_churn_rate(&self, rate: f64) {
+        self.inner.churn_rate.send_replace(Some(rate));
+    }
+
+    /// The churn rate set by [`Sim::set_churn_rate`], if one was.
+    pub(crate) fn churn_rate(&self) -> tokio::sync::watch::Receiver<Option<f64>> {
+        self.inner.churn_rate.subscribe()
     }
 
     /// Delays every list response by `delay` (zero to stop).

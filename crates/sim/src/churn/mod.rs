@@ -333,39 +333,52 @@ pub fn spawn_churn(
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        if cfg.rate <= 0.0 || !cfg.rate.is_finite() {
-            shutdown.cancelled().await;
-            return;
-        }
         let mut rng = rng_for(&cfg);
         let nodes: Vec<String> = (0..cfg.nodes).map(node_name).collect();
         let deploys = deployments(&cfg);
-        let mut known: Known = Vec::new();
+        let mut known: Option<Known> = None;
         let mut rollout = rollout::Rollout::new(deploys.clone());
-        if cfg.style == ChurnStyle::Random {
-            known = sim.names("pods");
-        }
-        // Ticks of at least 10 ms; each runs the ops that fell due since the last.
-        let period = Duration::from_secs_f64((1.0 / cfg.rate).max(0.01));
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let (mut last, mut due) = (Instant::now(), 0.0f64);
+        let mut set = sim.churn_rate();
         loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            let now = Instant::now();
-            due += now.duration_since(last).as_secs_f64() * cfg.rate;
-            last = now;
-            while due >= 1.0 {
-                match cfg.style {
-                    ChurnStyle::Random => {
-                        churn_once(&sim, &cfg, &deploys, &nodes, &mut known, &mut rng)
-                    }
-                    ChurnStyle::Rollout => rollout.step(&sim, &cfg, &nodes, &mut rng),
+            // The rate set by `/debug/churn`, or the one it started with.
+            let rate = set.borrow_and_update().unwrap_or(cfg.rate);
+            if rate <= 0.0 || !rate.is_finite() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    changed = set.changed() => if changed.is_err() { return },
                 }
-                due -= 1.0;
+                continue;
+            }
+            if cfg.style == ChurnStyle::Random && known.is_none() {
+                known = Some(sim.names("pods"));
+            }
+            // Ticks of at least 10 ms; each runs the ops that fell due since the last.
+            let period = Duration::from_secs_f64((1.0 / rate).max(0.01));
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            let (mut last, mut due) = (Instant::now(), 0.0f64);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    changed = set.changed() => {
+                        if changed.is_err() { return }
+                        break;
+                    }
+                    _ = tick.tick() => {}
+                }
+                let now = Instant::now();
+                due += now.duration_since(last).as_secs_f64() * rate;
+                last = now;
+                while due >= 1.0 {
+                    match cfg.style {
+                        ChurnStyle::Random => {
+                            let known = known.get_or_insert_with(Vec::new);
+                            churn_once(&sim, &cfg, &deploys, &nodes, known, &mut rng)
+                        }
+                        ChurnStyle::Rollout => rollout.step(&sim, &cfg, &nodes, &mut rng),
+                    }
+                    due -= 1.0;
+                }
             }
         }
     })
@@ -550,6 +563,42 @@ mod tests {
             .unwrap();
         let n = sim.list("pods").0.len();
         assert!((20..=60).contains(&n), "population drifted to {n}");
+    }
+
+    /// `POST /debug/churn?rate=0` pauses churn (a load test's settle
+    /// point), and a rate set again resumes it.
+    #[tokio::test(start_paused = true)]
+    async fn churn_paused_writes_nothing_and_resumes_at_the_rate_set() {
+        let sim = Sim::new(SimConfig::default());
+        let cfg = ChurnConfig {
+            pods: 20,
+            rate: 100.0,
+            seed: Some(3),
+            managed_fields: false,
+            ..ChurnConfig::default()
+        };
+        seed_cluster(&sim, &cfg);
+        let stop = CancellationToken::new();
+        let task = spawn_churn(sim.clone(), cfg, stop.clone());
+        let start = sim.resource_version();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let running = sim.resource_version();
+        assert!(running >= start + 50, "churn at 100/s: {start} -> {running}");
+        sim.set_churn_rate(0.0);
+        // The pause takes effect at the churn task's next turn.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let paused = sim.resource_version();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(sim.resource_version(), paused, "paused churn wrote");
+        sim.set_churn_rate(10.0);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let resumed = sim.resource_version() - paused;
+        assert!((10..=30).contains(&resumed), "{resumed} writes in 2 s at 10/s");
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -166,6 +166,7 @@ async fn route(req: &HttpRequest, body: &[u8], sim: &Sim) -> Result<HttpResponse
         ["api", v] => discovery(&|d| resource::resource_list(d, "", v)),
         ["apis", g, v] => discovery(&|d| resource::resource_list(d, g, v)),
         ["debug", "stats"] if get => Ok(json_response(&json!(sim.stats()))),
+        ["debug", "churn"] if req.method() == Method::POST => churn_endpoint(sim, &query(req)?),
         ["debug", "faults", fault] if req.method() == Method::POST => {
             fault_endpoint(sim, fault, &query(req)?)
         }
@@ -211,6 +212,25 @@ async fn route(req: &HttpRequest, body: &[u8], sim: &Sim) -> Result<HttpResponse
         ["debug", ..] => Err(SimError::MethodNotAllowed),
         _ => Err(SimError::UnknownResource(req.path().into())),
     }
+}
+
+/// `POST /debug/churn?rate=N`: churn at N operations a second from now
+/// on (0 pauses it).
+fn churn_endpoint(sim: &Sim, q: &Query) -> Result<HttpResponse, SimError> {
+    let rate = q
+        .get("rate")
+        .ok_or_else(|| SimError::BadRequest("rate: missing (operations a second)".into()))?;
+    let rate: f64 = rate
+        .parse()
+        .ok()
+        .filter(|r: &f64| r.is_finite() && (0.0..=100_000.0).contains(r))
+        .ok_or_else(|| {
+            SimError::BadRequest(format!("rate: {rate:?} is not a number from 0 to 100000"))
+        })?;
+    sim.set_churn_rate(rate);
+    Ok(json_response(
+        &json!({"ok": true, "rate": rate, "resourceVersion": sim.resource_version().to_string()}),
+    ))
 }
 
 /// `POST /debug/faults/{fault}`: end_watches, fail_next?n=, compact,

@@ -425,6 +425,29 @@ async fn fail_next_gives_500_then_recovers() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_churn_rate_is_set_over_http_and_a_bad_rate_is_a_400() {
+    let (sim, server, _client) = start(SimConfig::default()).await;
+    let post = |q: &'static str| {
+        let url = format!("{}/debug/churn{q}", server.url());
+        async move { reqwest::Client::new().post(url).send().await.unwrap() }
+    };
+    for bad in ["", "?rate=fast", "?rate=-1", "?rate=NaN", "?rate=1e9"] {
+        let resp = post(bad).await;
+        assert_eq!(resp.status(), 400, "{bad}");
+        let status: Value = resp.json().await.unwrap();
+        assert!(
+            status["message"].as_str().unwrap().contains("rate"),
+            "{bad}: {status}"
+        );
+    }
+    assert_eq!(*sim.churn_rate().borrow(), None, "no bad rate was taken");
+    let resp = post("?rate=0").await;
+    assert!(resp.status().is_success());
+    assert_eq!(*sim.churn_rate().borrow(), Some(0.0));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn discovery_finds_builtins_and_registered_crds() {
     let (sim, server, client) = start(SimConfig::default()).await;
     sim.register(
