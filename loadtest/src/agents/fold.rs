@@ -121,7 +121,9 @@ impl Fold {
             return;
         }
         self.freeze = Some(at);
-        // Steps are in position order: the newest first.
+        // The newest first. Steps are nearly in position order: a relist
+        // run's events take their objects' own resourceVersions, which
+        // may be older than the step before, so every step is looked at.
         for step in self.undo.take().unwrap_or_default().into_iter().rev() {
             match step {
                 Undo::Object { at: p, key, before } if p > at => match before {
@@ -133,7 +135,7 @@ impl Fold {
                     }
                 },
                 Undo::State { at: p, before } if p > at => self.state = before,
-                _ => break,
+                _ => {}
             }
         }
     }
@@ -171,19 +173,29 @@ impl Fold {
         self.position = self.position.max(to);
     }
 
-    /// Applies the pending run once its position is known.
+    /// Applies the pending run once its position is known. A run's
+    /// events before its last have no id, and a view that is sent only
+    /// some of them learns the run's position from the next id: the next
+    /// change, or the progress `BOOKMARK` up to a keep-alive interval
+    /// later (PROTOCOL, "Progress"), which may come after the freeze. Each
+    /// event holds the state at its own resourceVersion (a relist's ADDED
+    /// and MODIFIED, the object's; its DELETED, the list's), so those at
+    /// or before the freeze are applied whatever the position that
+    /// resolves them; the rest are not.
     fn resolve(&mut self, at: u64) {
         let run = std::mem::take(&mut self.pending);
-        if self.freeze.is_none_or(|f| at <= f) {
-            for frame in &run {
-                let before = apply(&mut self.state, frame);
-                if let (Some(undo), Some(key)) = (&mut self.undo, &frame.key) {
-                    undo.push(Undo::Object {
-                        at,
-                        key: key.clone(),
-                        before,
-                    });
-                }
+        for frame in &run {
+            let own = frame.rv.unwrap_or(at).min(at);
+            if self.freeze.is_some_and(|f| own > f) {
+                continue;
+            }
+            let before = apply(&mut self.state, frame);
+            if let (Some(undo), Some(key)) = (&mut self.undo, &frame.key) {
+                undo.push(Undo::Object {
+                    at: own,
+                    key: key.clone(),
+                    before,
+                });
             }
         }
         self.advance(at);
@@ -377,6 +389,13 @@ mod tests {
         fold.take(frame(&pod("DELETED", "b", 18, "n"), Id::At(18)));
         assert_eq!(fold.sorted(), [("ns/a".into(), 16), ("ns/b".into(), 14)]);
         assert!(fold.reached(16) && fold.position == 18);
+        // A run only partly this view's, resolved past the freeze by a
+        // progress BOOKMARK: what it holds at or before the freeze holds.
+        fold.take(frame(&pod("ADDED", "d", 14, "n"), Id::Absent));
+        fold.take(frame(&pod("DELETED", "a", 16, "n"), Id::Absent));
+        fold.take(frame(&pod("ADDED", "e", 18, "n"), Id::Absent));
+        fold.take(frame(&bookmark(18, false), Id::At(18)));
+        assert_eq!(fold.sorted(), [("ns/b".into(), 14), ("ns/d".into(), 14)]);
         // Another node's pod is a leak; a step back is counted.
         fold.take(frame(&pod("MODIFIED", "z", 19, "other"), Id::At(19)));
         fold.take(frame(&bookmark(5, false), Id::At(5)));
