@@ -24,6 +24,7 @@ RUN mkdir -p src benches loadtest/src crates/sim/src \
     && echo '' > src/lib.rs \
     && echo '' > crates/sim/src/lib.rs \
     && echo 'fn main() {}' > benches/hub.rs \
+    && echo 'fn main() {}' > benches/decode.rs \
     && echo 'fn main() {}' > loadtest/src/main.rs \
     && cargo build --release --locked --package kubefan \
     && rm -rf src benches crates/sim/src

@@ -7,10 +7,12 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use kube::api::{DynamicObject, ObjectList, WatchEvent};
+use kube::api::WatchEvent;
 use kube::core::ApiResource;
 use kubefan::upstream::IngestOptions;
-use kubefan::upstream::ingest::ingest;
+use kubefan::upstream::events::decode;
+use kubefan::upstream::ingest::{Object, ingest};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 const PODS: usize = 100;
@@ -44,22 +46,30 @@ fn watch_line(c: &mut Criterion) {
         .map(|pod| serde_json::to_vec(&json!({"type": "MODIFIED", "object": pod})).unwrap())
         .collect();
     let bytes: usize = lines.iter().map(Vec::len).sum();
-    eprintln!("watch lines: {PODS} pods, {} bytes each on average", bytes / PODS);
+    eprintln!(
+        "watch lines: {PODS} pods, {} bytes each on average",
+        bytes / PODS
+    );
     let api = api();
     let mut group = c.benchmark_group("decode");
     group.throughput(Throughput::Elements(PODS as u64));
     group.bench_function("watch_line", |b| {
         b.iter(|| {
             for line in &lines {
-                let event: WatchEvent<DynamicObject> = serde_json::from_slice(line).unwrap();
-                let WatchEvent::Modified(o) = event else {
+                let Some(Ok(WatchEvent::Modified(o))) = decode(line) else {
                     unreachable!()
                 };
-                black_box(ingest(o, &api, IngestOptions::default()).unwrap());
+                black_box(ingest(&o, &api, IngestOptions::default()).unwrap());
             }
         })
     });
     group.finish();
+}
+
+/// What `upstream::list` reads a page as (its `Page` is private).
+#[derive(Deserialize)]
+struct Page {
+    items: Vec<Object>,
 }
 
 fn list_page(c: &mut Criterion) {
@@ -84,9 +94,9 @@ fn list_page(c: &mut Criterion) {
     group.throughput(Throughput::Elements(PODS as u64));
     group.bench_function("list_page", |b| {
         b.iter(|| {
-            let page: ObjectList<DynamicObject> = serde_json::from_slice(&page).unwrap();
+            let page: Page = serde_json::from_slice(&page).unwrap();
             for item in page.items {
-                black_box(ingest(item, &api, IngestOptions::default()).unwrap());
+                black_box(ingest(&item, &api, IngestOptions::default()).unwrap());
             }
         })
     });

@@ -433,7 +433,7 @@ impl Informer {
                 }
             };
             delivered = true;
-            match ingest(obj, &self.resource, self.cfg.ingest) {
+            match ingest(&obj, &self.resource, self.cfg.ingest) {
                 Ok(obj) => {
                     *rv = (*rv).max(obj.resource_version());
                     self.hub.apply(kind, obj);

@@ -4,12 +4,38 @@
 //! viewers) unless configured otherwise; Secrets have `data` and
 //! `stringData` values blanked unless configured otherwise; `apiVersion` and
 //! `kind` are filled in (list items arrive without them).
+//!
+//! An object arrives as its raw JSON ([`Object`]) and only what the hub
+//! needs is decoded from it: the names of its fields and of its
+//! metadata's, `metadata`'s name, namespace, resourceVersion and labels,
+//! and the selectable fields (`spec.nodeName`). Every other value is
+//! copied through as the upstream wrote it. Hand-written for a measured
+//! reason: decoding a whole object and encoding it again cost 70 µs of a
+//! 6.6 KB pod from a watch line as a `kube::api::DynamicObject`, the same as
+//! a `serde_json::Value` (the trees, not `DynamicObject`'s flattened
+//! fields), and that was most of a change's cost and of a 150,000-pod
+//! list's 15 s (`benches/decode.rs`, `loadtest/RESULTS.md`). The object is
+//! written as a `DynamicObject` was: `apiVersion`, `kind`, `metadata`, then
+//! the other fields by name, the metadata's fields by name (so objects that
+//! come sorted, as the simulator's do, keep their bytes); below that, the
+//! upstream's own order and spelling (kube-apiserver writes compact JSON).
 
-use kube::api::DynamicObject;
-use kube::core::{ApiResource, TypeMeta};
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use kube::core::ApiResource;
 
 use crate::hub::Obj;
 use crate::selector::{field_text, selectable_fields};
+
+/// An upstream object as read: its JSON, not yet decoded.
+pub type Object = Box<RawValue>;
+
+/// An object's fields by name, their values undecoded.
+type Fields<'a> = BTreeMap<String, &'a RawValue>;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IngestOptions {
@@ -20,53 +46,157 @@ pub struct IngestOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
+    #[error("object is not a JSON object")]
+    NotAnObject,
     #[error("object without metadata.name")]
     NoName,
     #[error("object {0} has a non-numeric resourceVersion {1:?}")]
     ResourceVersion(String, String),
-    #[error("object {0} cannot be encoded: {1}")]
-    Encode(String, serde_json::Error),
+    /// A metadata field of the wrong type (a `DynamicObject` could not
+    /// have been decoded from it).
+    #[error("object {0} has a malformed metadata.{1}")]
+    Metadata(String, &'static str),
 }
+
+/// The fields written first, in this order, as `DynamicObject` wrote them.
+const FIRST: [&str; 3] = ["apiVersion", "kind", "metadata"];
 
 /// Turns an upstream object into the hub's form.
-pub fn ingest(
-    mut o: DynamicObject,
-    api: &ApiResource,
-    opts: IngestOptions,
-) -> Result<Obj, IngestError> {
-    let name = o.metadata.name.clone().ok_or(IngestError::NoName)?;
-    let rv_text = o.metadata.resource_version.clone().unwrap_or_default();
-    let rv = rv_text
-        .parse::<u64>()
-        .map_err(|_| IngestError::ResourceVersion(name.clone(), rv_text))?;
-    if !opts.keep_managed_fields {
-        o.metadata.managed_fields = None;
+pub fn ingest(o: &RawValue, api: &ApiResource, opts: IngestOptions) -> Result<Obj, IngestError> {
+    let top: Fields = serde_json::from_str(o.get()).map_err(|_| IngestError::NotAnObject)?;
+    let meta: Fields = top
+        .get("metadata")
+        .and_then(|m| serde_json::from_str(m.get()).ok())
+        .ok_or(IngestError::NoName)?;
+    let Ok(Some(name)) = field_of::<String>(&meta, "name") else {
+        return Err(IngestError::NoName);
+    };
+    let malformed = |field| IngestError::Metadata(name.clone(), field);
+    let rv = match field_of::<String>(&meta, "resourceVersion") {
+        Ok(Some(text)) => text
+            .parse::<u64>()
+            .map_err(|_| IngestError::ResourceVersion(name.clone(), text))?,
+        Ok(None) => return Err(IngestError::ResourceVersion(name, String::new())),
+        Err(()) => return Err(malformed("resourceVersion")),
+    };
+    let namespace = field_of::<String>(&meta, "namespace").map_err(|()| malformed("namespace"))?;
+    let labels = field_of::<BTreeMap<String, String>>(&meta, "labels")
+        .map_err(|()| malformed("labels"))?
+        .unwrap_or_default();
+
+    let redact = !opts.reveal_secret_data && api.group.is_empty() && api.plural == "secrets";
+    let mut json = Vec::with_capacity(o.get().len());
+    json.push(b'{');
+    write_entry(&mut json, "apiVersion", &string(&api.api_version));
+    write_entry(&mut json, "kind", &string(&api.kind));
+    json.extend_from_slice(b",\"metadata\":{");
+    let mut first = true;
+    for (key, value) in &meta {
+        if key == "managedFields" && !opts.keep_managed_fields {
+            continue;
+        }
+        if !std::mem::take(&mut first) {
+            json.push(b',');
+        }
+        write_key(&mut json, key);
+        json.extend_from_slice(value.get().as_bytes());
     }
-    o.types = Some(TypeMeta {
-        api_version: api.api_version.clone(),
-        kind: api.kind.clone(),
-    });
-    if !opts.reveal_secret_data && api.group.is_empty() && api.plural == "secrets" {
-        redact_secret(&mut o.data);
+    json.push(b'}');
+    for (key, value) in &top {
+        if FIRST.contains(&key.as_str()) {
+            continue;
+        }
+        match blanked(redact, key, value) {
+            Some(blank) => write_entry(&mut json, key, &blank),
+            None => write_entry(&mut json, key, value.get()),
+        }
     }
-    let json = serde_json::to_vec(&o).map_err(|e| IngestError::Encode(name.clone(), e))?;
+    json.push(b'}');
+
     let fields = selectable_fields(&api.group, &api.plural);
-    let values = fields.iter().map(|path| {
-        let value = o.data.pointer(&format!("/{}", path.replace('.', "/")));
-        value.map(|v| field_text(Some(v)))
-    });
-    let labels = o.metadata.labels.take().unwrap_or_default();
-    Ok(Obj::new(o.metadata.namespace.as_deref(), &name, rv, &json)
-        .with_selectors(labels, fields, values))
+    let mut nested = Nested::default();
+    let values: Vec<Option<String>> = fields
+        .iter()
+        .map(|path| nested.find(&top, path).map(|v| field_text(Some(&v))))
+        .collect();
+    Ok(Obj::new(namespace.as_deref(), &name, rv, &json).with_selectors(labels, fields, values))
 }
 
-fn redact_secret(data: &mut serde_json::Value) {
-    for field in ["data", "stringData"] {
-        if let Some(map) = data.get_mut(field).and_then(|v| v.as_object_mut()) {
-            for value in map.values_mut() {
-                *value = serde_json::Value::String(String::new());
+/// The field `key` of `fields` decoded as `T`: `None` if it is missing or
+/// null, `Err` if it is not a `T`.
+fn field_of<T: DeserializeOwned>(fields: &Fields, key: &str) -> Result<Option<T>, ()> {
+    match fields.get(key) {
+        None => Ok(None),
+        Some(raw) => serde_json::from_str::<Option<T>>(raw.get()).map_err(|_| ()),
+    }
+}
+
+/// `text` as a JSON string.
+fn string(text: &str) -> String {
+    Value::from(text).to_string()
+}
+
+/// `"key":`.
+fn write_key(out: &mut Vec<u8>, key: &str) {
+    out.extend_from_slice(string(key).as_bytes());
+    out.push(b':');
+}
+
+/// `"key":value`, after a comma unless it is the first entry.
+fn write_entry(out: &mut Vec<u8>, key: &str, value: &str) {
+    if out.last() != Some(&b'{') {
+        out.push(b',');
+    }
+    write_key(out, key);
+    out.extend_from_slice(value.as_bytes());
+}
+
+/// A Secret's `data` or `stringData` with every value "", when `redact`.
+fn blanked(redact: bool, key: &str, value: &RawValue) -> Option<String> {
+    if !redact || !matches!(key, "data" | "stringData") {
+        return None;
+    }
+    let values: Fields = serde_json::from_str(value.get()).ok()?;
+    let mut out = Vec::with_capacity(value.get().len());
+    out.push(b'{');
+    for key in values.keys() {
+        write_entry(&mut out, key, "\"\"");
+    }
+    out.push(b'}');
+    String::from_utf8(out).ok()
+}
+
+/// The objects under an object's top-level fields, each decoded once for
+/// all the selectable fields under it (a pod's eight are under `spec` and
+/// `status`).
+#[derive(Default)]
+struct Nested<'a> {
+    decoded: Vec<(&'a str, Option<Fields<'a>>)>,
+}
+
+impl<'a> Nested<'a> {
+    /// The value at a dotted `path` (`spec.nodeName`) of `top`.
+    fn find(&mut self, top: &Fields<'a>, path: &'a str) -> Option<Value> {
+        let mut parts = path.split('.');
+        let head = parts.next()?;
+        let Some(next) = parts.next() else {
+            return serde_json::from_str(top.get(head)?.get()).ok();
+        };
+        let at = match self.decoded.iter().position(|(h, _)| *h == head) {
+            Some(at) => at,
+            None => {
+                let fields = top
+                    .get(head)
+                    .and_then(|raw| serde_json::from_str::<Fields>(raw.get()).ok());
+                self.decoded.push((head, fields));
+                self.decoded.len() - 1
             }
+        };
+        let mut raw: &RawValue = self.decoded[at].1.as_ref()?.get(next)?;
+        for part in parts {
+            raw = serde_json::from_str::<Fields>(raw.get()).ok()?.get(part)?;
         }
+        serde_json::from_str(raw.get()).ok()
     }
 }
 
@@ -75,8 +205,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn dyn_obj(v: serde_json::Value) -> DynamicObject {
-        serde_json::from_value(v).unwrap()
+    fn dyn_obj(v: Value) -> Object {
+        serde_json::value::to_raw_value(&v).unwrap()
     }
 
     fn parse(obj: &Obj) -> serde_json::Value {
@@ -90,7 +220,7 @@ mod tests {
             json!({"metadata": {"name": "a", "namespace": "x", "resourceVersion": "7",
             "labels": {"app": "web"}, "managedFields": [{"manager": "kubectl"}]}, "spec": {"nodeName": "n1"}}),
         );
-        let obj = ingest(o, &api, IngestOptions::default()).unwrap();
+        let obj = ingest(&o, &api, IngestOptions::default()).unwrap();
         let v = parse(&obj);
         assert_eq!(v["kind"], "Pod");
         assert_eq!(v["apiVersion"], "v1");
@@ -113,14 +243,14 @@ mod tests {
         let api = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
         let raw = json!({"metadata": {"name": "s", "namespace": "x", "resourceVersion": "3"},
             "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "t"}});
-        let v = parse(&ingest(dyn_obj(raw.clone()), &api, IngestOptions::default()).unwrap());
+        let v = parse(&ingest(&dyn_obj(raw.clone()), &api, IngestOptions::default()).unwrap());
         assert_eq!(v["data"]["password"], "");
         assert_eq!(v["stringData"]["token"], "");
         let opts = IngestOptions {
             reveal_secret_data: true,
             ..Default::default()
         };
-        let v = parse(&ingest(dyn_obj(raw), &api, opts).unwrap());
+        let v = parse(&ingest(&dyn_obj(raw), &api, opts).unwrap());
         assert_eq!(v["data"]["password"], "aHVudGVyMg==");
     }
 
@@ -129,8 +259,134 @@ mod tests {
         let api = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
         let o = dyn_obj(json!({"metadata": {"name": "a", "resourceVersion": "abc"}}));
         assert!(matches!(
-            ingest(o, &api, IngestOptions::default()),
+            ingest(&o, &api, IngestOptions::default()),
             Err(IngestError::ResourceVersion(..))
         ));
+        let o = dyn_obj(json!({"metadata": {"name": "a"}}));
+        assert!(matches!(
+            ingest(&o, &api, IngestOptions::default()),
+            Err(IngestError::ResourceVersion(..))
+        ));
+    }
+
+    #[test]
+    fn malformed_metadata_is_an_error_not_a_panic() {
+        let api = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        for (meta, err) in [
+            (json!({"resourceVersion": "1"}), "no name"),
+            (json!({"name": 3, "resourceVersion": "1"}), "no name"),
+            (
+                json!({"name": "a", "resourceVersion": 1}),
+                "resourceVersion",
+            ),
+            (
+                json!({"name": "a", "resourceVersion": "1", "namespace": []}),
+                "namespace",
+            ),
+            (
+                json!({"name": "a", "resourceVersion": "1", "labels": {"a": 1}}),
+                "labels",
+            ),
+            (
+                json!({"name": "a", "resourceVersion": "1", "labels": "a"}),
+                "labels",
+            ),
+        ] {
+            let o = dyn_obj(json!({ "metadata": meta }));
+            match ingest(&o, &api, IngestOptions::default()) {
+                Err(IngestError::NoName) => assert_eq!(err, "no name"),
+                Err(IngestError::Metadata(_, field)) => assert_eq!(field, err),
+                other => panic!("{meta}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            ingest(
+                &dyn_obj(json!({"spec": {}})),
+                &api,
+                IngestOptions::default()
+            ),
+            Err(IngestError::NoName)
+        ));
+    }
+
+    /// What ingest wrote when it decoded a `DynamicObject`.
+    fn as_dynamic_object(o: &Value, api: &ApiResource, opts: IngestOptions) -> Vec<u8> {
+        let mut o: kube::api::DynamicObject = serde_json::from_value(o.clone()).unwrap();
+        if !opts.keep_managed_fields {
+            o.metadata.managed_fields = None;
+        }
+        o.types = Some(kube::core::TypeMeta {
+            api_version: api.api_version.clone(),
+            kind: api.kind.clone(),
+        });
+        if !opts.reveal_secret_data && api.plural == "secrets" {
+            for field in ["data", "stringData"] {
+                if let Some(map) = o.data.get_mut(field).and_then(|v| v.as_object_mut()) {
+                    map.values_mut().for_each(|v| *v = json!(""));
+                }
+            }
+        }
+        serde_json::to_vec(&o).unwrap()
+    }
+
+    #[test]
+    fn the_hub_gets_the_bytes_a_dynamic_object_made() {
+        let pod_api = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        let mut pod = kubefan_sim::pod("web-1")
+            .node("n1")
+            .label("app", "web")
+            .containers(3)
+            .build();
+        pod["metadata"]["resourceVersion"] = json!("12");
+        pod["metadata"]["uid"] = json!("3f0c5e1a-9b7d-4c2e-8f61-000000000001");
+        pod["metadata"]["creationTimestamp"] = json!("2025-06-01T12:00:00Z");
+        pod["metadata"]["annotations"] = json!({"a": "b"});
+        pod["metadata"]["finalizers"] = json!(["x/y"]);
+        let secret_api = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+        // Fields named before "kind" and "metadata".
+        let secret = json!({"metadata": {"name": "s", "namespace": "x", "resourceVersion": "3"},
+            "data": {"password": "aHVudGVyMg=="}, "immutable": true, "type": "Opaque"});
+        let event_api = ApiResource::erase::<k8s_openapi::api::core::v1::Event>(&());
+        let event = json!({"apiVersion": "v1", "kind": "Event", "count": 2, "action": "Pulled",
+            "involvedObject": {"kind": "Pod", "name": "web-1"}, "reason": "Pulled",
+            "metadata": {"name": "web-1.17", "namespace": "default", "resourceVersion": "9",
+                "deletionGracePeriodSeconds": 0, "generation": 4}});
+        for keep in [false, true] {
+            for reveal in [false, true] {
+                let opts = IngestOptions {
+                    keep_managed_fields: keep,
+                    reveal_secret_data: reveal,
+                };
+                for (o, api) in [
+                    (&pod, &pod_api),
+                    (&secret, &secret_api),
+                    (&event, &event_api),
+                ] {
+                    let obj = ingest(&dyn_obj(o.clone()), api, opts).unwrap();
+                    assert_eq!(
+                        String::from_utf8_lossy(&obj.json()),
+                        String::from_utf8_lossy(&as_dynamic_object(o, api, opts)),
+                        "{opts:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn selectable_fields_are_read_from_the_object() {
+        let api = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+        let o = dyn_obj(json!({"metadata": {"name": "s", "resourceVersion": "3"},
+            "type": "kubernetes.io/tls"}));
+        let obj = ingest(&o, &api, IngestOptions::default()).unwrap();
+        assert_eq!(obj.field("type"), Some("kubernetes.io/tls"));
+        let api = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        let o = dyn_obj(json!({"metadata": {"name": "a", "resourceVersion": "3"},
+            "spec": {"hostNetwork": true, "nodeName": null}, "status": {"phase": "Running"}}));
+        let obj = ingest(&o, &api, IngestOptions::default()).unwrap();
+        assert_eq!(obj.field("spec.hostNetwork"), Some("true"));
+        assert_eq!(obj.field("spec.nodeName"), Some(""));
+        assert_eq!(obj.field("status.phase"), Some("Running"));
+        assert_eq!(obj.field("status.podIP"), None);
     }
 }

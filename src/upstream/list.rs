@@ -32,10 +32,12 @@
 
 use std::time::Duration;
 
-use kube::api::{DynamicObject, ListParams, ObjectList, VersionMatch};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use kube::api::{ListParams, VersionMatch};
+use serde::{Deserialize, Deserializer};
 
 use super::informer::Informer;
-use super::ingest::ingest;
+use super::ingest::{Object, ingest};
 use crate::hub::Obj;
 
 /// Which list an informer makes (`--upstream-list`).
@@ -191,7 +193,7 @@ impl Informer {
                 }
             }
             for item in page.items {
-                match ingest(item, &self.resource, self.cfg.ingest) {
+                match ingest(&item, &self.resource, self.cfg.ingest) {
                     Ok(obj) => objects.push(obj),
                     Err(err) => self.decode_failed(err),
                 }
@@ -219,10 +221,7 @@ impl Informer {
     /// One page of the LIST, and the `Warning`s it came with (what
     /// `Api::list` drops): the request `Api::list` makes, sent as it sends
     /// it, its errors read as it reads them.
-    async fn list_page(
-        &self,
-        lp: &ListParams,
-    ) -> Result<(ObjectList<DynamicObject>, Vec<&'static str>), kube::Error> {
+    async fn list_page(&self, lp: &ListParams) -> Result<(Page, Vec<&'static str>), kube::Error> {
         let request = kube::core::Request::new(self.api.resource_url())
             .list(lp)
             .map_err(kube::Error::BuildRequest)?;
@@ -238,6 +237,22 @@ impl Informer {
         let page = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
         Ok((page, warnings))
     }
+}
+
+/// A LIST response as kube's `ObjectList` reads one (`metadata` may be
+/// missing, `items` null), its items left as JSON: `ObjectList`'s
+/// flattened `types` made serde buffer the whole page before decoding it,
+/// and `DynamicObject` each item again (`upstream::ingest`).
+#[derive(Debug, Deserialize)]
+struct Page {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(deserialize_with = "null_as_empty")]
+    items: Vec<Object>,
+}
+
+fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Object>, D::Error> {
+    Ok(Option::deserialize(d)?.unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -269,6 +284,30 @@ mod tests {
         assert_eq!(plan.next(), ListKind::Paged);
         plan.outran_history();
         assert_eq!(plan.next(), ListKind::Cached);
+    }
+
+    #[test]
+    fn a_page_is_read_as_kube_reads_an_object_list() {
+        let page: Page = serde_json::from_str(
+            r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7","continue":"c"},
+            "items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(page.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(page.metadata.continue_.as_deref(), Some("c"));
+        assert_eq!(page.items.len(), 2);
+        assert!(page.items[1].get().contains(r#""name":"b""#));
+        let empty: Page = serde_json::from_str(r#"{"items":null}"#).unwrap();
+        assert!(empty.items.is_empty() && empty.metadata.resource_version.is_none());
+        assert!(serde_json::from_str::<Page>(r#"{"metadata":{}}"#).is_err());
+        // An item that is not an object is ingest's error, for that item.
+        let odd: Page = serde_json::from_str(r#"{"items":[1]}"#).unwrap();
+        let api = kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        let odd = ingest(&odd.items[0], &api, Default::default());
+        assert!(matches!(
+            odd,
+            Err(super::super::ingest::IngestError::NotAnObject)
+        ));
     }
 
     #[test]

@@ -49,7 +49,7 @@
 pub mod access;
 mod boot;
 pub mod discovery;
-mod events;
+pub mod events;
 pub mod informer;
 pub mod ingest;
 pub mod list;

@@ -196,7 +196,7 @@ impl Informer {
                 Some(Err(err)) => return WatchListEnd::Broken(err.to_string()),
             };
             seen += 1;
-            match ingest(obj, &self.resource, self.cfg.ingest) {
+            match ingest(&obj, &self.resource, self.cfg.ingest) {
                 Ok(obj) if added => {
                     initial.insert(obj.key(), obj);
                 }

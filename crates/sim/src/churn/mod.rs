@@ -583,7 +583,10 @@ mod tests {
         let start = sim.resource_version();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let running = sim.resource_version();
-        assert!(running >= start + 50, "churn at 100/s: {start} -> {running}");
+        assert!(
+            running >= start + 50,
+            "churn at 100/s: {start} -> {running}"
+        );
         sim.set_churn_rate(0.0);
         // The pause takes effect at the churn task's next turn.
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -593,7 +596,10 @@ mod tests {
         sim.set_churn_rate(10.0);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let resumed = sim.resource_version() - paused;
-        assert!((10..=30).contains(&resumed), "{resumed} writes in 2 s at 10/s");
+        assert!(
+            (10..=30).contains(&resumed),
+            "{resumed} writes in 2 s at 10/s"
+        );
         stop.cancel();
         tokio::time::timeout(Duration::from_secs(5), task)
             .await

@@ -297,7 +297,7 @@ fn framed_all(hub: &Arc<Hub>, filter: &Filter, mut cursor: u64) -> Vec<u8> {
     loop {
         let step = Step::read(hub, &view, cursor).unwrap();
         for d in &step.deliveries {
-            out.extend_from_slice(&d.frame().sse());
+            out.extend_from_slice(d.frame().sse());
         }
         cursor = step.advance.cursor;
         if step.advance.caught_up.is_some() {
@@ -400,7 +400,10 @@ async fn random_changes_and_relists_reach_each_agent_as_its_view_reads_them() {
         }
         for (i, agent) in agents.iter().enumerate() {
             let expected = framed_all(&s.hub, &on_node(&node(i)), start);
-            run_until("every agent written", || agent.wrote().len() >= expected.len()).await;
+            run_until("every agent written", || {
+                agent.wrote().len() >= expected.len()
+            })
+            .await;
             assert!(
                 agent.wrote() == expected,
                 "seed {seed}, node-{i}: written\n{}\nwhere its view reads\n{}",
