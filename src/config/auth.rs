@@ -384,6 +384,19 @@ impl AuthConfig {
         {
             return Err(Error::NoJwtKeys);
         }
+        // Authenticators are tried in a fixed order, jwt first; with no
+        // issuer named it takes every JWT, and ServiceAccount tokens and
+        // id-tokens are JWTs: the later method would never see one.
+        if self.uses(AuthMethod::Jwt) && self.jwt.issuers.is_empty() {
+            let shadowed: Vec<&str> = [AuthMethod::Oidc, AuthMethod::Kubernetes]
+                .into_iter()
+                .filter(|m| self.uses(*m))
+                .map(AuthMethod::as_str)
+                .collect();
+            if !shadowed.is_empty() {
+                return Err(Error::JwtTakesEveryToken(shadowed.join(" and ")));
+            }
+        }
         if self.uses(AuthMethod::Oidc) {
             self.oidc.validate()?;
             if let Some(url) = &self.sign_in.redirect_url
@@ -450,6 +463,38 @@ mod tests {
         );
         assert!(parse_required_claim("=x").is_err());
         assert!(parse_required_claim("novalue").is_err());
+    }
+
+    #[test]
+    fn jwt_without_an_issuer_beside_oidc_or_kubernetes_is_refused_naming_the_flag() {
+        for (methods, shadowed) in [
+            (vec![AuthMethod::Jwt, AuthMethod::Kubernetes], "kubernetes"),
+            (vec![AuthMethod::Kubernetes, AuthMethod::Jwt], "kubernetes"),
+            (
+                vec![AuthMethod::Jwt, AuthMethod::Oidc, AuthMethod::Kubernetes],
+                "oidc and kubernetes",
+            ),
+        ] {
+            let mut cfg = AuthConfig {
+                methods,
+                ..AuthConfig::default()
+            };
+            cfg.jwt.secret_file = Some("/s".into());
+            cfg.oidc.issuer_url = "https://idp.example".into();
+            cfg.oidc.client_id = "kubefan".into();
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(
+                err.contains("--jwt-issuer") && err.contains(&format!("{shadowed} would never")),
+                "{err}"
+            );
+            cfg.jwt.issuers = vec!["https://tokens.example".into()];
+            cfg.validate().unwrap();
+        }
+        // Alone, jwt may take any JWT.
+        let mut cfg = AuthConfig::default();
+        cfg.set(AuthMethod::Jwt);
+        cfg.jwt.secret_file = Some("/s".into());
+        cfg.validate().unwrap();
     }
 
     #[test]

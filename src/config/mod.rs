@@ -215,6 +215,10 @@ pub enum Error {
     Unauthenticated(SocketAddr),
     #[error("--auth jwt needs a key: --jwt-secret-file, --jwt-public-key-file or --jwks-file")]
     NoJwtKeys,
+    #[error(
+        "--auth jwt with no --jwt-issuer takes every JWT, and ServiceAccount tokens and id-tokens are JWTs: {0} would never see one; add --jwt-issuer with the issuer (iss) of the tokens jwt is for"
+    )]
+    JwtTakesEveryToken(String),
     #[error("--auth none cannot be combined with other methods")]
     NoneWithOthers,
     #[error("{0}")]
