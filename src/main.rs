@@ -160,7 +160,14 @@ async fn run(cli: Cli, from_file: Vec<String>) -> anyhow::Result<()> {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Colour only for a person at a terminal: a file, a pipe and
+    // `kubectl logs` get plain text (and `NO_COLOR` turns it off, as
+    // no-color.org asks).
+    use std::io::IsTerminal;
+    let ansi = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -423,6 +423,34 @@ fn the_container_names_only_flags_kubefan_knows_and_mounts_an_accepted_config_fi
 }
 
 #[test]
+fn text_logs_to_a_pipe_carry_no_colour_codes() {
+    let dir = std::env::temp_dir().join(format!("kubefan-ansi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("kubefan.yaml");
+    std::fs::write(&file, "resources: [pods]\n").unwrap();
+    // An INFO line (the settings read), then an error: no kubeconfig.
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&file)
+        .args(["--kubeconfig", "/nonexistent/kubeconfig"])
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        log.contains("INFO") && log.contains("settings read from --config"),
+        "{log}"
+    );
+    assert!(
+        !log.contains('\x1b'),
+        "colour codes in a piped log: {log:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn rbac_grants_only_reads_of_the_served_resources_the_rbac_kinds_and_the_auth_reviews() {
     let m = manifests();
     let (_, config) = config_file(&m);
