@@ -85,6 +85,9 @@ test('the page shows one block per pod of the simulated cluster, and its nodes',
   }
   const running = pods.filter((p) => p.status.phase === 'Running').length;
   assert.equal(await page.locator('#phases [data-phase="Running"] .count').textContent(), String(running));
+  // One cluster: no Cluster picker (its label's flex display once showed
+  // it empty).
+  assert.equal(await page.locator('#cluster-pick').isVisible(), false);
   // The namespace picker offers the cluster's namespaces.
   await page.waitForFunction(() => document.querySelectorAll('#namespace option').length > 2, null, {timeout: 5000});
   // Its streams go through the client library's shared connection, which
