@@ -212,6 +212,8 @@ async fn serve(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<(
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            commands::clusters::known_context(&kc, args.context.as_deref(), path)
+                .context("--context")?;
             kube::Config::from_custom_kubeconfig(kc, &options).await?
         }
         None if args.context.is_some() => kube::Config::from_kubeconfig(&options).await?,

@@ -1,7 +1,7 @@
 //! `serve --cluster NAME=KUBECONFIG[#CONTEXT]`: the flag's values, and the
 //! clients of the clusters they name.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -62,6 +62,8 @@ pub async fn cluster_upstreams(specs: &[ClusterSpec]) -> anyhow::Result<Vec<Upst
                 let kc = Kubeconfig::read_from(path).with_context(|| {
                     format!("--cluster {name}: reading kubeconfig {}", path.display())
                 })?;
+                known_context(&kc, spec.context.as_deref(), path)
+                    .with_context(|| format!("--cluster {name}"))?;
                 let options = KubeConfigOptions {
                     context: spec.context.clone(),
                     ..Default::default()
@@ -82,4 +84,48 @@ pub async fn cluster_upstreams(specs: &[ClusterSpec]) -> anyhow::Result<Vec<Upst
         });
     }
     Ok(upstreams)
+}
+
+/// Refuses a context the kubeconfig at `path` does not have, naming the
+/// ones it has (kube's own error names only the missing one).
+pub fn known_context(kc: &Kubeconfig, context: Option<&str>, path: &Path) -> anyhow::Result<()> {
+    let Some(want) = context else {
+        return Ok(());
+    };
+    if kc.contexts.iter().any(|c| c.name == want) {
+        return Ok(());
+    }
+    let names: Vec<&str> = kc.contexts.iter().map(|c| c.name.as_str()).collect();
+    anyhow::bail!(
+        "{} has no context {want:?}; its contexts: {}",
+        path.display(),
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_not_in_the_kubeconfig_is_refused_with_the_ones_there_are() {
+        let kc = Kubeconfig::from_yaml(
+            "apiVersion: v1\nkind: Config\ncontexts:\n- name: kubefan-sim\n  context: {cluster: c, user: u}\n- name: kubefan-sim-admin\n  context: {cluster: c, user: a}\n",
+        )
+        .unwrap();
+        let path = Path::new("/tmp/kc");
+        let err = known_context(&kc, Some("kubefan-sm"), path)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            r#"/tmp/kc has no context "kubefan-sm"; its contexts: kubefan-sim, kubefan-sim-admin"#
+        );
+        known_context(&kc, Some("kubefan-sim"), path).unwrap();
+        known_context(&kc, None, path).unwrap();
+    }
 }
