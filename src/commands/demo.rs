@@ -1,6 +1,7 @@
 //! `kubefan demo`: the gateway against simulated clusters of its own,
 //! churning.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -8,8 +9,6 @@ use kubefan::app::{App, Upstream};
 use kubefan::config::GatewayArgs;
 use kubefan_sim as sim;
 use tokio_util::sync::CancellationToken;
-
-use crate::log_config;
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -81,49 +80,71 @@ pub async fn demo(mut args: DemoArgs, shutdown: CancellationToken) -> anyhow::Re
     }
     let cfg = args.gateway.into_config();
     cfg.validate()?;
-    log_config(&cfg);
+    // The whole configuration is one long line: below the URLs a newcomer
+    // is here for, so at debug level (`RUST_LOG=debug`), where `serve`
+    // logs it at info.
+    tracing::debug!(config = ?cfg, "effective configuration");
     let scheme = if cfg.tls.enabled() { "https" } else { "http" };
     let app = App::build_clusters(cfg, upstreams)
         .await
         .context("starting the gateway")?;
+    // The URLs come last, after the start-up's log lines: once every
+    // cluster's boot resources are in (half a second), or 10 s.
+    let ready =
+        futures::future::join_all(app.clusters().all().iter().map(|c| c.informers().ready()));
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), ready).await;
     let base = format!("{scheme}://{}", app.local_addr());
+    // One write, so no log line lands inside it.
+    let mut out = String::new();
     if several {
         let names: Vec<String> = (0..usize::from(args.clusters)).map(demo_cluster).collect();
         let first = &names[0];
-        println!(
+        let _ = writeln!(
+            out,
             "kubefan demo: {} simulated clusters ({}), each with {} nodes and {} pods, churning",
             args.clusters,
             names.join(", "),
             args.nodes,
             args.pods
         );
-        println!("  dashboard, every cluster  {base}/");
-        println!("  one cluster's dashboard   {base}/clusters/{first}/");
-        println!("  the clusters              curl {base}/clusters");
-        println!("  one cluster's pods        curl -N {base}/clusters/{first}/stream/pods");
-        println!(
+        let _ = writeln!(out, "  dashboard, every cluster  {base}/");
+        let _ = writeln!(out, "  one cluster's dashboard   {base}/clusters/{first}/");
+        let _ = writeln!(out, "  the clusters              curl {base}/clusters");
+        let _ = writeln!(
+            out,
+            "  one cluster's pods        curl -N {base}/clusters/{first}/stream/pods"
+        );
+        let _ = writeln!(
+            out,
             "  every cluster's pods      curl -N '{base}/stream/pods?clusters={}'",
             names.join(",")
         );
-        println!(
+        let _ = writeln!(
+            out,
             "  as a Kubernetes API       kubectl --server {base}/clusters/{first} get pods --all-namespaces --watch"
         );
     } else {
-        println!(
+        let _ = writeln!(
+            out,
             "kubefan demo: a simulated cluster with {} nodes and {} pods, churning",
             args.nodes, args.pods
         );
-        println!("  dashboard             {base}/");
-        println!("  simulated API server  {}", servers[0].url());
-        println!("  pods as SSE           curl -N {base}/stream/pods");
-        println!("  one namespace         curl -N '{base}/stream/pods?namespace=web'");
-        println!("  nodes                 curl -N {base}/stream/nodes");
-        println!(
+        let _ = writeln!(out, "  dashboard             {base}/");
+        let _ = writeln!(out, "  simulated API server  {}", servers[0].url());
+        let _ = writeln!(out, "  pods as SSE           curl -N {base}/stream/pods");
+        let _ = writeln!(
+            out,
+            "  one namespace         curl -N '{base}/stream/pods?namespace=web'"
+        );
+        let _ = writeln!(out, "  nodes                 curl -N {base}/stream/nodes");
+        let _ = writeln!(
+            out,
             "  as a Kubernetes API   kubectl --server {base} get pods --all-namespaces --watch"
         );
     }
-    println!("  readiness, metrics    {base}/readyz  {base}/metrics");
-    println!("Ctrl-C to stop.");
+    let _ = writeln!(out, "  readiness, metrics    {base}/readyz  {base}/metrics");
+    let _ = writeln!(out, "Ctrl-C to stop.");
+    print!("{out}");
     shutdown.cancelled().await;
     app.stop().await;
     for churner in churners {

@@ -451,6 +451,59 @@ fn text_logs_to_a_pipe_carry_no_colour_codes() {
 }
 
 #[test]
+fn the_demo_prints_its_urls_after_the_start_up_logs_and_no_configuration_dump() {
+    use std::io::BufRead;
+    let mut child = Command::new(BIN)
+        .args(["demo", "--listen", "127.0.0.1:0"])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let last = line.starts_with("Ctrl-C to stop");
+            if tx.send(line).is_err() || last {
+                return;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !lines
+        .last()
+        .is_some_and(|l: &String| l.starts_with("Ctrl-C to stop"))
+    {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => lines.push(line),
+            Err(_) => break,
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let at = |needle: &str| lines.iter().position(|l| l.contains(needle));
+    let banner = at("kubefan demo:").unwrap_or_else(|| panic!("no banner: {lines:#?}"));
+    // The informers start (and sync, which is logged a moment after
+    // readiness) before the URLs are printed.
+    let started = at("starting informer resource=pods").expect("the pods' informer is logged");
+    assert!(
+        started < banner,
+        "the URLs come after the start-up: {lines:#?}"
+    );
+    assert!(
+        lines[banner..].iter().all(|l| !l.contains(" INFO ")),
+        "no log line inside the URLs: {lines:#?}"
+    );
+    assert_eq!(at("effective configuration"), None, "{lines:#?}");
+}
+
+#[test]
 fn rbac_grants_only_reads_of_the_served_resources_the_rbac_kinds_and_the_auth_reviews() {
     let m = manifests();
     let (_, config) = config_file(&m);
