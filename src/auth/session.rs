@@ -120,12 +120,12 @@ impl Sessions {
     pub fn new(cfg: &SignInConfig) -> Result<Sessions, Error> {
         let (key, shared_key) = match &cfg.session_secret_file {
             Some(path) => {
-                let secret = std::fs::read(path)
-                    .map_err(|e| Error::Key(path.display().to_string(), e.to_string()))?;
+                let named = || format!("--session-secret-file {}", path.display());
+                let secret = std::fs::read(path).map_err(|e| Error::Key(named(), e.to_string()))?;
                 let secret = secret.trim_ascii();
                 if secret.len() < 32 {
                     return Err(Error::Key(
-                        path.display().to_string(),
+                        named(),
                         format!(
                             "a session secret needs at least 32 bytes, this one has {} (make one with: head -c 48 /dev/urandom | base64)",
                             secret.len()
@@ -288,6 +288,29 @@ mod tests {
             max_age: Duration::from_secs(3600),
             leases: Mutex::new(HashMap::new()),
         }
+    }
+
+    #[test]
+    fn a_session_secret_file_that_is_missing_or_short_is_named_with_its_flag() {
+        let mut cfg = SignInConfig {
+            session_secret_file: Some("/nonexistent/session-secret".into()),
+            ..SignInConfig::default()
+        };
+        let err = Sessions::new(&cfg).err().unwrap().to_string();
+        assert!(
+            err.starts_with("cannot load key --session-secret-file /nonexistent/session-secret: "),
+            "{err}"
+        );
+        let short =
+            std::env::temp_dir().join(format!("kubefan-short-secret-{}", std::process::id()));
+        std::fs::write(&short, "too short").unwrap();
+        cfg.session_secret_file = Some(short.clone());
+        let err = Sessions::new(&cfg).err().unwrap().to_string();
+        std::fs::remove_file(&short).unwrap();
+        assert!(
+            err.contains("--session-secret-file") && err.contains("at least 32 bytes"),
+            "{err}"
+        );
     }
 
     fn data(exp: u64) -> SessionData {
