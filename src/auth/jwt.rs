@@ -63,11 +63,11 @@ impl Verifier {
     pub fn new(cfg: &JwtConfig) -> Result<Verifier, Error> {
         let mut fixed = Vec::new();
         if let Some(path) = &cfg.secret_file {
-            let secret = read(path)?;
+            let secret = read("--jwt-secret-file", path)?;
             let secret = secret.trim_ascii();
             if secret.is_empty() {
                 return Err(Error::Key(
-                    path.display().to_string(),
+                    named("--jwt-secret-file", path),
                     "empty secret".into(),
                 ));
             }
@@ -78,13 +78,13 @@ impl Verifier {
             });
         }
         for path in &cfg.public_key_files {
-            let pem = read(path)?;
+            let pem = read("--jwt-public-key-file", path)?;
             let key = DecodingKey::from_rsa_pem(&pem)
                 .or_else(|_| DecodingKey::from_ec_pem(&pem))
                 .or_else(|_| DecodingKey::from_ed_pem(&pem))
                 .map_err(|_| {
                     Error::Key(
-                        path.display().to_string(),
+                        named("--jwt-public-key-file", path),
                         "not a PEM RSA, EC or Ed25519 public key".into(),
                     )
                 })?;
@@ -246,15 +246,20 @@ fn unverified_part(token: &str, index: usize) -> Option<Map<String, Value>> {
     serde_json::from_slice(&bytes).ok()
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|e| Error::Key(path.display().to_string(), e.to_string()))
+/// A key file as errors name it: its flag and its path.
+fn named(flag: &str, path: &Path) -> String {
+    format!("{flag} {}", path.display())
+}
+
+fn read(flag: &str, path: &Path) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|e| Error::Key(named(flag, path), e.to_string()))
 }
 
 fn load_jwks(path: &Path) -> Result<(Vec<Key>, Option<SystemTime>), Error> {
     let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let text = read(path)?;
+    let text = read("--jwks-file", path)?;
     let set: JwkSet = serde_json::from_slice(&text)
-        .map_err(|e| Error::Key(path.display().to_string(), format!("not a JWKS: {e}")))?;
+        .map_err(|e| Error::Key(named("--jwks-file", path), format!("not a JWKS: {e}")))?;
     Ok((keys_of(&set, &path.display().to_string()), modified))
 }
 
@@ -315,6 +320,42 @@ pub(super) fn decode_with<'k>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_file_that_cannot_be_read_is_named_with_its_flag() {
+        let missing = PathBuf::from("/nonexistent/kubefan-key");
+        for (cfg, flag) in [
+            (
+                JwtConfig {
+                    secret_file: Some(missing.clone()),
+                    ..JwtConfig::default()
+                },
+                "--jwt-secret-file",
+            ),
+            (
+                JwtConfig {
+                    public_key_files: vec![missing.clone()],
+                    ..JwtConfig::default()
+                },
+                "--jwt-public-key-file",
+            ),
+            (
+                JwtConfig {
+                    jwks_file: Some(missing.clone()),
+                    ..JwtConfig::default()
+                },
+                "--jwks-file",
+            ),
+        ] {
+            let err = Verifier::new(&cfg).err().unwrap().to_string();
+            assert!(
+                err.starts_with(&format!(
+                    "cannot load key {flag} /nonexistent/kubefan-key: "
+                )),
+                "{err}"
+            );
+        }
+    }
     use jsonwebtoken::{EncodingKey, Header, encode};
     use serde_json::json;
 
