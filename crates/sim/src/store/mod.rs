@@ -21,14 +21,17 @@
 //!
 //! Object writes (validation, server-set metadata, the controllers that
 //! react to them) live in `write.rs`, LIST pages and `continue` snapshots
-//! in `list.rs`, watcher registration in `watchers.rs`; HTTP parsing in
+//! in `list.rs`, watcher registration in `watchers.rs`, the event history
+//! and its bounds in `history.rs`; HTTP parsing in
 //! `http.rs`, stream timing in `watch.rs`; the counters in `stats.rs`.
 
+mod history;
 mod list;
 mod stats;
 mod watchers;
 mod write;
 
+use history::Event;
 pub(crate) use list::ListAt;
 use list::Snapshot;
 pub use stats::{ListStats, ResourceStats, Stats, StorageStats};
@@ -48,7 +51,6 @@ use super::attrs::Attrs;
 use super::rbac;
 use super::rbac::authorizer::Policy;
 use super::resource::ResourceDef;
-use super::watch::event_line;
 use crate::selector::{FieldSelector, LabelSelector};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,62 +71,6 @@ impl Stored {
     pub fn value(&self) -> Result<Value, SimError> {
         serde_json::from_slice(&self.encoded)
             .map_err(|e| SimError::Internal(format!("stored object does not parse: {e}")))
-    }
-}
-
-struct Event {
-    rv: u64,
-    /// When it was recorded, for the history's time window.
-    at: std::time::Instant,
-    kind: EventKind,
-    /// The object encoded once for all watchers.
-    encoded: Bytes,
-    attrs: Arc<Attrs>,
-    /// The version this event replaced or deleted (`None` for ADDED): its
-    /// attributes turn selector transitions into ADDED/DELETED like the
-    /// real watch cache, and undoing the history down to a resourceVersion
-    /// gives an exact-version LIST (`list.rs`).
-    old: Option<Stored>,
-}
-
-impl Event {
-    /// What the event holds, for the history's byte bound. The replaced
-    /// version is counted too: it is often shared with the previous event,
-    /// but kept alive by this one alone once that event is trimmed.
-    fn cost(&self) -> usize {
-        let old = self
-            .old
-            .as_ref()
-            .map_or(0, |o| o.encoded.len() + o.attrs.size());
-        self.encoded.len() + self.attrs.size() + old
-    }
-
-    /// The watch line of type `ty` for this event. A MODIFIED that makes
-    /// the object stop matching a watcher's selector is sent as DELETED
-    /// carrying the previous version (the one that matched), stamped with
-    /// this event's resourceVersion, as kube-apiserver's cacher does
-    /// (staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go,
-    /// `convertToWatchEvent`: "return a delete event with the previous
-    /// object content, but with the event's resource version").
-    fn line(&self, ty: &'static str) -> Bytes {
-        match (&self.old, self.kind, ty) {
-            (Some(old), EventKind::Modified, "DELETED") => {
-                event_line(ty, &restamp(&old.encoded, self.rv))
-            }
-            _ => event_line(ty, &self.encoded),
-        }
-    }
-}
-
-/// `encoded` with `metadata.resourceVersion` set to `rv`; the bytes
-/// unchanged if they do not parse (they always do: the store wrote them).
-fn restamp(encoded: &Bytes, rv: u64) -> Bytes {
-    match serde_json::from_slice::<Value>(encoded) {
-        Ok(mut v) => {
-            write::set_meta(&mut v, "resourceVersion", Value::String(rv.to_string()));
-            Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
-        }
-        Err(_) => encoded.clone(),
     }
 }
 
@@ -192,28 +138,6 @@ impl Resource {
             stats: ResourceStats::default(),
             lists: ListStats::default(),
             first_id,
-        }
-    }
-
-    /// Drops the oldest events until both bounds hold.
-    fn trim_history(&mut self, limits: &Limits) {
-        let now = std::time::Instant::now();
-        while self.history.len() > limits.history || self.history_bytes > limits.history_bytes {
-            // Events younger than the window stay, up to the hard cap, as
-            // kube-apiserver's watch cache keeps `eventFreshDuration` of
-            // events by growing its capacity (watch_cache.go, `resizeCacheLocked`).
-            let fresh = self
-                .history
-                .front()
-                .is_some_and(|e| now.saturating_duration_since(e.at) < limits.history_window);
-            if fresh && self.history.len() <= crate::HISTORY_WINDOW_CAP {
-                break;
-            }
-            let Some(old) = self.history.pop_front() else {
-                break;
-            };
-            self.history_bytes -= old.cost();
-            self.floor = self.floor.max(old.rv);
         }
     }
 
@@ -529,18 +453,6 @@ impl Store {
         }
         self.recording = true;
         result
-    }
-
-    /// Drops every resource's event history and every list snapshot, like an
-    /// etcd compaction at the current revision.
-    pub fn compact(&mut self) {
-        let rv = self.rv;
-        for r in self.resources.values_mut() {
-            r.history.clear();
-            r.history_bytes = 0;
-            r.floor = rv;
-        }
-        self.snapshots.clear();
     }
 
     /// The (namespace, name) of every object of a resource, sorted; empty
