@@ -29,13 +29,33 @@ const core = kc.makeApiClient(k8s.CoreV1Api);
 const apps = kc.makeApiClient(k8s.AppsV1Api);
 const custom = kc.makeApiClient(k8s.CustomObjectsApi);
 
+// Each list's resourceVersion and size goes to stderr, which the test
+// prints when the client fails to follow: the trail says whether a missed
+// change was before the list (so the list should have held it) or after
+// (so the watch from that resourceVersion should have brought it).
+function traced(name, listFn) {
+  return async () => {
+    const list = await listFn();
+    console.error(`${name}: listed ${list.items?.length ?? 0} at ${list.metadata?.resourceVersion}`);
+    return list;
+  };
+}
+
 const informers = {
-  pods: k8s.makeInformer(kc, '/api/v1/pods', () => core.listPodForAllNamespaces()),
-  'deployments.apps': k8s.makeInformer(kc, '/apis/apps/v1/deployments', () =>
-    apps.listDeploymentForAllNamespaces(),
+  pods: k8s.makeInformer(
+    kc,
+    '/api/v1/pods',
+    traced('pods', () => core.listPodForAllNamespaces()),
   ),
-  [`${plural}.${group}`]: k8s.makeInformer(kc, `/apis/${group}/${version}/${plural}`, () =>
-    custom.listClusterCustomObject({group, version, plural}),
+  'deployments.apps': k8s.makeInformer(
+    kc,
+    '/apis/apps/v1/deployments',
+    traced('deployments.apps', () => apps.listDeploymentForAllNamespaces()),
+  ),
+  [`${plural}.${group}`]: k8s.makeInformer(
+    kc,
+    `/apis/${group}/${version}/${plural}`,
+    traced(`${plural}.${group}`, () => custom.listClusterCustomObject({group, version, plural})),
   ),
 };
 
@@ -48,6 +68,9 @@ const RESTART_MS = 200;
 for (const [name, informer] of Object.entries(informers)) {
   informer.on('change', () => {
     dirty = true;
+  });
+  informer.on('connect', () => {
+    console.error(`${name}: watching from ${informer.latestResourceVersion() || '(a new list)'}`);
   });
   informer.on('error', (err) => {
     // Stopping aborts the watches, which reports an error too.
