@@ -56,6 +56,40 @@ pub async fn check_request(
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    // No route reads a request body. One sent anyway is held, unread,
+    // until its response is written, so that actix-http closes the
+    // connection after the answer instead of draining what follows: it
+    // drains a dropped chunked body with no byte cap (actix-http 3.20
+    // `h1/dispatcher.rs`, `payload_drainable`), where a `Content-Length`
+    // body that is not read already ends the connection. Unread, the body
+    // costs at most actix-http's 32 KiB payload buffer (back-pressure
+    // beyond).
+    let unread = has_body(req.headers()).then(|| req.take_payload());
+    let res = route_and_check(req, next).await?;
+    Ok(match unread {
+        Some(payload) => res.map_body(|_, body| {
+            BoxBody::new(Holding {
+                body,
+                _held: payload,
+            })
+        }),
+        None => res,
+    })
+}
+
+/// Whether a request says it carries a body (`Transfer-Encoding`, or a
+/// `Content-Length` other than 0: RFC 9112 section 6.3).
+fn has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0")
+}
+
+async fn route_and_check(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     // Logged as the client sent it, before the cluster's prefix goes.
     let path = req.path().to_string();
     if let Some(state) = req.app_data::<web::Data<AppState>>().cloned() {
@@ -337,9 +371,9 @@ async fn checks(
     }
     let res = next.call(req).await?;
     let permit = res.request().extensions_mut().remove::<Permit>();
-    let mut res = res.map_body(|_, body| PermitHoldingBody {
+    let mut res = res.map_body(|_, body| Holding {
         body: body.boxed(),
-        _permit: permit,
+        _held: permit,
     });
     for (name, value) in cors_headers {
         res.headers_mut().append(name, value);
@@ -451,13 +485,14 @@ fn cors(headers: &mut HeaderMap, origin: Option<&str>) {
     headers.append(header::VARY, HeaderValue::from_static("Origin"));
 }
 
-/// A response body that holds a connection permit until it is dropped.
-struct PermitHoldingBody {
+/// A response body that holds something until it is dropped: the
+/// connection's permit, or the request's unread body.
+struct Holding<T> {
     body: BoxBody,
-    _permit: Option<Permit>,
+    _held: T,
 }
 
-impl MessageBody for PermitHoldingBody {
+impl<T: Unpin> MessageBody for Holding<T> {
     type Error = Box<dyn std::error::Error>;
 
     fn size(&self) -> BodySize {
