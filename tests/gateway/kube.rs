@@ -928,6 +928,69 @@ async fn the_api_servers_deprecation_warnings_reach_kubefans_clients() {
     env.stop().await;
 }
 
+/// The request that starts a resource's informer (on demand: nothing
+/// started it before) carries the API server's warnings too, on every
+/// face: it waited for the informer's first list, which brought them.
+/// Each request is the first on a fresh gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_that_starts_an_informer_carries_its_warnings() {
+    const MESSAGE: &str =
+        "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice";
+    let header = format!("299 - \"{MESSAGE}\"");
+    let fresh = || async { spawn(seeded(3), test_config(&[])).await };
+    let warnings = |resp: &reqwest::Response| -> Vec<String> {
+        resp.headers()
+            .get_all("warning")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect()
+    };
+    for (path, status) in [
+        ("/api/v1/endpoints", 200),
+        ("/api/v1/namespaces/default/endpoints/not-there", 404),
+        ("/api/v1/endpoints?watch=1", 200),
+        ("/stream/endpoints", 200),
+    ] {
+        let env = fresh().await;
+        let resp = tokio::time::timeout(WAIT, env.http.get(format!("{}{path}", env.base)).send())
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        assert_eq!(resp.status(), status, "{path}");
+        assert_eq!(
+            warnings(&resp),
+            [header.clone()],
+            "{path}, the first request"
+        );
+        drop(resp);
+        env.stop().await;
+    }
+    let env = fresh().await;
+    let url = format!("ws://{}/stream/endpoints", env.app.local_addr());
+    let (_ws, resp) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
+        .await
+        .expect("handshake in time")
+        .unwrap();
+    let got: Vec<&str> = resp
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(got, [header.as_str()], "a WebSocket's 101");
+    drop(_ws);
+    env.stop().await;
+    let env = fresh().await;
+    let mut ws = crate::ws::WsClient::connect(&env, "/ws").await;
+    ws.send_json(json!({"op": "subscribe", "id": "ep", "resource": "endpoints"}))
+        .await;
+    let first = ws.next().await;
+    assert_eq!(first["type"], "WARNING", "a /ws subscription: {first}");
+    assert_eq!(first["message"], MESSAGE);
+    drop(ws);
+    env.stop().await;
+}
+
 /// A node agent's watch (`fieldSelector=spec.nodeName=NODE`) resumed from
 /// a list's resourceVersion replays, from the history, exactly the changes
 /// to that node's set: a pod rescheduled onto it is ADDED, one rescheduled

@@ -260,10 +260,6 @@ async fn serve(
             Ok((hub, guard))
         })
         .await?;
-    // The API server's warnings for the resource (a deprecated API's),
-    // on whatever kubefan answers from here on, errors too, as
-    // kube-apiserver adds them once a request reached the resource.
-    let warnings = hub.warnings();
     let read = list::Read {
         state: &state,
         hub: &hub,
@@ -299,7 +295,12 @@ async fn serve(
         };
         list::list(read, cluster.pages(), owner, &plan).await
     };
-    Ok(with_warnings(answer, &warnings))
+    // The API server's warnings for the resource (a deprecated API's),
+    // on whatever kubefan answers from here on, errors too, as
+    // kube-apiserver adds them once a request reached the resource. Read
+    // after the answer: a request that started the informer waited for
+    // its first list, which brought them.
+    Ok(with_warnings(answer, &hub.warnings()))
 }
 
 /// `answer` (an error as its `Status` response) with the API server's

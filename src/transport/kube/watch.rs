@@ -79,8 +79,9 @@ pub async fn watch(
         lease: principal.lease().cloned(),
         access,
     };
-    let hub_warnings = hub.warnings();
     let sub = Subscription::start(hub.clone(), request, &state.subscriptions).await?;
+    // Once synced: the informer's first list brought them.
+    let hub_warnings = hub.warnings();
     let framing = WatchFraming {
         hub,
         send_initial,
