@@ -959,7 +959,7 @@ async fn the_request_that_starts_an_informer_carries_its_warnings() {
         assert_eq!(resp.status(), status, "{path}");
         assert_eq!(
             warnings(&resp),
-            [header.clone()],
+            std::slice::from_ref(&header),
             "{path}, the first request"
         );
         drop(resp);
