@@ -99,6 +99,7 @@ impl App {
         for upstream in upstreams {
             let mut settings = cfg.upstream.clone();
             settings.cluster = upstream.name.clone();
+            settings.server.clone_from(&upstream.url);
             if auth.reads_rbac() {
                 // Read for kubefan itself, and waited for by /readyz.
                 settings.internal_resources = crate::auth::feed::resources();

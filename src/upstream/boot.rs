@@ -69,7 +69,6 @@ impl Informers {
                         Err(err) => {
                             pending |= matches!(err, Error::Discovery(_));
                             refused |= matches!(err, Error::Unreadable(_));
-                            tracing::error!(resource = %name, error = %err, "boot-time resource not started");
                             // A closed hub's reason (removed upstream, kubefan
                             // may not read it) says more than a failed restart.
                             let state = &mut this.lock_boot()[i].state;
@@ -77,6 +76,8 @@ impl Informers {
                                 *state = Err(err.to_string());
                                 this.boot_changes.advance();
                             }
+                            // Logged once `/readyz` says it.
+                            tracing::error!(resource = %name, error = %err, "boot-time resource not started");
                         }
                     }
                 }

@@ -86,6 +86,7 @@ pub enum Error {
     UnknownResource(String),
     #[error("resource {0} is not served by this gateway{1}")]
     Forbidden(String, &'static str),
+    /// Discovery failed: why, after the API server's URL where known.
     #[error("upstream discovery failed: {0}")]
     Discovery(String),
     /// kubefan's own credentials may not read the resource: what to grant.
@@ -125,6 +126,9 @@ pub struct UpstreamConfig {
     /// The cluster's name (`--cluster`), on every log line of its
     /// informers; `None` for the unnamed cluster.
     pub cluster: Option<String>,
+    /// The API server's URL, named by errors that say it could not be
+    /// reached; `None` where the client was built without one at hand.
+    pub server: Option<String>,
 }
 
 impl Default for UpstreamConfig {
@@ -141,6 +145,7 @@ impl Default for UpstreamConfig {
             log_limits: LogLimits::default(),
             positions: None,
             cluster: None,
+            server: None,
         }
     }
 }
@@ -341,7 +346,10 @@ impl Informers {
                 if !have_catalog {
                     *refreshed = None;
                 }
-                Err(Error::Discovery(err.to_string()))
+                Err(Error::Discovery(match &self.cfg.server {
+                    Some(server) => format!("{server}: {err}"),
+                    None => err.to_string(),
+                }))
             }
         }
     }

@@ -1429,3 +1429,79 @@ fn the_sign_in_component_sets_known_flags_and_mounts_the_shared_session_key() {
         "the key every replica shares"
     );
 }
+
+/// An API server that does not answer is named by `/readyz`: which server
+/// the gateway is trying, not only that discovery failed.
+#[test]
+fn readyz_names_the_api_server_it_cannot_reach() {
+    use std::io::{BufRead, Read, Write};
+    let dir = std::env::temp_dir().join(format!("kubefan-unreachable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Port 1 on loopback: nothing listens there.
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+         clusters: [{name: c, cluster: {server: \"http://127.0.0.1:1\"}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: c, context: {cluster: c, user: u}}]\n",
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .args(["--resources", "pods", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .env_remove("RUST_LOG")
+        .env_remove("KUBEFAN_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("\"kubefan listening\"") {
+                let log: Value = serde_json::from_str(&line).unwrap();
+                let addr = log["fields"]["addr"].as_str().unwrap().to_string();
+                if tx.send(addr).is_err() {
+                    return;
+                }
+            }
+            // Logged once `/readyz` says why.
+            if line.contains("boot-time resource not started") && tx.send(String::new()).is_err() {
+                return;
+            }
+        }
+    });
+    // Both, in either order: the address, and the failure.
+    let wait = std::time::Duration::from_secs(30);
+    let (mut addr, mut failed) = (None, false);
+    while addr.is_none() || !failed {
+        match rx
+            .recv_timeout(wait)
+            .expect("kubefan listens and logs the failure")
+        {
+            line if line.is_empty() => failed = true,
+            line => addr = Some(line),
+        }
+    }
+    let addr = addr.unwrap();
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    conn.set_read_timeout(Some(wait)).unwrap();
+    conn.write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.contains("upstream discovery failed: http://127.0.0.1:1/"),
+        "{answer}"
+    );
+}
