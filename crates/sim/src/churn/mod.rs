@@ -304,26 +304,60 @@ fn churn_once(
         known.swap_remove(i);
         sim.delete("pods", Some(&ns), &name)
     } else {
-        let patch = match rng.random_range(0..3) {
+        match rng.random_range(0..3) {
             0 => {
                 let (_, tier) = APPS[rng.random_range(0..APPS.len())];
-                json!({"metadata": {"labels": {"tier": tier, "churn": rng.random_range(0..10u8).to_string()}}})
+                let patch = json!({"metadata": {"labels": {"tier": tier, "churn": rng.random_range(0..10u8).to_string()}}});
+                sim.merge_patch("pods", Some(&ns), &name, &patch)
             }
             1 => {
                 let phase = ["Pending", "Running", "Running", "Succeeded", "Failed"]
                     [rng.random_range(0..5)];
-                json!({"status": {"phase": phase}})
+                restatus(sim, &ns, &name, phase, None)
             }
             _ => match nodes.choose(rng).filter(|_| rng.random_bool(0.8)) {
-                Some(node) => json!({"spec": {"nodeName": node}, "status": {"phase": "Running"}}),
-                None => json!({"spec": {"nodeName": null}, "status": {"phase": "Pending"}}),
+                Some(node) => restatus(sim, &ns, &name, "Running", Some(Some(node))),
+                None => restatus(sim, &ns, &name, "Pending", Some(None)),
             },
-        };
-        sim.merge_patch("pods", Some(&ns), &name, &patch)
+        }
     };
     if let Err(SimError::NotFound { .. }) = result {
         known.retain(|k| *k != (ns.clone(), name.clone()));
     }
+}
+
+/// Moves pod `ns/name` to `phase`, and to `node` if given (`Some(None)`
+/// unbinds it), with the status the kubelet would write for that
+/// (`pod::kubelet_status`): a phase patch alone would leave a Failed pod's
+/// containers ready.
+fn restatus(
+    sim: &Sim,
+    ns: &str,
+    name: &str,
+    phase: &str,
+    node: Option<Option<&String>>,
+) -> Result<Value, SimError> {
+    let Some(mut p) = sim.get("pods", Some(ns), name) else {
+        return Err(SimError::NotFound {
+            resource: "pods".into(),
+            name: name.into(),
+        });
+    };
+    let node = match node {
+        Some(node) => node.map(String::as_str),
+        None => p["spec"]["nodeName"].as_str(),
+    }
+    .map(str::to_owned);
+    p["status"] = pod::kubelet_status(&p, phase, node.as_deref());
+    match &node {
+        Some(node) => p["spec"]["nodeName"] = json!(node),
+        None => {
+            if let Some(spec) = p["spec"].as_object_mut() {
+                spec.remove("nodeName");
+            }
+        }
+    }
+    sim.update("pods", p)
 }
 
 /// Runs pod churn at `cfg.rate` ops/s until `shutdown` is cancelled.
@@ -534,6 +568,78 @@ mod tests {
         assert_eq!(p["spec"]["nodeName"], "n1");
         assert_eq!(p["status"]["phase"], "Running");
         assert_eq!(p["metadata"]["labels"]["app"], "web");
+    }
+
+    /// Random churn moves pods between phases and nodes; each pod's
+    /// status agrees with its phase afterwards, as the kubelet writes it:
+    /// Running pods ready (READY n/n), others not, Failed and Succeeded
+    /// ones with terminated containers, unbound ones without a node or
+    /// an address.
+    #[test]
+    fn churned_pods_have_the_status_of_their_phase() {
+        let sim = Sim::new(SimConfig::default());
+        let cfg = ChurnConfig {
+            pods: 60,
+            seed: Some(3),
+            ..ChurnConfig::default()
+        };
+        seed_cluster(&sim, &cfg);
+        let nodes: Vec<String> = (0..cfg.nodes).map(super::node_name).collect();
+        let deploys = super::deployments(&cfg);
+        let mut known = sim.names("pods");
+        let mut rng = super::rng_for(&cfg);
+        for _ in 0..2000 {
+            super::churn_once(&sim, &cfg, &deploys, &nodes, &mut known, &mut rng);
+        }
+        let mut phases = std::collections::BTreeSet::new();
+        for p in sim.list("pods").0 {
+            let phase = p["status"]["phase"].as_str().unwrap().to_owned();
+            let n = p["spec"]["containers"].as_array().unwrap().len();
+            let (ready, _) = kubectl_ready_status(&p);
+            let condition = |ty: &str| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == ty)
+                    .map(|c| c["status"].clone())
+            };
+            let bound = p["spec"]["nodeName"].is_string();
+            let states: Vec<&str> = p["status"]["containerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s["state"].as_object()?.keys().next().map(String::as_str))
+                .collect();
+            let name = &p["metadata"]["name"];
+            match phase.as_str() {
+                "Running" => {
+                    assert_eq!(ready, format!("{n}/{n}"), "{name}");
+                    assert_eq!(condition("Ready"), Some("True".into()), "{name}");
+                    assert!(states.iter().all(|s| *s == "running"), "{name}: {states:?}");
+                }
+                "Failed" | "Succeeded" => {
+                    assert_eq!(ready, format!("0/{n}"), "{name}");
+                    assert_eq!(condition("Ready"), Some("False".into()), "{name}");
+                    assert!(
+                        states.iter().all(|s| *s == "terminated"),
+                        "{name}: {states:?}"
+                    );
+                }
+                _ => assert_eq!(ready.split('/').next(), Some("0"), "{name} {phase}"),
+            }
+            if !bound {
+                assert!(
+                    p["status"]["podIP"].is_null(),
+                    "{name}: unbound with an address"
+                );
+            }
+            phases.insert(phase);
+        }
+        assert!(
+            phases.len() >= 3,
+            "churn moved pods between phases: {phases:?}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread")]

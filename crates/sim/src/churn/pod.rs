@@ -89,6 +89,28 @@ fn now() -> String {
     crate::store::now_rfc3339()
 }
 
+/// The status the kubelet writes for `pod` once it is in `phase` on
+/// `node` (`None`: unbound): conditions, container statuses and
+/// addresses that agree with the phase, as they do on a cluster (a Failed
+/// pod's containers are terminated and not ready; a Running one's ready).
+pub fn kubelet_status(pod: &Value, phase: &str, node: Option<&str>) -> Value {
+    let meta = &pod["metadata"];
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let containers: Vec<(String, String, u16)> = pod["spec"]["containers"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .map(|c| (text(&c["name"]), text(&c["image"]), 0))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut builder = self::pod(meta["name"].as_str().unwrap_or_default())
+        .ns(meta["namespace"].as_str().unwrap_or("default"))
+        .phase(phase);
+    builder.node = node.map(str::to_owned);
+    builder.status(&containers, &now())
+}
+
 impl PodBuilder {
     pub fn ns(mut self, ns: &str) -> Self {
         self.ns = ns.to_owned();
