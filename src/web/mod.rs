@@ -34,6 +34,9 @@ use crate::status::status_json;
 const TEMPLATE: &str = include_str!("dashboard.html");
 const STYLE: &str = include_str!("dashboard.css");
 const SCRIPT: &str = include_str!("dashboard.js");
+/// The page's icon (its logo): served at `/favicon.ico`, where browsers
+/// ask for one on any page of the origin (a stream opened in a tab, say).
+const FAVICON: &str = include_str!("favicon.svg");
 
 /// Where the client library is served: a stable path, so that pages can
 /// `import {connect} from '/lib/kubefan.js'` with no build step.
@@ -66,11 +69,13 @@ const WORKER_CSP: &str = "default-src 'none'; script-src 'self'; connect-src 'se
 
 /// The routes of this module: `GET /` and `GET /lib/{file}`.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/", web::get().to(dashboard)).service(
-        web::resource("/lib/{file}")
-            .route(web::get().to(library))
-            .route(web::head().to(library)),
-    );
+    cfg.route("/", web::get().to(dashboard))
+        .route("/favicon.ico", web::get().to(favicon))
+        .service(
+            web::resource("/lib/{file}")
+                .route(web::get().to(library))
+                .route(web::head().to(library)),
+        );
 }
 
 /// Whether `path` is served to anyone, without a token: the page and the
@@ -78,6 +83,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 /// the gate (`crate::gate`).
 pub fn is_public(path: &str) -> bool {
     path == "/"
+        || path == "/favicon.ico"
         || path
             .strip_prefix(LIB_PREFIX)
             .is_some_and(|file| LIB.iter().any(|(name, _, _)| *name == file))
@@ -97,7 +103,7 @@ fn page() -> &'static Page {
             .replacen("{{script}}", SCRIPT, 1);
         let csp = format!(
             "default-src 'none'; script-src 'sha256-{}' 'self'; style-src 'sha256-{}'; \
-             worker-src 'self'; connect-src 'self'; img-src data:; base-uri 'none'; \
+             worker-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
              form-action 'none'; frame-ancestors 'none'",
             sha256_base64(SCRIPT),
             sha256_base64(STYLE)
@@ -118,6 +124,19 @@ pub async fn dashboard() -> HttpResponse {
         // The page's URL may carry `access_token`: never send it onwards.
         .insert_header((header::REFERRER_POLICY, "no-referrer"))
         .body(page.html.clone())
+}
+
+/// `GET /favicon.ico`: the logo, as SVG (which browsers take at that
+/// path when its type says so). Static and public, cached for a day.
+pub async fn favicon() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("image/svg+xml")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=86400"))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        // An SVG opened as a document could run script; this one has none
+        // and may not.
+        .insert_header((header::CONTENT_SECURITY_POLICY, "default-src 'none'"))
+        .body(FAVICON)
 }
 
 /// One file of the client library, with the validator a cache needs.

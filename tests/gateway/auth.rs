@@ -981,6 +981,13 @@ async fn the_client_library_loads_without_a_token_and_nothing_else_does() {
     assert!(csp.contains("' 'self'; style-src"), "{csp}");
     assert!(!csp.contains("unsafe"), "{csp}");
 
+    // The icon browsers ask for on any page: the logo, public.
+    let icon = get(&env, "/favicon.ico", None).await;
+    assert_eq!(icon.status(), 200);
+    assert_eq!(icon.headers()["content-type"], "image/svg+xml");
+    assert!(icon.text().await.unwrap().starts_with("<svg"));
+    assert!(csp.contains("img-src 'self'"), "{csp}");
+
     // Anything else still needs a token.
     refused(get(&env, "/lib/other.js", None).await, 401, "").await;
     refused(get(&env, "/lib/", None).await, 401, "").await;
