@@ -205,6 +205,13 @@ impl Clusters {
 /// since the name is a path segment, a metric label and a part of
 /// compound event ids (`a=123,b=456`).
 pub fn check_name(name: &str) -> Result<(), String> {
+    check_label(name)
+        .map_err(|why| format!("cluster name {name:?} is not a DNS label (RFC 1123): {why}"))
+}
+
+/// Why `name` is not a DNS label (RFC 1123: at most 63 lowercase letters,
+/// digits and '-', starting and ending with a letter or a digit).
+pub fn check_label(name: &str) -> Result<(), &'static str> {
     let why = if name.is_empty() {
         "it is empty"
     } else if name.len() > 63 {
@@ -219,9 +226,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
     } else {
         return Ok(());
     };
-    Err(format!(
-        "cluster name {name:?} is not a DNS label (RFC 1123): {why}"
-    ))
+    Err(why)
 }
 
 /// Refuses a set of clusters that cannot be served, saying why: one

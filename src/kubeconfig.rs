@@ -71,6 +71,9 @@ pub struct Kubeconfig {
     /// client-node and kube-rs keep a server URL's path); the first is the
     /// current context. Empty: one, `NAME`, at `server`.
     pub clusters: Vec<String>,
+    /// Every context's namespace (`--namespace`); `None`: kubectl's
+    /// `default`.
+    pub namespace: Option<String>,
 }
 
 /// How the kubeconfig's user proves who it is.
@@ -293,7 +296,11 @@ impl Kubeconfig {
         let contexts: Vec<_> = named
             .iter()
             .map(|(name, _)| {
-                serde_json::json!({"name": name, "context": {"cluster": name, "user": self.name}})
+                let mut context = serde_json::json!({"cluster": name, "user": self.name});
+                if let Some(ns) = &self.namespace {
+                    context["namespace"] = ns.clone().into();
+                }
+                serde_json::json!({"name": name, "context": context})
             })
             .collect();
         let doc = serde_json::json!({
@@ -354,6 +361,7 @@ mod tests {
             ca_pem: Some(ca.clone()),
             user: User::Token("t0ken".into()),
             clusters: Vec::new(),
+            namespace: None,
         };
         let parsed = kube::config::Kubeconfig::from_yaml(&kc.to_yaml()).unwrap();
         let cluster = parsed.clusters[0].cluster.as_ref().unwrap();
@@ -381,13 +389,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_context_per_cluster_reaches_it_under_its_path_with_one_user() {
+    async fn a_context_per_cluster_reaches_it_under_its_path_with_one_user_and_namespace() {
         let kc = Kubeconfig {
             name: "kubefan".into(),
             server: "https://kubefan.example/".into(),
             ca_pem: None,
             user: User::Token("t0ken".into()),
             clusters: vec!["east".into(), "west".into()],
+            namespace: Some("team-a".into()),
         };
         let parsed = kube::config::Kubeconfig::from_yaml(&kc.to_yaml()).unwrap();
         assert_eq!(parsed.auth_infos.len(), 1);
@@ -405,6 +414,8 @@ mod tests {
                 format!("https://kubefan.example/clusters/{cluster}")
             );
             assert!(config.auth_info.token.is_some());
+            // kubectl's `-n` default, as `--namespace` set it.
+            assert_eq!(config.default_namespace, "team-a");
         }
     }
 
@@ -437,6 +448,7 @@ mod tests {
             ca_pem: None,
             user: User::OidcLogin(login),
             clusters: Vec::new(),
+            namespace: None,
         };
 
         let parsed = kube::config::Kubeconfig::from_yaml(&kc.to_yaml()).unwrap();

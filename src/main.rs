@@ -525,6 +525,18 @@ mod tests {
         let err = parse(&["kubefan", "kubeconfig", "--oidc-extra-scope", "email"]);
         assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
         assert!(err.to_string().contains("--oidc"), "{err}");
+        // The contexts' namespace: a DNS label, as kube-apiserver's are.
+        let err = parse(&["kubefan", "kubeconfig", "--namespace", "Team_A"]);
+        assert!(
+            err.to_string()
+                .contains("namespace \"Team_A\" is not a DNS label"),
+            "{err}"
+        );
+        let cli = Cli::try_parse_from(["kubefan", "kubeconfig", "-n", "team-a"]).unwrap();
+        let Some(Command::Kubeconfig(args)) = cli.command else {
+            panic!("the kubeconfig command")
+        };
+        assert_eq!(args.namespace.as_deref(), Some("team-a"));
         let cli = Cli::try_parse_from([
             "kubefan",
             "kubeconfig",
@@ -542,6 +554,7 @@ mod tests {
         };
         assert!(args.oidc);
         assert_eq!(args.oidc_extra_scope, ["email", "groups"]);
+        assert_eq!(args.namespace, None);
         assert_eq!(args.gateway.into_config().auth.oidc.client_id, "kubefan");
     }
 

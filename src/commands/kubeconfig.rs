@@ -39,6 +39,10 @@ pub struct KubeconfigArgs {
     /// The cluster, user and context name.
     #[arg(long, default_value = "kubefan")]
     pub(crate) name: String,
+    /// The namespace of the contexts (kubectl's default `-n`): the one a
+    /// teammate with a namespace grant may read.
+    #[arg(long, short = 'n', value_name = "NAMESPACE", value_parser = namespace_name)]
+    pub(crate) namespace: Option<String>,
     /// The gateway's clusters (`serve --cluster`: NAME, or NAME=... as
     /// `serve` takes it, so a --config file's `clusters:` serves both):
     /// one context each, NAME-CLUSTER, at the server's /clusters/CLUSTER.
@@ -133,6 +137,7 @@ pub fn write_kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
         ca_pem,
         user,
         clusters: args.clusters,
+        namespace: args.namespace,
     }
     .to_yaml();
     match &args.output {
@@ -153,6 +158,14 @@ pub fn write_kubeconfig(args: KubeconfigArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A namespace name: a DNS label (RFC 1123), as kube-apiserver's
+/// `ValidateNamespaceName` requires.
+fn namespace_name(text: &str) -> Result<String, String> {
+    kubefan::cluster::check_label(text)
+        .map_err(|why| format!("namespace {text:?} is not a DNS label (RFC 1123): {why}"))?;
+    Ok(text.to_string())
 }
 
 /// The name in a `--cluster` value (`NAME` or `NAME=KUBECONFIG...`).
