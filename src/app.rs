@@ -128,7 +128,7 @@ impl App {
             cfg.clusters.default.as_deref(),
             cfg.clusters.ready_when,
         ));
-        auth.start(&lifecycle);
+        auth.start(&lifecycle, &metrics);
         crate::heap::spawn_trimmer(lifecycle.clone());
         lifecycle.spawn_ticker(cfg.stream.keepalive);
 

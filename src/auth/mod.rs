@@ -327,9 +327,14 @@ impl Auth {
 
     /// Starts what authentication runs in the background: the issuer's
     /// discovery and keys.
-    pub fn start(&self, lifecycle: &Arc<crate::lifecycle::Lifecycle>) {
+    pub fn start(
+        &self,
+        lifecycle: &Arc<crate::lifecycle::Lifecycle>,
+        metrics: &crate::metrics::Metrics,
+    ) {
         if let Some(oidc) = &self.oidc {
-            oidc.spawn_keys(lifecycle.clone());
+            let ready = metrics.oidc_issuer_ready(&oidc.config().issuer_url);
+            oidc.spawn_keys(lifecycle.clone(), ready);
         }
     }
 

@@ -137,6 +137,11 @@ pub enum Protocol {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct IssuerLabel {
+    pub(super) issuer: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub(super) struct KindLabel {
     pub(super) kind: String,
 }

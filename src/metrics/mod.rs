@@ -11,8 +11,8 @@ mod process;
 use std::sync::Arc;
 
 use labels::{
-    Clustered, KindLabel, ListLabels, ProtocolLabel, ReasonLabel, ReasonLabels, ResourceLabel,
-    SignInLabels, TransportLabels, TypeLabels, ll, res, rl, tl, tyl,
+    Clustered, IssuerLabel, KindLabel, ListLabels, ProtocolLabel, ReasonLabel, ReasonLabels,
+    ResourceLabel, SignInLabels, TransportLabels, TypeLabels, ll, res, rl, tl, tyl,
 };
 pub use labels::{Protocol, SignInResult, SignInStep, Transport, Unparked};
 use prometheus_client::metrics::counter::Counter;
@@ -57,6 +57,7 @@ pub struct Metrics {
     visited: Counter,
     unparked: Family<ReasonLabel, Counter>,
     signins: Family<SignInLabels, Counter>,
+    oidc_issuer_ready: Family<IssuerLabel, Gauge>,
 }
 
 fn object_buckets() -> Histogram {
@@ -120,6 +121,7 @@ impl Metrics {
             visited: Counter::default(),
             unparked: Family::default(),
             signins: Family::default(),
+            oidc_issuer_ready: Family::default(),
             registry: Arc::new(Registry::default()),
             cluster: None,
         };
@@ -138,6 +140,11 @@ impl Metrics {
             "streams_unparked",
             "Batched streams sent back to a task of their own, by why",
             m.unparked.clone(),
+        );
+        registry.register(
+            "oidc_issuer_ready",
+            "1 once the OIDC issuer (--oidc-issuer-url) was discovered and its keys fetched; 0 while id-tokens and sign-in are refused for it (the log and GET /session say why)",
+            m.oidc_issuer_ready.clone(),
         );
         registry.register(
             "signins",
@@ -329,6 +336,15 @@ impl Metrics {
     }
 
     /// A sign-in step answered with `status`.
+    /// The `kubefan_oidc_issuer_ready` gauge of `issuer`, 0 until set.
+    pub fn oidc_issuer_ready(&self, issuer: &str) -> Gauge {
+        self.oidc_issuer_ready
+            .get_or_create(&IssuerLabel {
+                issuer: issuer.to_string(),
+            })
+            .clone()
+    }
+
     pub fn signin(&self, step: SignInStep, status: u16) {
         let result = SignInResult::of_status(status);
         self.signins

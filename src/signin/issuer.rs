@@ -43,10 +43,21 @@ pub(super) type OAuth = Client<
 /// `redirect_uri`.
 pub(super) fn client(issuer: &Issuer, redirect_uri: &str) -> Result<OAuth, ApiError> {
     let provider = issuer.keys().provider().ok_or_else(|| {
-        ApiError::Unavailable(format!(
-            "the OIDC issuer {} is not reachable yet; try again shortly",
-            issuer.config().issuer_url
-        ))
+        let keys = issuer.keys();
+        ApiError::Unavailable(match keys.problem() {
+            Some(p) if !p.waiting_helps() => format!(
+                "sign-in is not available: the OIDC issuer {} cannot be used as kubefan is configured: {p}",
+                keys.issuer()
+            ),
+            Some(p) => format!(
+                "sign-in is not available yet: the OIDC issuer {} did not answer ({p}); kubefan keeps trying",
+                keys.issuer()
+            ),
+            None => format!(
+                "sign-in is not available yet: kubefan has not reached the OIDC issuer {}",
+                keys.issuer()
+            ),
+        })
     })?;
     let endpoint = |what: &str, url: &Option<String>| {
         url.clone().ok_or_else(|| {

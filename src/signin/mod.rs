@@ -89,14 +89,106 @@ fn counted(
     resp
 }
 
-/// `GET /login`.
+/// `GET /login`. While the issuer cannot be used, a browser (one that
+/// accepts HTML) gets a page saying why and whether waiting helps
+/// ([`unavailable_page`]); a script the same as a `Status`.
 pub async fn login(
     req: HttpRequest,
     state: web::Data<AppState>,
     query: web::Query<LoginQuery>,
 ) -> HttpResponse {
+    if let Some(issuer) = state.auth.oidc()
+        && issuer.keys().provider().is_none()
+        && accepts_html(&req)
+    {
+        let resp = unavailable_page(issuer);
+        state
+            .metrics
+            .signin(SignInStep::Login, resp.status().as_u16());
+        return resp;
+    }
     let answer = start(&req, &state, &query).await;
     counted(&state, SignInStep::Login, answer)
+}
+
+/// Whether the request is a browser's navigation (it accepts HTML).
+fn accepts_html(req: &HttpRequest) -> bool {
+    req.headers()
+        .get_all(header::ACCEPT)
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/html"))
+}
+
+/// Sign-in while the issuer has not been discovered: 503, a page with the
+/// last attempt's reason, and either "try again shortly" (the issuer did
+/// not answer: `Retry-After`) or what the operator must change.
+fn unavailable_page(issuer: &Issuer) -> HttpResponse {
+    let keys = issuer.keys();
+    let problem = keys.problem();
+    let (reason, advice, retry) = match &problem {
+        Some(p) if !p.waiting_helps() => (
+            p.reason.clone(),
+            format!(
+                "Waiting will not help: the gateway's set-up must change. {}.",
+                p.fix.as_deref().unwrap_or_default()
+            ),
+            false,
+        ),
+        Some(p) => (
+            p.reason.clone(),
+            "The identity provider did not answer. kubefan keeps trying: try again in a minute."
+                .to_string(),
+            true,
+        ),
+        None => (
+            "kubefan has not reached it yet".to_string(),
+            "kubefan is trying now: try again in a few seconds.".to_string(),
+            true,
+        ),
+    };
+    let html = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>kubefan · sign-in unavailable</title>\
+         <style>body{{font-family:system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem;line-height:1.5}}\
+         code{{word-break:break-all}}</style></head><body>\
+         <h1>Sign-in is not available</h1>\
+         <p>kubefan cannot use the identity provider <code>{issuer}</code>.</p>\
+         <p><strong>Why:</strong> <code>{reason}</code></p>\
+         <p>{advice}</p>\
+         <p><a href=\"login\">Try again</a></p></body></html>\n",
+        issuer = html_escape(keys.issuer()),
+        reason = html_escape(&reason),
+        advice = html_escape(&advice),
+    );
+    let mut resp = HttpResponse::ServiceUnavailable();
+    resp.content_type("text/html; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .insert_header((
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        ));
+    if retry {
+        resp.insert_header((header::RETRY_AFTER, "30"));
+    }
+    resp.body(html)
+}
+
+/// `text` safe inside HTML text and attribute values.
+fn html_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 async fn start(
@@ -228,6 +320,19 @@ pub async fn whoami(req: HttpRequest, state: web::Data<AppState>) -> HttpRespons
         }),
         None => json!({"signedIn": false, "signIn": sign_in}),
     };
+    let mut body = body;
+    // For scripts and the page: whether sign-in can work now, and if not,
+    // why and whether waiting helps.
+    if let Some(issuer) = state.auth.oidc() {
+        let keys = issuer.keys();
+        body["issuer"] = match keys.problem().filter(|_| !keys.loaded()) {
+            None if keys.loaded() => json!({"url": keys.issuer(), "ready": true}),
+            None => json!({"url": keys.issuer(), "ready": false, "waitingHelps": true,
+                "reason": "kubefan has not reached it yet"}),
+            Some(p) => json!({"url": keys.issuer(), "ready": false,
+                "waitingHelps": p.waiting_helps(), "reason": p.reason, "fix": p.fix}),
+        };
+    }
     HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(body)

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::issuer::{Issuer, SigningKey};
 use crate::oidc::{namespaces, oidc_config, oidc_env, team_sim};
-use crate::support::{ClientView, SseClient, TestEnv, WAIT, validate_status};
+use crate::support::{ClientView, SseClient, TestEnv, WAIT, spawn, validate_status};
 use kubefan::config::Config;
 use kubefan_sim::pod;
 
@@ -508,4 +508,140 @@ async fn a_confidential_client_exchanges_the_code_with_its_secret() {
     assert!(!browser.cookies.contains_key("kubefan_session"));
     right.stop().await;
     wrong.stop().await;
+}
+
+/// What `GET /login` (as a browser asks: HTML) and `GET /session` say
+/// while the issuer cannot be used, and the issuer's readiness gauge.
+async fn sign_in_state(env: &TestEnv) -> (reqwest::Response, Value, String) {
+    // Not following the redirect to the issuer, once it is ready.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let login = tokio::time::timeout(
+        WAIT,
+        http.get(format!("{}/login", env.base))
+            .header("accept", "text/html,application/xhtml+xml")
+            .send(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let session: Value = env
+        .http
+        .get(format!("{}/session", env.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    (login, session, env.metrics().await)
+}
+
+/// A set-up mistake no retry fixes (an issuer URL with a trailing slash
+/// the issuer's own lacks; the issuer's CA not given) and an issuer that is
+/// down are told apart: `/login` answers a page with the real reason and
+/// whether waiting helps, `GET /session` says the same for scripts,
+/// `kubefan_oidc_issuer_ready` is 0, and the log's WARN names the flag to
+/// fix. Once the issuer answers, all of them say it is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_mistakes_are_named_with_whether_waiting_helps() {
+    let (issuer, _key) = issuer_for_alice().await;
+    let log = crate::support::access_log();
+    let slash = format!("{}/", issuer.url);
+    for (mistake, issuer_url, ca, why, fix) in [
+        (
+            "a trailing slash",
+            slash.clone(),
+            Some(issuer.ca_file.clone()),
+            "names the issuer",
+            "--oidc-issuer-url",
+        ),
+        (
+            "no --oidc-ca-file",
+            issuer.url.clone(),
+            None,
+            "certificate",
+            "--oidc-ca-file",
+        ),
+    ] {
+        let mut cfg = signin_config(&issuer, Some(secret_file()));
+        // Its own listener: /metrics needs no token there.
+        cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+        cfg.auth.oidc.issuer_url = issuer_url.clone();
+        cfg.auth.oidc.ca_file = ca;
+        let env = spawn(team_sim(), cfg).await;
+        let keys = env.app.auth().oidc().unwrap().keys();
+        tokio::time::timeout(WAIT, keys.changes().until(|| keys.problem().is_some()))
+            .await
+            .expect("a first try at discovery");
+        let (login, session, metrics) = sign_in_state(&env).await;
+        assert_eq!(login.status(), 503, "{mistake}");
+        assert!(login.headers().get("retry-after").is_none(), "{mistake}");
+        let page = login.text().await.unwrap();
+        assert!(page.starts_with("<!DOCTYPE html>"), "{mistake}: {page}");
+        assert!(page.contains(why), "{mistake}: {page}");
+        assert!(page.contains("Waiting will not help"), "{mistake}: {page}");
+        assert!(page.contains(fix), "{mistake}: {page}");
+        let state = &session["issuer"];
+        assert_eq!(state["ready"], false, "{mistake}: {session}");
+        assert_eq!(state["waitingHelps"], false, "{mistake}: {session}");
+        assert!(
+            state["reason"].as_str().unwrap().contains(why),
+            "{mistake}: {session}"
+        );
+        assert!(
+            state["fix"].as_str().unwrap().contains(fix),
+            "{mistake}: {session}"
+        );
+        let gauge = format!("kubefan_oidc_issuer_ready{{issuer=\"{issuer_url}\"}} 0");
+        assert!(metrics.contains(&gauge), "{mistake}: {metrics}");
+        // A script (no HTML accepted) gets a Status saying the same.
+        let status = env.get_json("/login").await;
+        assert_eq!(status.0, 503, "{mistake}");
+        let message = status.1["message"].as_str().unwrap();
+        assert!(
+            message.contains(why) && message.contains(fix),
+            "{mistake}: {message}"
+        );
+        let warned = log
+            .wait_for(&format!("naming {fix}"), |l| {
+                l["issuer"] == issuer_url.as_str()
+                    && l["fix"].as_str().is_some_and(|f| f.contains(fix))
+            })
+            .await;
+        assert_eq!(warned["level"], "WARN", "{warned}");
+        env.stop().await;
+    }
+
+    // Down: waiting helps, and the page says to try again.
+    issuer.set_up(false);
+    let mut cfg = signin_config(&issuer, Some(secret_file()));
+    cfg.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let env = spawn(team_sim(), cfg).await;
+    let keys = env.app.auth().oidc().unwrap().keys();
+    tokio::time::timeout(WAIT, keys.changes().until(|| keys.problem().is_some()))
+        .await
+        .expect("a first try at discovery");
+    let (login, session, _) = sign_in_state(&env).await;
+    assert_eq!(login.status(), 503);
+    assert!(login.headers().get("retry-after").is_some());
+    let page = login.text().await.unwrap();
+    assert!(page.contains("kubefan keeps trying"), "{page}");
+    assert!(!page.contains("Waiting will not help"), "{page}");
+    assert_eq!(session["issuer"]["waitingHelps"], true, "{session}");
+    assert_eq!(session["issuer"]["fix"], Value::Null, "{session}");
+
+    issuer.set_up(true);
+    tokio::time::timeout(WAIT, keys.changes().until(|| keys.loaded()))
+        .await
+        .expect("discovery is retried");
+    let (login, session, metrics) = sign_in_state(&env).await;
+    assert_eq!(login.status(), 302, "sign-in goes to the issuer");
+    assert_eq!(session["issuer"]["ready"], true, "{session}");
+    // Set with the keys, under the same lock.
+    let gauge = format!("kubefan_oidc_issuer_ready{{issuer=\"{}\"}} 1", issuer.url);
+    assert!(metrics.contains(&gauge), "{metrics}");
+    env.stop().await;
 }

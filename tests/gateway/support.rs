@@ -759,7 +759,9 @@ pub fn access_log() -> &'static AccessLog {
             .with_writer(|| AccessLogWriter)
             .with_filter(
                 tracing_subscriber::filter::Targets::new()
-                    .with_target("kubefan::access", tracing::Level::INFO),
+                    .with_target("kubefan::access", tracing::Level::INFO)
+                    // What the issuer's discovery says went wrong.
+                    .with_target("kubefan::auth::oidc::keys", tracing::Level::WARN),
             );
         let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer));
     });

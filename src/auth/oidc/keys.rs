@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use jsonwebtoken::jwk::JwkSet;
+use prometheus_client::metrics::gauge::Gauge;
 use serde::Deserialize;
 use tokio::time::Instant;
 
@@ -38,6 +39,47 @@ pub const MIN_REFETCH: Duration = Duration::from_secs(5);
 const MAX_DOCUMENT: usize = 1 << 20;
 /// How long one fetch may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the issuer could not be read, and what would fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// What failed: the request and the issuer's answer (or its absence).
+    pub reason: String,
+    /// What to change, naming the flag; `None` when the issuer did not
+    /// answer (down, starting, overloaded): kubefan retries, and waiting
+    /// can help. A mistake in the set-up (an issuer URL that differs from
+    /// the one the issuer names, a certificate kubefan does not trust, a
+    /// document that is not a discovery document) is retried too, but no
+    /// retry fixes it.
+    pub fix: Option<String>,
+}
+
+impl Problem {
+    fn waiting(reason: String) -> Problem {
+        Problem { reason, fix: None }
+    }
+
+    fn fix(reason: String, fix: impl Into<String>) -> Problem {
+        Problem {
+            reason,
+            fix: Some(fix.into()),
+        }
+    }
+
+    /// Whether waiting can help: the issuer did not answer.
+    pub fn waiting_helps(&self) -> bool {
+        self.fix.is_none()
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.fix {
+            None => f.write_str(&self.reason),
+            Some(fix) => write!(f, "{}: {fix}", self.reason),
+        }
+    }
+}
 
 /// The parts of the discovery document (OpenID Connect Discovery 1.0,
 /// section 3) kubefan uses.
@@ -74,7 +116,19 @@ struct State {
     /// Whether a fetch has brought keys.
     loaded: bool,
     /// Why the issuer could not be read, last time it could not.
-    error: Option<String>,
+    error: Option<Problem>,
+    /// `kubefan_oidc_issuer_ready`, once [`Keys::run`] was given it: set
+    /// with `loaded`, under this lock.
+    ready: Option<Gauge>,
+}
+
+impl State {
+    fn set_loaded(&mut self, loaded: bool) {
+        self.loaded = loaded;
+        if let Some(ready) = &self.ready {
+            ready.set(i64::from(loaded));
+        }
+    }
 }
 
 impl Keys {
@@ -111,7 +165,18 @@ impl Keys {
 
     /// Why the issuer could not be read, the last time it could not.
     pub fn last_error(&self) -> Option<String> {
+        self.problem().map(|p| p.to_string())
+    }
+
+    /// Why the issuer could not be read and what would fix it, the last
+    /// time it could not.
+    pub fn problem(&self) -> Option<Problem> {
         self.state().error.clone()
+    }
+
+    /// The issuer's URL (`--oidc-issuer-url`).
+    pub fn issuer(&self) -> &str {
+        &self.issuer
     }
 
     /// The discovery document, once read.
@@ -129,15 +194,20 @@ impl Keys {
     }
 
     fn unreachable(&self, state: &State) -> Error {
-        Error::IssuerUnreachable(format!(
-            "the OIDC issuer {} is not reachable yet{}; kubefan keeps trying",
-            self.issuer,
-            state
-                .error
-                .as_deref()
-                .map(|e| format!(" ({e})"))
-                .unwrap_or_default()
-        ))
+        Error::IssuerUnreachable(match &state.error {
+            Some(problem @ Problem { fix: Some(_), .. }) => format!(
+                "the OIDC issuer {} cannot be used as kubefan is configured: {problem}",
+                self.issuer
+            ),
+            Some(problem) => format!(
+                "the OIDC issuer {} is not reachable yet ({problem}); kubefan keeps trying",
+                self.issuer
+            ),
+            None => format!(
+                "the OIDC issuer {} is not reachable yet; kubefan keeps trying",
+                self.issuer
+            ),
+        })
     }
 
     /// The keys after fetching them again (for a `kid` not among them):
@@ -160,8 +230,14 @@ impl Keys {
         self.current()
     }
 
-    /// Discovers the issuer and follows its keys until shutdown.
-    pub async fn run(self: Arc<Self>, lifecycle: Arc<Lifecycle>) {
+    /// Discovers the issuer and follows its keys until shutdown; `ready`
+    /// says after each try whether keys are loaded.
+    pub async fn run(self: Arc<Self>, lifecycle: Arc<Lifecycle>, ready: Gauge) {
+        {
+            let mut state = self.state();
+            ready.set(i64::from(state.loaded));
+            state.ready = Some(ready);
+        }
         let mut backoff = Duration::from_secs(1);
         loop {
             let done = {
@@ -192,19 +268,29 @@ impl Keys {
         }
     }
 
-    async fn discover(&self) -> Result<(), String> {
+    async fn discover(&self) -> Result<(), Problem> {
         let url = format!(
             "{}/.well-known/openid-configuration",
             self.issuer.trim_end_matches('/')
         );
-        let result = self.get(&url).await.and_then(|body| {
-            let provider: Provider = serde_json::from_slice(&body)
-                .map_err(|e| format!("{url} is not a discovery document: {e}"))?;
+        let result = self.get(&url, "--oidc-issuer-url").await.and_then(|body| {
+            let provider: Provider = serde_json::from_slice(&body).map_err(|e| {
+                Problem::fix(
+                    format!("{url} is not a discovery document: {e}"),
+                    "check --oidc-issuer-url: it must be the issuer's URL, under which /.well-known/openid-configuration is its discovery document",
+                )
+            })?;
             // OpenID Connect Discovery 1.0, section 4.3.
             if provider.issuer != self.issuer {
-                return Err(format!(
-                    "{url} names the issuer {:?}, not {:?}",
-                    provider.issuer, self.issuer
+                return Err(Problem::fix(
+                    format!(
+                        "{url} names the issuer {:?}, not {:?}",
+                        provider.issuer, self.issuer
+                    ),
+                    format!(
+                        "set --oidc-issuer-url to exactly {:?} (OIDC Discovery compares them character by character)",
+                        provider.issuer
+                    ),
                 ));
             }
             Ok(provider)
@@ -217,7 +303,14 @@ impl Keys {
                 Ok(())
             }
             Err(err) => {
-                tracing::warn!(issuer = %self.issuer, error = %err, "OIDC issuer not reachable; retrying");
+                match &err.fix {
+                    None => {
+                        tracing::warn!(issuer = %self.issuer, error = %err.reason, "OIDC issuer not reachable; retrying")
+                    }
+                    Some(fix) => {
+                        tracing::warn!(issuer = %self.issuer, error = %err.reason, fix = %fix, "OIDC issuer cannot be used as configured; sign-in and id-tokens are refused until it is fixed")
+                    }
+                }
                 state.error = Some(err.clone());
                 Err(err)
             }
@@ -228,14 +321,20 @@ impl Keys {
     }
 
     /// Fetches the JWKS; the caller holds `fetching`.
-    async fn fetch_keys(&self) -> Result<(), String> {
+    async fn fetch_keys(&self) -> Result<(), Problem> {
         let Some(provider) = self.provider() else {
-            return Err("not discovered yet".into());
+            return Err(Problem::waiting("not discovered yet".into()));
         };
         self.fetches.fetch_add(1, Ordering::Relaxed);
         let url = &provider.jwks_uri;
-        let result = self.get(url).await.and_then(|body| {
-            serde_json::from_slice::<JwkSet>(&body).map_err(|e| format!("{url} is not a JWKS: {e}"))
+        let set_up = "the issuer's set-up (its discovery document's jwks_uri)";
+        let result = self.get(url, set_up).await.and_then(|body| {
+            serde_json::from_slice::<JwkSet>(&body).map_err(|e| {
+                Problem::fix(
+                    format!("{url} is not a JWKS: {e}"),
+                    format!("check {set_up}"),
+                )
+            })
         });
         let mut state = self.state();
         state.fetched = Some(Instant::now());
@@ -244,7 +343,7 @@ impl Keys {
                 let keys = keys_of(&set, url);
                 tracing::debug!(issuer = %self.issuer, keys = keys.len(), "OIDC keys fetched");
                 state.keys = Arc::new(keys);
-                state.loaded = true;
+                state.set_loaded(true);
                 state.error = None;
                 Ok(())
             }
@@ -259,8 +358,20 @@ impl Keys {
         done
     }
 
-    /// GET `url`, its body read up to [`MAX_DOCUMENT`].
-    async fn get(&self, url: &str) -> Result<Vec<u8>, String> {
+    /// GET `url`, its body read up to [`MAX_DOCUMENT`]. A 4xx answer is
+    /// fixed by `where_` (the flag or set-up that gave the URL).
+    async fn get(&self, url: &str, where_: &str) -> Result<Vec<u8>, Problem> {
+        let failed = |e: &reqwest::Error| {
+            let reason = format!("GET {url}: {}", error_chain(e));
+            if untrusted_certificate(e) {
+                Problem::fix(
+                    reason,
+                    "kubefan does not trust the issuer's certificate: give the CA that signed it with --oidc-ca-file",
+                )
+            } else {
+                Problem::waiting(reason)
+            }
+        };
         let fetch = async {
             let mut resp = self
                 .http
@@ -268,18 +379,24 @@ impl Keys {
                 .header("accept", "application/json")
                 .send()
                 .await
-                .map_err(|e| format!("GET {url}: {}", error_chain(&e)))?;
-            if !resp.status().is_success() {
-                return Err(format!("GET {url}: {}", resp.status()));
+                .map_err(|e| failed(&e))?;
+            let status = resp.status();
+            if status.is_client_error() && status != reqwest::StatusCode::TOO_MANY_REQUESTS {
+                return Err(Problem::fix(
+                    format!("GET {url}: {status}"),
+                    format!("nothing is served there: check {where_}"),
+                ));
+            }
+            if !status.is_success() {
+                return Err(Problem::waiting(format!("GET {url}: {status}")));
             }
             let mut body = Vec::new();
-            while let Some(chunk) = resp
-                .chunk()
-                .await
-                .map_err(|e| format!("GET {url}: {}", error_chain(&e)))?
-            {
+            while let Some(chunk) = resp.chunk().await.map_err(|e| failed(&e))? {
                 if body.len() + chunk.len() > MAX_DOCUMENT {
-                    return Err(format!("GET {url}: more than {MAX_DOCUMENT} bytes"));
+                    return Err(Problem::fix(
+                        format!("GET {url}: more than {MAX_DOCUMENT} bytes"),
+                        format!("check {where_}"),
+                    ));
                 }
                 body.extend_from_slice(&chunk);
             }
@@ -287,8 +404,38 @@ impl Keys {
         };
         tokio::time::timeout(FETCH_TIMEOUT, fetch)
             .await
-            .unwrap_or_else(|_| Err(format!("GET {url}: no answer in {FETCH_TIMEOUT:?}")))
+            .unwrap_or_else(|_| {
+                Err(Problem::waiting(format!(
+                    "GET {url}: no answer in {FETCH_TIMEOUT:?}"
+                )))
+            })
     }
+}
+
+/// Whether `err` failed on the server's certificate (rustls refused it:
+/// an unknown authority, a name it is not for, expired). rustls's error
+/// reaches reqwest inside `io::Error`s (two, nested, with hyper-rustls
+/// 0.27), whose `source()` skips what they hold, so each error of the
+/// chain is opened down to what it wraps.
+fn untrusted_certificate(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        let mut held = Some(e);
+        while let Some(h) = held {
+            if let Some(tls) = h.downcast_ref::<rustls::Error>() {
+                return matches!(
+                    tls,
+                    rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+                );
+            }
+            held = h
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .map(|inner| inner as &(dyn std::error::Error + 'static));
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// An error and its causes, which say what actually failed (a refused

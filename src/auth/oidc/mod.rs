@@ -115,8 +115,12 @@ impl Issuer {
     }
 
     /// Discovers the issuer and follows its keys in the background.
-    pub fn spawn_keys(&self, lifecycle: Arc<Lifecycle>) {
-        tokio::spawn(self.keys.clone().run(lifecycle));
+    pub fn spawn_keys(
+        &self,
+        lifecycle: Arc<Lifecycle>,
+        ready: prometheus_client::metrics::gauge::Gauge,
+    ) {
+        tokio::spawn(self.keys.clone().run(lifecycle, ready));
     }
 
     /// The issuer's keys (for tests and metrics: how often they were

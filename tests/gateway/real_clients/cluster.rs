@@ -313,6 +313,7 @@ impl Cluster {
                 Some(_) => NAMED.map(String::from).to_vec(),
                 None => Vec::new(),
             },
+            namespace: None,
         };
         let yaml = kubeconfig.to_yaml();
         assert!(!yaml.contains("insecure"), "verification stays on: {yaml}");
