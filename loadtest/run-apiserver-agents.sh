@@ -21,6 +21,11 @@
 # Results: $OUT/{apiserver,kubefan}-N.json and .log, $OUT/commands.txt,
 # $OUT/summary.txt.
 set -euo pipefail
+# Every viewer here comes from one loopback address: the gateway's
+# per-address limits (on by default, README "Limits") would refuse the
+# load generator, which is one client only by its address.
+export KUBEFAN_MAX_CONNECTIONS_PER_ADDRESS=0 KUBEFAN_CONNECTIONS_PER_SECOND_PER_ADDRESS=0 \
+  KUBEFAN_MAX_PENDING_HANDSHAKES_PER_ADDRESS=0
 cd "$(dirname "$0")/.."
 R=${REALK8S:-$HOME/realk8s}
 PODS=${PODS:-15000}

@@ -16,6 +16,11 @@
 # glibc's allocator (`cargo build --release --no-default-features`), not
 # the default jemalloc one (src/heap.rs).
 set -euo pipefail
+# Every viewer here comes from one loopback address: the gateway's
+# per-address limits (on by default, README "Limits") would refuse the
+# load generator, which is one client only by its address.
+export KUBEFAN_MAX_CONNECTIONS_PER_ADDRESS=0 KUBEFAN_CONNECTIONS_PER_SECOND_PER_ADDRESS=0 \
+  KUBEFAN_MAX_PENDING_HANDSHAKES_PER_ADDRESS=0
 cd "$(dirname "$0")/.."
 PODS=${PODS:-10000}
 PATCHES=${PATCHES:-0}

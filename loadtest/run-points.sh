@@ -67,6 +67,11 @@
 #
 # Binaries are built into $CARGO_TARGET_DIR (default target/).
 set -euo pipefail
+# Every viewer here comes from one loopback address: the gateway's
+# per-address limits (on by default, README "Limits") would refuse the
+# load generator, which is one client only by its address.
+export KUBEFAN_MAX_CONNECTIONS_PER_ADDRESS=0 KUBEFAN_CONNECTIONS_PER_SECOND_PER_ADDRESS=0 \
+  KUBEFAN_MAX_PENDING_HANDSHAKES_PER_ADDRESS=0
 cd "$(dirname "$0")/.."
 POINTS=${POINTS:-"1000:sse 5000:sse 10000:sse 10000:ws"}
 REPS=${REPS:-3}

@@ -9,6 +9,11 @@
 #   bash loadtest/run-tier.sh                      # 40,000 over 3 leaves, R=5
 #   N=3000 LEAVES=3 DURATION=10 bash loadtest/run-tier.sh
 set -euo pipefail
+# Every viewer here comes from one loopback address: the gateway's
+# per-address limits (on by default, README "Limits") would refuse the
+# load generator, which is one client only by its address.
+export KUBEFAN_MAX_CONNECTIONS_PER_ADDRESS=0 KUBEFAN_CONNECTIONS_PER_SECOND_PER_ADDRESS=0 \
+  KUBEFAN_MAX_PENDING_HANDSHAKES_PER_ADDRESS=0
 cd "$(dirname "$0")/.."
 N=${N:-40000}
 LEAVES=${LEAVES:-3}

@@ -195,6 +195,7 @@ impl App {
                 .request_timeout
                 .max(cfg.stream.sync_timeout + std::time::Duration::from_secs(5)),
             write_timeout: cfg.stream.write_timeout,
+            handshakes: crate::limits::Handshakes::new(&cfg.limits),
         };
         let scheme = if settings.tls.is_some() {
             "https"

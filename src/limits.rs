@@ -49,6 +49,76 @@ pub struct Permit {
     addr: Option<IpAddr>,
 }
 
+/// TLS handshakes under way, per TCP peer: a peer past
+/// `--max-pending-handshakes-per-address` has its new connection closed
+/// before the handshake (each costs ~25 KB and up to the 10 s handshake
+/// timeout). Trusted proxies are not counted: their clients are, by
+/// their forwarded address, once a request is read.
+pub struct Handshakes {
+    max: usize,
+    trusted: Vec<ipnet::IpNet>,
+    pending: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// A handshake counted in, counted out on drop.
+pub struct Handshake {
+    of: Arc<Handshakes>,
+    addr: Option<IpAddr>,
+}
+
+impl Handshakes {
+    pub fn new(cfg: &LimitsConfig) -> Arc<Handshakes> {
+        Arc::new(Handshakes {
+            max: cfg.max_pending_handshakes_per_address,
+            trusted: cfg.trusted_proxies.clone(),
+            pending: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A place for a handshake from `peer`, or `None` when it has as many
+    /// under way as allowed.
+    pub fn begin(self: &Arc<Self>, peer: Option<IpAddr>) -> Option<Handshake> {
+        let counted = peer
+            .map(|p| p.to_canonical())
+            .filter(|p| self.max > 0 && !self.trusted.iter().any(|net| net.contains(p)));
+        if let Some(addr) = counted {
+            let mut pending = self.lock();
+            let n = pending.entry(addr).or_default();
+            if *n >= self.max {
+                return None;
+            }
+            *n += 1;
+        }
+        Some(Handshake {
+            of: self.clone(),
+            addr: counted,
+        })
+    }
+
+    /// Handshakes under way from `peer`.
+    pub fn pending(&self, peer: IpAddr) -> usize {
+        self.lock().get(&peer.to_canonical()).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for Handshake {
+    fn drop(&mut self) {
+        if let Some(addr) = self.addr {
+            let mut pending = self.of.lock();
+            if let Some(n) = pending.get_mut(&addr) {
+                *n -= 1;
+                if *n == 0 {
+                    pending.remove(&addr);
+                }
+            }
+        }
+    }
+}
+
 /// The client a request comes from: its TCP peer, or, when the peer is a
 /// trusted proxy, the address that proxy (and any trusted proxy before it)
 /// appended to `X-Forwarded-For`. The list is read from its right end,
@@ -262,6 +332,42 @@ mod tests {
         let mut cfg = LimitsConfig::default();
         f(&mut cfg);
         Limits::new(cfg)
+    }
+
+    #[test]
+    fn handshakes_are_counted_per_peer_and_a_trusted_proxys_are_not() {
+        let mut cfg = LimitsConfig {
+            max_pending_handshakes_per_address: 2,
+            ..LimitsConfig::default()
+        };
+        cfg.trusted_proxies = vec!["10.9.0.0/16".parse().unwrap()];
+        let h = Handshakes::new(&cfg);
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        let first = h.begin(Some(a)).expect("one");
+        let second = h.begin(Some(mapped)).expect("two: the same address");
+        assert!(h.begin(Some(a)).is_none(), "a third is refused");
+        assert!(
+            h.begin(Some("10.0.0.2".parse().unwrap())).is_some(),
+            "another address"
+        );
+        drop(first);
+        assert_eq!(h.pending(a), 1);
+        assert!(h.begin(Some(a)).is_some(), "a place was given back");
+        drop(second);
+        let proxy: IpAddr = "10.9.1.1".parse().unwrap();
+        let held: Vec<_> = (0..10)
+            .map(|_| h.begin(Some(proxy)).expect("a trusted proxy"))
+            .collect();
+        assert_eq!(h.pending(proxy), 0);
+        drop(held);
+        // 0: no limit.
+        let none = Handshakes::new(&LimitsConfig {
+            max_pending_handshakes_per_address: 0,
+            ..LimitsConfig::default()
+        });
+        let held: Vec<_> = (0..1000).map(|_| none.begin(Some(a)).unwrap()).collect();
+        assert_eq!(held.len(), 1000);
     }
 
     #[test]

@@ -466,6 +466,45 @@ mod tests {
         (Cli::from_arg_matches(&matches).unwrap(), applied)
     }
 
+    /// Per-address limits are on unless set to 0, the same from the
+    /// command line as for a `Config` built in code.
+    #[test]
+    fn per_address_limits_are_on_by_default() {
+        let cli = Cli::try_parse_from(["kubefan"]).unwrap();
+        let limits = cli.serve.gateway.into_config().limits;
+        assert_eq!(limits.max_per_address, 4096);
+        assert_eq!(limits.per_second_per_address, 1000);
+        assert_eq!(limits.max_pending_handshakes_per_address, 256);
+        let code = kubefan::config::LimitsConfig::default();
+        assert_eq!(
+            (
+                code.max_per_address,
+                code.per_second_per_address,
+                code.max_pending_handshakes_per_address
+            ),
+            (4096, 1000, 256)
+        );
+        let cli = Cli::try_parse_from([
+            "kubefan",
+            "--max-connections-per-address",
+            "0",
+            "--connections-per-second-per-address",
+            "0",
+            "--max-pending-handshakes-per-address",
+            "0",
+        ])
+        .unwrap();
+        let limits = cli.serve.gateway.into_config().limits;
+        assert_eq!(
+            (
+                limits.max_per_address,
+                limits.per_second_per_address,
+                limits.max_pending_handshakes_per_address
+            ),
+            (0, 0, 0)
+        );
+    }
+
     #[test]
     fn global_flags_may_come_before_the_subcommand_and_nothing_else_may() {
         let parse = |argv: &[&str]| {

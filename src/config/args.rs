@@ -314,15 +314,31 @@ pub struct GatewayArgs {
     )]
     pub max_connections_per_principal: usize,
     /// Requests in flight per client address (429 beyond; 0: no limit).
-    #[arg(long, env = "KUBEFAN_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = 0)]
+    /// Behind an ingress, name its proxies in --trusted-proxies: each
+    /// client then counts by its forwarded address.
+    #[arg(
+        long,
+        env = "KUBEFAN_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = crate::config::DEFAULT_MAX_PER_ADDRESS
+    )]
     pub max_connections_per_address: usize,
-    /// New requests per second per client address (429 beyond; 0: no limit).
+    /// New requests per second per client address, in a burst of as many
+    /// (429 beyond; 0: no limit).
     #[arg(
         long,
         env = "KUBEFAN_CONNECTIONS_PER_SECOND_PER_ADDRESS",
-        default_value_t = 0
+        default_value_t = crate::config::DEFAULT_PER_SECOND_PER_ADDRESS
     )]
     pub connections_per_second_per_address: u32,
+    /// TLS handshakes under way at once per client address (its TCP peer;
+    /// a --trusted-proxies proxy is not counted). A connection beyond is
+    /// closed at once (0: no limit).
+    #[arg(
+        long,
+        env = "KUBEFAN_MAX_PENDING_HANDSHAKES_PER_ADDRESS",
+        default_value_t = crate::config::DEFAULT_PENDING_HANDSHAKES_PER_ADDRESS
+    )]
+    pub max_pending_handshakes_per_address: usize,
     /// Frames that do nothing one connection may send at once, and again
     /// every minute: WebSocket pings, pongs and empty fragments, HTTP/2
     /// frames beyond what its traffic earns. Past them the connection is
@@ -451,6 +467,7 @@ impl GatewayArgs {
                 max_per_principal: self.max_connections_per_principal,
                 max_per_address: self.max_connections_per_address,
                 per_second_per_address: self.connections_per_second_per_address,
+                max_pending_handshakes_per_address: self.max_pending_handshakes_per_address,
                 idle_frames_per_minute: self.idle_frames_per_minute,
                 trusted_proxies: self.trusted_proxies,
                 ..LimitsConfig::default()

@@ -74,6 +74,21 @@ impl Default for StreamConfig {
     }
 }
 
+/// Per-address limits on by default, at values a team never meets: one
+/// address is a person's browser (one shared socket, a few dozen requests
+/// when tabs open), kubectl, an informer, a node agent, or an office
+/// behind NAT; behind an ingress whose proxies are `--trusted-proxies`,
+/// each client is its forwarded address. What they bound is one address
+/// holding the file limit: each connection costs ~25 KB (README,
+/// "Operations").
+pub const DEFAULT_MAX_PER_ADDRESS: usize = 4096;
+/// See [`DEFAULT_MAX_PER_ADDRESS`]; a burst of as many.
+pub const DEFAULT_PER_SECOND_PER_ADDRESS: u32 = 1000;
+/// See [`DEFAULT_MAX_PER_ADDRESS`]: a browser opens at most 6 connections
+/// to a host at once, an ingress pod reconnecting its pool a few hundred
+/// (and is exempt as a trusted proxy).
+pub const DEFAULT_PENDING_HANDSHAKES_PER_ADDRESS: usize = 256;
+
 /// Bounds on what clients may open and send (see `crate::middleware`). A limit
 /// of 0 is no limit.
 #[derive(Debug, Clone)]
@@ -86,6 +101,10 @@ pub struct LimitsConfig {
     pub max_per_address: usize,
     /// New requests per second per client address (429 beyond).
     pub per_second_per_address: u32,
+    /// TLS handshakes under way at once per TCP peer (a trusted proxy's
+    /// are not counted); a connection beyond is closed before its
+    /// handshake.
+    pub max_pending_handshakes_per_address: usize,
     /// Frames that do nothing (WebSocket pings, pongs, empty fragments;
     /// HTTP/2 frames beyond what the connection's traffic earns) one
     /// connection may send in a burst, and again every minute; past them
@@ -112,8 +131,9 @@ impl Default for LimitsConfig {
         LimitsConfig {
             max_connections: 15_000,
             max_per_principal: 0,
-            max_per_address: 0,
-            per_second_per_address: 0,
+            max_per_address: DEFAULT_MAX_PER_ADDRESS,
+            per_second_per_address: DEFAULT_PER_SECOND_PER_ADDRESS,
+            max_pending_handshakes_per_address: DEFAULT_PENDING_HANDSHAKES_PER_ADDRESS,
             idle_frames_per_minute: 100,
             max_uri_bytes: 8 << 10,
             max_header_bytes: 16 << 10,

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -152,7 +151,15 @@ impl Gateway {
 
     /// A new connection: HTTP/1.1, or HTTP/2 over TLS if `h2`.
     pub async fn connect(&self, h2: bool) -> Conn {
-        let tcp = TcpStream::connect(self.addr).await.unwrap();
+        self.connect_from("127.0.0.1".parse().unwrap(), h2).await
+    }
+
+    /// [`Gateway::connect`] from another loopback address: another client
+    /// as per-address limits count them.
+    pub async fn connect_from(&self, source: std::net::IpAddr, h2: bool) -> Conn {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::new(source, 0)).unwrap();
+        let tcp = socket.connect(self.addr).await.unwrap();
         tcp.set_nodelay(true).unwrap();
         let Some(cfg) = &self.tls else {
             assert!(!h2, "HTTP/2 is served over TLS only");

@@ -114,3 +114,60 @@ async fn an_endless_chunked_body_is_answered_then_the_connection_ends() {
     }
     assert_eq!(gw.get("/readyz").await.0, 200);
 }
+
+/// One address that opens connections and never sends its TLS
+/// handshake holds at most `--max-pending-handshakes-per-address` (256 by
+/// default) of them; beyond, each new one is closed at once and counted,
+/// while another address is served as usual, and the address is served
+/// again once its handshakes are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holds_at_most_its_share_of_tls_handshakes() {
+    const DEFAULT: usize = 256;
+    const EXTRA: usize = 40;
+    let gw = Gateway::start(Scheme::Tls).await;
+    let mut silent = Vec::new();
+    for _ in 0..DEFAULT + EXTRA {
+        silent.push(tokio::net::TcpStream::connect(gw.addr).await.unwrap());
+    }
+    // Those beyond the share are closed without a byte (EOF or a reset),
+    // at once; the others wait for their handshake (10 s), well past the
+    // second they are watched here.
+    let closed = futures::future::join_all(silent.iter_mut().map(|conn| async move {
+        let mut byte = [0u8; 1];
+        matches!(
+            tokio::time::timeout(std::time::Duration::from_secs(1), conn.read(&mut byte)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }))
+    .await
+    .into_iter()
+    .filter(|closed| *closed)
+    .count();
+    assert!(
+        (EXTRA..=EXTRA + 5).contains(&closed),
+        "{closed} of {} silent connections closed",
+        DEFAULT + EXTRA
+    );
+    // Another address is not held up.
+    let mut other = gw.connect_from("127.0.0.2".parse().unwrap(), false).await;
+    other
+        .write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(WAIT, other.read_to_end(&mut answer))
+        .await
+        .expect("answered")
+        .unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    drop(silent);
+    // Counted, and the address served again once its handshakes went.
+    let hits = gw
+        .metric(r#"kubefan_limits_hit_total{kind="tls_handshakes"}"#)
+        .await;
+    assert!(hits >= EXTRA as f64, "{hits}");
+}

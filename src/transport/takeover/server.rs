@@ -54,6 +54,7 @@ use super::h2;
 use super::socket::Detached;
 use super::watchdog::Watchdog;
 use crate::lifecycle::Lifecycle;
+use crate::limits::Handshakes;
 use crate::metrics::{Metrics, Protocol as Wire};
 use crate::tls::PeerCertificates;
 
@@ -295,6 +296,8 @@ pub struct Settings {
     /// An HTTP/1.1 response's blocked write moves this soon, or its
     /// connection closes (the streams' write timeout).
     pub write_timeout: Duration,
+    /// TLS handshakes under way per address (`--max-pending-handshakes-per-address`).
+    pub handshakes: Arc<Handshakes>,
 }
 
 /// Serves `factory`'s application on `listener` (see the module
@@ -325,6 +328,7 @@ where
         metrics,
         request_timeout,
         write_timeout,
+        handshakes,
     } = settings;
     let tls = tls.map(TlsAcceptor::from);
     let h2 = Arc::new(h2);
@@ -363,10 +367,12 @@ where
                 |_: ()| AppConfig::default(),
             );
             let (tls, h2, metrics) = (tls.clone(), h2.clone(), metrics.clone());
+            let handshakes = handshakes.clone();
             fn_factory(move || {
                 let http1 = http1.new_service(());
                 let http2 = http2.new_service(());
                 let (tls, h2, metrics) = (tls.clone(), h2.clone(), metrics.clone());
+                let handshakes = handshakes.clone();
                 async move {
                     let connections = Rc::new(Connections {
                         http1: Rc::new(http1.await?),
@@ -378,6 +384,7 @@ where
                         metrics,
                         request_timeout,
                         write_timeout,
+                        handshakes,
                     });
                     Ok::<_, ()>(fn_service(move |tcp: TcpStream| connections.serve(tcp)))
                 }
@@ -396,6 +403,7 @@ struct Connections<H1, H2> {
     metrics: Arc<Metrics>,
     request_timeout: Duration,
     write_timeout: Duration,
+    handshakes: Arc<Handshakes>,
 }
 
 impl<H1, H2> Connections<H1, H2>
@@ -408,6 +416,7 @@ where
     fn serve(&self, tcp: TcpStream) -> impl Future<Output = Result<(), ()>> + use<H1, H2> {
         let (http1, http2) = (self.http1.clone(), self.http2.clone());
         let (tls, h2, metrics) = (self.tls.clone(), self.h2.clone(), self.metrics.clone());
+        let handshakes = self.handshakes.clone();
         let watch = Watchdog::new(self.request_timeout, self.write_timeout);
         async move {
             let peer = tcp.peer_addr().ok();
@@ -422,6 +431,14 @@ where
                     Front::Plain(tcp)
                 }
                 Some(acceptor) => {
+                    let Some(pending) = handshakes.begin(peer.map(|p| p.ip())) else {
+                        tracing::debug!(
+                            ?peer,
+                            "too many TLS handshakes under way from this address; closed"
+                        );
+                        metrics.limit_hit("tls_handshakes");
+                        return Ok(());
+                    };
                     let tls =
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                             Ok(Ok(tls)) => tls,
@@ -436,6 +453,7 @@ where
                                 return Ok(());
                             }
                         };
+                    drop(pending);
                     if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
                         metrics.connection(Wire::H2);
                         let client = PeerCertificates::of(tls.get_ref().1);
