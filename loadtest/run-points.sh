@@ -191,7 +191,7 @@ for point in $POINTS; do
   fi
   sim_args=()
   if [ "$mode" = rbac ]; then
-    sim_args=(--authorization-mode RBAC)
+    sim_args=(--authorization-mode RBAC --tls off)
     for u in $(seq 0 $(( ${USERS:-100} - 1 ))); do sim_args+=(--user "loadtest-$u"); done
   fi
   workers=$(( (n + 2499) / 2500 )); [ "$workers" -lt 2 ] && workers=2

@@ -42,6 +42,16 @@ impl std::str::FromStr for UserSpec {
     }
 }
 
+/// Whether `kubefan sim` serves HTTPS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TlsMode {
+    /// HTTPS when requests are authorized (`--authorization-mode RBAC`):
+    /// kubectl and client-go send tokens to https:// servers only.
+    Auto,
+    On,
+    Off,
+}
+
 /// Options of `kubefan sim`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
@@ -57,6 +67,11 @@ pub struct SimArgs {
     /// (401) and authorizes every request by the stored RBAC objects (403).
     #[arg(long, env = "KUBEFAN_SIM_AUTHORIZATION_MODE", value_enum, default_value_t = AuthorizationMode::AlwaysAllow)]
     pub authorization_mode: AuthorizationMode,
+    /// HTTPS with a CA made at start, written into the --kubeconfig-out
+    /// file: auto is on with --authorization-mode RBAC (kubectl sends a
+    /// token to https:// servers only), off otherwise.
+    #[arg(long, env = "KUBEFAN_SIM_TLS", value_enum, default_value_t = TlsMode::Auto)]
+    pub tls: TlsMode,
     /// A user with a generated token, NAME or NAME:GROUP,GROUP; repeatable
     /// (in the variable, separated by ";"). Its token is in the
     /// --kubeconfig-out file (context NAME).
@@ -135,10 +150,34 @@ pub async fn run(args: SimArgs, shutdown: CancellationToken) -> Result<(), SimEr
         args.nodes,
         started.elapsed()
     );
-    let server = sim.serve(args.listen).await?;
-    println!("simulated API server at {}", server.url());
+    let tls = match args.tls {
+        TlsMode::On => true,
+        TlsMode::Off => false,
+        TlsMode::Auto => args.authorization_mode == AuthorizationMode::Rbac,
+    };
+    let (server, front) = if tls {
+        // Plain HTTP on a loopback port of its own, behind the TLS front.
+        let server = sim.serve(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let front = crate::tls::front(args.listen, server.addr(), shutdown.clone()).await?;
+        (server, Some(front))
+    } else {
+        (sim.serve(args.listen).await?, None)
+    };
+    let url = front.as_ref().map_or_else(|| server.url(), |f| f.url());
+    println!("simulated API server at {url}");
     if let Some(path) = &args.kubeconfig_out {
-        let json = serde_json::to_vec_pretty(&server.kubeconfig_for(&users))
+        let mut kubeconfig = server.kubeconfig_for(&users);
+        if let Some(front) = &front {
+            use base64::Engine as _;
+            let ca = base64::engine::general_purpose::STANDARD.encode(&front.ca_pem);
+            for named in &mut kubeconfig.clusters {
+                if let Some(cluster) = named.cluster.as_mut() {
+                    cluster.server = Some(front.url());
+                    cluster.certificate_authority_data = Some(ca.clone());
+                }
+            }
+        }
+        let json = serde_json::to_vec_pretty(&kubeconfig)
             .map_err(|e| SimError::Internal(e.to_string()))?;
         // Written aside and renamed, so a reader never sees half a file.
         let tmp = path.with_extension("tmp");
@@ -160,6 +199,9 @@ pub async fn run(args: SimArgs, shutdown: CancellationToken) -> Result<(), SimEr
     shutdown.cancelled().await;
     let _ = task.await;
     server.stop().await;
+    if let Some(front) = front {
+        front.stopped().await;
+    }
     Ok(())
 }
 
@@ -215,12 +257,26 @@ mod tests {
             churn_style: crate::ChurnStyle::Random,
             managed_fields: true,
             authorization_mode: AuthorizationMode::Rbac,
+            tls: super::TlsMode::Auto,
             users: vec!["alice:devs".parse().unwrap()],
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(run(args, shutdown.clone()));
         let kc = written(&path).await;
         assert_eq!(kc.current_context.as_deref(), Some("kubefan-sim-admin"));
+        // RBAC mode serves HTTPS, its CA in the kubeconfig: kubectl sends
+        // tokens to https:// servers only.
+        let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+        assert!(
+            cluster
+                .server
+                .as_deref()
+                .unwrap()
+                .starts_with("https://127.0.0.1:"),
+            "{:?}",
+            cluster.server
+        );
+        assert!(cluster.certificate_authority_data.is_some());
         let client = |context: &str| {
             let kc = kc.clone();
             let context = context.to_owned();
@@ -281,6 +337,7 @@ mod tests {
             churn_style: crate::ChurnStyle::Random,
             managed_fields: true,
             authorization_mode: AuthorizationMode::AlwaysAllow,
+            tls: super::TlsMode::Auto,
             users: vec![],
         };
         let shutdown = CancellationToken::new();

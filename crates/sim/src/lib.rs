@@ -61,6 +61,7 @@ mod resource;
 mod selector;
 mod server;
 mod store;
+mod tls;
 mod watch;
 
 use std::net::SocketAddr;

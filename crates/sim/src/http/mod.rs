@@ -139,6 +139,9 @@ async fn route(req: &HttpRequest, body: &[u8], sim: &Sim) -> Result<HttpResponse
     };
     let post = req.method() == Method::POST;
     let get = req.method() == Method::GET;
+    if post || req.method() == Method::PUT {
+        json_only(req)?;
+    }
     let discovery =
         |f: &dyn Fn(&[&ResourceDef]) -> Option<Value>| -> Result<HttpResponse, SimError> {
             if !get {
@@ -247,6 +250,25 @@ fn fault_endpoint(sim: &Sim, fault: &str, q: &Query) -> Result<HttpResponse, Sim
     Ok(json_response(
         &json!({"ok": true, "resourceVersion": sim.resource_version().to_string()}),
     ))
+}
+
+/// A POST's or PUT's body (a create, an update, a review) must be JSON: kube-apiserver takes
+/// protobuf too (kubectl's typed commands, `kubectl create rolebinding`,
+/// send it), the simulator does not, and says so with a 415 rather than
+/// failing to parse it.
+fn json_only(req: &HttpRequest) -> Result<(), SimError> {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let media = ct.split(';').next().unwrap_or("").trim();
+    if media.is_empty() || media == "application/json" || media.ends_with("+json") {
+        return Ok(());
+    }
+    Err(SimError::UnsupportedMediaType(format!(
+        "{ct} (the simulator takes JSON bodies only: kubectl apply -f or create -f send JSON)"
+    )))
 }
 
 fn parse_body(body: &[u8]) -> Result<Value, SimError> {

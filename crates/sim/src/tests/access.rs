@@ -421,3 +421,65 @@ async fn token_reviews_check_audiences_and_revoked_tokens_stop_reviewing() {
     assert_eq!(sim.auth_stats().token_reviews, 5);
     server.stop().await;
 }
+
+/// kube-apiserver's user-facing roles are there to bind, aggregated as
+/// kube-controller-manager aggregates them: `view` reads pods and not
+/// secrets, `edit` writes pods and reads secrets, `admin` also grants
+/// RoleBindings; a RoleBinding of `view` in one namespace opens that
+/// namespace only.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_bootstrap_admin_edit_and_view_roles_are_aggregated_and_bindable() {
+    use crate::{AuthorizationMode, SimUser};
+    use reqwest::Method;
+    let cfg = SimConfig {
+        authorization: AuthorizationMode::Rbac,
+        ..SimConfig::default()
+    };
+    let (sim, server, _) = start(cfg).await;
+    sim.set_users(vec![SimUser::new("alice-token", "alice", &["devs"])]);
+    let roles = "clusterroles.rbac.authorization.k8s.io";
+    let allows = |role: &str, verb: &str, group: &str, resource: &str| {
+        let r = sim
+            .get(roles, None, role)
+            .unwrap_or_else(|| panic!("{role}"));
+        r["rules"].as_array().unwrap().iter().any(|rule| {
+            let has =
+                |k: &str, v: &str| rule[k].as_array().is_some_and(|a| a.iter().any(|x| x == v));
+            has("verbs", verb) && has("apiGroups", group) && has("resources", resource)
+        })
+    };
+    assert!(allows("view", "list", "", "pods"));
+    assert!(
+        !allows("view", "get", "", "secrets"),
+        "view reads no secrets"
+    );
+    assert!(allows("edit", "create", "", "pods") && allows("edit", "list", "", "pods"));
+    assert!(allows("edit", "get", "", "secrets"));
+    assert!(allows(
+        "admin",
+        "create",
+        "rbac.authorization.k8s.io",
+        "rolebindings"
+    ));
+    assert!(
+        allows("admin", "watch", "apps", "deployments"),
+        "edit's and view's rules too"
+    );
+    let view = sim.get(roles, None, "view").unwrap();
+    assert_eq!(
+        view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"],
+        "true"
+    );
+
+    sim.create(
+        "rolebindings.rbac.authorization.k8s.io",
+        json!({"metadata": {"name": "devs-view", "namespace": "web"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "devs"}]}),
+    )
+    .unwrap();
+    let get = |path: &'static str| call(&server, Method::GET, path, Some("alice-token"), None);
+    assert_eq!(get("/api/v1/namespaces/web/pods").await.0, 200);
+    assert_eq!(get("/api/v1/namespaces/web/secrets").await.0, 403);
+    assert_eq!(get("/api/v1/namespaces/batch/pods").await.0, 403);
+}
