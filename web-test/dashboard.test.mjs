@@ -138,6 +138,51 @@ test('the label selector box re-subscribes with labelSelector, and clearing it s
   assert.ok(await page.locator('#banner').isHidden());
 });
 
+test('a bad label selector marks the board not current, with the gateway\'s message; a good one makes it live again', async () => {
+  const pods = await listPods();
+  const app = pods[0].metadata.labels.app;
+  const want = pods.filter((p) => p.metadata.labels.app === app).length;
+  await waitForState('live', 5000);
+  await waitForBlocks(PODS, 5000);
+  assert.equal(await page.locator('body').getAttribute('data-current'), 'true');
+  assert.ok(await page.locator('#not-current').isHidden());
+
+  await page.fill('#selector', 'app in (web');
+  await page.press('#selector', 'Enter');
+  await page.locator('#not-current:not([hidden])').waitFor({timeout: 5000});
+  assert.equal(await page.locator('#conn').getAttribute('data-state'), 'error');
+  assert.equal(await page.locator('#banner').getAttribute('data-level'), 'error');
+  assert.match(await page.locator('#banner-text').textContent(), /^The gateway refused the request \(400\): .+/);
+  // The old picture stays, dimmed, and no count claims to be live: the
+  // nodes' count is the nodes watch's, still live.
+  assert.equal(await page.locator('body').getAttribute('data-current'), 'false');
+  assert.equal(await blocks(), PODS);
+  const opacity = await page.locator('#board').evaluate((e) => Number(getComputedStyle(e).opacity));
+  assert.ok(opacity < 0.5, `board opacity ${opacity}`);
+  assert.equal(await page.locator('#total-pods').textContent(), '—');
+  assert.equal(await page.locator('#unscheduled-count').textContent(), '—');
+  assert.deepEqual([...new Set(await page.locator('#phases .count').allTextContents())], ['—']);
+  assert.deepEqual([...new Set(await page.locator('#board section.node h2 .count').allTextContents())], ['—']);
+  assert.equal(await page.locator('#total-nodes').textContent(), String(NODES));
+  fs.mkdirSync(ARTIFACTS, {recursive: true});
+  await page.screenshot({path: path.join(ARTIFACTS, 'dashboard-bad-selector.png'), fullPage: true});
+
+  await page.fill('#selector', `app=${app}`);
+  await page.press('#selector', 'Enter');
+  await waitForBlocks(want, 5000);
+  await waitForState('live', 5000);
+  assert.equal(await page.locator('body').getAttribute('data-current'), 'true');
+  assert.ok(await page.locator('#not-current').isHidden());
+  assert.ok(await page.locator('#banner').isHidden());
+  assert.equal(await page.locator('#total-pods').textContent(), String(want));
+  assert.equal(await page.locator('#board').evaluate((e) => getComputedStyle(e).opacity), '1');
+
+  await page.fill('#selector', '');
+  await page.press('#selector', 'Enter');
+  await waitForBlocks(PODS, 5000);
+  await waitForState('live', 5000);
+});
+
 test('after the gateway is killed and restarted, the page reconnects by itself and resumes', async () => {
   await waitForState('live', 5000);
   // Mark a block: a page that resumed keeps its elements.

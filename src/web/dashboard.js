@@ -13,6 +13,8 @@
 //   (this replica or another), so nothing is redrawn from scratch;
 // - refusals (401, 403, a 400 for a bad selector) and ERROR events (token
 //   expired, gateway restarting), shown here with the gateway's message;
+//   a refused pod watch leaves its last picture dimmed, its counts "—",
+//   until a request is accepted again;
 // - signing in (`--auth oidc`): a "Sign in" button where a token is asked
 //   for, who is signed in, and the session refreshed while the page is
 //   open, so its streams outlive the id-token.
@@ -155,6 +157,18 @@ const nodeWatch = watchOf('nodes', {fields: 'metadata.name'});
 // clusters), the namespaces seen on pods are offered instead.
 const namespaceWatch = all ? null : kubefan.watch('namespaces', {fields: 'metadata.name'});
 const shown = [podWatch, nodeWatch];
+
+// Whether the board shows what the pod watch asks for. A refused watch (a
+// bad selector, a namespace the caller may not see) has stopped: its last
+// picture stays, dimmed, its counts shown as "—", beside the gateway's
+// message, until a stream is accepted again.
+let podsCurrent = true;
+podWatch.on('state', (state) => {
+  const current = state === 'error' ? false : state === 'live' || state === 'partial' ? true : podsCurrent;
+  if (current === podsCurrent) return;
+  podsCurrent = current;
+  allDirty = true;
+});
 
 // A Watch's events carry no cluster; a ClustersWatch's carry it last.
 podWatch.on('added', (o, cluster) => setPod(o, cluster));
@@ -386,7 +400,7 @@ function render() {
     const list = (byNode.get(name) || []).sort(byName);
     const counts = {};
     for (const p of list) counts[phaseOf(p)] = (counts[phaseOf(p)] || 0) + 1;
-    c.count.textContent = String(list.length);
+    c.count.textContent = countText(list.length);
     drawBar(c.bar, counts, list.length);
     c.pods.replaceChildren(...list.map(podEl));
     if (!list.length) c.pods.append(el('span', 'empty', 'no pods'));
@@ -398,7 +412,7 @@ function render() {
 
   if (allDirty || dirtyColumns.has('')) {
     const list = (byNode.get('') || []).sort(byName);
-    $('unscheduled-count').textContent = String(list.length);
+    $('unscheduled-count').textContent = countText(list.length);
     const lane = document.querySelector('#unscheduled .pods');
     lane.replaceChildren(...list.map(podEl));
     if (!list.length) lane.append(el('span', 'empty', 'every pod is scheduled'));
@@ -406,20 +420,30 @@ function render() {
   allDirty = false;
   dirtyColumns.clear();
 
-  $('total-pods').textContent = String(pods.size);
-  $('total-nodes').textContent = String(nodes.size);
+  $('total-pods').textContent = countText(pods.size);
+  // The nodes watch's count is as current as that watch, whatever the pod
+  // watch does.
+  $('total-nodes').textContent = nodeWatch.state === 'error' ? '—' : String(nodes.size);
   const chips = PHASES.map((phase) => {
     const li = el('li');
     li.dataset.phase = phase;
-    li.append(el('span', 'swatch phase-' + phase.toLowerCase()), el('span', '', phase), el('span', 'count', String(phaseTotals[phase] || 0)));
+    li.append(el('span', 'swatch phase-' + phase.toLowerCase()), el('span', '', phase), el('span', 'count', countText(phaseTotals[phase] || 0)));
     return li;
   });
   $('phases').replaceChildren(...chips);
+  document.body.dataset.current = String(podsCurrent);
+  $('not-current').hidden = podsCurrent;
 
   drawNamespaces();
   $('position').textContent =
     'resourceVersion ' + (podWatch.resourceVersion || '–') +
     (lastChange ? ' · last change ' + lastChange.toLocaleTimeString() : '');
+}
+
+// A count as of the pod watch's picture: "—" while that picture is not
+// what the watch asks for.
+function countText(n) {
+  return podsCurrent ? String(n) : '—';
 }
 
 let namespaceOptions = '';
