@@ -11,14 +11,14 @@
 
 import {after, before, test} from 'node:test';
 import assert from 'node:assert/strict';
-import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 
 import {SignJWT, importJWK} from 'jose';
 
-import {makeTestCertificates, rsaPrivateJwk, startIssuer} from './oidc/issuer.mjs';
-import {ARTIFACTS, Cluster, delay, freePort, launch, waitForBlocks, waitForState} from './support.mjs';
+import {rsaPrivateJwk} from './oidc/issuer.mjs';
+import {signIn, startSignInGateway} from './signin.mjs';
+import {ARTIFACTS, Cluster, delay, launch, waitForBlocks, waitForState} from './support.mjs';
 
 const PODS = 20;
 const ID_TOKEN_TTL = 8;
@@ -28,8 +28,6 @@ let op;
 let context;
 let webPods;
 
-const rbac = '/apis/rbac.authorization.k8s.io/v1';
-
 before(async () => {
   await cluster.startSim();
   // Alice's group may read pods in the namespace of the first pod only.
@@ -37,59 +35,10 @@ before(async () => {
   const ns = pods[0].metadata.namespace;
   webPods = pods.filter((p) => p.metadata.namespace === ns).length;
   assert.ok(webPods > 0 && webPods < PODS, `pods in ${ns}: ${webPods} of ${PODS}`);
-  await cluster.api('POST', `${rbac}/namespaces/${ns}/roles`, {
-    apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role',
-    metadata: {name: 'pod-reader', namespace: ns},
-    rules: [{apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch']}],
-  });
-  await cluster.api('POST', `${rbac}/namespaces/${ns}/rolebindings`, {
-    apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding',
-    metadata: {name: 'team-a-reads-pods', namespace: ns},
-    roleRef: {apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'pod-reader'},
-    subjects: [{apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'oidc:team-a'}],
-  });
+  await cluster.grantPods(ns, 'oidc:team-a');
   // Nodes for everyone signed in, so the board has its columns.
-  await cluster.api('POST', `${rbac}/clusterroles`, {
-    apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole',
-    metadata: {name: 'node-reader'},
-    rules: [{apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch']}],
-  });
-  await cluster.api('POST', `${rbac}/clusterrolebindings`, {
-    apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding',
-    metadata: {name: 'signed-in-read-nodes'},
-    roleRef: {apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'node-reader'},
-    subjects: [{apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'system:authenticated'}],
-  });
-
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
-  fs.mkdirSync(path.join(cluster.tmp, 'oidc'));
-  const certs = makeTestCertificates(path.join(cluster.tmp, 'oidc'));
-  op = await startIssuer({
-    certFile: certs.cert,
-    keyFile: certs.key,
-    idTokenTtl: ID_TOKEN_TTL,
-    accessTokenTtl: ID_TOKEN_TTL,
-    logoutPrompt: false,
-    clients: [{
-      client_id: 'kubefan',
-      redirect_uris: [`${base}/oauth2/callback`],
-      post_logout_redirect_uris: [`${base}/`],
-    }],
-  });
-  const secretFile = path.join(cluster.tmp, 'session.secret');
-  fs.writeFileSync(secretFile, crypto.randomBytes(48));
-  await cluster.startGateway(port, [
-    '--auth', 'oidc',
-    '--oidc-issuer-url', op.issuer,
-    '--oidc-client-id', 'kubefan',
-    '--oidc-ca-file', certs.ca,
-    '--oidc-username-claim', 'email',
-    '--oidc-groups-claim', 'groups',
-    '--oidc-groups-prefix', 'oidc:',
-    '--oidc-scopes', 'openid,email,groups',
-    '--session-secret-file', secretFile,
-  ]);
+  await cluster.grantNodes('system:authenticated', 'signed-in-read-nodes');
+  ({base, op} = await startSignInGateway(cluster, {idTokenTtl: ID_TOKEN_TTL}));
   context = await launch(path.join(cluster.tmp, 'profile'), {trustAnyCertificate: true});
 });
 
@@ -110,12 +59,7 @@ test('a teammate signs in at the provider, sees what her group may see, streams 
   await page.screenshot({path: path.join(ARTIFACTS, 'signin-offered.png')});
 
   // The provider's own sign-in form.
-  await page.click('#sign-in');
-  await page.waitForURL((url) => url.href.startsWith(op.issuer), {timeout: 10000});
-  await page.fill('#login', 'alice');
-  await page.fill('#password', 'any');
-  await page.click('#submit');
-  await page.waitForURL((url) => url.href.startsWith(base), {timeout: 10000});
+  await signIn(page, op, base, 'alice');
 
   // Back on the dashboard: who, and only her group's namespace.
   await waitForState(page, 'live', 10000);

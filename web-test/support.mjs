@@ -177,7 +177,42 @@ export class Cluster {
   async listPods(query = '') {
     return (await this.api('GET', '/api/v1/pods' + query)).items;
   }
+
+  /** A `pod-reader` Role in `ns`, bound to `group` (what a team member has). */
+  async grantPods(ns, group) {
+    await this.api('POST', `${RBAC}/namespaces/${ns}/roles`, {
+      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role',
+      metadata: {name: 'pod-reader', namespace: ns},
+      rules: [{apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch']}],
+    });
+    await this.api('POST', `${RBAC}/namespaces/${ns}/rolebindings`, {
+      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding',
+      metadata: {name: `${group.replace(/[^a-z0-9-]/g, '-')}-reads-pods`, namespace: ns},
+      roleRef: {apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'pod-reader'},
+      subjects: [{apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: group}],
+    });
+  }
+
+  /** Nodes readable by `group`, through a ClusterRoleBinding named `binding`. */
+  async grantNodes(group, binding) {
+    if (!this.nodeReader) {
+      await this.api('POST', `${RBAC}/clusterroles`, {
+        apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole',
+        metadata: {name: 'node-reader'},
+        rules: [{apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch']}],
+      });
+      this.nodeReader = true;
+    }
+    await this.api('POST', `${RBAC}/clusterrolebindings`, {
+      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding',
+      metadata: {name: binding},
+      roleRef: {apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'node-reader'},
+      subjects: [{apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: group}],
+    });
+  }
 }
+
+const RBAC = '/apis/rbac.authorization.k8s.io/v1';
 
 export function newPod(name, node) {
   return {
