@@ -15,6 +15,9 @@
 //   expired, gateway restarting), shown here with the gateway's message;
 //   a refused pod watch leaves its last picture dimmed, its counts "—",
 //   until a request is accepted again;
+// - a caller who may read pods but not nodes (a team member with `view`
+//   in their namespaces): the nodes the visible pods name are the board's
+//   columns, and a quiet note says node details need read access;
 // - signing in (`--auth oidc`): a "Sign in" button where a token is asked
 //   for, who is signed in, and the session refreshed while the page is
 //   open, so its streams outlive the id-token.
@@ -93,7 +96,31 @@ function phaseOf(pod) {
 const pods = new Map(); // key -> {key, ns, name, node, phase, labels}
 const nodes = new Set(); // node names
 const streamNamespaces = new Set(); // from the namespaces watch, when allowed
-const seenNamespaces = new Set(); // from pods, the fallback
+// The fallback for a caller who may not list namespaces: the namespaces
+// seen on pods, never forgotten while the page is open and kept in this
+// tab across the reloads the page does (the cluster picker, a pasted
+// token, signing in), so that a refused stream (a namespace the caller
+// may not see) never takes the caller's own namespaces off the picker.
+// Keyed by user and view: another user signing in here starts afresh.
+const seenKey = 'kubefan.namespaces ' + JSON.stringify([account.user || '', location.pathname, all]);
+const seenNamespaces = new Set(readSeen());
+function readSeen() {
+  try {
+    const list = JSON.parse(sessionStorage.getItem(seenKey) || '[]');
+    return Array.isArray(list) ? list.filter((ns) => typeof ns === 'string') : [];
+  } catch {
+    return []; // storage disabled or not ours: this page's life only
+  }
+}
+function see(ns) {
+  if (!ns || seenNamespaces.has(ns)) return;
+  seenNamespaces.add(ns);
+  try {
+    sessionStorage.setItem(seenKey, JSON.stringify([...seenNamespaces]));
+  } catch {
+    // Full or disabled: kept for this page's life all the same.
+  }
+}
 const dirtyColumns = new Set(); // node names ('' = unscheduled) to redraw
 let allDirty = true;
 let lastChange = null;
@@ -120,7 +147,7 @@ function setPod(obj, cluster) {
   if (old) dirtyColumns.add(old.node);
   dirtyColumns.add(p.node);
   pods.set(p.key, p);
-  if (p.ns) seenNamespaces.add(p.ns);
+  see(p.ns);
   if (podWatch.state === 'live') lastChange = new Date();
   changed();
 }
@@ -157,6 +184,47 @@ const nodeWatch = watchOf('nodes', {fields: 'metadata.name'});
 // clusters), the namespaces seen on pods are offered instead.
 const namespaceWatch = all ? null : kubefan.watch('namespaces', {fields: 'metadata.name'});
 const shown = [podWatch, nodeWatch];
+
+// Nodes the caller may not read (403): most team members may read pods in
+// their own namespaces and nothing cluster-wide, and the board is still
+// theirs. For each cluster whose nodes are refused, the nodes its visible
+// pods name are drawn as its nodes, the refused watch is left out of the
+// connection state and the banner, and a note says what reading nodes
+// would add. A cluster stays "refused" until its nodes watch is live
+// again, so a retry that is refused again changes nothing on screen.
+const nodeParts = all ? [...nodeWatch.parts.values()] : [nodeWatch];
+const nodesRefused = new Map(); // part of nodeWatch -> the gateway's Status
+let nodesRefusals = 0;
+for (const part of nodeParts) {
+  part.on('error', (status) => {
+    if (!status || status.code !== 403) return;
+    nodesRefused.set(part, status);
+    nodesRefusals += 1;
+    nodesChanged();
+  });
+  part.on('state', (state) => {
+    if (state === 'live' && nodesRefused.delete(part)) nodesChanged();
+  });
+}
+function nodesChanged() {
+  allDirty = true;
+  showConnection();
+  showBanner();
+  changed();
+}
+const clusterOfNode = (name) => (all ? name.slice(0, name.indexOf('/')) : null);
+// Whether the columns of `name`'s cluster come from its pods.
+function nodesFromPods(name) {
+  if (!nodesRefused.size) return false;
+  if (!all) return true;
+  const part = nodeWatch.parts.get(clusterOfNode(name));
+  return Boolean(part && nodesRefused.has(part));
+}
+// Refused nodes are asked for again when something may have changed what
+// the caller may see: a new filter, a refreshed session (new groups).
+function retryRefusedNodes() {
+  for (const part of nodesRefused.keys()) if (part.state === 'error') part.retry();
+}
 
 // Whether the board shows what the pod watch asks for. A refused watch (a
 // bad selector, a namespace the caller may not see) has stopped: its last
@@ -214,6 +282,7 @@ async function refreshSession() {
         const s = await r.json();
         account.expiresInSeconds = s.expiresInSeconds;
         scheduleRefresh(s.expiresInSeconds);
+        retryRefusedNodes();
         return true;
       }
       if (r.status === 401) {
@@ -256,20 +325,34 @@ scheduleRefresh(account.expiresInSeconds || 0);
 // ---- connection state and messages ---------------------------------------
 
 const ORDER = ['error', 'reset', 'reconnecting', 'connecting', 'syncing', 'partial', 'live'];
+// The watches the badge and the banner follow: nodes refused are not one.
+const followed = () => [podWatch, ...nodeParts.filter((p) => !nodesRefused.has(p))];
+// The nodes watch's state over the parts followed, as ClustersWatch puts
+// it (null when every part is refused).
+function nodesState() {
+  const states = nodeParts.filter((p) => !nodesRefused.has(p)).map((p) => p.state);
+  if (!states.length) return null;
+  if (states.every((s) => s === states[0])) return states[0];
+  return states.includes('live') ? 'partial' : states.find((s) => s !== 'closed') || 'closed';
+}
 function showConnection() {
-  let state = 'live';
-  for (const w of shown) if (ORDER.indexOf(w.state) < ORDER.indexOf(state)) state = w.state;
+  const nodesNow = nodesState();
+  let state = podWatch.state;
+  if (nodesNow && ORDER.indexOf(nodesNow) < ORDER.indexOf(state)) state = nodesNow;
   const conn = $('conn');
   conn.dataset.state = state;
   $('conn-text').textContent = state;
   const shared = Boolean(kubefan.shared);
   const how = (shared ? 'one connection shared by this browser\'s tabs' : 'a connection of this tab') + (all ? ', for every cluster' : '');
-  conn.title = shown.map((w) => w.resource + ': ' + w.state).join(', ') + ' · ' + how;
+  const nodesSaid = nodesNow ? nodesNow + (nodesRefused.size ? ' (some refused)' : '') : 'not readable (403)';
+  conn.title = 'pods: ' + podWatch.state + ', nodes: ' + nodesSaid + ' · ' + how;
   // For whoever inspects the page (and its tests): how the pod watch got
-  // its state, and whether the connection is the shared one.
+  // its state, whether the connection is the shared one, and how often
+  // the nodes watch was refused.
   conn.dataset.snapshots = String(podWatch.snapshots);
   conn.dataset.resets = String(podWatch.resets);
   conn.dataset.shared = String(shared);
+  conn.dataset.nodesRefusals = String(nodesRefusals);
 }
 
 // What to tell about a watch's last error, or null.
@@ -295,7 +378,7 @@ function messageOf(w) {
 }
 
 function showBanner() {
-  const m = shown.map(messageOf).find(Boolean);
+  const m = followed().map(messageOf).find(Boolean);
   const banner = $('banner');
   banner.hidden = !m;
   if (!m) return;
@@ -381,8 +464,10 @@ function render() {
   for (const key of podEls.keys()) if (!pods.has(key)) podEls.delete(key);
   const byName = (a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
 
-  // Node columns: every node, plus any node a pod names that is unknown.
-  const names = new Set(nodes);
+  // Node columns: every node, plus any node a pod names (an unknown one,
+  // or, where nodes are refused, the only nodes there are to draw).
+  const names = new Set();
+  for (const n of nodes) if (!nodesFromPods(n)) names.add(n);
   for (const n of byNode.keys()) if (n) names.add(n);
   const order = [...names].sort();
   for (const name of [...columns.keys()]) {
@@ -393,8 +478,11 @@ function render() {
   }
   const board = $('board');
   const roots = [];
+  let nodeCount = 0;
   for (const name of order) {
-    const c = column(name, nodes.has(name));
+    const known = nodes.has(name) || nodesFromPods(name);
+    if (known) nodeCount += 1;
+    const c = column(name, known);
     roots.push(c.root);
     if (!allDirty && !dirtyColumns.has(name)) continue;
     const list = (byNode.get(name) || []).sort(byName);
@@ -408,7 +496,7 @@ function render() {
   if (roots.length !== board.children.length || roots.some((r, i) => board.children[i] !== r)) {
     board.replaceChildren(...roots);
   }
-  if (!order.length) board.replaceChildren(el('p', 'empty', nodeWatch.synced ? 'No nodes.' : 'Waiting for nodes…'));
+  if (!order.length) board.replaceChildren(el('p', 'empty', emptyBoard()));
 
   if (allDirty || dirtyColumns.has('')) {
     const list = (byNode.get('') || []).sort(byName);
@@ -421,9 +509,10 @@ function render() {
   dirtyColumns.clear();
 
   $('total-pods').textContent = countText(pods.size);
-  // The nodes watch's count is as current as that watch, whatever the pod
-  // watch does.
-  $('total-nodes').textContent = nodeWatch.state === 'error' ? '—' : String(nodes.size);
+  // Nodes drawn from pods are as current as the pods; the nodes watch's
+  // are as current as that watch, whatever the pod watch does.
+  const nodesStopped = nodesRefused.size ? !podsCurrent : nodeWatch.state === 'error';
+  $('total-nodes').textContent = nodesStopped ? '—' : String(nodeCount);
   const chips = PHASES.map((phase) => {
     const li = el('li');
     li.dataset.phase = phase;
@@ -433,6 +522,7 @@ function render() {
   $('phases').replaceChildren(...chips);
   document.body.dataset.current = String(podsCurrent);
   $('not-current').hidden = podsCurrent;
+  showNodesNote();
 
   drawNamespaces();
   $('position').textContent =
@@ -444,6 +534,25 @@ function render() {
 // what the watch asks for.
 function countText(n) {
   return podsCurrent ? String(n) : '—';
+}
+
+function emptyBoard() {
+  if (nodeParts.every((p) => nodesRefused.has(p))) {
+    return podsCurrent && podWatch.synced ? 'No visible pod is on a node.' : 'No pods to show.';
+  }
+  return nodeWatch.synced ? 'No nodes.' : 'Waiting for nodes…';
+}
+
+// Quiet, not an error: the board works without nodes; this says what
+// reading them would add, and the gateway's words are in its tooltip.
+function showNodesNote() {
+  const note = $('nodes-note');
+  note.hidden = !nodesRefused.size;
+  if (!nodesRefused.size) return;
+  const where = all ? ' in ' + nodeParts.filter((p) => nodesRefused.has(p)).map((p) => p.cluster).join(', ') : '';
+  const text = 'Nodes shown are those your pods run on: node details need read access to nodes' + where + '.';
+  if (note.textContent !== text) note.textContent = text;
+  note.title = [...nodesRefused.values()].map((s) => s.message || s.reason || '').filter(Boolean).join('\n');
 }
 
 let namespaceOptions = '';
@@ -492,6 +601,7 @@ function applyFilters() {
   }
   history.replaceState(null, '', url);
   podWatch.update(podOptions());
+  retryRefusedNodes();
 }
 $('selector').value = filters.selector;
 $('filters').addEventListener('submit', (e) => {
