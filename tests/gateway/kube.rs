@@ -192,6 +192,14 @@ async fn lists_paginate_consistently_and_select() {
     let api: Api<Pod> = Api::namespaced(client.clone(), "web");
     let first = api.list(&ListParams::default().limit(10)).await.unwrap();
     assert_eq!(first.items.len(), 10);
+    assert_eq!(first.metadata.remaining_item_count, Some(15));
+    // With a selector, as kube-apiserver: no count (it cannot count one).
+    let selected = api
+        .list(&ListParams::default().limit(2).labels("app=web"))
+        .await
+        .unwrap();
+    assert!(selected.metadata.continue_.is_some());
+    assert_eq!(selected.metadata.remaining_item_count, None);
     let rv = first.metadata.resource_version.clone().unwrap();
     // A change between pages does not show in the paginated list.
     env.sim.delete("pods", Some("web"), "p24").unwrap();

@@ -273,6 +273,7 @@ pub async fn list(
     };
     let page = items.get(offset..end).unwrap_or(&[]);
     let more = end < items.len();
+    let unselected = owner.filter.labels.is_empty() && owner.filter.fields.is_empty();
     let token = if more {
         let id = match id {
             Some(id) => id,
@@ -283,12 +284,18 @@ pub async fn list(
         None
     };
 
+    // As kube-apiserver: no count with a selector, which it cannot count
+    // without reading every object ("instead of returning inaccurate count
+    // for non-empty selectors, we return nil": apiserver's
+    // `storage/etcd3/store.go`, `GetList`). kubefan could, but a client
+    // written against the API server does not expect it.
+    let remaining = (token.is_some() && unselected).then_some((items.len() - end) as u64);
     if *shape != Shape::Object {
         let rv = rv.to_string();
         let meta = ListMeta {
             resource_version: &rv,
             continue_token: token.as_deref(),
-            remaining_item_count: token.is_some().then_some((items.len() - end) as u64),
+            remaining_item_count: remaining,
         };
         return Ok(json_response(converted_list(shape, &meta, page)));
     }
@@ -302,13 +309,10 @@ pub async fn list(
         .as_bytes(),
     );
     if let Some(token) = &token {
-        body.put_slice(
-            format!(
-                r#","continue":"{token}","remainingItemCount":{}"#,
-                items.len() - end
-            )
-            .as_bytes(),
-        );
+        body.put_slice(format!(r#","continue":"{token}""#).as_bytes());
+    }
+    if let Some(remaining) = remaining {
+        body.put_slice(format!(r#","remainingItemCount":{remaining}"#).as_bytes());
     }
     body.put_slice(br#"},"items":["#);
     for (i, obj) in page.iter().enumerate() {
