@@ -14,8 +14,10 @@ import {freePort} from './support.mjs';
  * The provider and a gateway signing in at it, for `cluster` (its sim
  * started); id- and access tokens live `idTokenTtl` seconds. Resolves to
  * `{base, op}` once the gateway is ready; `op.stop()` is the caller's.
+ * `issuerUrl` makes the `--oidc-issuer-url` given of the provider's (a
+ * set-up mistake, for the tests of what such a mistake shows).
  */
-export async function startSignInGateway(cluster, {idTokenTtl = 60} = {}) {
+export async function startSignInGateway(cluster, {idTokenTtl = 60, issuerUrl = (url) => url} = {}) {
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
   fs.mkdirSync(path.join(cluster.tmp, 'oidc'));
@@ -37,7 +39,7 @@ export async function startSignInGateway(cluster, {idTokenTtl = 60} = {}) {
   try {
     await cluster.startGateway(port, [
       '--auth', 'oidc',
-      '--oidc-issuer-url', op.issuer,
+      '--oidc-issuer-url', issuerUrl(op.issuer),
       '--oidc-client-id', 'kubefan',
       '--oidc-ca-file', certs.ca,
       '--oidc-username-claim', 'email',

@@ -129,7 +129,7 @@ fn unavailable_page(issuer: &Issuer) -> HttpResponse {
         Some(p) if !p.waiting_helps() => (
             p.reason.clone(),
             format!(
-                "Waiting will not help: the gateway's set-up must change. {}.",
+                "Waiting will not help: the gateway's set-up must change: {}.",
                 p.fix.as_deref().unwrap_or_default()
             ),
             false,

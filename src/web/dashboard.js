@@ -361,6 +361,14 @@ function messageOf(w) {
   if (!s) return null;
   const why = s.message || s.reason || 'error';
   if (s.code === 401) {
+    // Sign-in cannot work now (GET /session says why): say so, and
+    // whether waiting helps, rather than offer a button that cannot.
+    const issuer = account.issuer;
+    if (account.signIn && issuer && !issuer.ready) {
+      return issuer.waitingHelps
+        ? {level: 'warn', text: 'Sign-in is not available yet: ' + issuer.reason + '. kubefan keeps trying; reload in a minute, or paste a token:', token: true}
+        : {level: 'error', text: 'Sign-in is not available: ' + issuer.reason + '. Waiting will not help: ' + issuer.fix + '. Or paste a token:', token: true};
+    }
     if (account.signIn) {
       return w.synced
         ? {level: 'error', text: 'You are no longer signed in: ' + why + '.', token: true, signIn: true}
