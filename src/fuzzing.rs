@@ -112,16 +112,22 @@ pub fn last_event_id(value: &[u8]) -> Result<Option<Position>, Refused> {
 pub struct WsOp(Op);
 
 impl WsOp {
-    /// The subscription the message names.
-    pub fn id(&self) -> &str {
+    /// The subscription the message names (none for `renew`).
+    pub fn id(&self) -> Option<&str> {
         match &self.0 {
-            Op::Subscribe { id, .. } | Op::Unsubscribe { id } => id,
+            Op::Subscribe { id, .. } | Op::Unsubscribe { id } => Some(id),
+            Op::Renew { .. } => None,
         }
     }
 
     /// The message as JSON a client could send, which parses back to it.
     pub fn to_json(&self) -> String {
         let mut fields = Map::new();
+        if let Op::Renew { renewal } = &self.0 {
+            fields.insert("op".into(), Value::String("renew".into()));
+            fields.insert("session".into(), Value::String(renewal.clone()));
+            return Value::Object(fields).to_string();
+        }
         let (op, id) = match &self.0 {
             Op::Subscribe {
                 id,
@@ -148,6 +154,7 @@ impl WsOp {
                 ("subscribe", id)
             }
             Op::Unsubscribe { id } => ("unsubscribe", id),
+            Op::Renew { .. } => unreachable!("returned above"),
         };
         fields.insert("op".into(), Value::String(op.into()));
         fields.insert("id".into(), Value::String(id.clone()));

@@ -34,6 +34,9 @@ use crate::config::SignInConfig;
 pub const SESSION_COOKIE: &str = "kubefan_session";
 /// The sign-in in progress.
 pub const SIGNIN_COOKIE: &str = "kubefan_signin";
+/// What a refresh's renewal is sealed under ([`Renewal`]): never a
+/// cookie, and no session opens under it (the name is authenticated).
+pub const RENEWAL: &str = "kubefan_renewal";
 /// The longest a sealed cookie may be: browsers keep 4096 bytes of a
 /// cookie, its name and attributes included.
 pub const MAX_SEALED: usize = 3800;
@@ -88,6 +91,20 @@ pub struct Sessions {
     shared_key: bool,
     max_age: Duration,
     leases: Mutex<HashMap<LeaseKey, Weak<Lease>>>,
+}
+
+/// What `POST /session/refresh` answers besides the cookie, for the page
+/// to hand to its streams on other replicas (`/ws` `renew`): which
+/// session's streams may now run until when. It authenticates nothing
+/// (it is no session, and opens under no other name); it only moves the
+/// end of streams that a session cookie opened, to an expiry the issuer
+/// granted, so a copy of it is worth nothing without the cookie.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Renewal {
+    pub sid: String,
+    pub user: String,
+    pub groups: Vec<String>,
+    pub exp: u64,
 }
 
 /// What a session's streams share a lease by: the session and whom it
@@ -241,10 +258,54 @@ impl Sessions {
     /// Moves the lease of `session`'s streams ([`LeaseKey`]) to its
     /// expiry, if it has any.
     pub fn extend(&self, session: &SessionData) {
+        self.extend_key(&LeaseKey::of(session), session.exp);
+    }
+
+    fn extend_key(&self, key: &LeaseKey, exp: u64) -> bool {
         let leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(lease) = leases.get(&LeaseKey::of(session)).and_then(Weak::upgrade) {
-            lease.extend(at(session.exp));
+        match leases.get(key).and_then(Weak::upgrade) {
+            Some(lease) => {
+                lease.extend(at(exp));
+                true
+            }
+            None => false,
         }
+    }
+
+    /// The renewal of a refreshed `session` ([`Renewal`]), sealed.
+    pub fn renewal(&self, session: &SessionData) -> String {
+        self.seal(
+            RENEWAL,
+            &Renewal {
+                sid: session.sid.clone(),
+                user: session.user.clone(),
+                groups: session.groups.clone(),
+                exp: session.exp,
+            },
+        )
+    }
+
+    /// Opens a sealed [`Renewal`] and moves the end of its session's
+    /// streams here to its expiry: the seconds left, and whether this
+    /// replica has streams of that session. A renewal not sealed by this
+    /// key as one, or past its expiry, is refused.
+    pub fn renew(&self, sealed: &str) -> Result<(u64, bool), Error> {
+        let renewal: Renewal = self.open(RENEWAL, sealed).ok_or_else(|| {
+            Error::Invalid(
+                "the renewal is not one this gateway sealed (another --session-secret-file?)"
+                    .into(),
+            )
+        })?;
+        let now = unix_now();
+        if renewal.exp <= now {
+            return Err(Error::Invalid("the renewal has expired".into()));
+        }
+        let key = LeaseKey {
+            sid: renewal.sid,
+            user: renewal.user,
+            groups: renewal.groups,
+        };
+        Ok((renewal.exp - now, self.extend_key(&key, renewal.exp)))
     }
 }
 

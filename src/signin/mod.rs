@@ -428,6 +428,8 @@ async fn refreshed(req: &HttpRequest, state: &AppState) -> Result<HttpResponse, 
     let mut resp = HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(json!({
+            // For the page's streams on other replicas (`/ws` `renew`).
+            "renewal": sessions.renewal(&fresh),
             "user": fresh.user,
             "expires": httpdate::fmt_http_date(at(fresh.exp)),
             "expiresInSeconds": fresh.exp.saturating_sub(now),

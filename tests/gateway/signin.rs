@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::issuer::{Issuer, SigningKey};
 use crate::oidc::{namespaces, oidc_config, oidc_env, team_sim};
@@ -644,4 +644,102 @@ async fn sign_in_mistakes_are_named_with_whether_waiting_helps() {
     let gauge = format!("kubefan_oidc_issuer_ready{{issuer=\"{}\"}} 1", issuer.url);
     assert!(metrics.contains(&gauge), "{metrics}");
     env.stop().await;
+}
+
+/// A session refreshed on one replica reaches its streams on another
+/// without a reconnect: `POST /session/refresh` answers a `renewal`, which
+/// the page sends on its `/ws` socket (`renew`), and that socket's streams
+/// run past the first id-token's expiry. The rotated refresh token is
+/// spent once: the other replica, asked to refresh with the new cookie,
+/// finds it not due and does not ask the issuer. A renewal is no session,
+/// and a session is no renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_on_one_replica_renews_the_sessions_streams_on_another_and_spends_its_token_once()
+{
+    let (issuer, _key) = issuer_for_alice().await;
+    issuer.set_id_token_ttl(6);
+    let secret = secret_file();
+    let sim = team_sim();
+    let a = oidc_env(sim.clone(), signin_config(&issuer, Some(secret.clone()))).await;
+    let b = oidc_env(sim, signin_config(&issuer, Some(secret))).await;
+    let mut browser = Browser::new(&issuer);
+    let signed_in_at = unix_now();
+    sign_in(&mut browser, &a, "/").await;
+    let refreshes = || {
+        issuer
+            .counts()
+            .refreshes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+
+    // The page's socket is on b.
+    let mut ws = crate::ws::WsClient::connect_with(
+        b.app.local_addr(),
+        "/ws",
+        &[("cookie", browser.cookie_header())],
+    )
+    .await;
+    ws.subscribe(json!({"op": "subscribe", "id": "p", "resource": "pods", "namespace": "web"}))
+        .await;
+    loop {
+        let msg = ws.next().await;
+        if msg["type"] == "BOOKMARK" {
+            break;
+        }
+    }
+
+    // Refreshed on a, in the second half of the first id-token's life.
+    until(signed_in_at + 3.5).await;
+    let resp = browser.post(&a, "/session/refresh").await;
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(refreshes(), 1);
+    let renewal = body["renewal"].as_str().expect("a renewal").to_string();
+    // b, asked at once with the new cookie (the page's next refresh, or
+    // another tab's after the lock), finds it not due: the rotated token
+    // is not spent again.
+    let resp = browser.post(&b, "/session/refresh").await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(refreshes(), 1, "one refresh at the issuer for one session");
+
+    // Neither stands for the other.
+    let session = browser.cookies["kubefan_session"].clone();
+    ws.send_json(json!({"op": "renew", "session": session}))
+        .await;
+    let refused = ws.next().await;
+    assert_eq!(refused["type"], "ERROR", "{refused}");
+    assert_eq!(refused["object"]["code"], 400, "{refused}");
+    let as_cookie = b
+        .http
+        .get(format!("{}/api/v1/namespaces/web/pods", b.base))
+        .header("cookie", format!("kubefan_session={renewal}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(as_cookie.status(), 401, "a renewal is no session");
+
+    ws.send_json(json!({"op": "renew", "session": renewal}))
+        .await;
+    let renewed = ws.next().await;
+    assert_eq!(renewed["type"], "RENEWED", "{renewed}");
+    assert!(
+        renewed["expiresInSeconds"].as_u64().unwrap() >= 4,
+        "{renewed}"
+    );
+
+    // Past the first id-token's expiry, b's stream goes on.
+    until(signed_in_at + 7.0).await;
+    b.sim
+        .create("pods", pod("after-the-first-token").ns("web").build())
+        .unwrap();
+    loop {
+        let msg = ws.next().await;
+        assert_ne!(msg["type"], "ERROR", "b's stream goes on: {msg}");
+        if msg["type"] == "ADDED" && msg["object"]["metadata"]["name"] == "after-the-first-token" {
+            break;
+        }
+    }
+    for env in [a, b] {
+        env.stop().await;
+    }
 }

@@ -38,8 +38,21 @@ impl WsClient {
 
     /// [`WsClient::connect`] to a gateway at `addr`.
     pub(crate) async fn connect_to(addr: std::net::SocketAddr, path: &str) -> WsClient {
-        let url = format!("ws://{addr}{path}");
-        let (ws, resp) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
+        Self::connect_with(addr, path, &[]).await
+    }
+
+    /// [`WsClient::connect_to`] with more request headers (a `Cookie`).
+    pub(crate) async fn connect_with(
+        addr: std::net::SocketAddr,
+        path: &str,
+        headers: &[(&'static str, String)],
+    ) -> WsClient {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut request = format!("ws://{addr}{path}").into_client_request().unwrap();
+        for (name, value) in headers {
+            request.headers_mut().insert(*name, value.parse().unwrap());
+        }
+        let (ws, resp) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
             .await
             .expect("handshake in time")
             .unwrap_or_else(|e| panic!("WebSocket {path}: {e}"));

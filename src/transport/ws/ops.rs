@@ -26,6 +26,11 @@ pub enum Op {
     Unsubscribe {
         id: String,
     },
+    /// `{"op":"renew","session":RENEWAL}`: a refreshed session's renewal
+    /// (`POST /session/refresh`'s `renewal`) for this socket's streams.
+    Renew {
+        renewal: String,
+    },
 }
 
 /// Where a subscription streams from, on a gateway serving several
@@ -66,10 +71,13 @@ pub fn parse_op(text: &str) -> Result<Op, OpError> {
         Some(Value::String(op)) => op,
         _ => {
             return Err(OpError::Socket(
-                "missing \"op\" (\"subscribe\" or \"unsubscribe\")".into(),
+                "missing \"op\" (\"subscribe\", \"unsubscribe\" or \"renew\")".into(),
             ));
         }
     };
+    if op == "renew" {
+        return renew(fields);
+    }
     let id = match fields.remove("id") {
         Some(Value::String(id)) if !id.is_empty() && id.len() <= MAX_SUB_ID => id,
         _ => {
@@ -111,8 +119,26 @@ pub fn parse_op(text: &str) -> Result<Op, OpError> {
             )),
         },
         other => Err(OpError::Socket(format!(
-            "unknown op {other:?} (known: subscribe, unsubscribe)"
+            "unknown op {other:?} (known: subscribe, unsubscribe, renew)"
         ))),
+    }
+}
+
+/// A `renew` message's fields: exactly `"session"`, a sealed renewal of
+/// at most a cookie's size.
+fn renew(mut fields: Map<String, Value>) -> Result<Op, OpError> {
+    let renewal = match fields.remove("session") {
+        Some(Value::String(s)) if !s.is_empty() && s.len() <= crate::auth::session::MAX_SEALED => s,
+        _ => {
+            return Err(OpError::Socket(format!(
+                "renew needs \"session\": the \"renewal\" of POST /session/refresh (a string of at most {} bytes)",
+                crate::auth::session::MAX_SEALED
+            )));
+        }
+    };
+    match fields.keys().next() {
+        None => Ok(Op::Renew { renewal }),
+        Some(key) => Err(OpError::Socket(format!("unknown field {key:?} in renew"))),
     }
 }
 

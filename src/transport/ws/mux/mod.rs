@@ -465,6 +465,27 @@ impl Socket {
                     None => self.spawn(id, resource, params, target),
                 }
             }
+            Op::Renew { renewal } => {
+                let renewed = match self.state.auth.sessions() {
+                    None => Err(status_json(
+                        400,
+                        "BadRequest",
+                        "this gateway has no sign-in sessions to renew (--auth oidc)",
+                    )),
+                    Some(sessions) => sessions
+                        .renew(&renewal)
+                        .map_err(|e| status_json(400, "BadRequest", &e.to_string())),
+                };
+                match renewed {
+                    Ok((seconds, _)) => {
+                        let json = Bytes::from(format!(
+                            r#"{{"type":"RENEWED","expiresInSeconds":{seconds}}}"#
+                        ));
+                        self.reply(message(Some(NULL_PREFIX), &Outgoing::event(json, Id::None)));
+                    }
+                    Err(status) => self.reply(error_message(Some(NULL_PREFIX), &status)),
+                }
+            }
             Op::Unsubscribe { id } => {
                 let prefix = sub_prefix(&id);
                 // Whatever it queued is ahead of the reply; nothing of it
