@@ -4,11 +4,12 @@
 //
 // Layout (one file, so that a page can import it from the gateway itself):
 // - helpers: keyOf, mergePatch (RFC 7386), Emitter, back-off;
-// - Watch: the store. It applies a snapshot at its end marker (keeping the
+// - the store: Store applies a snapshot at its end marker (keeping the
 //   previous picture until then), changes as they come, merge patches, a
-//   RESET by collecting a fresh snapshot aside, and decides what to do when
-//   a stream fails: resume from its position, renew the token on a 401,
-//   wait and retry on 429/5xx, stop on 400/403/404;
+//   RESET by collecting a fresh snapshot aside; Subscription and `verdict`
+//   decide what to do when a stream fails: resume from its position, renew
+//   the token on a 401, wait and retry on 429/5xx, stop on 400/403/404.
+//   A Watch is a Store with a subscription of its own;
 // - clients, which carry streams and know nothing of the store:
 //   SseClient (GET /stream/{resource}, read with fetch), WsClient (one
 //   multiplexed /ws socket for every watch), SharedClient (a page's end of a
@@ -213,20 +214,36 @@ function paramsOf(options) {
 
 // ---- the store ------------------------------------------------------------------
 
+/** Codes a request cannot be helped by retrying as it is (PROTOCOL "Errors"). */
+const FINAL_CODES = [400, 403, 404, 405, 422];
+
 /**
- * A live store of one resource's objects, as one subscription sees them.
- * Created by `client.watch()` or `watch()`; see kubefan.d.ts.
+ * What a stream refused or ended with `status` does next: 'renew' the
+ * token and resume (a 401, unless the stream was refused again soon after
+ * it was opened with a renewed token: `renewedJustNow`), 'stop' (the
+ * request itself is wrong, refused, or names nothing: `update()` or
+ * `retry()` starts again), or 'retry' later (429, 503, anything else).
  */
-export class Watch extends Emitter {
-  constructor(client, resource, options, ownsClient) {
+function verdict(code, renewedJustNow) {
+  if (code === 401) return renewedJustNow ? 'stop' : 'renew';
+  return FINAL_CODES.includes(code) ? 'stop' : 'retry';
+}
+
+/**
+ * One stream's picture of a resource's objects, and the one place the
+ * stream's messages are applied to it: the snapshot collected aside and
+ * applied at its end marker, changes and merge patches as they come, a
+ * RESET collecting a fresh snapshot while the picture stays. A Watch is a
+ * Store with a subscription of its own; a ClustersWatch's part is one
+ * cluster's Store in a merged subscription. Which stream feeds it, what
+ * follows when that stream fails, and `_resync()` (a fresh snapshot is
+ * needed: a patch came for an object the picture lacks) are theirs.
+ */
+class Store extends Emitter {
+  constructor(client, resource) {
     super();
-    if (!resource || typeof resource !== 'string') throw new TypeError('kubefan: watch(resource): resource must be a string');
     this.client = client;
     this.resource = resource;
-    this.params = paramsOf(options);
-    /** The cluster this watch names on a client at the gateway's root (null: the client's). */
-    this.cluster = clusterOfWatch(client, options);
-    this._ownsClient = Boolean(ownsClient);
     /** key -> object: the picture as of `resourceVersion`. */
     this.objects = new Map();
     this.state = 'connecting';
@@ -236,14 +253,7 @@ export class Watch extends Emitter {
     this.resets = 0;
     this._position = '';
     this._buffer = null; // a snapshot being collected, or null
-    this._channel = null;
-    this._gen = 0;
-    this._timer = null;
-    this._attempt = 0;
-    this._authFailures = 0;
     this._closed = false;
-    if (client._watches) client._watches.add(this);
-    this._open();
   }
 
   /** The resourceVersion the picture reflects ('' before the first snapshot). */
@@ -291,101 +301,24 @@ export class Watch extends Emitter {
     });
   }
 
-  /**
-   * New stream options (namespace, selectors, fields, patch): a fresh
-   * snapshot replaces the picture when it is complete; until then the old
-   * one stays.
-   */
-  update(options) {
-    if (this._closed) return;
-    this.params = paramsOf(options);
-    this._position = '';
-    this.error = null;
-    this._attempt = 0;
-    this._authFailures = 0;
-    this._end();
-    this._open('connecting');
-  }
-
-  /** Opens a stream now (after an error, or to cut a back-off short). */
-  retry() {
-    if (this._closed) return;
-    this.error = null;
-    this._authFailures = 0;
-    this._end();
-    this._open();
-  }
-
-  close() {
-    if (this._closed) return;
-    this._end();
-    this._closed = true;
-    if (this.client._watches) this.client._watches.delete(this);
-    this._setState('closed');
-    if (this._ownsClient) this.client.close();
-  }
-
-  // ---- a stream's life ----
-
-  /** Opens a stream, resuming from the position if there is one. */
-  _open(state) {
-    clearTimeout(this._timer);
-    this._timer = null;
-    const gen = ++this._gen;
-    const mine = () => gen === this._gen && !this._closed;
-    this._openedAt = Date.now();
-    const from = this._position;
-    this._buffer = from ? null : new Map();
-    this._setState(state || (this.synced || from ? 'reconnecting' : 'connecting'));
-    const sink = {
-      opened: () => {
-        if (mine()) this._opened();
-      },
-      message: (msg) => {
-        if (mine()) this._message(msg);
-      },
-      dropped: (info) => {
-        if (!mine()) return;
-        this._channel = null;
-        this._dropped(info);
-      },
-      refused: (status, retryAfter) => {
-        if (!mine()) return;
-        this._channel = null;
-        this._failed(status, retryAfter);
-      },
-    };
-    const request = {resource: this.resource, params: Object.assign({}, this.params), from};
-    if (this.cluster) request.cluster = this.cluster;
-    this._channel = this.client.open(request, sink);
-  }
-
-  /** Forgets the current stream: nothing it still delivers is applied. */
-  _end() {
-    this._gen++;
-    clearTimeout(this._timer);
-    this._timer = null;
-    const ch = this._channel;
-    this._channel = null;
-    if (ch) ch.close();
+  /** A stream starts: it resumes from the position, or a snapshot is collected aside. */
+  _begin(state) {
+    this._buffer = this._position ? null : new Map();
+    this._setState(state || (this.synced || this._position ? 'reconnecting' : 'connecting'));
   }
 
   _opened() {
     // The stream is under way. Over SSE the gateway accepted it (HTTP 200);
     // over /ws its subscribe was only sent, and may still be refused with
     // an ERROR 401: a message that is not an ERROR, or time
-    // (`AUTH_SETTLED_MS`), says the credentials were taken (`_failed`).
+    // (`AUTH_SETTLED_MS`), says the credentials were taken (`verdict`).
     this.error = null;
     this._setState(this._buffer ? 'syncing' : 'live');
   }
 
-  _message(msg) {
-    const type = msg.type;
-    if (type !== 'ERROR') {
-      this._attempt = 0;
-      this._authFailures = 0;
-    }
-    switch (type) {
+  /** Applies one of the stream's messages; an ERROR is for its owner, which knows what follows. */
+  _apply(msg) {
+    switch (msg.type) {
       case 'ADDED':
       case 'MODIFIED':
       case 'DELETED':
@@ -403,11 +336,6 @@ export class Watch extends Emitter {
         this._setState('reset');
         this.emit('reset', msg.object);
         break;
-      case 'ERROR': {
-        this._end();
-        this._failed(msg.object || statusOf(500, null, 'InternalError'), 0);
-        break;
-      }
       case 'WARNING':
         // The API server's warning about the resource (a deprecated API):
         // `/ws` sends it before a subscription's first event.
@@ -482,61 +410,221 @@ export class Watch extends Emitter {
     for (const [key, prev] of old) if (!fresh.has(key)) this.emit('deleted', prev, prev);
   }
 
-  _resync() {
-    this._position = '';
-    this._end();
-    this._open();
-  }
-
-  _dropped() {
-    this._setState('reconnecting');
-    this._schedule(backoff(this._attempt++));
-  }
-
-  _failed(status, retryAfter) {
-    const code = status.code;
-    this.error = status;
-    this.emit('error', status);
-    if (code === 401) {
-      // Token expired or refused: renew it once and resume; a second 401 in
-      // a row (no message between, and soon after the renewed stream was
-      // opened) is final.
-      const settled = Date.now() - this._openedAt >= AUTH_SETTLED_MS;
-      if (this._authFailures > 0 && !settled) return this._setState('error');
-      this._authFailures = 1;
-      this._setState('reconnecting');
-      const gen = this._gen;
-      Promise.resolve(this.client.renew(status))
-        .catch(() => false)
-        .then((ok) => {
-          if (gen !== this._gen || this._closed) return;
-          if (ok) this._open();
-          else this._setState('error');
-        });
-      return;
-    }
-    if (code === 400 || code === 403 || code === 404 || code === 405 || code === 422) {
-      // The request itself is wrong, refused, or names nothing: retrying it
-      // as it is cannot help. `update()` or `retry()` starts again.
-      this._setState('error');
-      return;
-    }
-    // 429, 503 (shutdown, not synced yet, limits), anything else: later.
-    this._setState('reconnecting');
-    const hint = this.client.retryMs || 0;
-    this._schedule(Math.max(retryAfter * 1000 || 0, hint, backoff(this._attempt++)));
-  }
-
-  _schedule(ms) {
-    clearTimeout(this._timer);
-    this._timer = setTimeout(() => this._open(), ms);
-  }
-
   _setState(state) {
     if (state === this.state) return;
     const prev = this.state;
     this.state = state;
     this.emit('state', state, prev);
+  }
+}
+
+/**
+ * The life of one subscription on a client, for its owner (a Watch, or a
+ * ClustersWatch's merged one): its current stream, the timer that opens
+ * the next, and what paces them (back-off, `Retry-After`, the renewal of
+ * a refused token). Nothing a stream delivers after `end()` or a newer
+ * `open()` reaches the owner, whose hooks are `_open()` (time for the
+ * next stream), `_opened()`, `_message(msg)` (a message that is not an
+ * ERROR also resets the back-off), `_dropped(info)` and
+ * `_failed(status, retryAfter)` (refused).
+ */
+class Subscription {
+  constructor(client, owner) {
+    this.client = client;
+    this.owner = owner;
+    this._gen = 0;
+    this._channel = null;
+    this._timer = null;
+    this._attempt = 0;
+    this._authFailures = 0;
+    this._openedAt = 0;
+  }
+
+  open(request) {
+    clearTimeout(this._timer);
+    this._timer = null;
+    const gen = ++this._gen;
+    const owner = this.owner;
+    const mine = () => gen === this._gen && !owner._closed;
+    this._openedAt = Date.now();
+    const sink = {
+      opened: () => {
+        if (mine()) owner._opened();
+      },
+      message: (msg) => {
+        if (!mine()) return;
+        if (msg.type !== 'ERROR') this.heard();
+        owner._message(msg);
+      },
+      dropped: (info) => {
+        if (!mine()) return;
+        this._channel = null;
+        owner._dropped(info);
+      },
+      refused: (status, retryAfter) => {
+        if (!mine()) return;
+        this._channel = null;
+        owner._failed(status, retryAfter);
+      },
+    };
+    this._channel = this.client.open(request, sink);
+  }
+
+  /** Forgets the current stream: nothing it still delivers is applied. */
+  end() {
+    this._gen++;
+    clearTimeout(this._timer);
+    this._timer = null;
+    const ch = this._channel;
+    this._channel = null;
+    if (ch) ch.close();
+  }
+
+  /** Whether the next stream waits for its time (back-off). */
+  get waiting() {
+    return this._timer !== null;
+  }
+
+  /** A message that is not an ERROR: the stream is accepted, its credentials too. */
+  heard() {
+    this._attempt = 0;
+    this._authFailures = 0;
+  }
+
+  /** Starting over (`update()`, `retry()`): no failure counts, or only the back-off's (`keepAttempts`). */
+  fresh(keepAttempts) {
+    if (!keepAttempts) this._attempt = 0;
+    this._authFailures = 0;
+  }
+
+  /** Whether the stream was opened long enough ago for a 401 to be its token's expiry rather than a refusal of a renewed one. */
+  get settled() {
+    return Date.now() - this._openedAt >= AUTH_SETTLED_MS;
+  }
+
+  /** What follows `status` for this subscription (`verdict`), counting a 401 toward the renewal it asks for. */
+  verdict(status) {
+    const next = verdict(status.code, this._authFailures > 0 && !this.settled);
+    if (next === 'renew') this._authFailures = 1;
+    return next;
+  }
+
+  /** Renews the token, then `then(ok)`, unless the subscription moved on meanwhile. */
+  renew(status, then) {
+    const gen = this._gen;
+    Promise.resolve(this.client.renew(status))
+      .catch(() => false)
+      .then((ok) => {
+        if (gen === this._gen && !this.owner._closed) then(ok);
+      });
+  }
+
+  /** The wait before the next stream after a drop: back-off. */
+  backoff() {
+    return backoff(this._attempt++);
+  }
+
+  /** The wait before the next stream after a refusal: back-off, and at least the `Retry-After` (s) and `retry:` hints. */
+  delay(retryAfter) {
+    return Math.max(retryAfter * 1000 || 0, this.client.retryMs || 0, backoff(this._attempt++));
+  }
+
+  /** The owner's next stream, in `ms`. */
+  later(ms) {
+    clearTimeout(this._timer);
+    this._timer = setTimeout(() => {
+      this._timer = null;
+      this.owner._open();
+    }, ms);
+  }
+}
+
+/**
+ * A live store of one resource's objects, as one subscription sees them.
+ * Created by `client.watch()` or `watch()`; see kubefan.d.ts.
+ */
+export class Watch extends Store {
+  constructor(client, resource, options, ownsClient) {
+    if (!resource || typeof resource !== 'string') throw new TypeError('kubefan: watch(resource): resource must be a string');
+    super(client, resource);
+    this.params = paramsOf(options);
+    /** The cluster this watch names on a client at the gateway's root (null: the client's). */
+    this.cluster = clusterOfWatch(client, options);
+    this._ownsClient = Boolean(ownsClient);
+    this._sub = new Subscription(client, this);
+    if (client._watches) client._watches.add(this);
+    this._open();
+  }
+
+  /**
+   * New stream options (namespace, selectors, fields, patch): a fresh
+   * snapshot replaces the picture when it is complete; until then the old
+   * one stays.
+   */
+  update(options) {
+    if (this._closed) return;
+    this.params = paramsOf(options);
+    this._position = '';
+    this.error = null;
+    this._sub.fresh();
+    this._sub.end();
+    this._open('connecting');
+  }
+
+  /** Opens a stream now (after an error, or to cut a back-off short). */
+  retry() {
+    if (this._closed) return;
+    this.error = null;
+    this._sub.fresh(true);
+    this._sub.end();
+    this._open();
+  }
+
+  close() {
+    if (this._closed) return;
+    this._sub.end();
+    this._closed = true;
+    if (this.client._watches) this.client._watches.delete(this);
+    this._setState('closed');
+    if (this._ownsClient) this.client.close();
+  }
+
+  // ---- a stream's life ----
+
+  /** Opens a stream, resuming from the position if there is one. */
+  _open(state) {
+    const from = this._position;
+    this._begin(state);
+    const request = {resource: this.resource, params: Object.assign({}, this.params), from};
+    if (this.cluster) request.cluster = this.cluster;
+    this._sub.open(request);
+  }
+
+  _message(msg) {
+    if (msg.type !== 'ERROR') return this._apply(msg);
+    this._sub.end();
+    this._failed(msg.object || statusOf(500, null, 'InternalError'), 0);
+  }
+
+  _resync() {
+    this._position = '';
+    this._sub.end();
+    this._open();
+  }
+
+  _dropped() {
+    this._setState('reconnecting');
+    this._sub.later(this._sub.backoff());
+  }
+
+  _failed(status, retryAfter) {
+    this.error = status;
+    this.emit('error', status);
+    const next = this._sub.verdict(status);
+    if (next === 'stop') return this._setState('error');
+    this._setState('reconnecting');
+    if (next === 'renew') this._sub.renew(status, (ok) => (ok ? this._open() : this._setState('error')));
+    else this._sub.later(this._sub.delay(retryAfter));
   }
 }
 
