@@ -36,7 +36,9 @@ export interface Status {
  * - `reset`: the gateway lost our position (RESET); a fresh snapshot is
  *   coming, and the old picture stays until it is complete.
  * - `reconnecting`: the stream dropped (or the token is being renewed); it
- *   resumes from `resourceVersion`, and the picture stays.
+ *   resumes from `resourceVersion`, and the picture stays. A ClustersWatch
+ *   part is also `reconnecting` while the gateway cannot reach its
+ *   cluster's API server (a `CLUSTER` 503), until it can (`CLUSTER` 200).
  * - `error`: refused (see `error`); not retried until `update()` or `retry()`.
  * - `closed`: `close()` was called.
  */
@@ -197,9 +199,10 @@ export function connect(options?: ConnectOptions): Client;
 /** One watch on a client of its own, closed with it. */
 export function watch<T extends KubeObject = KubeObject>(resource: string, options?: WatchOptions & ConnectOptions & {client?: Client}): Watch<T>;
 /**
- * One resource across several clusters of a gateway: a watch per cluster,
- * all on one client at the gateway's root (`client`, else one made from
- * the options and closed with it), one picture.
+ * One resource across several clusters of a gateway: one merged
+ * subscription (`clusters`), on one client at the gateway's root
+ * (`client`, else one made from the options and closed with it), one
+ * picture.
  */
 export function watch<T extends KubeObject = KubeObject>(resource: string, options: WatchOptions & ConnectOptions & {clusters: string[]; client?: Client}): ClustersWatch<T>;
 
@@ -208,35 +211,75 @@ export interface ClustersWatchEvents<T> {
   added: (object: T, cluster: string) => void;
   modified: (object: T, previous: T, cluster: string) => void;
   deleted: (object: T, previous: T, cluster: string) => void;
-  /** One cluster's part applied a snapshot. */
+  /** One cluster's part applied a snapshot; `resourceVersion` is that part's. */
   synced: (info: Synced & {cluster: string}) => void;
   reset: (status: Status, cluster: string) => void;
   bookmark: (resourceVersion: string, cluster: string) => void;
   /** 'live' once every part is; 'partial' while some are and others are not. */
   state: (state: WatchState | 'partial', previous: WatchState | 'partial') => void;
+  /**
+   * A part was refused or ended (its Status names its cluster), or the
+   * gateway cannot reach its cluster's API server (`CLUSTER` 503); a
+   * refusal of the whole subscription is told once for each part.
+   */
   error: (status: Status, cluster: string) => void;
   warning: (message: string, cluster: string) => void;
 }
 
 /**
+ * One cluster's part of a ClustersWatch: its picture and its state, fed
+ * by the messages of the merged subscription that name its cluster. Its
+ * events are a Watch's, without the cluster.
+ */
+export interface ClustersWatchPart<T extends KubeObject = KubeObject> {
+  readonly client: Client;
+  readonly resource: string;
+  readonly cluster: string;
+  readonly objects: ReadonlyMap<string, T>;
+  readonly state: WatchState;
+  /** Its own position: its cluster's part of the compound id. */
+  readonly resourceVersion: string;
+  readonly synced: boolean;
+  readonly snapshots: number;
+  readonly resets: number;
+  /** Why it last failed, or why its cluster is unreachable; null once it streams again. */
+  readonly error: Status | null;
+  readonly size: number;
+  get(key: string): T | undefined;
+  get(namespace: string, name: string): T | undefined;
+  list(): T[];
+  [Symbol.iterator](): IterableIterator<T>;
+  on<E extends keyof WatchEvents<T>>(type: E, listener: WatchEvents<T>[E]): () => void;
+  off<E extends keyof WatchEvents<T>>(type: E, listener: WatchEvents<T>[E]): void;
+  ready(): Promise<this>;
+  /** Asks for this part again now (after an error): a new subscription, the other parts resuming in it. */
+  retry(): void;
+}
+
+/**
  * One resource across several clusters (`watch(resource, {clusters})`):
- * a Watch per cluster, each resuming, resetting and failing on its own,
- * all on one client (one `/ws` socket or shared worker).
+ * one merged subscription (`clusters` in a `/ws` subscribe; over SSE,
+ * `GET /stream/{resource}?clusters=a,b`), resumed with its compound id,
+ * and a part per cluster, each keeping its own snapshot, changes and
+ * RESETs. A part's ERROR, or a refusal naming its cluster, takes that
+ * part alone out of the subscription: for good on 400/403/404 (until
+ * `retry()`), else until a new subscription a back-off later, the others
+ * resuming in it.
  */
 export class ClustersWatch<T extends KubeObject = KubeObject> {
-  /** The client every part is on. */
+  /** The client the subscription is on. */
   readonly client: Client;
   readonly resource: string;
   readonly clusters: string[];
   /** cluster → its part. */
-  readonly parts: ReadonlyMap<string, Watch<T>>;
+  readonly parts: ReadonlyMap<string, ClustersWatchPart<T>>;
   readonly state: WatchState | 'partial';
   /** `cluster/namespace/name` → object. */
   readonly objects: ReadonlyMap<string, T>;
   readonly size: number;
   /** Whether every part has applied a snapshot. */
   readonly synced: boolean;
-  /** Every part's position: `east=123,west=456`. */
+  /** Every part's position (those that have one), the compound id resumed from: `east=123,west=456`. */
   readonly resourceVersion: string;
   /** Snapshots applied and RESETs received, over every part. */
   readonly snapshots: number;
@@ -249,8 +292,11 @@ export class ClustersWatch<T extends KubeObject = KubeObject> {
   list(): Array<[string, T]>;
   on<E extends keyof ClustersWatchEvents<T>>(type: E, listener: ClustersWatchEvents<T>[E]): () => void;
   off<E extends keyof ClustersWatchEvents<T>>(type: E, listener: ClustersWatchEvents<T>[E]): void;
+  /** Resolves once every part has a snapshot; rejects if one errs or closes first. */
   ready(): Promise<this>;
+  /** New stream options for every part: each one's fresh snapshot replaces its picture once complete. */
   update(options: WatchOptions): void;
+  /** Opens the subscription now with every part, each resuming (after `error`, or to cut a back-off short). */
   retry(): void;
   close(): void;
 }

@@ -9,7 +9,8 @@
 //   RESET by collecting a fresh snapshot aside; Subscription and `verdict`
 //   decide what to do when a stream fails: resume from its position, renew
 //   the token on a 401, wait and retry on 429/5xx, stop on 400/403/404.
-//   A Watch is a Store with a subscription of its own;
+//   A Watch is a Store with a subscription of its own; a ClustersWatch (at
+//   the end) is one merged subscription feeding a Store per cluster;
 // - clients, which carry streams and know nothing of the store:
 //   SseClient (GET /stream/{resource}, read with fetch), WsClient (one
 //   multiplexed /ws socket for every watch), SharedClient (a page's end of a
@@ -18,9 +19,15 @@
 //
 // A client's streams are one-shot: `open(request, sink)` starts one, and it
 // ends with `sink.dropped` (the connection went away), `sink.refused` (an
-// HTTP error, or a socket refused before it opened) or an ERROR message.
-// The Watch then opens a new one, resuming from its position. Only the
-// WsClient reconnects by itself, and only a socket nobody has used yet.
+// HTTP error, or a socket refused before it opened) or an ERROR message
+// (`ends`: in a merged stream, one naming no cluster). The Watch then
+// opens a new one, resuming from its position. Only the WsClient
+// reconnects by itself, and only a socket nobody has used yet.
+//
+// A request is {resource, params, from, cluster?, clusters?}: `cluster`
+// names the one cluster of a stream on a client at the gateway's root,
+// `clusters` the clusters merged into one stream (then `from` is a
+// compound id and each message carries its `cluster`).
 
 /** The annotation on the BOOKMARK that ends a snapshot. */
 export const INITIAL_EVENTS_END = 'k8s.io/initial-events-end';
@@ -210,6 +217,15 @@ function paramsOf(options) {
   if (list(o.fields)) params.fields = list(o.fields);
   if (o.patch) params.delta = 'merge-patch';
   return params;
+}
+
+/**
+ * Whether `msg` ends the stream `request` opened: an ERROR, except in a
+ * merged stream one naming its cluster, which ends that cluster's part
+ * alone (PROTOCOL "One stream across clusters").
+ */
+function ends(request, msg) {
+  return msg.type === 'ERROR' && !(request.clusters && msg.cluster);
 }
 
 // ---- the store ------------------------------------------------------------------
@@ -777,10 +793,11 @@ export class EventStreamParser {
 }
 
 /**
- * SSE: one `GET /stream/{resource}` per watch, read with `fetch` (so the
- * token goes in an `Authorization` header and HTTP errors are seen as they
- * are). Each HTTP/1.1 stream takes a connection of the browser's six per
- * host: prefer WsClient or SharedClient for several watches in a browser.
+ * SSE: one `GET /stream/{resource}` per watch (`?clusters=a,b` for one
+ * across clusters), read with `fetch` (so the token goes in an
+ * `Authorization` header and HTTP errors are seen as they are). Each
+ * HTTP/1.1 stream takes a connection of the browser's six per host:
+ * prefer WsClient or SharedClient for several watches in a browser.
  */
 export class SseClient extends Client {
   constructor(options) {
@@ -819,6 +836,7 @@ export class SseClient extends Client {
       const token = await this._currentToken();
       if (over) return;
       const query = Object.assign({}, request.params);
+      if (request.clusters) query.clusters = request.clusters.join(',');
       if (request.from) query.resourceVersion = request.from;
       const path = (request.cluster ? 'clusters/' + request.cluster + '/' : '') + 'stream/' + encodeURIComponent(request.resource);
       const url = this._url(path, query);
@@ -849,6 +867,8 @@ export class SseClient extends Client {
           const msg = {type: body.type || ev.type, object: body.object};
           if (ev.id !== undefined) msg.id = ev.id;
           if (body.patch) msg.patch = body.patch;
+          if (body.cluster) msg.cluster = body.cluster;
+          if (body.message !== undefined) msg.message = body.message;
           sink.message(msg);
         },
         (ms) => {
@@ -967,6 +987,7 @@ export class WsClient extends Client {
     const msg = Object.assign({op: 'subscribe', id: entry.id, resource: entry.request.resource}, entry.request.params);
     if (entry.request.from) msg.resourceVersion = entry.request.from;
     if (entry.request.cluster) msg.cluster = entry.request.cluster;
+    if (entry.request.clusters) msg.clusters = entry.request.clusters;
     try {
       s.ws.send(JSON.stringify(msg));
     } catch (_) {
@@ -1058,13 +1079,15 @@ export class WsClient extends Client {
     const entry = this._subs.get(msg.sub);
     if (!entry || entry.socket !== s) return; // late, for a subscription we left
     if (msg.type === 'UNSUBSCRIBED') return;
-    if (msg.type === 'ERROR') this._subs.delete(entry.id); // that subscription is over
+    const over = ends(entry.request, msg);
+    if (over) this._subs.delete(entry.id); // that subscription is over
     const out = {type: msg.type, object: msg.object};
     if (msg.id !== undefined) out.id = msg.id;
     if (msg.patch) out.patch = msg.patch;
     if (msg.message !== undefined) out.message = msg.message;
+    if (msg.cluster) out.cluster = msg.cluster;
     entry.sink.message(out);
-    if (msg.type === 'ERROR') this._idle();
+    if (over) this._idle();
   }
 
   _lost(s, ev) {
@@ -1209,7 +1232,7 @@ export class SharedClient extends Client {
   constructor(options) {
     super(options);
     this.kind = 'shared';
-    this._channels = new Map(); // id -> {sink}
+    this._channels = new Map(); // id -> {sink, request}
     this._seq = 0;
     this._rpc = new Map(); // rid -> resolve
     this._fallback = null;
@@ -1289,7 +1312,7 @@ export class SharedClient extends Client {
       case 'message': {
         const ch = this._channels.get(m.id);
         if (!ch) break;
-        if (m.msg.type === 'ERROR') this._channels.delete(m.id);
+        if (ends(ch.request, m.msg)) this._channels.delete(m.id);
         ch.sink.message(m.msg);
         break;
       }
@@ -1330,7 +1353,7 @@ export class SharedClient extends Client {
       return {close() {}};
     }
     const id = ++this._seq;
-    this._channels.set(id, {sink});
+    this._channels.set(id, {sink, request});
     this._post({op: 'open', id, request});
     return {
       close: () => {
@@ -1468,7 +1491,7 @@ export class SharedHub {
         const sink = {
           opened: () => tab.post({op: 'opened', id}),
           message: (msg) => {
-            if (msg.type === 'ERROR') tab.channels.delete(id);
+            if (ends(m.request, msg)) tab.channels.delete(id);
             tab.post({op: 'message', id, msg});
           },
           dropped: (info) => {
@@ -1578,20 +1601,30 @@ export function watch(resource, options = {}) {
 }
 
 /**
- * One resource across several clusters of a gateway (`--cluster`): a
- * Watch per cluster, all on one client at the gateway's root (so one
- * `/ws` socket, or one shared worker, for every cluster; each watch names
- * its cluster: `cluster` in its subscribe message, or `/clusters/NAME/`
- * in its SSE request), and one picture keyed `cluster/namespace/name`.
- * `options.client` is used instead if given (a client at the root).
- * Events carry the cluster as their last argument. Each cluster's part
- * resumes, resets and fails on its own; one cluster down leaves the
- * others live (`state` is 'live' once every part is, 'partial' while
- * some are and others are not).
+ * One resource across several clusters of a gateway (`--cluster`): one
+ * merged subscription (PROTOCOL "One stream across clusters": `clusters`
+ * in a `/ws` subscribe, `GET /stream/{resource}?clusters=a,b` over SSE)
+ * on a client at the gateway's root, and one picture keyed
+ * `cluster/namespace/name`. `options.client` is used instead if given (a
+ * client at the root). Events carry the cluster as their last argument.
+ *
+ * Each cluster's part is a Store of its own, fed the messages naming its
+ * cluster (each id its own position, read from the compound id), so it
+ * keeps its snapshot, changes and RESETs as a Watch does. The
+ * subscription resumes with every part's position (`resourceVersion`,
+ * `east=123,west=456`). What concerns one cluster stays its part's: its
+ * ERROR, or a refusal naming it, takes it alone out of the subscription
+ * (the others go on, in a new subscription if the old one was refused),
+ * until `retry()` or, for what may pass (429, 5xx), a subscription a
+ * back-off later; a `CLUSTER` 503 (its API server unreachable, or the
+ * part left out) makes it `reconnecting`, the others untouched, until
+ * `CLUSTER` 200. `state` is 'live' once every part is, 'partial' while
+ * some are and others are not.
  */
 export class ClustersWatch extends Emitter {
   constructor(resource, options) {
     super();
+    if (!resource || typeof resource !== 'string') throw new TypeError('kubefan: watch(resource): resource must be a string');
     const names = options.clusters;
     if (!Array.isArray(names) || names.length === 0) {
       throw new TypeError('kubefan: clusters must be a non-empty array of cluster names');
@@ -1602,14 +1635,21 @@ export class ClustersWatch extends Emitter {
     if (options.client && options.client.cluster) {
       throw new TypeError('kubefan: clusters needs a client at the gateway\'s root, not cluster ' + JSON.stringify(options.client.cluster) + '\'s');
     }
-    /** The one client every cluster's watch is on. */
+    if (options.client && options.client._closed) throw new Error('kubefan: the client is closed');
+    /** The one client the subscription is on. */
     this.client = options.client || connect(rest);
     this._ownsClient = !options.client;
-    /** cluster → its Watch. */
+    this.params = paramsOf(rest);
+    /** cluster → its part. */
     this.parts = new Map();
     this.state = 'connecting';
+    this._closed = false;
+    this._sub = new Subscription(this.client, this);
+    this._partsTimer = null;
+    this._partsDue = 0;
+    this._renewing = null;
     for (const cluster of this.clusters) {
-      const part = this.client.watch(resource, Object.assign({}, rest, {cluster}));
+      const part = new ClusterPart(this, cluster);
       this.parts.set(cluster, part);
       for (const type of ['added', 'modified', 'deleted', 'reset', 'bookmark', 'error', 'warning']) {
         part.on(type, (...args) => this.emit(type, ...args, cluster));
@@ -1620,6 +1660,8 @@ export class ClustersWatch extends Emitter {
       });
       part.on('state', () => this._state());
     }
+    if (this.client._watches) this.client._watches.add(this);
+    this._open();
   }
 
   /** The picture: `cluster/namespace/name` → object (a fresh Map each time). */
@@ -1642,9 +1684,9 @@ export class ClustersWatch extends Emitter {
     return [...this.parts.values()].every((p) => p.synced);
   }
 
-  /** Every part's position, `east=123,west=456` (those that have one). */
+  /** Every part's position, `east=123,west=456` (those that have one): the compound id it resumes from. */
   get resourceVersion() {
-    return [...this.parts].filter(([, p]) => p.resourceVersion).map(([c, p]) => c + '=' + p.resourceVersion).join(',');
+    return compoundId([...this.parts.values()]);
   }
 
   /** Snapshots applied, over every part. */
@@ -1685,18 +1727,226 @@ export class ClustersWatch extends Emitter {
     return Promise.all([...this.parts.values()].map((p) => p.ready())).then(() => this);
   }
 
+  /** New stream options for every part: each part's fresh snapshot replaces its picture when complete. */
   update(options) {
-    for (const part of this.parts.values()) part.update(options);
+    if (this._closed) return;
+    this.params = paramsOf(options);
+    for (const p of this.parts.values()) {
+      p._position = '';
+      p.error = null;
+      p._out = '';
+      p._attempt = 0;
+      p._authFailures = 0;
+    }
+    this._sub.fresh();
+    this._sub.end();
+    this._open('connecting');
   }
 
+  /** Opens the subscription now, with every part (after an error, or to cut a back-off short). */
   retry() {
-    for (const part of this.parts.values()) part.retry();
+    if (this._closed) return;
+    for (const p of this.parts.values()) {
+      p.error = null;
+      p._out = '';
+      p._authFailures = 0;
+    }
+    this._sub.fresh(true);
+    this._sub.end();
+    this._open();
   }
 
   close() {
-    for (const part of this.parts.values()) part.close();
+    if (this._closed) return;
+    this._sub.end();
+    clearTimeout(this._partsTimer);
+    this._closed = true;
+    if (this.client._watches) this.client._watches.delete(this);
+    for (const p of this.parts.values()) {
+      p._closed = true;
+      p._setState('closed');
+    }
     if (this._ownsClient) this.client.close();
     this._state();
+  }
+
+  // ---- the merged subscription's life ----
+
+  /** The parts the subscription asks for: not stopped, not waiting for their back-off. */
+  _members() {
+    return [...this.parts.values()].filter((p) => !p._out);
+  }
+
+  /**
+   * Opens the subscription for its members, each resuming from its own
+   * position. `quiet`: the others of a part asked for again, which stay
+   * `live` while they resume.
+   */
+  _open(state, quiet) {
+    const members = this._members();
+    if (!members.length) return;
+    for (const p of members) {
+      // The new subscription says again what it knows of each cluster.
+      p._streamed = false;
+      p._unreachable = false;
+      p._begin(quiet && p.state === 'live' && p._position ? 'live' : state);
+    }
+    const request = {
+      resource: this.resource,
+      params: Object.assign({}, this.params),
+      from: compoundId(members),
+      clusters: members.map((p) => p.cluster),
+    };
+    this._sub.open(request);
+  }
+
+  /** A new subscription now for the members (one came back, or needs a snapshot); the others resume. */
+  _reopen() {
+    this._sub.end();
+    this._open(undefined, true);
+  }
+
+  _opened() {
+    for (const p of this._members()) p._opened();
+  }
+
+  _message(msg) {
+    const part = msg.cluster ? this.parts.get(msg.cluster) : null;
+    if (!part) {
+      // About the subscription itself: its ERROR, once every part has
+      // ended, or a refusal before any began.
+      if (msg.type !== 'ERROR') return;
+      this._sub.end();
+      // Parts said to be left out, never heard from, wait for their
+      // back-off (`_later`); the Status is another part's.
+      for (const p of this._members()) if (p._leftOut()) p._out = 'later';
+      this._failed(msg.object || statusOf(500, null, 'InternalError'), 0);
+      return;
+    }
+    if (part._out) return; // a part already out; nothing of it is applied
+    if (msg.type === 'CLUSTER') return this._cluster(part, msg.object || {});
+    if (msg.type === 'ERROR') return this._partFailed(part, msg.object || statusOf(500, null, 'InternalError'), 0);
+    part._streamed = true;
+    part._attempt = 0;
+    part._authFailures = 0;
+    part._apply(Object.assign({}, msg, {id: partOfId(msg.id, part.cluster)}));
+  }
+
+  /**
+   * `CLUSTER`: the part's API server is unreachable (503; the part
+   * resumes when it is back), or reached again (200); or the part was
+   * left out (its cluster did not list the resource in time, 503, or
+   * refused it later). Nothing says which: a part left out is one that
+   * had not joined, so a 503 before anything of a part that has no
+   * snapshot yet may be the last word on it, and unless the part streams
+   * meanwhile, it is asked for again a back-off later (a synced part
+   * joins at once, its hub synced, and is only unreachable). A refusal
+   * is one of a part that never began: its own, as its ERROR would be.
+   */
+  _cluster(part, status) {
+    if (status.code === 200) {
+      part._unreachable = false;
+      part.error = null;
+      part._setState(part._wanted);
+      return;
+    }
+    if (!part._streamed && verdict(status.code, false) !== 'retry') return this._partFailed(part, status, 0);
+    part._unreachable = true;
+    part.error = status;
+    part.emit('error', status);
+    part._setState(part._wanted);
+    if (part._leftOut()) this._later(backoff(part._attempt++));
+  }
+
+  _dropped() {
+    const members = this._members();
+    if (!members.length) return;
+    for (const p of members) p._setState('reconnecting');
+    this._sub.later(this._sub.backoff());
+  }
+
+  /**
+   * The subscription was refused, or ended. A refusal naming one of its
+   * clusters (PROTOCOL: a named cluster that refuses the caller fails the
+   * request, its Status naming it) is that part's; the others go on.
+   */
+  _failed(status, retryAfter) {
+    const members = this._members();
+    if (!members.length) return;
+    const named = this.parts.get(clusterNamedBy(status));
+    if (named && !named._out && members.length > 1) {
+      this._partFailed(named, status, retryAfter);
+      this._open();
+      return;
+    }
+    for (const p of members) {
+      p.error = status;
+      p.emit('error', status);
+    }
+    const next = this._sub.verdict(status);
+    if (next === 'stop') return this._stop(members);
+    for (const p of members) p._setState('reconnecting');
+    if (next === 'renew') this._sub.renew(status, (ok) => (ok ? this._open() : this._stop(this._members())));
+    else this._sub.later(this._sub.delay(retryAfter));
+  }
+
+  /** One cluster's part ended or was refused: it alone leaves the subscription. */
+  _partFailed(part, status, retryAfter) {
+    part.error = status;
+    part.emit('error', status);
+    const next = verdict(status.code, part._authFailures > 0 && !this._sub.settled);
+    if (next === 'stop') return this._stop([part]);
+    part._setState('reconnecting');
+    if (next === 'retry') {
+      part._out = 'later';
+      return this._later(Math.max(retryAfter * 1000 || 0, backoff(part._attempt++)));
+    }
+    // Its token refused there: one renewal for every part that asks at
+    // once (a token's expiry ends them all), then one subscription.
+    part._out = 'renew';
+    part._authFailures = 1;
+    if (this._renewing) return;
+    this._renewing = Promise.resolve(this.client.renew(status))
+      .catch(() => false)
+      .then((ok) => {
+        this._renewing = null;
+        const waiting = [...this.parts.values()].filter((p) => p._out === 'renew');
+        if (this._closed || !waiting.length) return;
+        if (!ok) return this._stop(waiting);
+        for (const p of waiting) p._out = '';
+        this._reopen();
+      });
+  }
+
+  /** Parts refused for good: out until `retry()` or `update()`. */
+  _stop(parts) {
+    for (const p of parts) {
+      p._out = 'stopped';
+      p._setState('error');
+    }
+  }
+
+  /**
+   * In `ms` (or sooner, if already due), the parts waiting for their
+   * back-off are asked for again, as are those said to be left out that
+   * have not streamed since: a new subscription, the others resuming.
+   */
+  _later(ms) {
+    const due = Date.now() + ms;
+    if (this._partsTimer && this._partsDue <= due) return;
+    clearTimeout(this._partsTimer);
+    this._partsDue = due;
+    this._partsTimer = setTimeout(() => {
+      this._partsTimer = null;
+      let again = false;
+      for (const p of this.parts.values()) {
+        if (p._out === 'later') p._out = '';
+        else if (p._out || !p._leftOut()) continue;
+        again = true;
+      }
+      // A subscription waiting for its own back-off takes them then.
+      if (again && !this._sub.waiting) this._reopen();
+    }, ms);
   }
 
   _state() {
@@ -1710,4 +1960,79 @@ export class ClustersWatch extends Emitter {
     this.state = next;
     this.emit('state', next, prev);
   }
+}
+
+/**
+ * One cluster's part of a ClustersWatch (`parts.get(cluster)`): its
+ * picture, fed by the merged subscription. `retry()` asks for it again
+ * (the other parts resume); options are the ClustersWatch's.
+ */
+class ClusterPart extends Store {
+  constructor(owner, cluster) {
+    super(owner.client, owner.resource);
+    this.cluster = cluster;
+    this._owner = owner;
+    /** '' while in the subscription; else out of it: 'later' (its back-off), 'renew' (a token), 'stopped' (refused for good). */
+    this._out = '';
+    this._attempt = 0;
+    this._authFailures = 0;
+    /** Whether the subscription has sent anything of its own stream. */
+    this._streamed = false;
+    /** Whether its API server is unreachable (`CLUSTER` 503), which `state` shows as `reconnecting`. */
+    this._unreachable = false;
+    /** The state its stream is in, unreachable or not. */
+    this._wanted = this.state;
+  }
+
+  retry() {
+    const owner = this._owner;
+    if (owner._closed) return;
+    this.error = null;
+    this._out = '';
+    this._authFailures = 0;
+    owner._reopen();
+  }
+
+  _resync() {
+    this._position = '';
+    this._owner._reopen();
+  }
+
+  /** Whether it may have been left out of the subscription (`ClustersWatch._cluster`). */
+  _leftOut() {
+    return this._unreachable && !this._streamed && !this.synced;
+  }
+
+  _setState(state) {
+    this._wanted = state;
+    super._setState(this._unreachable && state !== 'error' && state !== 'closed' ? 'reconnecting' : state);
+  }
+}
+
+/** `parts`' positions as a merged stream's id: `east=123,west=456`, those that have one, in order. */
+function compoundId(parts) {
+  return parts
+    .filter((p) => p._position)
+    .map((p) => p.cluster + '=' + p._position)
+    .join(',');
+}
+
+/** Cluster `name`'s position in compound id `id` ('' when it has none; `id` itself when not a string). */
+function partOfId(id, name) {
+  if (typeof id !== 'string') return id;
+  for (const part of id.split(',')) {
+    const eq = part.indexOf('=');
+    if (eq > 0 && part.slice(0, eq) === name) return part.slice(eq + 1);
+  }
+  return '';
+}
+
+/**
+ * The cluster a merged stream's refusal names: its Status message starts
+ * `cluster "NAME": ` (the cluster's own answer) or `no cluster "NAME"`
+ * (not served). The gateway names it in no other field.
+ */
+function clusterNamedBy(status) {
+  const m = /^(?:no )?cluster "([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)"/.exec((status && status.message) || '');
+  return m ? m[1] : null;
 }

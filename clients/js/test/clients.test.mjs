@@ -4,34 +4,9 @@ import {afterEach, test} from 'node:test';
 import assert from 'node:assert/strict';
 
 import {SseClient, WsClient} from '../kubefan.js';
-import {added, end, error, fakeWebSocket, pod, settle} from './fakes.mjs';
+import {added, end, error, fakeFetch, fakeWebSocket, pod, settle} from './fakes.mjs';
 
 // ---- SSE ----------------------------------------------------------------------
-
-/** A fetch whose responses the test writes: `calls[i].write(text)`, `.finish()`. */
-function fakeFetch(answer) {
-  const calls = [];
-  // As browsers' fetch: called as a method of anything but the global, it throws.
-  const fetch = async function (url, init) {
-    if (this !== undefined && this !== globalThis) throw new TypeError('Illegal invocation');
-    const call = {url: new URL(url), init};
-    calls.push(call);
-    const custom = answer && answer(call);
-    if (custom) return custom;
-    const encoder = new TextEncoder();
-    const body = new ReadableStream({
-      start(controller) {
-        call.write = (text) => controller.enqueue(encoder.encode(text));
-        call.finish = () => controller.close();
-      },
-    });
-    init.signal.addEventListener('abort', () => {
-      call.aborted = true;
-    });
-    return new Response(body, {status: 200, headers: {'Content-Type': 'text/event-stream'}});
-  };
-  return {fetch, calls};
-}
 
 function sink() {
   const got = [];

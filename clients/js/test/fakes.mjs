@@ -1,5 +1,6 @@
 // Test doubles: a client that hands each stream's sink to the test, a
-// WebSocket whose server side the test plays, and message builders.
+// fetch and a WebSocket whose server side the test plays, and message
+// builders.
 
 /** Pods as the gateway sends them: `pod('a', {rv: '5', node: 'n1', phase: 'Running'})`. */
 export function pod(name, {ns = 'web', rv = '1', node = '', phase = 'Running', labels} = {}) {
@@ -21,6 +22,14 @@ export const end = (rv) => ({
 export const reset = (reason = 'Expired') => ({type: 'RESET', object: {kind: 'Status', apiVersion: 'v1', status: 'Failure', code: 410, reason, message: 'gone'}, id: ''});
 export const status = (code, reason, message = reason) => ({kind: 'Status', apiVersion: 'v1', status: 'Failure', code, reason, message});
 export const error = (code, reason, message) => ({type: 'ERROR', object: status(code, reason, message)});
+
+/** A message of cluster `cluster`'s part of a merged stream, with the stream's compound `id` where it has one. */
+export const inCluster = (cluster, msg, id) => {
+  const out = Object.assign({cluster}, msg);
+  delete out.id;
+  if (id !== undefined) out.id = id;
+  return out;
+};
 
 /** A client whose streams the test drives: `client.last.sink.message(...)`. */
 export function fakeClient({renew = async () => true} = {}) {
@@ -66,6 +75,31 @@ export function record(w) {
   w.on('state', (s) => log.push('state ' + s));
   w.on('error', (s) => log.push('error ' + s.code));
   return log;
+}
+
+/** A fetch (for SseClient) whose responses the test writes: `calls[i].write(text)`, `.finish()`. */
+export function fakeFetch(answer) {
+  const calls = [];
+  // As browsers' fetch: called as a method of anything but the global, it throws.
+  const fetch = async function (url, init) {
+    if (this !== undefined && this !== globalThis) throw new TypeError('Illegal invocation');
+    const call = {url: new URL(url), init};
+    calls.push(call);
+    const custom = answer && answer(call);
+    if (custom) return custom;
+    const encoder = new TextEncoder();
+    const body = new ReadableStream({
+      start(controller) {
+        call.write = (text) => controller.enqueue(encoder.encode(text));
+        call.finish = () => controller.close();
+      },
+    });
+    init.signal.addEventListener('abort', () => {
+      call.aborted = true;
+    });
+    return new Response(body, {status: 200, headers: {'Content-Type': 'text/event-stream'}});
+  };
+  return {fetch, calls};
 }
 
 /**

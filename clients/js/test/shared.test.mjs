@@ -3,8 +3,8 @@
 import {test} from 'node:test';
 import assert from 'node:assert/strict';
 
-import {SharedClient, SharedHub} from '../kubefan.js';
-import {added, end, fakeWebSocket, modified, pod} from './fakes.mjs';
+import {SharedClient, SharedHub, watch} from '../kubefan.js';
+import {added, end, error, fakeWebSocket, inCluster, modified, pod} from './fakes.mjs';
 
 /** Web Locks as browsers grant them: one holder per name, waiters in order. */
 function fakeLocks() {
@@ -104,6 +104,28 @@ test('every tab of the browser shares one socket, and each gets its own subscrip
   assert.equal(pods1.get('web/w1').status.phase, 'Failed');
   assert.equal(b.sockets.length, 1, 'still one socket');
   assert.equal(one.shared, true);
+});
+
+test('a watch across clusters is one subscription of the worker\'s socket, which a part\'s ERROR does not end', async (t) => {
+  const b = browser();
+  const tab = b.tab();
+  t.after(() => b.tabs.forEach((c) => c.close()));
+  const w = watch('pods', {client: tab, clusters: ['east', 'west']});
+  await until('a socket', () => b.sockets.length === 1);
+  const ws = b.sockets[0];
+  ws.accept();
+  await until('a subscription', () => ws.subscribes().length === 1);
+  const [sub] = ws.subscribes();
+  assert.deepEqual(sub.clusters, ['east', 'west']);
+  assert.equal(sub.cluster, undefined);
+  ws.deliver({sub: sub.id, ...inCluster('east', added(pod('a')))});
+  ws.deliver({sub: sub.id, ...inCluster('east', end('10'), 'east=10')});
+  ws.deliver({sub: sub.id, ...inCluster('west', error(403, 'Forbidden', 'cluster "west": no'))});
+  ws.deliver({sub: sub.id, ...inCluster('east', modified(pod('a', {phase: 'Failed'})), 'east=11')});
+  await until('east\'s change', () => w.resourceVersion === 'east=11');
+  assert.equal(w.get('east', 'web', 'a').status.phase, 'Failed');
+  assert.deepEqual([w.parts.get('east').state, w.parts.get('west').state], ['live', 'error']);
+  assert.equal(ws.subscribes().length, 1);
 });
 
 test('a tab that closes, or dies without a word, has its subscriptions unsubscribed', async (t) => {
