@@ -164,6 +164,8 @@ export interface ClientEvents {
   error: (status: Status) => void;
   /** 'shared' only: the worker could not be used; this tab has a socket of its own. */
   fallback: (reason: string) => void;
+  /** 'ws' only: the gateway took a `renewSession` (its streams' seconds left). */
+  renewed: (expiresInSeconds: number) => void;
 }
 
 /**
@@ -185,6 +187,14 @@ export interface Client {
   watch<T extends KubeObject = KubeObject>(resource: string, options?: ClientWatchOptions): Watch<T>;
   on<E extends keyof ClientEvents>(type: E, listener: ClientEvents[E]): () => void;
   off<E extends keyof ClientEvents>(type: E, listener: ClientEvents[E]): void;
+  /**
+   * A signed-in session was refreshed (`POST /session/refresh`, perhaps
+   * at another replica): its `renewal`, for this client's streams, so
+   * that those on another replica run past the old id-token (`/ws`
+   * `renew`). Whether it was sent: false over SSE (a stream that then
+   * ends with a 401 resumes) or with no socket open.
+   */
+  renewSession(renewal: string): boolean;
   /** Closes every watch and the connection. */
   close(): void;
 }

@@ -689,6 +689,17 @@ class Client extends Emitter {
     return this._renewal;
   }
 
+  /**
+   * A signed-in session was refreshed (`POST /session/refresh`), perhaps
+   * at another replica: hands its `renewal` to this client's streams, so
+   * those on a replica the refresh did not reach run on past the old
+   * id-token (`/ws` `renew`). Returns whether it was sent: SSE streams
+   * cannot be sent anything (one that ends with a 401 resumes).
+   */
+  renewSession(renewal) {
+    return false;
+  }
+
   async _currentToken() {
     if (this._renewal) await this._renewal;
     if (this.token === undefined && this.options.getToken) {
@@ -963,6 +974,17 @@ export class WsClient extends Client {
     });
   }
 
+  renewSession(renewal) {
+    const s = this._socket;
+    if (!renewal || !s || !s.opened || s.gone) return false;
+    try {
+      s.ws.send(JSON.stringify({op: 'renew', session: renewal}));
+    } catch (_) {
+      return false;
+    }
+    return true;
+  }
+
   /** Drops the token; a socket opened with it closes (its watches come back on a new one). */
   forgetToken() {
     this.token = undefined;
@@ -1072,8 +1094,10 @@ export class WsClient extends Client {
       return;
     }
     if (msg.sub === null || msg.sub === undefined) {
-      // About no subscription: a message of ours the gateway did not take.
+      // About no subscription: a message of ours the gateway did not take,
+      // or the answer to a `renew`.
       if (msg.type === 'ERROR') this.emit('error', msg.object);
+      if (msg.type === 'RENEWED') this.emit('renewed', msg.expiresInSeconds);
       return;
     }
     const entry = this._subs.get(msg.sub);
@@ -1391,6 +1415,13 @@ export class SharedClient extends Client {
     return !this._fallback && this._ready;
   }
 
+  renewSession(renewal) {
+    if (this._fallback) return this._fallback.renewSession(renewal);
+    if (!renewal || !this._post) return false;
+    this._post({op: 'session', renewal});
+    return true;
+  }
+
   _useFallback(why) {
     if (this._fallback || this._closed) return;
     clearTimeout(this._readyTimer);
@@ -1515,6 +1546,10 @@ export class SharedHub {
       case 'renew':
         if (!this.client) break;
         this.client.renew(m.status).then((ok) => tab.post({op: 'renewed', rid: m.rid, ok}));
+        break;
+      case 'session':
+        // A tab's refreshed session, for the socket every tab shares.
+        if (this.client) this.client.renewSession(m.renewal);
         break;
       case 'token': {
         const resolve = this._asks.get(m.rid);

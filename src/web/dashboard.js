@@ -164,8 +164,8 @@ function removePod(obj, cluster) {
 
 // One client for the page's watches; its socket is shared with every
 // other tab of this browser. In the all-clusters view it is the gateway's
-// root, and each watch there is one per cluster on it, each naming its
-// cluster (`watch(resource, {clusters, client})`): still one socket.
+// root, and each watch there is one merged subscription of every cluster
+// (`watch(resource, {clusters, client})`): still one socket.
 const kubefan = connect(Object.assign(all ? {base: new URL(root, location.href).href} : {}, token ? {token} : {}));
 function watchOf(resource, options) {
   if (!all) return kubefan.watch(resource, options);
@@ -282,6 +282,9 @@ async function refreshSession() {
         const s = await r.json();
         account.expiresInSeconds = s.expiresInSeconds;
         scheduleRefresh(s.expiresInSeconds);
+        // The socket may be on another replica than this refresh: its
+        // streams of this session run on past the old id-token.
+        kubefan.renewSession(s.renewal);
         retryRefusedNodes();
         return true;
       }

@@ -359,3 +359,23 @@ test('/ws: token expiry (ERROR 401, close 4001) renews the token once and reconn
   sockets[1].accept();
   assert.deepEqual(sockets[1].subscribes().map((m) => m.resourceVersion), ['10', '11']);
 });
+
+test('/ws: a refreshed session\'s renewal goes on the open socket as renew, and SSE has none to send', async (t) => {
+  t.mock.timers.enable({apis: ['setTimeout', 'Date']});
+  const {client, sockets} = wsClient();
+  assert.equal(client.renewSession('sealed'), false, 'no socket yet');
+  client.open({resource: 'pods', params: {}, from: ''}, sink());
+  t.mock.timers.tick(0);
+  await settle();
+  const ws = sockets[0];
+  ws.accept();
+  const renewed = [];
+  client.on('renewed', (s) => renewed.push(s));
+  assert.equal(client.renewSession('sealed'), true);
+  assert.deepEqual(ws.sent.at(-1), {op: 'renew', session: 'sealed'});
+  ws.deliver({sub: null, type: 'RENEWED', expiresInSeconds: 290});
+  assert.deepEqual(renewed, [290]);
+  const sse = new SseClient({base: 'http://gw.test', fetch: fakeFetch().fetch});
+  clients.push(sse);
+  assert.equal(sse.renewSession('sealed'), false);
+});

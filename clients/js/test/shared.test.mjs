@@ -277,3 +277,19 @@ test('a worker that fails after watches were opened hands them over to a socket 
   await until('a socket', () => sockets.length === 1);
   client.close();
 });
+
+test('a tab\'s refreshed session reaches the socket every tab shares as one renew', async (t) => {
+  const b = browser();
+  const one = b.tab();
+  const two = b.tab();
+  t.after(() => b.tabs.forEach((c) => c.close()));
+  one.watch('pods');
+  two.watch('nodes');
+  await until('a socket', () => b.sockets.length === 1);
+  const ws = b.sockets[0];
+  ws.accept();
+  await until('two subscriptions', () => ws.subscribes().length === 2);
+  assert.equal(two.renewSession('sealed'), true);
+  await until('the renew', () => ws.sent.some((m) => m.op === 'renew'));
+  assert.deepEqual(ws.sent.filter((m) => m.op === 'renew'), [{op: 'renew', session: 'sealed'}]);
+});
