@@ -17,6 +17,8 @@
 #
 # TRANSPORTS: sse, ws, watch (a watch list, as client-go's WatchList
 # informer), list-watch (LIST, then WATCH from its resourceVersion).
+# FILL_LOG=1: each point waits for the hub's log to be full before its
+# agents connect (memory per agent read against a steady RSS).
 # SIM_ARGS: more flags for `kubefan sim` (the simulator branch's
 # `--churn-style`, `--history-window-secs`), KUBEFAN_ARGS for `kubefan
 # serve`, AGENT_ARGS for `loadtest agents`; split on spaces.
@@ -98,6 +100,11 @@ for n in $AGENTS; do
       --resources pods --workers 1 --max-connections 20000 "${kubefan_args[@]}" >/tmp/agents-gw.log 2>&1 &
     gw=$!
     wait_http "$GW/readyz" 6000
+    if [ -n "${FILL_LOG:-}" ]; then
+      # The hub's log full (10,000 events) before the agents come, so the
+      # RSS an agent adds is the agent's, not the log's growth meanwhile.
+      for _ in $(seq 1800); do [ "$(metric kubefan_hub_log_events)" -ge 10000 ] && break; sleep 0.1; done
+    fi
     workers=$(( (n + 2499) / 2500 )); [ "$workers" -lt 2 ] && workers=2
     relists=$(metric kubefan_upstream_relists_total)
     file="$OUT/agents-$transport-$n"

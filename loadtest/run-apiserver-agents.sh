@@ -100,11 +100,15 @@ if have < pods:
         list(ex.map(make, range(pods)))
 print("kube-apiserver holds %d background pods over %d node names" % (max(have, pods), nodes), file=sys.stderr)
 PY
+# Every point changes the same markers (as many as the largest point has
+# agents), so only the watchers differ between points.
+MARKERS=$(for n in $AGENTS; do echo "$n"; done | sort -n | tail -1)
+[ "$MARKERS" -lt 1 ] && MARKERS=1
 for n in $AGENTS; do
   file="$OUT/apiserver-$n"
   run taskset -c "$GENERATOR_CPUS" "$LOADTEST" agents --server kube-apiserver --base "$API" --tls-ca "$CA" \
     --bearer-file "$TOKEN" --transport watch --pid "$(cat "$R/run/apiserver.pid"),$(cat "$R/run/etcd.pid")" \
-    --agents "$n" --rate "$RATE" --duration-secs "$DURATION" --settle-secs "$SETTLE" \
+    --agents "$n" --markers "$MARKERS" --rate "$RATE" --duration-secs "$DURATION" --settle-secs "$SETTLE" \
     --workers 2 --out "$file.json" >/dev/null 2>"$file.log" || { cat "$file.log" >&2; exit 1; }
   cat "$file.log"
 done
@@ -127,7 +131,7 @@ for n in $AGENTS; do
   wait_http "$GW/readyz" 6000
   file="$OUT/kubefan-$n"
   run taskset -c "$GENERATOR_CPUS" "$LOADTEST" agents --base "$GW" --sim "$SIM" --pid "$gw" --transport watch \
-    --agents "$n" --rate "$RATE" --duration-secs "$DURATION" --settle-secs "$SETTLE" \
+    --agents "$n" --markers "$MARKERS" --rate "$RATE" --duration-secs "$DURATION" --settle-secs "$SETTLE" \
     --workers 2 --out "$file.json" >/dev/null 2>"$file.log" || { cat "$file.log" >&2; exit 1; }
   cat "$file.log"
   kill "$gw"; wait "$gw" 2>/dev/null || true

@@ -69,6 +69,13 @@ pub struct AgentsArgs {
     /// Agents: agent K watches node `node-K` (no more than the nodes).
     #[arg(long, default_value_t = 100)]
     pub agents: usize,
+    /// Marker pods the changes go round (node-0 .. node-(M-1)), at least
+    /// one per agent; default one per agent. A point with fewer agents
+    /// given the markers of the largest keeps the upstream's writes the
+    /// same: at 0 agents, 200 patches a second to one pod are mostly 409
+    /// Conflict on kube-apiserver (its retries on one object run out).
+    #[arg(long)]
+    pub markers: Option<usize>,
     /// Viewers of every pod beside the agents (each gets every change).
     #[arg(long, default_value_t = 0)]
     pub viewers: usize,
@@ -204,8 +211,9 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
     };
     let m0 = scrape().await;
 
-    // One marker per watched node (one on node-0 with no agent).
-    let markers = args.agents.max(1);
+    // One marker per watched node (one on node-0 with no agent), or as
+    // many as `--markers` asks.
+    let markers = args.markers.unwrap_or(0).max(args.agents).max(1);
     let nodes: Vec<String> = (0..markers).map(node_name).collect();
     cluster
         .create_markers(&nodes)
