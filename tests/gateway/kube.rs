@@ -841,6 +841,15 @@ async fn an_object_watched_by_its_path_sends_only_its_events() {
     env.stop().await;
 }
 
+/// A response's `Warning` headers.
+fn warnings(resp: &reqwest::Response) -> Vec<String> {
+    resp.headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect()
+}
+
 /// The API server's warnings for a resource (v1 Endpoints is deprecated)
 /// reach kubefan's clients as kube-apiserver sends them: a `Warning`
 /// header on the Kubernetes face's LIST, WATCH and GET (a missing object's
@@ -852,13 +861,6 @@ async fn the_api_servers_deprecation_warnings_reach_kubefans_clients() {
     let env = spawn(seeded(3), test_config(&["endpoints", "pods"])).await;
     env.synced("endpoints").await;
     env.synced("pods").await;
-    let warnings = |resp: &reqwest::Response| -> Vec<String> {
-        resp.headers()
-            .get_all("warning")
-            .iter()
-            .map(|v| v.to_str().unwrap().to_string())
-            .collect()
-    };
     let get = |path: &str| {
         let url = format!("{}{path}", env.base);
         let http = env.http.clone();
@@ -946,13 +948,6 @@ async fn the_request_that_starts_an_informer_carries_its_warnings() {
         "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice";
     let header = format!("299 - \"{MESSAGE}\"");
     let fresh = || async { spawn(seeded(3), test_config(&[])).await };
-    let warnings = |resp: &reqwest::Response| -> Vec<String> {
-        resp.headers()
-            .get_all("warning")
-            .iter()
-            .map(|v| v.to_str().unwrap().to_string())
-            .collect()
-    };
     for (path, status) in [
         ("/api/v1/endpoints", 200),
         ("/api/v1/namespaces/default/endpoints/not-there", 404),

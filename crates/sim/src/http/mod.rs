@@ -252,17 +252,22 @@ fn fault_endpoint(sim: &Sim, fault: &str, q: &Query) -> Result<HttpResponse, Sim
     ))
 }
 
-/// A POST's or PUT's body (a create, an update, a review) must be JSON: kube-apiserver takes
-/// protobuf too (kubectl's typed commands, `kubectl create rolebinding`,
-/// send it), the simulator does not, and says so with a 415 rather than
-/// failing to parse it.
-fn json_only(req: &HttpRequest) -> Result<(), SimError> {
+/// A request's `Content-Type` as sent, and its media type (no parameters).
+fn content_type(req: &HttpRequest) -> (&str, &str) {
     let ct = req
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let media = ct.split(';').next().unwrap_or("").trim();
+    (ct, ct.split(';').next().unwrap_or("").trim())
+}
+
+/// A POST's or PUT's body (a create, an update, a review) must be JSON:
+/// kube-apiserver takes protobuf too (kubectl's typed commands, `kubectl
+/// create rolebinding`, send it), the simulator does not, and says so
+/// with a 415 rather than failing to parse it.
+fn json_only(req: &HttpRequest) -> Result<(), SimError> {
+    let (ct, media) = content_type(req);
     if media.is_empty() || media == "application/json" || media.ends_with("+json") {
         return Ok(());
     }
@@ -402,12 +407,7 @@ async fn resource_request(
             sim.store().update(&key, obj).map(ok)
         }
         (Method::PATCH, Some(name)) => {
-            let ct = req
-                .headers()
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let media = ct.split(';').next().unwrap_or("").trim();
+            let (ct, media) = content_type(req);
             if media != "application/merge-patch+json"
                 && media != "application/strategic-merge-patch+json"
             {
