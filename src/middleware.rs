@@ -25,6 +25,10 @@
 //!    place until it ends;
 //! 7. CORS headers on responses to allowed origins.
 //!
+//! Around all of them, a request body (no route reads one) is held unread
+//! until the answer is written, so that its connection ends after the
+//! answer ([`check_request`]).
+//!
 //! Refusals are `Status` bodies like every other error.
 
 use std::pin::Pin;
