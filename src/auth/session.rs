@@ -91,7 +91,16 @@ pub struct Sessions {
     shared_key: bool,
     max_age: Duration,
     leases: Mutex<HashMap<LeaseKey, Weak<Lease>>>,
+    /// Refreshes under way, one at a time per session ([`Sessions::refreshing`]).
+    refreshing: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// Sessions refreshed lately, by the digest of the refresh token they
+    /// spent ([`Sessions::rotated`]).
+    rotated: Mutex<HashMap<[u8; 32], (std::time::Instant, SessionData)>>,
 }
+
+/// How long a refresh's result answers a request that still carries the
+/// refresh token it spent.
+const ROTATED_FOR: Duration = Duration::from_secs(60);
 
 /// What `POST /session/refresh` answers besides the cookie, for the page
 /// to hand to its streams on other replicas (`/ws` `renew`): which
@@ -163,6 +172,8 @@ impl Sessions {
             shared_key,
             max_age: cfg.session_max_age,
             leases: Mutex::new(HashMap::new()),
+            refreshing: Mutex::new(HashMap::new()),
+            rotated: Mutex::new(HashMap::new()),
         })
     }
 
@@ -272,6 +283,54 @@ impl Sessions {
         }
     }
 
+    /// Held while `sid`'s session is refreshed at the issuer: a second
+    /// request of the same session on this replica waits, then finds the
+    /// first one's result ([`Sessions::rotated`]) instead of spending the
+    /// same refresh token again, which an issuer that rotates refresh
+    /// tokens takes as a stolen one (revoking the session).
+    pub async fn refreshing(&self, sid: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self
+                .refreshing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match locks.get(sid).and_then(Weak::upgrade) {
+                Some(lock) => lock,
+                None => {
+                    if locks.len() >= MAX_LEASES {
+                        locks.retain(|_, l| l.strong_count() > 0);
+                    }
+                    let lock = Arc::new(tokio::sync::Mutex::new(()));
+                    locks.insert(sid.to_string(), Arc::downgrade(&lock));
+                    lock
+                }
+            }
+        };
+        lock.lock_owned().await
+    }
+
+    /// The session a refresh made from one that held `refresh_token`, in
+    /// the last [`ROTATED_FOR`] on this replica.
+    pub fn rotated(&self, refresh_token: &str) -> Option<SessionData> {
+        let rotated = self.rotated.lock().unwrap_or_else(PoisonError::into_inner);
+        rotated
+            .get(&digest(refresh_token))
+            .filter(|(at, _)| at.elapsed() < ROTATED_FOR)
+            .map(|(_, fresh)| fresh.clone())
+    }
+
+    /// Remembers that spending `refresh_token` made `fresh`.
+    pub fn remember_rotation(&self, refresh_token: &str, fresh: &SessionData) {
+        let mut rotated = self.rotated.lock().unwrap_or_else(PoisonError::into_inner);
+        rotated.retain(|_, (at, _)| at.elapsed() < ROTATED_FOR);
+        if rotated.len() < MAX_LEASES {
+            rotated.insert(
+                digest(refresh_token),
+                (std::time::Instant::now(), fresh.clone()),
+            );
+        }
+    }
+
     /// The renewal of a refreshed `session` ([`Renewal`]), sealed.
     pub fn renewal(&self, session: &SessionData) -> String {
         self.seal(
@@ -307,6 +366,12 @@ impl Sessions {
         };
         Ok((renewal.exp - now, self.extend_key(&key, renewal.exp)))
     }
+}
+
+/// A refresh token's SHA-256: what [`Sessions`] remembers of it.
+fn digest(token: &str) -> [u8; 32] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(token.as_bytes()).into()
 }
 
 /// The value of the cookie `name` in `headers`.
@@ -348,6 +413,8 @@ mod tests {
             shared_key: false,
             max_age: Duration::from_secs(3600),
             leases: Mutex::new(HashMap::new()),
+            refreshing: Mutex::new(HashMap::new()),
+            rotated: Mutex::new(HashMap::new()),
         }
     }
 

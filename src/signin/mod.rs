@@ -46,7 +46,8 @@ use issuer::{client, session_of, token_error};
 
 use crate::auth::oidc::Issuer;
 use crate::auth::session::{
-    PendingSignIn, SESSION_COOKIE, SIGNIN_COOKIE, Sessions, at, cookie_of, random_id, unix_now,
+    PendingSignIn, SESSION_COOKIE, SIGNIN_COOKIE, SessionData, Sessions, at, cookie_of, random_id,
+    unix_now,
 };
 use crate::metrics::SignInStep;
 use crate::status::ApiError;
@@ -396,9 +397,15 @@ async fn refreshed(req: &HttpRequest, state: &AppState) -> Result<HttpResponse, 
             )
             .into());
         };
+        // One refresh of a session at a time here; a request that still
+        // carries the refresh token the last one spent gets its result.
+        let _one = sessions.refreshing(&session.sid).await;
+        if let Some(fresh) = sessions.rotated(&token) {
+            return answer(sessions, fresh, now, secure);
+        }
         let client = client(issuer, &redirect_uri(issuer, &origin))?;
         let refreshed = client
-            .exchange_refresh_token(&RefreshToken::new(token))
+            .exchange_refresh_token(&RefreshToken::new(token.clone()))
             .request_async(issuer.http())
             .await;
         let tokens = match refreshed {
@@ -420,10 +427,23 @@ async fn refreshed(req: &HttpRequest, state: &AppState) -> Result<HttpResponse, 
                 .into());
             }
         };
-        session_of(issuer, &tokens, Some(&session), None).await?
+        let fresh = session_of(issuer, &tokens, Some(&session), None).await?;
+        sessions.remember_rotation(&token, &fresh);
+        fresh
     } else {
         session
     };
+    answer(sessions, fresh, now, secure)
+}
+
+/// A refresh's answer: the session's leases here moved, its renewal for
+/// other replicas, the cookie set again.
+fn answer(
+    sessions: &Sessions,
+    fresh: SessionData,
+    now: u64,
+    secure: bool,
+) -> Result<HttpResponse, Refusal> {
     sessions.extend(&fresh);
     let mut resp = HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))

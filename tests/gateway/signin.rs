@@ -743,3 +743,43 @@ async fn a_refresh_on_one_replica_renews_the_sessions_streams_on_another_and_spe
         env.stop().await;
     }
 }
+
+/// Two refreshes of one session at once on one replica (two requests
+/// carrying the same cookie: a page without Web Locks, a script) spend its
+/// rotated refresh token once: the second waits for the first and is
+/// answered with its result. Spent twice, the issuer would refuse the
+/// second (it rotates refresh tokens), ending the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_refreshes_of_one_session_at_once_spend_its_refresh_token_once() {
+    let (issuer, _key) = issuer_for_alice().await;
+    issuer.set_id_token_ttl(4);
+    let env = oidc_env(team_sim(), signin_config(&issuer, None)).await;
+    let mut browser = Browser::new(&issuer);
+    let signed_in_at = unix_now();
+    sign_in(&mut browser, &env, "/").await;
+    until(signed_in_at + 2.5).await;
+    let cookie = browser.cookie_header();
+    let refresh = || {
+        browser
+            .http
+            .post(format!("{}/session/refresh", env.base))
+            .header("cookie", cookie.clone())
+            .send()
+    };
+    let (one, two) = tokio::time::timeout(WAIT, async { tokio::join!(refresh(), refresh()) })
+        .await
+        .expect("both answered");
+    let (one, two) = (one.unwrap(), two.unwrap());
+    assert_eq!((one.status().as_u16(), two.status().as_u16()), (200, 200));
+    assert_eq!(
+        issuer
+            .counts()
+            .refreshes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "one refresh at the issuer"
+    );
+    let (one, two): (Value, Value) = (one.json().await.unwrap(), two.json().await.unwrap());
+    assert_eq!(one["expires"], two["expires"], "the same refreshed session");
+    env.stop().await;
+}
