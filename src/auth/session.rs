@@ -101,6 +101,9 @@ pub struct Sessions {
 /// How long a refresh's result answers a request that still carries the
 /// refresh token it spent.
 const ROTATED_FOR: Duration = Duration::from_secs(60);
+/// Rotations remembered at most (a session each, ~1-4 KB): past it, a
+/// refresh is not remembered, and only the per-session lock guards it.
+const MAX_ROTATED: usize = 10_000;
 
 /// What `POST /session/refresh` answers besides the cookie, for the page
 /// to hand to its streams on other replicas (`/ws` `renew`): which
@@ -323,7 +326,7 @@ impl Sessions {
     pub fn remember_rotation(&self, refresh_token: &str, fresh: &SessionData) {
         let mut rotated = self.rotated.lock().unwrap_or_else(PoisonError::into_inner);
         rotated.retain(|_, (at, _)| at.elapsed() < ROTATED_FOR);
-        if rotated.len() < MAX_LEASES {
+        if rotated.len() < MAX_ROTATED {
             rotated.insert(
                 digest(refresh_token),
                 (std::time::Instant::now(), fresh.clone()),
