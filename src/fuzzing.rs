@@ -123,11 +123,6 @@ impl WsOp {
     /// The message as JSON a client could send, which parses back to it.
     pub fn to_json(&self) -> String {
         let mut fields = Map::new();
-        if let Op::Renew { renewal } = &self.0 {
-            fields.insert("op".into(), Value::String("renew".into()));
-            fields.insert("session".into(), Value::String(renewal.clone()));
-            return Value::Object(fields).to_string();
-        }
         let (op, id) = match &self.0 {
             Op::Subscribe {
                 id,
@@ -151,13 +146,18 @@ impl WsOp {
                 for (key, value) in params.pairs() {
                     fields.insert(key.into(), Value::String(value));
                 }
-                ("subscribe", id)
+                ("subscribe", Some(id))
             }
-            Op::Unsubscribe { id } => ("unsubscribe", id),
-            Op::Renew { .. } => unreachable!("returned above"),
+            Op::Unsubscribe { id } => ("unsubscribe", Some(id)),
+            Op::Renew { renewal } => {
+                fields.insert("session".into(), Value::String(renewal.clone()));
+                ("renew", None)
+            }
         };
         fields.insert("op".into(), Value::String(op.into()));
-        fields.insert("id".into(), Value::String(id.clone()));
+        if let Some(id) = id {
+            fields.insert("id".into(), Value::String(id.clone()));
+        }
         Value::Object(fields).to_string()
     }
 }

@@ -275,14 +275,10 @@ impl Sessions {
         self.extend_key(&LeaseKey::of(session), session.exp);
     }
 
-    fn extend_key(&self, key: &LeaseKey, exp: u64) -> bool {
+    fn extend_key(&self, key: &LeaseKey, exp: u64) {
         let leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        match leases.get(key).and_then(Weak::upgrade) {
-            Some(lease) => {
-                lease.extend(at(exp));
-                true
-            }
-            None => false,
+        if let Some(lease) = leases.get(key).and_then(Weak::upgrade) {
+            lease.extend(at(exp));
         }
     }
 
@@ -348,10 +344,10 @@ impl Sessions {
     }
 
     /// Opens a sealed [`Renewal`] and moves the end of its session's
-    /// streams here to its expiry: the seconds left, and whether this
-    /// replica has streams of that session. A renewal not sealed by this
-    /// key as one, or past its expiry, is refused.
-    pub fn renew(&self, sealed: &str) -> Result<(u64, bool), Error> {
+    /// streams here (if it has any) to its expiry: the seconds left. A
+    /// renewal not sealed by this key as one, or past its expiry, is
+    /// refused.
+    pub fn renew(&self, sealed: &str) -> Result<u64, Error> {
         let renewal: Renewal = self.open(RENEWAL, sealed).ok_or_else(|| {
             Error::Invalid(
                 "the renewal is not one this gateway sealed (another --session-secret-file?)"
@@ -367,7 +363,8 @@ impl Sessions {
             user: renewal.user,
             groups: renewal.groups,
         };
-        Ok((renewal.exp - now, self.extend_key(&key, renewal.exp)))
+        self.extend_key(&key, renewal.exp);
+        Ok(renewal.exp - now)
     }
 }
 

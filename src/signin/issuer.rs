@@ -42,22 +42,12 @@ pub(super) type OAuth = Client<
 /// kubefan as the issuer's client, sending the browser back to
 /// `redirect_uri`.
 pub(super) fn client(issuer: &Issuer, redirect_uri: &str) -> Result<OAuth, ApiError> {
-    let provider = issuer.keys().provider().ok_or_else(|| {
-        let keys = issuer.keys();
-        ApiError::Unavailable(match keys.problem() {
-            Some(p) if !p.waiting_helps() => format!(
-                "sign-in is not available: the OIDC issuer {} cannot be used as kubefan is configured: {p}",
-                keys.issuer()
-            ),
-            Some(p) => format!(
-                "sign-in is not available yet: the OIDC issuer {} did not answer ({p}); kubefan keeps trying",
-                keys.issuer()
-            ),
-            None => format!(
-                "sign-in is not available yet: kubefan has not reached the OIDC issuer {}",
-                keys.issuer()
-            ),
-        })
+    let keys = issuer.keys();
+    let provider = keys.provider().ok_or_else(|| {
+        let why = keys
+            .blocker()
+            .map_or_else(String::new, |p| p.of_issuer(keys.issuer()));
+        ApiError::Unavailable(format!("sign-in is not available: {why}"))
     })?;
     let endpoint = |what: &str, url: &Option<String>| {
         url.clone().ok_or_else(|| {

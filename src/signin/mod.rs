@@ -125,28 +125,20 @@ fn accepts_html(req: &HttpRequest) -> bool {
 /// not answer: `Retry-After`) or what the operator must change.
 fn unavailable_page(issuer: &Issuer) -> HttpResponse {
     let keys = issuer.keys();
-    let problem = keys.problem();
-    let (reason, advice, retry) = match &problem {
-        Some(p) if !p.waiting_helps() => (
-            p.reason.clone(),
-            format!(
-                "Waiting will not help: the gateway's set-up must change: {}.",
-                p.fix.as_deref().unwrap_or_default()
-            ),
+    // Not discovered, so not loaded: there is a blocker.
+    let problem = keys.blocker().unwrap_or_default();
+    let (advice, retry) = match &problem.fix {
+        Some(fix) => (
+            format!("Waiting will not help: the gateway's set-up must change: {fix}."),
             false,
         ),
-        Some(p) => (
-            p.reason.clone(),
-            "The identity provider did not answer. kubefan keeps trying: try again in a minute."
+        None => (
+            "The identity provider has not answered. kubefan keeps trying: try again in a minute."
                 .to_string(),
             true,
         ),
-        None => (
-            "kubefan has not reached it yet".to_string(),
-            "kubefan is trying now: try again in a few seconds.".to_string(),
-            true,
-        ),
     };
+    let reason = problem.reason;
     let html = format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -326,10 +318,8 @@ pub async fn whoami(req: HttpRequest, state: web::Data<AppState>) -> HttpRespons
     // why and whether waiting helps.
     if let Some(issuer) = state.auth.oidc() {
         let keys = issuer.keys();
-        body["issuer"] = match keys.problem().filter(|_| !keys.loaded()) {
-            None if keys.loaded() => json!({"url": keys.issuer(), "ready": true}),
-            None => json!({"url": keys.issuer(), "ready": false, "waitingHelps": true,
-                "reason": "kubefan has not reached it yet"}),
+        body["issuer"] = match keys.blocker() {
+            None => json!({"url": keys.issuer(), "ready": true}),
             Some(p) => json!({"url": keys.issuer(), "ready": false,
                 "waitingHelps": p.waiting_helps(), "reason": p.reason, "fix": p.fix}),
         };

@@ -41,7 +41,7 @@ const MAX_DOCUMENT: usize = 1 << 20;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the issuer could not be read, and what would fix it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Problem {
     /// What failed: the request and the issuer's answer (or its absence).
     pub reason: String,
@@ -69,6 +69,18 @@ impl Problem {
     /// Whether waiting can help: the issuer did not answer.
     pub fn waiting_helps(&self) -> bool {
         self.fix.is_none()
+    }
+
+    /// What it means for `issuer`, in a sentence for a refusal.
+    pub fn of_issuer(&self, issuer: &str) -> String {
+        match self.fix {
+            Some(_) => {
+                format!("the OIDC issuer {issuer} cannot be used as kubefan is configured: {self}")
+            }
+            None => format!(
+                "the OIDC issuer {issuer} is not reachable yet ({self}); kubefan keeps trying"
+            ),
+        }
     }
 }
 
@@ -174,6 +186,13 @@ impl Keys {
         self.state().error.clone()
     }
 
+    /// Why the issuer cannot be used now: `None` once its keys are
+    /// loaded; before, the last attempt's [`Problem`], or, while the first
+    /// is under way, that none has ended (waiting helps).
+    pub fn blocker(&self) -> Option<Problem> {
+        blocker(&self.state())
+    }
+
     /// The issuer's URL (`--oidc-issuer-url`).
     pub fn issuer(&self) -> &str {
         &self.issuer
@@ -194,20 +213,8 @@ impl Keys {
     }
 
     fn unreachable(&self, state: &State) -> Error {
-        Error::IssuerUnreachable(match &state.error {
-            Some(problem @ Problem { fix: Some(_), .. }) => format!(
-                "the OIDC issuer {} cannot be used as kubefan is configured: {problem}",
-                self.issuer
-            ),
-            Some(problem) => format!(
-                "the OIDC issuer {} is not reachable yet ({problem}); kubefan keeps trying",
-                self.issuer
-            ),
-            None => format!(
-                "the OIDC issuer {} is not reachable yet; kubefan keeps trying",
-                self.issuer
-            ),
-        })
+        let problem = blocker(state).unwrap_or_else(not_yet);
+        Error::IssuerUnreachable(problem.of_issuer(&self.issuer))
     }
 
     /// The keys after fetching them again (for a `kid` not among them):
@@ -410,6 +417,16 @@ impl Keys {
                 )))
             })
     }
+}
+
+/// [`Keys::blocker`] of `state`.
+fn blocker(state: &State) -> Option<Problem> {
+    (!state.loaded).then(|| state.error.clone().unwrap_or_else(not_yet))
+}
+
+/// Before any attempt to read the issuer has ended.
+fn not_yet() -> Problem {
+    Problem::waiting("no attempt to reach it has ended yet".into())
 }
 
 /// Whether `err` failed on the server's certificate (rustls refused it:

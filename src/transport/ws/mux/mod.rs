@@ -477,7 +477,7 @@ impl Socket {
                         .map_err(|e| status_json(400, "BadRequest", &e.to_string())),
                 };
                 match renewed {
-                    Ok((seconds, _)) => {
+                    Ok(seconds) => {
                         let json = Bytes::from(format!(
                             r#"{{"type":"RENEWED","expiresInSeconds":{seconds}}}"#
                         ));
