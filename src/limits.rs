@@ -100,7 +100,8 @@ impl Handshakes {
     }
 
     /// Handshakes under way from `peer`.
-    pub fn pending(&self, peer: IpAddr) -> usize {
+    #[cfg(test)]
+    fn pending(&self, peer: IpAddr) -> usize {
         self.lock().get(&peer.to_canonical()).copied().unwrap_or(0)
     }
 }

@@ -366,8 +366,8 @@ impl Keys {
     }
 
     /// GET `url`, its body read up to [`MAX_DOCUMENT`]. A 4xx answer is
-    /// fixed by `where_` (the flag or set-up that gave the URL).
-    async fn get(&self, url: &str, where_: &str) -> Result<Vec<u8>, Problem> {
+    /// fixed in `fixed_by` (the flag or set-up that gave the URL).
+    async fn get(&self, url: &str, fixed_by: &str) -> Result<Vec<u8>, Problem> {
         let failed = |e: &reqwest::Error| {
             let reason = format!("GET {url}: {}", error_chain(e));
             if untrusted_certificate(e) {
@@ -391,7 +391,7 @@ impl Keys {
             if status.is_client_error() && status != reqwest::StatusCode::TOO_MANY_REQUESTS {
                 return Err(Problem::fix(
                     format!("GET {url}: {status}"),
-                    format!("nothing is served there: check {where_}"),
+                    format!("nothing is served there: check {fixed_by}"),
                 ));
             }
             if !status.is_success() {
@@ -402,7 +402,7 @@ impl Keys {
                 if body.len() + chunk.len() > MAX_DOCUMENT {
                     return Err(Problem::fix(
                         format!("GET {url}: more than {MAX_DOCUMENT} bytes"),
-                        format!("check {where_}"),
+                        format!("check {fixed_by}"),
                     ));
                 }
                 body.extend_from_slice(&chunk);
