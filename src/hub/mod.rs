@@ -161,6 +161,13 @@ struct State {
     synced: bool,
     /// Set once the hub will never change again (see [`Hub::close`]).
     closed: Option<String>,
+    /// A relist waiting for the next upstream resourceVersion to be filed
+    /// at ([`Hub::relist_beside`]).
+    pending: Option<relist::Pending>,
+    /// The cache lacks what changed while the informer could not watch: a
+    /// relist beside its watch is under way ([`Hub::relist_begins`]), so
+    /// `rv` is where the watch has reached, not a state the cache holds.
+    gap: bool,
 }
 
 impl State {
@@ -184,6 +191,8 @@ impl Hub {
                 log_bytes: 0,
                 synced: false,
                 closed: None,
+                pending: None,
+                gap: false,
             }),
             changes: Epoch::default(),
             is_closed: AtomicBool::new(false),
@@ -255,6 +264,8 @@ impl Hub {
         if !st.synced || rv <= st.rv || st.closed.is_some() {
             return false;
         }
+        // A relist held for this resourceVersion goes just before it.
+        let released = self.file_pending(&mut st, rv, false);
         let key = obj.key();
         let kind = match kind {
             EventType::Added | EventType::Modified if st.cache.contains_key(&key) => {
@@ -266,8 +277,8 @@ impl Hub {
                 // Nothing to tell subscribers, but a waiter for this
                 // resourceVersion has it now.
                 st.rv = rv;
-                drop(st);
-                self.changes.advance();
+                self.publish(st);
+                drop(released);
                 return false;
             }
         };
@@ -298,7 +309,7 @@ impl Hub {
         self.publish(st);
         // Freed after the lock: an event trimmed may hold an object's
         // last version.
-        drop(trimmed);
+        drop((trimmed, released));
         self.count(kind);
         true
     }
@@ -308,12 +319,14 @@ impl Hub {
         self.metrics.heard_from_upstream();
         let mut st = self.write_state();
         if st.synced && rv > st.rv && st.closed.is_none() {
+            // A relist held for a later resourceVersion is filed at this one.
+            let released = self.file_pending(&mut st, rv, true);
             st.rv = rv;
-            drop(st);
-            // No event is appended, but whoever waits for this
-            // resourceVersion (a resume from another replica) has it now,
-            // and caught-up subscriptions move their position to it.
-            self.changes.advance();
+            // Whoever waits for this resourceVersion (a resume from another
+            // replica) has it now, and caught-up subscriptions move their
+            // position to it.
+            self.publish(st);
+            drop(released);
         }
     }
 
@@ -487,7 +500,7 @@ impl Hub {
 
     /// Waits until the hub has reached `rv`, at most `timeout`.
     pub async fn wait_for_rv(&self, rv: u64, timeout: Duration) -> bool {
-        self.wait_until(timeout, |st| st.rv >= rv).await
+        self.wait_until(timeout, |st| st.rv >= rv && !st.gap).await
     }
 
     /// Waits until `done` holds of the state, at most `timeout`.
@@ -869,6 +882,160 @@ mod tests {
         assert!(stats.log_bytes <= 4096, "{stats:?}");
         assert!(stats.log_events > 0);
         assert_eq!(stats.objects, 498);
+    }
+
+    /// The events a caught-up subscription gets next, as `KIND:name:rv`,
+    /// with `#` for those that carry an id, until one with an id at `rv`.
+    async fn events_until(sub: &mut Subscription, rv: u64) -> Vec<String> {
+        let mut seen = Vec::new();
+        loop {
+            match next_item(sub).await {
+                Item::Events(evs) => {
+                    for ev in evs {
+                        let object: serde_json::Value =
+                            serde_json::from_slice(&ev.frame().object()).unwrap();
+                        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+                        let id = if ev.has_id() { "#" } else { "" };
+                        seen.push(format!("{}:{name}:{}{id}", ev.kind().as_str(), ev.rv()));
+                        if ev.has_id() && ev.rv() == rv {
+                            return seen;
+                        }
+                    }
+                }
+                Item::Progress { .. } | Item::KeepAlive => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    /// A relist beside a live watch (`upstream::informer`): the watch's
+    /// changes go out as they come; the list, merged so that nothing the
+    /// watch wrote after it is undone, is filed at the next upstream
+    /// resourceVersion, without ids, just before that event.
+    #[tokio::test]
+    async fn a_relist_beside_its_watch_keeps_what_the_watch_wrote_and_files_the_rest_at_the_next_event()
+     {
+        let hub = hub();
+        hub.relist(
+            vec![
+                pod("deleted-live").rv(2).build(),
+                pod("changed-in-gap").rv(3).build(),
+                pod("deleted-in-gap").rv(4).build(),
+                pod("changed-live").rv(5).build(),
+            ],
+            5,
+        );
+        let (mut sub, _t) = subscribe(&hub, Filter::default(), None).await;
+        let mut view = View::new();
+        drain(&mut sub, &mut view, 5).await;
+        // The watch beside, from 10 (the gap 6..=10 unseen): before and
+        // after the list's 13.
+        hub.relist_begins();
+        hub.apply(
+            EventType::Modified,
+            pod("changed-live").rv(11).phase("Failed").build(),
+        );
+        hub.apply(EventType::Added, pod("born-live").rv(12).build());
+        hub.apply(EventType::Deleted, pod("deleted-live").rv(14).build());
+        assert_eq!(
+            drain(&mut sub, &mut view, 14).await,
+            ["MODIFIED:11", "ADDED:12", "DELETED:14"],
+            "the watch's changes go out while the list runs"
+        );
+        let listed = vec![
+            pod("deleted-live").rv(2).build(),
+            pod("changed-in-gap").rv(7).phase("Failed").build(),
+            pod("born-in-gap").rv(9).build(),
+            pod("changed-live").rv(11).phase("Failed").build(),
+            pod("born-live").rv(12).build(),
+        ];
+        let deleted = HashMap::from([(pod("deleted-live").build().key(), 14)]);
+        let outcome = hub.relist_beside(listed, 13, &deleted);
+        assert_eq!(
+            (outcome.added, outcome.modified, outcome.deleted),
+            (1, 1, 1),
+            "only what the gap changed; the live deletion is not undone"
+        );
+        assert_eq!(hub.stats().log_events, 3, "held until the next event");
+        assert_eq!(hub.stats().resource_version, 14);
+        assert!(
+            !hub.wait_for_rv(12, Duration::ZERO).await,
+            "the cache lacks the gap's changes until the list is filed"
+        );
+        hub.apply(
+            EventType::Modified,
+            pod("born-live").rv(15).phase("Failed").build(),
+        );
+        assert!(hub.wait_for_rv(15, Duration::ZERO).await);
+        assert_eq!(
+            events_until(&mut sub, 15).await,
+            [
+                "MODIFIED:changed-in-gap:15",
+                "ADDED:born-in-gap:15",
+                "DELETED:deleted-in-gap:15",
+                "MODIFIED:born-live:15#",
+            ]
+        );
+        let mut upstream = View::new();
+        for (name, rv, phase) in [
+            ("changed-in-gap", 7, "Failed"),
+            ("born-in-gap", 9, "Running"),
+            ("changed-live", 11, "Failed"),
+            ("born-live", 15, "Failed"),
+        ] {
+            upstream.insert(
+                format!("ObjKey(\"default/{name}\")"),
+                (rv, phase.to_string()),
+            );
+        }
+        assert_eq!(view_of_hub(&hub), upstream);
+        // A position at 14 resumes before them, one at 15 after.
+        let (mut at14, _t) = subscribe(&hub, Filter::default(), Some(14)).await;
+        assert_eq!(events_until(&mut at14, 15).await.len(), 4);
+        let (mut at15, _t) = subscribe(&hub, Filter::default(), Some(15)).await;
+        hub.apply(EventType::Added, pod("later").rv(16).build());
+        assert_eq!(events_until(&mut at15, 16).await, ["ADDED:later:16#"]);
+    }
+
+    /// A bookmark files a held relist too, its last event with the id.
+    #[tokio::test]
+    async fn a_bookmark_files_a_held_relist_with_its_id_on_the_last_event() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(2).build(), pod("b").rv(3).build()], 3);
+        let (mut sub, _t) = subscribe(&hub, Filter::default(), None).await;
+        let mut view = View::new();
+        drain(&mut sub, &mut view, 3).await;
+        hub.apply(EventType::Added, pod("c").rv(11).build());
+        assert_eq!(drain(&mut sub, &mut view, 11).await, ["ADDED:11"]);
+        // Listed at 10: b was deleted in the gap, a changed.
+        let listed = vec![pod("a").rv(6).phase("Failed").build()];
+        hub.relist_beside(listed, 10, &HashMap::new());
+        hub.bookmark(20);
+        assert_eq!(
+            events_until(&mut sub, 20).await,
+            ["MODIFIED:a:20", "DELETED:b:20#"]
+        );
+        assert_eq!(hub.stats().resource_version, 20);
+        // A later plain relist drops one still held: nothing is filed twice.
+        hub.apply(EventType::Added, pod("d").rv(21).build());
+        hub.relist_beside(
+            vec![pod("a").rv(6).phase("Failed").build()],
+            20,
+            &HashMap::new(),
+        );
+        hub.relist(
+            vec![
+                pod("a").rv(6).phase("Failed").build(),
+                pod("c").rv(11).build(),
+                pod("d").rv(21).build(),
+            ],
+            22,
+        );
+        hub.apply(EventType::Added, pod("e").rv(23).build());
+        assert_eq!(
+            events_until(&mut sub, 23).await,
+            ["ADDED:d:21#", "ADDED:e:23#"]
+        );
     }
 
     #[tokio::test]

@@ -14,9 +14,21 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::cache::{Cache, Objects};
-use super::{Event, EventType, Hub, Obj, ObjKey, RelistOutcome, event_frame};
+use super::{Event, EventType, Hub, Obj, ObjKey, RelistOutcome, State, event_frame};
 
 impl Hub {
+    /// The informer lost its watch's history (a 410) and relists with a
+    /// watch beside it, whose changes it applies meanwhile: until the list
+    /// is filed, the cache lacks what changed in between, and a reader that
+    /// needs every change up to a resourceVersion
+    /// ([`Hub::wait_for_rv`]) waits for it.
+    pub fn relist_begins(&self) {
+        let mut st = self.write_state();
+        if st.synced {
+            st.gap = true;
+        }
+    }
+
     /// Replaces the cache with a fresh list taken at `rv`. The first list
     /// syncs the hub; later ones are diffed against the cache and appended
     /// as synthetic ADDED / MODIFIED / DELETED events, so subscribers keep
@@ -64,6 +76,8 @@ impl Hub {
                     ..RelistOutcome::default()
                 };
                 let old = std::mem::replace(&mut st.cache, cache);
+                let stale = st.pending.take();
+                st.gap = false;
                 st.rv = rv;
                 st.base_rv = rv;
                 let old_log = std::mem::take(&mut st.log);
@@ -74,21 +88,155 @@ impl Hub {
                 }
                 st.synced = true;
                 self.publish(st);
-                drop((old, old_log));
+                drop((old, old_log, stale));
                 return outcome;
             }
         };
+        // This list supersedes one held for a later resourceVersion.
+        let stale = st.pending.take();
+        let (outcome, released) = self.file(&mut st, events, skipped, cache, rv);
+        self.publish(st);
+        drop((released, fresh, stale));
+        outcome
+    }
+
+    /// Replaces the cache with a list taken at `rv` while a watch from at
+    /// or below `rv` went on applying its events to the hub
+    /// (`upstream::informer`, "A relist beside its watch"): the cache holds
+    /// the old state, and on top of it every change the watch brought,
+    /// some of them after `rv`. `deleted` holds the keys that watch deleted
+    /// and at which resourceVersion.
+    ///
+    /// The merge: a key the watch wrote after `rv` (its cached version is
+    /// newer than `rv`, or the watch deleted it after `rv`) keeps what the
+    /// watch made it; every other key takes the list's version, diffed into
+    /// synthetic events as [`Hub::relist`] does.
+    ///
+    /// Where the hub is already past `rv`, those events cannot be filed at
+    /// their objects' resourceVersions (behind events already sent), nor at
+    /// the hub's (a stream holding it as its position would resume past
+    /// them): they and the new cache are held (`State::pending`) until the
+    /// next upstream event or bookmark, and filed just before it, at its
+    /// resourceVersion, without ids; a bookmark gives the last one its id.
+    /// A position at the hub's resourceVersion then resumes before them, and
+    /// the next one after them. Until then the hub serves the state the
+    /// stream already has, consistently. Where the hub is not past `rv`,
+    /// nothing the watch wrote is newer than the list, and this is
+    /// [`Hub::relist`].
+    pub fn relist_beside(
+        &self,
+        objects: Vec<Obj>,
+        rv: u64,
+        deleted: &HashMap<ObjKey, u64>,
+    ) -> RelistOutcome {
+        let planned = {
+            let st = self.read_state();
+            if st.closed.is_some() {
+                return RelistOutcome::default();
+            }
+            (st.synced && st.rv > rv).then(|| (st.rv, st.cache.objects().clone()))
+        };
+        let Some((from, old)) = planned else {
+            return self.relist(objects, rv);
+        };
+        let mut fresh: HashMap<ObjKey, Arc<Obj>> = objects
+            .into_iter()
+            .map(|o| (o.key(), Arc::new(o)))
+            .collect();
+        let listed = merge(&mut fresh, &old, rv, deleted);
+        let mut planned = self.plan_beside(&old, from, &mut fresh, rv);
+        let mut cache = Cache::of(self.indexed, fresh.values().cloned());
+        let mut st = self.write_state();
+        if st.closed.is_some() {
+            return RelistOutcome::default();
+        }
+        if st.rv != from {
+            // Another writer moved the hub meanwhile (the informer is its
+            // one writer, so not in practice): merge again, under the lock.
+            unmerge(&mut fresh, listed);
+            let live = st.cache.objects().clone();
+            merge(&mut fresh, &live, rv, deleted);
+            planned = self.plan_beside(&live, st.rv, &mut fresh, rv);
+            cache = Cache::of(self.indexed, fresh.values().cloned());
+        }
+        let (events, skipped) = planned;
         let mut outcome = RelistOutcome::default();
         for kind in skipped
             .iter()
             .map(|s| s.0)
             .chain(events.iter().map(|e| e.kind))
         {
-            match kind {
-                EventType::Added => outcome.added += 1,
-                EventType::Modified => outcome.modified += 1,
-                EventType::Deleted => outcome.deleted += 1,
-            }
+            outcome.count(kind);
+        }
+        let replaced = st.pending.replace(Pending {
+            events,
+            skipped,
+            cache,
+        });
+        drop(st);
+        drop((replaced, old, fresh));
+        outcome
+    }
+
+    /// A merged relist's events: [`Hub::diff`]'s, without ids (they are
+    /// filed at a later resourceVersion, [`Hub::file_pending`]).
+    fn plan_beside(
+        &self,
+        old: &Objects,
+        from: u64,
+        fresh: &mut HashMap<ObjKey, Arc<Obj>>,
+        rv: u64,
+    ) -> (Vec<Event>, Vec<(EventType, u64)>) {
+        let mut diff = Self::diff(old, from, fresh, rv);
+        for planned in &mut diff {
+            planned.has_id = false;
+        }
+        self.encode_diff(diff, fresh)
+    }
+
+    /// Files the relist held in `st.pending`, if any, at `rv`, the
+    /// resourceVersion of the upstream event or bookmark that came after
+    /// it; a bookmark (`id_on_last`) gives its last event the id. Returns
+    /// what the swap let go, to be freed after the lock.
+    pub(super) fn file_pending(&self, st: &mut State, rv: u64, id_on_last: bool) -> Released {
+        let Some(Pending {
+            mut events,
+            mut skipped,
+            cache,
+        }) = st.pending.take()
+        else {
+            return Released::default();
+        };
+        for event in &mut events {
+            event.rv = rv;
+        }
+        for s in &mut skipped {
+            s.1 = rv;
+        }
+        if id_on_last && let Some(last) = events.last_mut() {
+            last.has_id = true;
+            last.frame = event_frame(last.kind, rv, true, &last.obj.json());
+        }
+        self.file(st, events, skipped, cache, rv).1
+    }
+
+    /// Appends a relist's events and swaps its cache in, at `rv`; counts
+    /// them. What it let go is returned, to be freed after the lock.
+    fn file(
+        &self,
+        st: &mut State,
+        events: Vec<Event>,
+        skipped: Vec<(EventType, u64)>,
+        cache: Cache,
+        rv: u64,
+    ) -> (RelistOutcome, Released) {
+        let mut outcome = RelistOutcome::default();
+        for kind in skipped
+            .iter()
+            .map(|s| s.0)
+            .chain(events.iter().map(|e| e.kind))
+        {
+            outcome.count(kind);
             self.count(kind);
         }
         let mut dropped = Vec::new();
@@ -103,14 +251,19 @@ impl Hub {
             st.base_rv = last_rv;
         }
         for event in events {
-            Self::push(&mut st, event);
+            Self::push(st, event);
         }
         let old = std::mem::replace(&mut st.cache, cache);
         st.rv = rv;
-        dropped.extend(self.trim(&mut st));
-        self.publish(st);
-        drop((old, dropped, fresh));
-        outcome
+        st.gap = false;
+        dropped.extend(self.trim(st));
+        (
+            outcome,
+            Released {
+                _cache: Some(old),
+                _events: dropped,
+            },
+        )
     }
 
     /// The synthetic events that take `old` (the cache at `from`) to
@@ -221,4 +374,65 @@ struct Planned {
     has_id: bool,
     obj: Arc<Obj>,
     prev: Option<Arc<Obj>>,
+}
+
+/// A relist merged while the hub was past its list, waiting for the next
+/// upstream resourceVersion to be filed at ([`Hub::relist_beside`]).
+pub(super) struct Pending {
+    /// Encoded without ids; their resourceVersion is set when filed.
+    events: Vec<Event>,
+    /// Those before them that the log could not hold.
+    skipped: Vec<(EventType, u64)>,
+    cache: Cache,
+}
+
+/// What a mutation let go under the lock, to be freed after it: a
+/// replaced cache, trimmed events.
+#[derive(Default)]
+pub(super) struct Released {
+    _cache: Option<Cache>,
+    _events: Vec<Arc<Event>>,
+}
+
+impl RelistOutcome {
+    fn count(&mut self, kind: EventType) {
+        match kind {
+            EventType::Added => self.added += 1,
+            EventType::Modified => self.modified += 1,
+            EventType::Deleted => self.deleted += 1,
+        }
+    }
+}
+
+/// Merges what a watch wrote after a list at `rv` into the list
+/// (`fresh`), as [`Hub::relist_beside`] says; returns the list's entries
+/// it replaced, for [`unmerge`].
+fn merge(
+    fresh: &mut HashMap<ObjKey, Arc<Obj>>,
+    cached: &Objects,
+    rv: u64,
+    deleted: &HashMap<ObjKey, u64>,
+) -> Vec<(ObjKey, Option<Arc<Obj>>)> {
+    let mut listed = Vec::new();
+    for (key, obj) in cached.iter() {
+        if obj.resource_version() > rv {
+            listed.push((key.clone(), fresh.insert(key.clone(), obj.clone())));
+        }
+    }
+    for (key, &at) in deleted {
+        if at > rv && !cached.contains_key(key) {
+            listed.push((key.clone(), fresh.remove(key)));
+        }
+    }
+    listed
+}
+
+/// Undoes a [`merge`].
+fn unmerge(fresh: &mut HashMap<ObjKey, Arc<Obj>>, listed: Vec<(ObjKey, Option<Arc<Obj>>)>) {
+    for (key, obj) in listed.into_iter().rev() {
+        match obj {
+            Some(obj) => fresh.insert(key, obj),
+            None => fresh.remove(&key),
+        };
+    }
 }

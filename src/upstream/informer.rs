@@ -26,6 +26,23 @@
 //! (`ListPlan::outran_history`); a streaming list cannot fall behind at
 //! all.
 //!
+//! # A relist beside its watch
+//! A relist after a 410 lists the whole resource again, seconds at
+//! 150,000 pods; changes made meanwhile would reach no stream until the
+//! list is in. So, before it lists, the informer asks the upstream for its
+//! current resourceVersion `R` (a one-item LIST, a consistent read) and
+//! opens a watch from `R`, whose events it applies to the hub while the
+//! list runs, on top of the old cache: each is a true change, and the
+//! transition rule gives each view the right kind. The list, a snapshot
+//! at `S >= R`, is then merged ([`Hub::relist_beside`]): what the watch
+//! wrote after `S` stays, every other key takes the list's version, and
+//! the watch goes on as the informer's watch. A list older than `R` (a
+//! `resourceVersion=0` list from a lagging watch cache) cannot be merged
+//! and relists as before. Where the one-item LIST or the watch fails, the
+//! relist goes on without it. Nothing else in the hub changes: kube's own
+//! reflector (and kube-apiserver's cacher) relist the same way without the
+//! watch beside, and end every watcher.
+//!
 //! The loop ends when its token is cancelled (shutdown, or the registry
 //! stopped it), when the upstream answers 404 NotFound (the registry then
 //! checks discovery and either removes the resource or runs the informer
@@ -41,11 +58,13 @@ use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 use kube::core::ApiResource;
 use tokio_util::sync::CancellationToken;
 
+use std::collections::HashMap;
+
 use super::events::{self, Events};
 use super::ingest::{IngestOptions, ingest};
 use super::list::{ListKind, ListMode, ListPlan};
 use super::watchlist::WatchListEnd;
-use crate::hub::{EventType, Hub, Obj};
+use crate::hub::{EventType, Hub, Obj, ObjKey};
 use crate::metrics::Metrics;
 
 /// How an informer talks to the upstream.
@@ -126,6 +145,24 @@ enum WatchEnd {
     Shutdown,
 }
 
+/// A watch kept beside a relist (`# A relist beside its watch`).
+struct Beside {
+    /// Its events, until it ends.
+    events: Option<Events>,
+    /// The resourceVersion it started from.
+    from: u64,
+    /// The highest resourceVersion it brought.
+    rv: u64,
+    /// The keys it deleted, and at which resourceVersion.
+    deleted: HashMap<ObjKey, u64>,
+    /// How many events it applied.
+    applied: usize,
+}
+
+/// How long a relist waits for its watch beside to open before it lists
+/// without one.
+const BESIDE_OPEN: Duration = Duration::from_secs(10);
+
 /// A resource's state, as a list brought it.
 struct Listed {
     objects: Vec<Obj>,
@@ -145,9 +182,13 @@ impl Informer {
         'relist: loop {
             let mut kind = start_at.take().map_or(plan.next(), ListKind::Exact);
             let started = Instant::now();
+            let mut beside = match self.hub.is_synced() {
+                true => self.open_beside().await,
+                false => None,
+            };
             let listed = loop {
                 self.metrics.upstream_list(&name, kind.label());
-                let failed = match self.list(kind).await {
+                let failed = match self.list_beside(kind, &mut beside).await {
                     Ok(listed) => break listed,
                     Err(failed) => failed,
                 };
@@ -218,17 +259,6 @@ impl Informer {
             } = listed;
             let count = objects.len();
             self.hub.upstream_up();
-            let outcome = self.hub.relist(objects, rv);
-            if first {
-                tracing::info!(resource = %name, objects = count, resource_version = rv,
-                    list = kind.label(), seconds = took.as_secs_f64(), "informer synced");
-                first = false;
-            } else {
-                tracing::info!(resource = %name, objects = count, resource_version = rv,
-                    list = kind.label(), seconds = took.as_secs_f64(),
-                    added = outcome.added, modified = outcome.modified, deleted = outcome.deleted,
-                    rewound = outcome.rewound, "relisted");
-            }
             if events.is_some() {
                 // A streaming list delivered: the upstream serves.
                 backoff = self.new_backoff();
@@ -236,6 +266,30 @@ impl Informer {
             // Until a watch after a LIST delivers, a 410 means the list
             // ended older than the upstream's history.
             let mut just_listed = kind.is_list_request();
+            let listed_at = rv;
+            let (outcome, beside_applied) = match beside {
+                Some(b) if rv >= b.from => {
+                    let outcome = self.hub.relist_beside(objects, rv, &b.deleted);
+                    rv = rv.max(b.rv);
+                    if let Some(watch) = b.events {
+                        // It is ahead of the list's own watch, if any.
+                        events = Some(watch);
+                        just_listed = false;
+                    }
+                    (outcome, Some(b.applied))
+                }
+                _ => (self.hub.relist(objects, rv), None),
+            };
+            if first {
+                tracing::info!(resource = %name, objects = count, resource_version = rv,
+                    list = kind.label(), seconds = took.as_secs_f64(), "informer synced");
+                first = false;
+            } else {
+                tracing::info!(resource = %name, objects = count, resource_version = listed_at,
+                    list = kind.label(), seconds = took.as_secs_f64(),
+                    added = outcome.added, modified = outcome.modified, deleted = outcome.deleted,
+                    rewound = outcome.rewound, applied_beside = beside_applied, "relisted");
+            }
             loop {
                 let (end, delivered) = match events.take() {
                     Some(events) => self.follow(events, &mut rv, Instant::now(), true).await,
@@ -285,6 +339,121 @@ impl Informer {
                 }
             }
         }
+    }
+
+    /// Opens the watch a relist keeps beside it, from the upstream's
+    /// current resourceVersion; none if the upstream cannot give one soon.
+    async fn open_beside(&self) -> Option<Beside> {
+        let name = self.hub.name();
+        let opened = async {
+            let from = self.current_resource_version().await?;
+            self.metrics.upstream_watch(name);
+            let wp = WatchParams::default().timeout(self.watch_timeout_secs());
+            let (events, _warnings) = events::open(&self.api, &wp, &from.to_string()).await?;
+            Ok::<_, kube::Error>((events, from))
+        };
+        let opened = tokio::select! {
+            _ = self.shutdown.cancelled() => return None,
+            opened = tokio::time::timeout(BESIDE_OPEN, opened) => opened,
+        };
+        match opened {
+            Ok(Ok((events, from))) => Some({
+                self.hub.relist_begins();
+                Beside {
+                    events: Some(events),
+                    from,
+                    rv: from,
+                    deleted: HashMap::new(),
+                    applied: 0,
+                }
+            }),
+            Ok(Err(err)) => {
+                tracing::info!(resource = %name, error = %err,
+                    "no watch beside the relist: changes made while it lists wait for it");
+                None
+            }
+            Err(_) => {
+                tracing::info!(resource = %name, seconds = BESIDE_OPEN.as_secs(),
+                    "no watch beside the relist (the upstream did not answer in time): \
+                     changes made while it lists wait for it");
+                None
+            }
+        }
+    }
+
+    /// Lists as [`Informer::list`] does, applying the events of the watch
+    /// `beside` it to the hub meanwhile.
+    async fn list_beside(
+        &self,
+        kind: ListKind,
+        beside: &mut Option<Beside>,
+    ) -> Result<Listed, ListFailed> {
+        let list = self.list(kind);
+        tokio::pin!(list);
+        loop {
+            let Some(b) = beside.as_mut() else {
+                return list.await;
+            };
+            let Some(events) = b.events.as_mut() else {
+                return list.await;
+            };
+            let next = tokio::select! {
+                listed = &mut list => return listed,
+                next = events.next() => next,
+            };
+            if !self.apply_beside(b, next) {
+                b.events = None;
+            }
+        }
+    }
+
+    /// Applies one event of the watch beside a relist; false once that
+    /// watch has ended (the relist goes on without it).
+    fn apply_beside(
+        &self,
+        b: &mut Beside,
+        next: Option<Result<WatchEvent<super::ingest::Object>, kube::Error>>,
+    ) -> bool {
+        let name = self.hub.name();
+        let (kind, obj) = match next {
+            Some(Ok(WatchEvent::Added(o))) => (EventType::Added, o),
+            Some(Ok(WatchEvent::Modified(o))) => (EventType::Modified, o),
+            Some(Ok(WatchEvent::Deleted(o))) => (EventType::Deleted, o),
+            Some(Ok(WatchEvent::Bookmark(bm))) => {
+                if let Ok(at) = bm.metadata.resource_version.parse::<u64>() {
+                    b.rv = b.rv.max(at);
+                    self.hub.bookmark(at);
+                }
+                return true;
+            }
+            None => {
+                tracing::debug!(resource = %name, "the watch beside the relist ended");
+                return false;
+            }
+            Some(Ok(WatchEvent::Error(status))) | Some(Err(kube::Error::Api(status))) => {
+                tracing::info!(resource = %name, code = status.code, message = %status.message,
+                    "the watch beside the relist ended; the relist goes on");
+                return false;
+            }
+            Some(Err(err)) => {
+                tracing::info!(resource = %name, error = %err,
+                    "the watch beside the relist broke; the relist goes on");
+                return false;
+            }
+        };
+        match ingest(&obj, &self.resource, self.cfg.ingest) {
+            Ok(obj) => {
+                let at = obj.resource_version();
+                b.rv = b.rv.max(at);
+                if kind == EventType::Deleted {
+                    b.deleted.insert(obj.key(), at);
+                }
+                b.applied += 1;
+                self.hub.apply(kind, obj);
+            }
+            Err(err) => self.decode_failed(err),
+        }
+        true
     }
 
     fn new_backoff(&self) -> ExponentialBackoff {

@@ -201,21 +201,22 @@ impl Informer {
             match page.metadata.continue_ {
                 Some(next) if !next.is_empty() => token = Some(next),
                 _ => {
-                    let rv = page.metadata.resource_version.unwrap_or_default();
-                    let rv = rv.parse::<u64>().map_err(|_| {
-                        kube::Error::Api(
-                            kube::core::Status::failure(
-                                &format!("list has a non-numeric resourceVersion {rv:?}"),
-                                "BadResponse",
-                            )
-                            .boxed(),
-                        )
-                    })?;
+                    let rv = resource_version_of(page.metadata)?;
                     self.hub.set_warnings(warnings);
                     return Ok((objects, rv));
                 }
             }
         }
+    }
+
+    /// The upstream's current resourceVersion, by a one-item LIST: a
+    /// consistent read, which etcd answers with a range of one key and
+    /// kube-apiserver v1.31+ from its watch cache once that has caught up
+    /// (KEP-2340, "Consistent Reads from Cache"), so it costs little
+    /// however big the resource.
+    pub(super) async fn current_resource_version(&self) -> Result<u64, kube::Error> {
+        let (page, _warnings) = self.list_page(&ListParams::default().limit(1)).await?;
+        resource_version_of(page.metadata)
     }
 
     /// One page of the LIST, and the `Warning`s it came with (what
@@ -249,6 +250,20 @@ struct Page {
     metadata: ListMeta,
     #[serde(deserialize_with = "null_as_empty")]
     items: Vec<Object>,
+}
+
+/// A list's resourceVersion, as a number.
+fn resource_version_of(metadata: ListMeta) -> Result<u64, kube::Error> {
+    let rv = metadata.resource_version.unwrap_or_default();
+    rv.parse::<u64>().map_err(|_| {
+        kube::Error::Api(
+            kube::core::Status::failure(
+                &format!("list has a non-numeric resourceVersion {rv:?}"),
+                "BadResponse",
+            )
+            .boxed(),
+        )
+    })
 }
 
 fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Object>, D::Error> {

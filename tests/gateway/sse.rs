@@ -291,8 +291,10 @@ async fn expired_watch_relists_and_subscribers_converge_through_synthetic_events
         ["MODIFIED", "ADDED", "DELETED"],
         "synthetic events in resourceVersion order"
     );
-    // The relist is a streaming list too: no LIST request at all.
-    assert_eq!(env.sim.stats().resource("pods").list_requests, 0);
+    // The relist is a streaming list too: no LIST request but the one-item
+    // one that gave its watch beside a resourceVersion.
+    assert_eq!(env.sim.stats().resource("pods").list_requests, 1);
+    assert_eq!(env.sim.stats().lists("pods").probes, 1);
     let metrics = env.metrics().await;
     assert!(
         metrics.contains("kubefan_upstream_lists_total{resource=\"pods\",kind=\"streaming\"} 2"),

@@ -567,3 +567,89 @@ async fn a_leaf_syncs_through_its_roots_streaming_list() {
     leaf.stop().await;
     root.stop().await;
 }
+
+/// A relist keeps a watch beside it (`upstream::informer`, "A relist
+/// beside its watch"): a change made while the list is still coming
+/// reaches a stream then, not when the list is in; the list's own changes
+/// (the gap's) follow, and the stream ends equal to the upstream, without
+/// a reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_made_while_a_relist_lists_reaches_streams_before_the_list_ends() {
+    // The first streaming list passes whole; later ones wait for release.
+    let (env, proxy) = spawn_behind(
+        seeded(20),
+        Answer::CutFirst(usize::MAX),
+        test_config(&["pods"]),
+    )
+    .await;
+    env.synced("pods").await;
+    let (mut sse, mut view) = subscribed(&env, "/stream/pods").await;
+    view.follow(&mut sse, env.sim.resource_version()).await;
+    // A change the gateway cannot see, then compaction: its watch resumes
+    // into a 410, and it relists.
+    env.sim.stall_watches(true);
+    let (existing, _) = pods_of(&env.sim);
+    let gap = &existing[0]["metadata"];
+    env.sim
+        .delete(
+            "pods",
+            gap["namespace"].as_str(),
+            gap["name"].as_str().unwrap(),
+        )
+        .unwrap();
+    env.sim.compact();
+    env.sim.end_watches();
+    env.sim.stall_watches(false);
+    // The relist's streaming list is held; its watch beside was opened
+    // before it.
+    proxy.seen(2).await;
+    let live = env
+        .sim
+        .create("pods", pod("made-while-listing").ns("web").build())
+        .unwrap();
+    view.follow(&mut sse, rv_of(&live)).await;
+    assert!(
+        view.objects.contains_key("web/made-while-listing"),
+        "the change came while the list was held: {:?}",
+        view.objects.keys()
+    );
+    assert_eq!(proxy.watch_lists(), 2, "the list is still held");
+    proxy.release();
+    // The gap's deletion comes once the list is in, at the next upstream
+    // event or bookmark.
+    let gap_key = format!(
+        "{}/{}",
+        gap["namespace"].as_str().unwrap(),
+        gap["name"].as_str().unwrap()
+    );
+    tokio::time::timeout(WAIT, async {
+        while view.objects.contains_key(&gap_key) {
+            let ev = sse.next().await.expect("the stream goes on");
+            view.apply(&ev);
+        }
+    })
+    .await
+    .expect("the gap's deletion");
+    env.sim
+        .create("pods", pod("after-the-list").ns("web").build())
+        .unwrap();
+    let (objects, rv) = pods_of(&env.sim);
+    view.follow(&mut sse, rv).await;
+    view.assert_matches(&objects);
+    assert!(view.resets.is_empty(), "no reset: {:?}", view.resets);
+    let metrics = env.metrics().await;
+    assert_eq!(
+        counter(
+            &metrics,
+            "kubefan_upstream_relists_total{resource=\"pods\",reason=\"expired\"}"
+        ),
+        1,
+        "{metrics}"
+    );
+    assert_eq!(
+        env.sim.stats().resource("pods").list_requests,
+        1,
+        "the one-item LIST that gave the watch beside its resourceVersion"
+    );
+    stop_behind(env, proxy).await;
+}
