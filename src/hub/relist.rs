@@ -102,7 +102,7 @@ impl Hub {
 
     /// Replaces the cache with a list taken at `rv` while a watch from at
     /// or below `rv` went on applying its events to the hub
-    /// (`upstream::informer`, "A relist beside its watch"): the cache holds
+    /// (`upstream::beside`): the cache holds
     /// the old state, and on top of it every change the watch brought,
     /// some of them after `rv`. `deleted` holds the keys that watch deleted
     /// and at which resourceVersion.
@@ -160,14 +160,7 @@ impl Hub {
             cache = Cache::of(self.indexed, fresh.values().cloned());
         }
         let (events, skipped) = planned;
-        let mut outcome = RelistOutcome::default();
-        for kind in skipped
-            .iter()
-            .map(|s| s.0)
-            .chain(events.iter().map(|e| e.kind))
-        {
-            outcome.count(kind);
-        }
+        let outcome = RelistOutcome::of(&events, &skipped);
         let replaced = st.pending.replace(Pending {
             events,
             skipped,
@@ -230,13 +223,12 @@ impl Hub {
         cache: Cache,
         rv: u64,
     ) -> (RelistOutcome, Released) {
-        let mut outcome = RelistOutcome::default();
+        let outcome = RelistOutcome::of(&events, &skipped);
         for kind in skipped
             .iter()
             .map(|s| s.0)
             .chain(events.iter().map(|e| e.kind))
         {
-            outcome.count(kind);
             self.count(kind);
         }
         let mut dropped = Vec::new();
@@ -395,12 +387,21 @@ pub(super) struct Released {
 }
 
 impl RelistOutcome {
-    fn count(&mut self, kind: EventType) {
-        match kind {
-            EventType::Added => self.added += 1,
-            EventType::Modified => self.modified += 1,
-            EventType::Deleted => self.deleted += 1,
+    /// What a relist's events (and those the log could not hold) change.
+    fn of(events: &[Event], skipped: &[(EventType, u64)]) -> RelistOutcome {
+        let mut outcome = RelistOutcome::default();
+        for kind in skipped
+            .iter()
+            .map(|s| s.0)
+            .chain(events.iter().map(|e| e.kind))
+        {
+            match kind {
+                EventType::Added => outcome.added += 1,
+                EventType::Modified => outcome.modified += 1,
+                EventType::Deleted => outcome.deleted += 1,
+            }
         }
+        outcome
     }
 }
 

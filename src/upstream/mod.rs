@@ -47,6 +47,7 @@
 //! hub's state lock, never the other way round.
 
 pub mod access;
+mod beside;
 mod boot;
 pub mod discovery;
 pub mod events;

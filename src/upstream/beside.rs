@@ -1,0 +1,164 @@
+//! A relist beside its watch.
+//!
+//! A relist after a 410 lists the whole resource again, seconds at
+//! 150,000 pods; changes made meanwhile would reach no stream until the
+//! list is in. So, before it lists, the informer asks the upstream for its
+//! current resourceVersion `R` (a one-item LIST, a consistent read) and
+//! opens a watch from `R`, whose events it applies to the hub while the
+//! list runs, on top of the old cache: each is a true change, and the
+//! transition rule gives each view the right kind. The list, a snapshot
+//! at `S >= R`, is then merged ([`crate::hub::Hub::relist_beside`]): what the watch
+//! wrote after `S` stays, every other key takes the list's version, and
+//! the watch goes on as the informer's watch. A list older than `R` (a
+//! `resourceVersion=0` list from a lagging watch cache) cannot be merged
+//! and relists as before. Where the one-item LIST or the watch fails, the
+//! relist goes on without it. Nothing else in the hub changes: kube's own
+//! reflector (and kube-apiserver's cacher) relist the same way without the
+//! watch beside, and end every watcher.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{WatchEvent, WatchParams};
+
+use super::events::{self, Events};
+use super::informer::{Informer, ListFailed, Listed};
+use super::ingest::{Object, ingest};
+use super::list::ListKind;
+use crate::hub::{EventType, ObjKey};
+
+/// A watch kept beside a relist (this module).
+pub(super) struct Beside {
+    /// Its events, until it ends.
+    pub(super) events: Option<Events>,
+    /// The resourceVersion it started from.
+    pub(super) from: u64,
+    /// The highest resourceVersion it brought.
+    pub(super) rv: u64,
+    /// The keys it deleted, and at which resourceVersion.
+    pub(super) deleted: HashMap<ObjKey, u64>,
+    /// How many events it applied.
+    pub(super) applied: usize,
+}
+
+/// How long a relist waits for its watch beside to open before it lists
+/// without one.
+const BESIDE_OPEN: Duration = Duration::from_secs(10);
+
+impl Informer {
+    /// Opens the watch a relist keeps beside it, from the upstream's
+    /// current resourceVersion; none if the upstream cannot give one soon.
+    pub(super) async fn open_beside(&self) -> Option<Beside> {
+        let name = self.hub.name();
+        let opened = async {
+            let from = self.current_resource_version().await?;
+            self.metrics.upstream_watch(name);
+            let wp = WatchParams::default().timeout(self.watch_timeout_secs());
+            let (events, _warnings) = events::open(&self.api, &wp, &from.to_string()).await?;
+            Ok::<_, kube::Error>((events, from))
+        };
+        let opened = tokio::select! {
+            _ = self.shutdown.cancelled() => return None,
+            opened = tokio::time::timeout(BESIDE_OPEN, opened) => opened,
+        };
+        match opened {
+            Ok(Ok((events, from))) => Some({
+                self.hub.relist_begins();
+                Beside {
+                    events: Some(events),
+                    from,
+                    rv: from,
+                    deleted: HashMap::new(),
+                    applied: 0,
+                }
+            }),
+            Ok(Err(err)) => {
+                tracing::info!(resource = %name, error = %err,
+                    "no watch beside the relist: changes made while it lists wait for it");
+                None
+            }
+            Err(_) => {
+                tracing::info!(resource = %name, seconds = BESIDE_OPEN.as_secs(),
+                    "no watch beside the relist (the upstream did not answer in time): \
+                     changes made while it lists wait for it");
+                None
+            }
+        }
+    }
+
+    /// Lists as [`Informer::list`] does, applying the events of the watch
+    /// `beside` it to the hub meanwhile.
+    pub(super) async fn list_beside(
+        &self,
+        kind: ListKind,
+        beside: &mut Option<Beside>,
+    ) -> Result<Listed, ListFailed> {
+        let list = self.list(kind);
+        tokio::pin!(list);
+        loop {
+            let Some(b) = beside.as_mut() else {
+                return list.await;
+            };
+            let Some(events) = b.events.as_mut() else {
+                return list.await;
+            };
+            let next = tokio::select! {
+                listed = &mut list => return listed,
+                next = events.next() => next,
+            };
+            if !self.apply_beside(b, next) {
+                b.events = None;
+            }
+        }
+    }
+
+    /// Applies one event of the watch beside a relist; false once that
+    /// watch has ended (the relist goes on without it).
+    fn apply_beside(
+        &self,
+        b: &mut Beside,
+        next: Option<Result<WatchEvent<Object>, kube::Error>>,
+    ) -> bool {
+        let name = self.hub.name();
+        let (kind, obj) = match next {
+            Some(Ok(WatchEvent::Added(o))) => (EventType::Added, o),
+            Some(Ok(WatchEvent::Modified(o))) => (EventType::Modified, o),
+            Some(Ok(WatchEvent::Deleted(o))) => (EventType::Deleted, o),
+            Some(Ok(WatchEvent::Bookmark(bm))) => {
+                if let Ok(at) = bm.metadata.resource_version.parse::<u64>() {
+                    b.rv = b.rv.max(at);
+                    self.hub.bookmark(at);
+                }
+                return true;
+            }
+            None => {
+                tracing::debug!(resource = %name, "the watch beside the relist ended");
+                return false;
+            }
+            Some(Ok(WatchEvent::Error(status))) | Some(Err(kube::Error::Api(status))) => {
+                tracing::info!(resource = %name, code = status.code, message = %status.message,
+                    "the watch beside the relist ended; the relist goes on");
+                return false;
+            }
+            Some(Err(err)) => {
+                tracing::info!(resource = %name, error = %err,
+                    "the watch beside the relist broke; the relist goes on");
+                return false;
+            }
+        };
+        match ingest(&obj, &self.resource, self.cfg.ingest) {
+            Ok(obj) => {
+                let at = obj.resource_version();
+                b.rv = b.rv.max(at);
+                if kind == EventType::Deleted {
+                    b.deleted.insert(obj.key(), at);
+                }
+                b.applied += 1;
+                self.hub.apply(kind, obj);
+            }
+            Err(err) => self.decode_failed(err),
+        }
+        true
+    }
+}
