@@ -51,6 +51,7 @@ pub use filter::Filter;
 pub use life::SubscriberGuard;
 pub use object::{Event, Obj, ObjKey};
 pub use pin::{Dim, Pin};
+pub use relist::{Merged, Merging};
 pub use snapshot::Snapshot;
 pub use subscription::{
     Advance, Batchable, Delivery, Denial, Item, ResetReason, Step, Subscribe, Subscription,
@@ -995,6 +996,89 @@ mod tests {
         let (mut at15, _t) = subscribe(&hub, Filter::default(), Some(15)).await;
         hub.apply(EventType::Added, pod("later").rv(16).build());
         assert_eq!(events_until(&mut at15, 16).await, ["ADDED:later:16#"]);
+    }
+
+    /// A merge made beside the watch ([`Hub::merge_beside`]) while that
+    /// watch goes on: what it wrote meanwhile, seen in the log or only in
+    /// `written` (a deletion of a key the cache never had), keeps the
+    /// watch's state, and the merge's events for those keys are dropped.
+    #[tokio::test]
+    async fn a_merge_filed_after_the_watch_wrote_meanwhile_keeps_the_watch() {
+        let hub = hub();
+        hub.relist(
+            vec![
+                pod("changed-in-gap").rv(2).build(),
+                pod("changed-live").rv(3).build(),
+                pod("deleted-live").rv(4).build(),
+                pod("deleted-in-gap").rv(5).build(),
+            ],
+            5,
+        );
+        let (mut sub, _t) = subscribe(&hub, Filter::default(), None).await;
+        let mut view = View::new();
+        drain(&mut sub, &mut view, 5).await;
+        let (mut folded, _t2) = subscribe(&hub, Filter::default(), None).await;
+        let mut folded_view = View::new();
+        drain(&mut folded, &mut folded_view, 5).await;
+        hub.relist_begins();
+        hub.apply(EventType::Added, pod("born-live").rv(11).build());
+        let listed = vec![
+            pod("changed-in-gap").rv(7).phase("Failed").build(),
+            pod("changed-live").rv(8).phase("Failed").build(),
+            pod("deleted-live").rv(4).build(),
+            pod("born-in-gap").rv(9).build(),
+        ];
+        let Merging::Merged(merged) = hub.merge_beside(listed, 10, &HashMap::new()) else {
+            panic!("the hub is past the list: a merge");
+        };
+        // Meanwhile the watch changes a listed key, deletes one the cache
+        // holds, and deletes one only the list has (the cache never had it,
+        // so the hub logs nothing for it).
+        hub.apply(
+            EventType::Modified,
+            pod("changed-live").rv(12).phase("Succeeded").build(),
+        );
+        hub.apply(EventType::Deleted, pod("deleted-live").rv(13).build());
+        hub.apply(EventType::Deleted, pod("born-in-gap").rv(14).build());
+        assert_eq!(
+            drain(&mut sub, &mut view, 13).await,
+            ["ADDED:11", "MODIFIED:12", "DELETED:13"]
+        );
+        assert_eq!(hub.stats().resource_version, 14);
+        let written = ["changed-live", "deleted-live", "born-in-gap"]
+            .into_iter()
+            .map(|name| pod(name).build().key())
+            .collect();
+        let outcome = hub.file_merged(merged, &written);
+        assert_eq!(
+            (outcome.added, outcome.modified, outcome.deleted),
+            (0, 1, 1),
+            "the merge's events for keys written meanwhile are dropped"
+        );
+        hub.apply(EventType::Added, pod("later").rv(15).build());
+        assert_eq!(
+            events_until(&mut sub, 15).await,
+            [
+                "MODIFIED:changed-in-gap:15",
+                "DELETED:deleted-in-gap:15",
+                "ADDED:later:15#",
+            ]
+        );
+        let mut upstream = View::new();
+        for (name, rv, phase) in [
+            ("changed-in-gap", 7, "Failed"),
+            ("changed-live", 12, "Succeeded"),
+            ("born-live", 11, "Running"),
+            ("later", 15, "Running"),
+        ] {
+            upstream.insert(
+                format!("ObjKey(\"default/{name}\")"),
+                (rv, phase.to_string()),
+            );
+        }
+        assert_eq!(view_of_hub(&hub), upstream);
+        drain(&mut folded, &mut folded_view, 15).await;
+        assert_eq!(folded_view, upstream, "a stream folds to the upstream");
     }
 
     /// A bookmark files a held relist too, its last event with the id.

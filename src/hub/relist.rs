@@ -10,7 +10,7 @@
 //! relist that changed them all) is freed once the lock is released. So
 //! a relist of 150,000 pods delays no delivery by more than the append.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::cache::{Cache, Objects};
@@ -129,37 +129,85 @@ impl Hub {
         rv: u64,
         deleted: &HashMap<ObjKey, u64>,
     ) -> RelistOutcome {
+        match self.merge_beside(objects, rv, deleted) {
+            Merging::Merged(merged) => self.file_merged(merged, &HashSet::new()),
+            Merging::Relisted(outcome) => outcome,
+        }
+    }
+
+    /// [`Hub::relist_beside`]'s merge, made under no lock and against the
+    /// cache as it is now, for [`Hub::file_merged`] to hold; the watch may
+    /// go on applying its events meanwhile. Where the hub is not past `rv`,
+    /// this is [`Hub::relist`], and the watch must wait for it.
+    pub fn merge_beside(
+        &self,
+        objects: Vec<Obj>,
+        rv: u64,
+        deleted: &HashMap<ObjKey, u64>,
+    ) -> Merging {
         let planned = {
             let st = self.read_state();
             if st.closed.is_some() {
-                return RelistOutcome::default();
+                return Merging::Relisted(RelistOutcome::default());
             }
             (st.synced && st.rv > rv).then(|| (st.rv, st.cache.objects().clone()))
         };
         let Some((from, old)) = planned else {
-            return self.relist(objects, rv);
+            return Merging::Relisted(self.relist(objects, rv));
         };
         let mut fresh: HashMap<ObjKey, Arc<Obj>> = objects
             .into_iter()
             .map(|o| (o.key(), Arc::new(o)))
             .collect();
-        let listed = merge(&mut fresh, &old, rv, deleted);
-        let mut planned = self.plan_beside(&old, from, &mut fresh, rv);
-        let mut cache = Cache::of(self.indexed, fresh.values().cloned());
+        merge(&mut fresh, &old, rv, deleted);
+        let (events, skipped) = self.encode_beside(&old, from, &mut fresh, rv);
+        let cache = Cache::of(self.indexed, fresh.values().cloned());
+        drop((old, fresh));
+        Merging::Merged(Merged {
+            from,
+            events,
+            skipped,
+            cache,
+        })
+    }
+
+    /// Holds a relist merged by [`Hub::merge_beside`] until the next
+    /// upstream resourceVersion (`State::pending`). `written` holds every
+    /// key the watch wrote since the merge read the cache: each keeps what
+    /// the watch made it (it is newer than the list), and the merge's
+    /// event for it, if any, is dropped, since streams have the watch's.
+    /// The hub's log since the merge's position gives the same keys; both
+    /// are read, so a change the caller did not count is not undone.
+    pub fn file_merged(&self, merged: Merged, written: &HashSet<ObjKey>) -> RelistOutcome {
+        let Merged {
+            from,
+            mut events,
+            skipped,
+            mut cache,
+        } = merged;
         let mut st = self.write_state();
         if st.closed.is_some() {
             return RelistOutcome::default();
         }
         if st.rv != from {
-            // Another writer moved the hub meanwhile (the informer is its
-            // one writer, so not in practice): merge again, under the lock.
-            unmerge(&mut fresh, listed);
-            let live = st.cache.objects().clone();
-            merge(&mut fresh, &live, rv, deleted);
-            planned = self.plan_beside(&live, st.rv, &mut fresh, rv);
-            cache = Cache::of(self.indexed, fresh.values().cloned());
+            let logged = st
+                .log
+                .iter()
+                .rev()
+                .take_while(|e| e.rv > from)
+                .map(|e| e.obj.key());
+            let since: HashSet<ObjKey> = written.iter().cloned().chain(logged).collect();
+            for key in &since {
+                match st.cache.get(key) {
+                    Some(live) => cache.insert(key.clone(), live.clone()),
+                    None => cache.remove(key),
+                };
+            }
+            // Those the log could not hold (`skipped`) carry no key: a
+            // cursor before them is lapped anyway, and only their count can
+            // be high by the keys among them written since.
+            events.retain(|e| !since.contains(&e.obj.key()));
         }
-        let (events, skipped) = planned;
         let outcome = RelistOutcome::of(&events, &skipped);
         let replaced = st.pending.replace(Pending {
             events,
@@ -167,13 +215,13 @@ impl Hub {
             cache,
         });
         drop(st);
-        drop((replaced, old, fresh));
+        drop(replaced);
         outcome
     }
 
     /// A merged relist's events: [`Hub::diff`]'s, without ids (they are
     /// filed at a later resourceVersion, [`Hub::file_pending`]).
-    fn plan_beside(
+    fn encode_beside(
         &self,
         old: &Objects,
         from: u64,
@@ -359,6 +407,23 @@ impl Hub {
     }
 }
 
+/// What [`Hub::merge_beside`] made.
+pub enum Merging {
+    /// A merge, for [`Hub::file_merged`].
+    Merged(Merged),
+    /// The hub was not past the list: relisted as [`Hub::relist`] does.
+    Relisted(RelistOutcome),
+}
+
+/// A relist merged beside its watch, not yet held ([`Hub::file_merged`]).
+pub struct Merged {
+    /// The hub's resourceVersion when the merge read the cache.
+    from: u64,
+    events: Vec<Event>,
+    skipped: Vec<(EventType, u64)>,
+    cache: Cache,
+}
+
 /// One synthetic event of a relist, before it is encoded.
 struct Planned {
     kind: EventType,
@@ -406,34 +471,21 @@ impl RelistOutcome {
 }
 
 /// Merges what a watch wrote after a list at `rv` into the list
-/// (`fresh`), as [`Hub::relist_beside`] says; returns the list's entries
-/// it replaced, for [`unmerge`].
+/// (`fresh`), as [`Hub::relist_beside`] says.
 fn merge(
     fresh: &mut HashMap<ObjKey, Arc<Obj>>,
     cached: &Objects,
     rv: u64,
     deleted: &HashMap<ObjKey, u64>,
-) -> Vec<(ObjKey, Option<Arc<Obj>>)> {
-    let mut listed = Vec::new();
+) {
     for (key, obj) in cached.iter() {
         if obj.resource_version() > rv {
-            listed.push((key.clone(), fresh.insert(key.clone(), obj.clone())));
+            fresh.insert(key.clone(), obj.clone());
         }
     }
     for (key, &at) in deleted {
         if at > rv && !cached.contains_key(key) {
-            listed.push((key.clone(), fresh.remove(key)));
+            fresh.remove(key);
         }
-    }
-    listed
-}
-
-/// Undoes a [`merge`].
-fn unmerge(fresh: &mut HashMap<ObjKey, Arc<Obj>>, listed: Vec<(ObjKey, Option<Arc<Obj>>)>) {
-    for (key, obj) in listed.into_iter().rev() {
-        match obj {
-            Some(obj) => fresh.insert(key, obj),
-            None => fresh.remove(&key),
-        };
     }
 }

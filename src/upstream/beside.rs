@@ -9,14 +9,20 @@
 //! transition rule gives each view the right kind. The list, a snapshot
 //! at `S >= R`, is then merged ([`crate::hub::Hub::relist_beside`]): what the watch
 //! wrote after `S` stays, every other key takes the list's version, and
-//! the watch goes on as the informer's watch. A list older than `R` (a
+//! the watch goes on as the informer's watch. The merge (150,000 keys
+//! hashed and a new cache built: about a second) runs on a blocking
+//! thread while the watch goes on being applied; what it wrote meanwhile
+//! is then kept ([`crate::hub::Hub::file_merged`]), so the merge delays no
+//! change either. Plain relists and first lists run there too
+//! ([`blocking`]): an async worker that spends a second diffing would
+//! hold every stream it serves for that second. A list older than `R` (a
 //! `resourceVersion=0` list from a lagging watch cache) cannot be merged
 //! and relists as before. Where the one-item LIST or the watch fails, the
 //! relist goes on without it. Nothing else in the hub changes: kube's own
 //! reflector (and kube-apiserver's cacher) relist the same way without the
 //! watch beside, and end every watcher.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -26,7 +32,7 @@ use super::events::{self, Events};
 use super::informer::{Informer, ListFailed, Listed};
 use super::ingest::{Object, ingest};
 use super::list::ListKind;
-use crate::hub::{EventType, ObjKey};
+use crate::hub::{EventType, Merging, Obj, ObjKey, RelistOutcome};
 
 /// A watch kept beside a relist (this module).
 pub(super) struct Beside {
@@ -40,6 +46,8 @@ pub(super) struct Beside {
     pub(super) deleted: HashMap<ObjKey, u64>,
     /// How many events it applied.
     pub(super) applied: usize,
+    /// While its list is merged: the keys it wrote meanwhile.
+    written: Option<HashSet<ObjKey>>,
 }
 
 /// How long a relist waits for its watch beside to open before it lists
@@ -71,6 +79,7 @@ impl Informer {
                     rv: from,
                     deleted: HashMap::new(),
                     applied: 0,
+                    written: None,
                 }
             }),
             Ok(Err(err)) => {
@@ -110,6 +119,45 @@ impl Informer {
             if !self.apply_beside(b, next) {
                 b.events = None;
             }
+        }
+    }
+
+    /// Merges a list at `rv` that came with the watch `b` beside it into
+    /// the hub (`Hub::merge_beside`, on a blocking thread), applying that
+    /// watch's events meanwhile. Where the hub is not past the list, this
+    /// is a plain relist, and the watch waits for it.
+    pub(super) async fn merge_beside(
+        &self,
+        objects: Vec<Obj>,
+        rv: u64,
+        b: &mut Beside,
+    ) -> RelistOutcome {
+        let hub = self.hub.clone();
+        // The informer is the hub's one writer: the hub cannot fall back
+        // behind the list while the merge runs.
+        if hub.resource_version() <= rv {
+            return blocking(move || hub.relist(objects, rv)).await;
+        }
+        let deleted = std::mem::take(&mut b.deleted);
+        b.written = Some(HashSet::new());
+        let merging = blocking(move || hub.merge_beside(objects, rv, &deleted));
+        tokio::pin!(merging);
+        let merging = loop {
+            let Some(events) = b.events.as_mut() else {
+                break merging.await;
+            };
+            let next = tokio::select! {
+                merging = &mut merging => break merging,
+                next = events.next() => next,
+            };
+            if !self.apply_beside(b, next) {
+                b.events = None;
+            }
+        };
+        let written = b.written.take().unwrap_or_default();
+        match merging {
+            Merging::Merged(merged) => self.hub.file_merged(merged, &written),
+            Merging::Relisted(outcome) => outcome,
         }
     }
 
@@ -155,10 +203,26 @@ impl Informer {
                     b.deleted.insert(obj.key(), at);
                 }
                 b.applied += 1;
+                if let Some(written) = b.written.as_mut() {
+                    written.insert(obj.key());
+                }
                 self.hub.apply(kind, obj);
             }
             Err(err) => self.decode_failed(err),
         }
         true
+    }
+}
+
+/// Runs `work` on a blocking thread (a relist's diff, a merge: seconds of
+/// CPU at 150,000 objects) and waits for it, so the async worker it would
+/// otherwise hold goes on serving streams. A panic in it is the caller's.
+pub(super) async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => done,
+        Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+        // Only a runtime shutting down cancels a blocking task, and then
+        // this task is dropped with it.
+        Err(err) => panic!("a blocking relist was cancelled: {err}"),
     }
 }

@@ -44,6 +44,7 @@ use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 use kube::core::ApiResource;
 use tokio_util::sync::CancellationToken;
 
+use super::beside::blocking;
 use super::events::{self, Events};
 use super::ingest::{IngestOptions, ingest};
 use super::list::{ListKind, ListMode, ListPlan};
@@ -234,8 +235,8 @@ impl Informer {
             let mut just_listed = kind.is_list_request();
             let listed_at = rv;
             let (outcome, beside_applied) = match beside {
-                Some(b) if rv >= b.from => {
-                    let outcome = self.hub.relist_beside(objects, rv, &b.deleted);
+                Some(mut b) if rv >= b.from => {
+                    let outcome = self.merge_beside(objects, rv, &mut b).await;
                     rv = rv.max(b.rv);
                     if let Some(watch) = b.events {
                         // It is ahead of the list's own watch, if any.
@@ -244,7 +245,10 @@ impl Informer {
                     }
                     (outcome, Some(b.applied))
                 }
-                _ => (self.hub.relist(objects, rv), None),
+                _ => {
+                    let hub = self.hub.clone();
+                    (blocking(move || hub.relist(objects, rv)).await, None)
+                }
             };
             if first {
                 tracing::info!(resource = %name, objects = count, resource_version = rv,
