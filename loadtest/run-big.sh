@@ -168,6 +168,10 @@ r = relist["relist"] or {}
 print("relist at change %s: last subscriber after it p50 %s, p99 %s, max %s ms; every delivery's max %s ms; upstream relists %s; lost %d, mismatches %d" % (
     r.get("at_change"), *(r.get("last_subscriber_ms_after", {}).get(k) for k in ("p50", "p99", "max")),
     relist["latency_ms"]["max"], relist["gateway"]["upstream_relists"], relist["lost"], relist["settle"]["mismatches"]))
+if r.get("stalled_changes"):
+    print("  changes %d..%d made while the fault stalled the watches (only the list brings them): p50 %s, max %s ms; the others after it: p50 %s, p99 %s, max %s ms" % (
+        *r["stalled_changes"], *(r["last_subscriber_ms_stalled"].get(k) for k in ("p50", "max")),
+        *(r["last_subscriber_ms_after_but_stalled"].get(k) for k in ("p50", "p99", "max"))))
 print("herd of %d: last snapshot at %s ms; RSS %d KiB steady, peak %s KiB sampled, VmHWM %d -> %d KiB" % (
     herd["herd"]["subscribers"], herd["herd"]["last_complete_ms"], herd["rss_kib_steady"],
     herd["rss_kib_peak_sampled"], herd["vm_hwm_kib_before"], herd["vm_hwm_kib_after"]))

@@ -197,6 +197,9 @@ impl Informer {
                     Ok(obj) => objects.push(obj),
                     Err(err) => self.decode_failed(err),
                 }
+                // A page is read in one go: let the streams this worker
+                // serves run between objects (as `upstream::watchlist`).
+                tokio::task::coop::consume_budget().await;
             }
             match page.metadata.continue_ {
                 Some(next) if !next.is_empty() => token = Some(next),

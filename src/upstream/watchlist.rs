@@ -205,6 +205,12 @@ impl Informer {
                 }
                 Err(err) => self.decode_failed(err),
             }
+            // The body's events come buffered, so `events.next()` is
+            // mostly ready at once: without this, a list of 150,000 pods
+            // would decode hundreds of them (tens of ms) per poll, and the
+            // streams this worker serves would wait for each run. A task
+            // yields once it has spent tokio's budget (128 units a poll).
+            tokio::task::coop::consume_budget().await;
         }
     }
 }

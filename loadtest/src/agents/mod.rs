@@ -139,6 +139,18 @@ pub(crate) struct Samples {
     pub after: Sample,
 }
 
+/// A forced relist (`--relist-at-secs`).
+pub(crate) struct Relist {
+    /// The change after which it was forced.
+    pub at: usize,
+    /// The changes made while the fault held the watches stalled (from its
+    /// first request to its last answer): only the relist's list can bring
+    /// them, so they are late by the list's length whatever the gateway
+    /// does.
+    pub stalled: std::ops::Range<usize>,
+    pub result: Result<(), String>,
+}
+
 /// What the coordinator saw, beside the workers' reports.
 pub(crate) struct Run {
     pub changes: usize,
@@ -153,7 +165,7 @@ pub(crate) struct Run {
     pub churn_pause: Option<u16>,
     pub settle_at: u64,
     pub settle_ms: u64,
-    pub relist: Option<(usize, Result<(), String>)>,
+    pub relist: Option<Relist>,
     pub generator_cpu_ms: Option<u64>,
     pub window_ms: u64,
     pub pods: upstream::ByNode,
@@ -306,9 +318,11 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
         .map(|s| ((s * args.rate).round() as usize).min(changes.saturating_sub(1)));
     let mut relist = None;
     let mut sends = Vec::with_capacity(changes);
+    let mut sent_at = Vec::with_capacity(changes);
     let mut streaming = None;
     for seq in 0..changes {
         interval.tick().await;
+        sent_at.push(Instant::now());
         let marker = cluster.clone();
         let node = node_name(seq % markers);
         sends.push(tokio::spawn(async move { marker.mark(&node, seq).await }));
@@ -319,7 +333,11 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
             let cluster = cluster.clone();
             relist = Some((
                 seq,
-                tokio::spawn(async move { cluster.force_relist().await }),
+                tokio::spawn(async move {
+                    let began = Instant::now();
+                    let result = cluster.force_relist().await;
+                    (began..Instant::now(), result)
+                }),
             ));
         }
     }
@@ -330,14 +348,20 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
         }
     }
     let relist = match relist {
-        Some((seq, task)) => Some((
-            seq,
-            match task.await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(format!("{e:#}")),
-                Err(e) => Err(e.to_string()),
+        Some((at, task)) => Some(match task.await {
+            Ok((held, result)) => Relist {
+                at,
+                // `sent_at` is in order: the changes sent while it held.
+                stalled: sent_at.partition_point(|t| *t < held.start)
+                    ..sent_at.partition_point(|t| *t <= held.end),
+                result: result.map_err(|e| format!("{e:#}")),
             },
-        )),
+            Err(e) => Relist {
+                at,
+                stalled: 0..0,
+                result: Err(e.to_string()),
+            },
+        }),
         None => None,
     };
     // The last deliveries.

@@ -108,10 +108,18 @@ pub fn report(args: &AgentsArgs, run: &Run, workers: Vec<Report>) -> anyhow::Res
             .filter(|_| subscribers > 0.0)
             .map(|(b, a)| (a.0 as f64 - b.0 as f64) * 1024.0 / subscribers)
     };
-    let relist = run.relist.as_ref().map(|(seq, result)| {
-        let after: Vec<u32> = tally.per_change[*seq..].iter().map(|(_, m)| *m).collect();
-        json!({"at_change": seq, "at_secs": *seq as f64 / args.rate, "error": result.as_ref().err(),
-            "last_subscriber_ms_after": per_change_percentiles(after)})
+    let relist = run.relist.as_ref().map(|r| {
+        let late = |seqs: &mut dyn Iterator<Item = usize>| {
+            let late: Vec<u32> = seqs.filter_map(|i| tally.per_change.get(i)).map(|(_, m)| *m).collect();
+            per_change_percentiles(late)
+        };
+        let stalled = r.stalled.clone();
+        json!({"at_change": r.at, "at_secs": r.at as f64 / args.rate, "error": r.result.as_ref().err(),
+            "last_subscriber_ms_after": late(&mut (r.at..tally.per_change.len())),
+            // Those only the list can bring (`Relist::stalled`), and the rest.
+            "stalled_changes": [stalled.start, stalled.end],
+            "last_subscriber_ms_stalled": late(&mut stalled.clone()),
+            "last_subscriber_ms_after_but_stalled": late(&mut (r.at..tally.per_change.len()).filter(|i| !stalled.contains(i)))})
     });
     let gateway = |name: &str| delta(&run.metrics[0], &run.metrics[3], name);
     let mut report = json!({
