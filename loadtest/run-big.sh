@@ -172,6 +172,9 @@ if r.get("stalled_changes"):
     print("  changes %d..%d made while the fault stalled the watches (only the list brings them): p50 %s, max %s ms; the others after it: p50 %s, p99 %s, max %s ms" % (
         *r["stalled_changes"], *(r["last_subscriber_ms_stalled"].get(k) for k in ("p50", "max")),
         *(r["last_subscriber_ms_after_but_stalled"].get(k) for k in ("p50", "p99", "max"))))
+    print("  what the gateway added to the upstream's own latency (a watch straight from it, %d changes unseen there): after the relist p50 %s, p99 %s, max %s ms; the stalled ones max %s ms; the whole run p50 %s, p99 %s, max %s ms" % (
+        relist["upstream_unseen"], *(r["added_ms_after"].get(k) for k in ("p50", "p99", "max")), r["added_ms_stalled"].get("max"),
+        *(relist["added_by_gateway_ms"].get(k) for k in ("p50", "p99", "max"))))
 print("herd of %d: last snapshot at %s ms; RSS %d KiB steady, peak %s KiB sampled, VmHWM %d -> %d KiB" % (
     herd["herd"]["subscribers"], herd["herd"]["last_complete_ms"], herd["rss_kib_steady"],
     herd["rss_kib_peak_sampled"], herd["vm_hwm_kib_before"], herd["vm_hwm_kib_after"]))

@@ -166,6 +166,8 @@ pub(crate) struct Run {
     pub settle_at: u64,
     pub settle_ms: u64,
     pub relist: Option<Relist>,
+    /// The upstream's own latency per change, in µs (`Cluster::probe`).
+    pub upstream_us: Vec<u32>,
     pub generator_cpu_ms: Option<u64>,
     pub window_ms: u64,
     pub pods: upstream::ByNode,
@@ -317,6 +319,16 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
         .relist_at_secs
         .map(|s| ((s * args.rate).round() as usize).min(changes.saturating_sub(1)));
     let mut relist = None;
+    // The upstream's own latency, watched beside the gateway's streams
+    // (until a while after the last change: see below).
+    let probe_until = tokio::time::Instant::now()
+        + Duration::from_secs_f64(changes as f64 / args.rate)
+        + Duration::from_secs(30);
+    let upstream_seen = std::sync::Arc::new(std::sync::Mutex::new(vec![u32::MAX; changes]));
+    let probe = rv_start.map(|rv| {
+        let (cluster, seen) = (cluster.clone(), upstream_seen.clone());
+        tokio::spawn(async move { cluster.probe(rv, &seen, probe_until).await })
+    });
     let mut sends = Vec::with_capacity(changes);
     let mut sent_at = Vec::with_capacity(changes);
     let mut streaming = None;
@@ -366,6 +378,12 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
     };
     // The last deliveries.
     tokio::time::sleep(Duration::from_secs(1)).await;
+    if let Some(mut probe) = probe {
+        // It ends once it saw every change; what it missed stays unseen.
+        let _ = tokio::time::timeout(Duration::from_secs(5), &mut probe).await;
+        probe.abort();
+    }
+    let upstream_us = std::mem::take(&mut *upstream_seen.lock().unwrap());
     let end = stats_of(&args.pid);
     let rv_end = cluster.resource_version().await.ok();
     let m2 = scrape().await;
@@ -427,6 +445,7 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
         settle_at,
         settle_ms,
         relist,
+        upstream_us,
         generator_cpu_ms: generator_start
             .zip(generator_end)
             .map(|(a, b)| b.saturating_sub(a)),

@@ -108,6 +108,21 @@ pub fn report(args: &AgentsArgs, run: &Run, workers: Vec<Report>) -> anyhow::Res
             .filter(|_| subscribers > 0.0)
             .map(|(b, a)| (a.0 as f64 - b.0 as f64) * 1024.0 / subscribers)
     };
+    // What the gateway adds to a change's last delivery: beyond the
+    // upstream's own latency for it (`Cluster::probe`; changes it never
+    // saw are left out).
+    let added = |i: usize| {
+        let upstream = *run.upstream_us.get(i)?;
+        (upstream != u32::MAX).then(|| {
+            tally
+                .per_change
+                .get(i)
+                .map(|(_, m)| m.saturating_sub(upstream))
+        })?
+    };
+    let added_of = |seqs: &mut dyn Iterator<Item = usize>| {
+        per_change_percentiles(seqs.filter_map(added).collect())
+    };
     let relist = run.relist.as_ref().map(|r| {
         let late = |seqs: &mut dyn Iterator<Item = usize>| {
             let late: Vec<u32> = seqs.filter_map(|i| tally.per_change.get(i)).map(|(_, m)| *m).collect();
@@ -119,7 +134,9 @@ pub fn report(args: &AgentsArgs, run: &Run, workers: Vec<Report>) -> anyhow::Res
             // Those only the list can bring (`Relist::stalled`), and the rest.
             "stalled_changes": [stalled.start, stalled.end],
             "last_subscriber_ms_stalled": late(&mut stalled.clone()),
-            "last_subscriber_ms_after_but_stalled": late(&mut (r.at..tally.per_change.len()).filter(|i| !stalled.contains(i)))})
+            "last_subscriber_ms_after_but_stalled": late(&mut (r.at..tally.per_change.len()).filter(|i| !stalled.contains(i))),
+            "added_ms_after": added_of(&mut (r.at..tally.per_change.len())),
+            "added_ms_stalled": added_of(&mut stalled.clone())})
     });
     let gateway = |name: &str| delta(&run.metrics[0], &run.metrics[3], name);
     let mut report = json!({
@@ -140,6 +157,9 @@ pub fn report(args: &AgentsArgs, run: &Run, workers: Vec<Report>) -> anyhow::Res
         "arrival_per_change": tally.arrival_parts(),
         "last_subscriber_ms": tally.last_subscriber(),
         "last_subscriber_by_change_ms": tally.per_change.iter().map(|(_, m)| ms((*m).into())).collect::<Vec<_>>(),
+        "upstream_by_change_ms": run.upstream_us.iter().map(|u| (*u != u32::MAX).then(|| ms((*u).into()))).collect::<Vec<_>>(),
+        "upstream_unseen": run.upstream_us.iter().filter(|u| **u == u32::MAX).count(),
+        "added_by_gateway_ms": added_of(&mut (0..tally.per_change.len())),
     });
     let rest = json!({
         "connect_all_ms": connect_all_ms,

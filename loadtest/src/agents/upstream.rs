@@ -137,6 +137,100 @@ impl Cluster {
         Ok(resp.bytes().await?)
     }
 
+    /// The upstream's own latency for each of `changes` marks: a watch of
+    /// the marker pods' namespace straight from the upstream, from `rv`,
+    /// noting in `seen` when each mark is first seen (µs after it was
+    /// sent; `u32::MAX` until then), until `until` or every mark is seen. It resumes an ended watch,
+    /// and after a 410 lists the namespace (a mark first seen in that
+    /// list is as late as the upstream itself brings it to a client that
+    /// must relist): the floor a gateway's deliveries are measured against.
+    pub async fn probe(
+        &self,
+        mut rv: u64,
+        seen: &std::sync::Mutex<Vec<u32>>,
+        until: tokio::time::Instant,
+    ) {
+        let mut left = seen.lock().unwrap().len();
+        let note = |left: &mut usize, obj: &serde_json::Value| {
+            let mark = obj["metadata"]["annotations"]["loadtest/sent"].as_str();
+            let Some((seq, sent)) = mark.and_then(|m| m.split_once(':')) else {
+                return;
+            };
+            let (Ok(seq), Ok(sent)) = (seq.parse::<usize>(), sent.parse::<u64>()) else {
+                return;
+            };
+            let mut seen = seen.lock().unwrap();
+            if let Some(at) = seen.get_mut(seq).filter(|at| **at == u32::MAX) {
+                *at = (now_nanos().saturating_sub(sent) / 1000).min(u32::MAX as u64 - 1) as u32;
+                *left -= 1;
+            }
+        };
+        let rv_of = |obj: &serde_json::Value| {
+            obj["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|r| r.parse::<u64>().ok())
+        };
+        // Bounded: a watch per round, and rounds end at `until`.
+        for _ in 0..10_000 {
+            if tokio::time::Instant::now() >= until || left == 0 {
+                break;
+            }
+            let path = format!("/api/v1/namespaces/{NAMESPACE}/pods?watch=1&resourceVersion={rv}");
+            let resp = match tokio::time::timeout_at(
+                until,
+                self.request(reqwest::Method::GET, &path).send(),
+            )
+            .await
+            {
+                Ok(Ok(resp)) if resp.status().is_success() => resp,
+                Ok(_) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(_) => break,
+            };
+            let mut body = resp.bytes_stream();
+            let mut buf = Vec::new();
+            let mut expired = false;
+            'read: while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(until, body.next()).await
+            {
+                buf.extend_from_slice(&chunk);
+                while let Some(end) = buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=end).collect();
+                    let Ok(event) = serde_json::from_slice::<serde_json::Value>(&line) else {
+                        continue;
+                    };
+                    if event["type"] == "ERROR" {
+                        expired = event["object"]["code"] == 410;
+                        break 'read;
+                    }
+                    note(&mut left, &event["object"]);
+                    rv = rv_of(&event["object"]).unwrap_or(rv);
+                }
+            }
+            if expired {
+                let Ok(Ok(body)) = tokio::time::timeout_at(
+                    until,
+                    self.get(&format!("/api/v1/namespaces/{NAMESPACE}/pods")),
+                )
+                .await
+                else {
+                    continue;
+                };
+                let Ok(list) = serde_json::from_slice::<serde_json::Value>(&body) else {
+                    continue;
+                };
+                for item in list["items"].as_array().into_iter().flatten() {
+                    note(&mut left, item);
+                }
+                rv = list["metadata"]["resourceVersion"]
+                    .as_str()
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(rv);
+            }
+        }
+    }
+
     /// Every pod, in pages of `limit`, grouped by node (`""`: unscheduled),
     /// and the list's resourceVersion (its first page's: the pages are of
     /// one consistent state).
