@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::beside::blocking;
 use super::events::{self, Events};
-use super::ingest::{IngestOptions, ingest};
+use super::ingest::{IngestOptions, Ingesting, ingest};
 use super::list::{ListKind, ListMode, ListPlan};
 use super::watchlist::WatchListEnd;
 use crate::hub::{EventType, Hub, Obj};
@@ -363,8 +363,15 @@ impl Informer {
     }
 
     pub(super) fn decode_failed(&self, err: super::ingest::IngestError) {
-        self.metrics.upstream_error(self.hub.name(), "decode");
-        tracing::warn!(resource = %self.hub.name(), error = %err, "skipping an object that cannot be ingested");
+        decode_failed(&self.metrics, self.hub.name(), err);
+    }
+
+    /// An [`Ingesting`] of a list of this informer's resource.
+    pub(super) fn ingesting(&self) -> Ingesting {
+        let (metrics, name) = (self.metrics.clone(), self.hub.name().to_string());
+        Ingesting::start(self.resource.clone(), self.cfg.ingest, move |err| {
+            decode_failed(&metrics, &name, err)
+        })
     }
 
     /// Watches from `*rv`, advancing it; tells how the watch ended and
@@ -476,4 +483,10 @@ pub(super) enum ListFailed {
     /// The streaming list broke before its end.
     Broken(String),
     Api(kube::Error, ListKind),
+}
+
+/// An object the informer skips: counted and said.
+fn decode_failed(metrics: &Metrics, resource: &str, err: super::ingest::IngestError) {
+    metrics.upstream_error(resource, "decode");
+    tracing::warn!(resource = %resource, error = %err, "skipping an object that cannot be ingested");
 }

@@ -20,7 +20,7 @@
 //! come sorted, as the simulator's do, keep their bytes); below that, the
 //! upstream's own order and spelling (kube-apiserver writes compact JSON).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -30,6 +30,66 @@ use kube::core::ApiResource;
 
 use crate::hub::Obj;
 use crate::selector::{field_text, selectable_fields};
+
+/// A list's objects, ingested on a blocking thread as the list brings
+/// them: a list of 150,000 pods is seconds of [`ingest`], which on an
+/// async worker would keep it from parking, and so from polling its
+/// sockets (tokio polls its I/O driver only when a worker parks or every
+/// 61 task polls): the watch kept beside a relist (`upstream::beside`)
+/// was heard in bursts every ~45 ms while a list was decoded beside it.
+/// At most [`Ingesting::QUEUED`] objects wait between the two.
+pub struct Ingesting {
+    queue: tokio::sync::mpsc::Sender<(bool, Object)>,
+    done: tokio::task::JoinHandle<HashMap<crate::hub::ObjKey, Obj>>,
+}
+
+impl Ingesting {
+    /// Objects read and not yet ingested: a few MB at most.
+    pub const QUEUED: usize = 1024;
+
+    /// Ingests `resource`'s objects with `opts`; `failed` hears of each
+    /// that cannot be (it is skipped).
+    pub fn start(
+        resource: ApiResource,
+        opts: IngestOptions,
+        failed: impl Fn(IngestError) + Send + 'static,
+    ) -> Ingesting {
+        let (queue, mut queued) = tokio::sync::mpsc::channel::<(bool, Object)>(Self::QUEUED);
+        let done = tokio::task::spawn_blocking(move || {
+            let mut objects = HashMap::new();
+            while let Some((present, raw)) = queued.blocking_recv() {
+                match ingest(&raw, &resource, opts) {
+                    Ok(obj) if present => {
+                        objects.insert(obj.key(), obj);
+                    }
+                    Ok(obj) => {
+                        objects.remove(&obj.key());
+                    }
+                    Err(err) => failed(err),
+                }
+            }
+            objects
+        });
+        Ingesting { queue, done }
+    }
+
+    /// The object `raw` is in the list (`present`), or is not (a watch
+    /// list's DELETED): the last word on its key wins.
+    pub async fn push(&self, present: bool, raw: Object) {
+        // Only a panic in `ingest` ends the receiver; `finish` says so.
+        let _ = self.queue.send((present, raw)).await;
+    }
+
+    /// The objects, once every one pushed is ingested.
+    pub async fn finish(self) -> Vec<Obj> {
+        drop(self.queue);
+        match self.done.await {
+            Ok(objects) => objects.into_values().collect(),
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(err) => panic!("a list's ingest was cancelled: {err}"),
+        }
+    }
+}
 
 /// An upstream object as read: its JSON, not yet decoded.
 pub type Object = Box<RawValue>;
@@ -203,6 +263,7 @@ impl<'a> Nested<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hub::ObjKey;
     use serde_json::json;
 
     fn dyn_obj(v: Value) -> Object {
@@ -211,6 +272,48 @@ mod tests {
 
     fn parse(obj: &Obj) -> serde_json::Value {
         serde_json::from_slice(&obj.json()).unwrap()
+    }
+
+    /// A list ingested off the async worker: more objects than its queue
+    /// holds, the last word on a key wins, a bad object is told of and
+    /// skipped.
+    #[tokio::test]
+    async fn a_list_ingested_on_a_blocking_thread_keeps_the_last_word_on_each_key() {
+        let api = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        let failed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let told = failed.clone();
+        let ingesting = Ingesting::start(api, IngestOptions::default(), move |_| {
+            told.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        let pod = |name: &str, rv: u64| {
+            dyn_obj(
+                json!({"metadata": {"name": name, "namespace": "x", "resourceVersion": rv.to_string()}}),
+            )
+        };
+        let n = Ingesting::QUEUED * 3;
+        for i in 0..n {
+            ingesting
+                .push(true, pod(&format!("p{i}"), i as u64 + 1))
+                .await;
+        }
+        ingesting.push(true, pod("p0", 9_000)).await;
+        ingesting.push(false, pod("p1", 9_001)).await;
+        ingesting
+            .push(true, dyn_obj(json!({"metadata": {"resourceVersion": "1"}})))
+            .await;
+        let objects = ingesting.finish().await;
+        assert_eq!(objects.len(), n - 1);
+        let p0 = objects
+            .iter()
+            .find(|o| o.key() == ObjKey::new(Some("x"), "p0"))
+            .unwrap();
+        assert_eq!(p0.resource_version(), 9_000);
+        assert!(
+            !objects
+                .iter()
+                .any(|o| o.key() == ObjKey::new(Some("x"), "p1"))
+        );
+        assert_eq!(failed.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 
     #[test]

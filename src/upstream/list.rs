@@ -37,7 +37,7 @@ use kube::api::{ListParams, VersionMatch};
 use serde::{Deserialize, Deserializer};
 
 use super::informer::Informer;
-use super::ingest::{Object, ingest};
+use super::ingest::Object;
 use crate::hub::Obj;
 
 /// Which list an informer makes (`--upstream-list`).
@@ -170,7 +170,7 @@ impl Informer {
     /// resourceVersion goes with the first page only: the continue token
     /// carries it on, and kube-apiserver refuses both together.)
     async fn list_all(&self, kind: ListKind) -> Result<(Vec<Obj>, u64), kube::Error> {
-        let mut objects = Vec::new();
+        let objects = self.ingesting();
         let mut warnings = Vec::new();
         let mut token: Option<String> = None;
         loop {
@@ -192,21 +192,16 @@ impl Informer {
                     warnings.push(warning);
                 }
             }
+            // Ingested on a blocking thread (`Ingesting` says why).
             for item in page.items {
-                match ingest(&item, &self.resource, self.cfg.ingest) {
-                    Ok(obj) => objects.push(obj),
-                    Err(err) => self.decode_failed(err),
-                }
-                // A page is read in one go: let the streams this worker
-                // serves run between objects (as `upstream::watchlist`).
-                tokio::task::coop::consume_budget().await;
+                objects.push(true, item).await;
             }
             match page.metadata.continue_ {
                 Some(next) if !next.is_empty() => token = Some(next),
                 _ => {
                     let rv = resource_version_of(page.metadata)?;
                     self.hub.set_warnings(warnings);
-                    return Ok((objects, rv));
+                    return Ok((objects.finish().await, rv));
                 }
             }
         }
@@ -276,6 +271,7 @@ fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Object>, D::Erro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::ingest::ingest;
 
     #[test]
     fn auto_streams_and_falls_back_to_pages_then_to_the_cache_once_a_list_outran_history() {

@@ -38,7 +38,6 @@
 //! A request that got no answer at all (connection refused or reset) says
 //! nothing of what the upstream serves: it is retried, backed off.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use futures::StreamExt;
@@ -48,8 +47,7 @@ use kube::core::watch::BookmarkMeta;
 
 use super::events::{self, Events};
 use super::informer::{Informer, SHORT_WATCH};
-use super::ingest::ingest;
-use crate::hub::{Obj, ObjKey};
+use crate::hub::Obj;
 
 /// The annotation of the BOOKMARK that ends a watch list's initial events
 /// (`metav1.InitialEventsAnnotationKey`).
@@ -151,7 +149,7 @@ impl Informer {
             }
         };
         self.hub.upstream_up();
-        let mut initial: HashMap<ObjKey, Obj> = HashMap::new();
+        let initial = self.ingesting();
         let mut seen = 0usize;
         loop {
             let next = tokio::select! {
@@ -178,7 +176,7 @@ impl Informer {
                     };
                     self.hub.set_warnings(warnings);
                     return WatchListEnd::Listed {
-                        objects: initial.into_values().collect(),
+                        objects: initial.finish().await,
                         rv,
                         events,
                     };
@@ -196,21 +194,8 @@ impl Informer {
                 Some(Err(err)) => return WatchListEnd::Broken(err.to_string()),
             };
             seen += 1;
-            match ingest(&obj, &self.resource, self.cfg.ingest) {
-                Ok(obj) if added => {
-                    initial.insert(obj.key(), obj);
-                }
-                Ok(obj) => {
-                    initial.remove(&obj.key());
-                }
-                Err(err) => self.decode_failed(err),
-            }
-            // The body's events come buffered, so `events.next()` is
-            // mostly ready at once: without this, a list of 150,000 pods
-            // would decode hundreds of them (tens of ms) per poll, and the
-            // streams this worker serves would wait for each run. A task
-            // yields once it has spent tokio's budget (128 units a poll).
-            tokio::task::coop::consume_budget().await;
+            // Ingested on a blocking thread (`Ingesting` says why).
+            initial.push(added, obj).await;
         }
     }
 }
