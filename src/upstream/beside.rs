@@ -103,17 +103,22 @@ impl Informer {
         kind: ListKind,
         beside: &mut Option<Beside>,
     ) -> Result<Listed, ListFailed> {
-        let list = self.list(kind);
-        tokio::pin!(list);
+        match beside.as_mut() {
+            Some(b) => self.applying(self.list(kind), b).await,
+            None => self.list(kind).await,
+        }
+    }
+
+    /// Awaits `work`, applying the events of the watch `b` beside it
+    /// meanwhile (until that watch ends).
+    async fn applying<T>(&self, work: impl Future<Output = T>, b: &mut Beside) -> T {
+        tokio::pin!(work);
         loop {
-            let Some(b) = beside.as_mut() else {
-                return list.await;
-            };
             let Some(events) = b.events.as_mut() else {
-                return list.await;
+                return work.await;
             };
             let next = tokio::select! {
-                listed = &mut list => return listed,
+                done = &mut work => return done,
                 next = events.next() => next,
             };
             if !self.apply_beside(b, next) {
@@ -141,19 +146,7 @@ impl Informer {
         let deleted = std::mem::take(&mut b.deleted);
         b.written = Some(HashSet::new());
         let merging = blocking(move || hub.merge_beside(objects, rv, &deleted));
-        tokio::pin!(merging);
-        let merging = loop {
-            let Some(events) = b.events.as_mut() else {
-                break merging.await;
-            };
-            let next = tokio::select! {
-                merging = &mut merging => break merging,
-                next = events.next() => next,
-            };
-            if !self.apply_beside(b, next) {
-                b.events = None;
-            }
-        };
+        let merging = self.applying(merging, b).await;
         let written = b.written.take().unwrap_or_default();
         match merging {
             Merging::Merged(merged) => self.hub.file_merged(merged, &written),

@@ -401,7 +401,10 @@ pub fn spawn_churn(
                     _ = tick.tick() => {}
                 }
                 let now = Instant::now();
-                due += now.duration_since(last).as_secs_f64() * rate;
+                // At most a second's ops at once: a task held back (a
+                // loaded machine, a stalled runtime) does not then run a
+                // backlog of thousands before it sees `shutdown` again.
+                due = (due + now.duration_since(last).as_secs_f64() * rate).min(rate.max(1.0));
                 last = now;
                 while due >= 1.0 {
                     match cfg.style {
