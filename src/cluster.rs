@@ -36,7 +36,7 @@ pub struct Cluster {
     authorizer: Arc<Authorizer>,
     pages: Pages,
     printers: Arc<KubePrinters>,
-    probes: Probes,
+    probes: Arc<Probes>,
 }
 
 impl Cluster {
@@ -51,7 +51,7 @@ impl Cluster {
             authorizer,
             pages: Pages::default(),
             printers: Arc::new(KubePrinters::default()),
-            probes: Probes::default(),
+            probes: Arc::default(),
         }
     }
 
@@ -80,7 +80,7 @@ impl Cluster {
     }
 
     /// This cluster's consistent-read probes.
-    pub fn probes(&self) -> &Probes {
+    pub fn probes(&self) -> &Arc<Probes> {
         &self.probes
     }
 

@@ -756,6 +756,40 @@ mod tests {
         assert_eq!(view, view_of_hub(&hub));
     }
 
+    /// A consistent read's join waits in the stream, not before it: the
+    /// snapshot is taken once the wait is done (so it holds what came
+    /// meanwhile, as a snapshot, not as events), and nothing is handed
+    /// out, nor is the stream batchable, before.
+    #[tokio::test]
+    async fn a_deferred_join_snapshots_once_its_wait_is_done() {
+        let hub = hub();
+        hub.relist(vec![pod("a").rv(5).build()], 10);
+        let (done, wait) = tokio::sync::oneshot::channel::<()>();
+        let wait = futures::FutureExt::boxed(async move {
+            let _ = wait.await;
+        });
+        let (cx, _lifecycle) = context(Duration::from_secs(1));
+        let mut sub =
+            Subscription::start_after(hub.clone(), request(ViewSpec::default(), None), &cx, wait)
+                .await
+                .unwrap();
+        let mut poll_cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(sub.poll_next(&mut poll_cx).is_pending());
+        assert!(sub.batchable().is_none(), "not batchable before its join");
+        hub.apply(EventType::Added, pod("b").rv(11).build());
+        assert!(sub.poll_next(&mut poll_cx).is_pending(), "still waiting");
+        done.send(()).unwrap();
+        let mut view = View::new();
+        let seen = drain(&mut sub, &mut view, 11).await;
+        assert_eq!(
+            seen,
+            ["snapshot"],
+            "b is in the snapshot, not an event after it"
+        );
+        assert_eq!(view, view_of_hub(&hub));
+        assert!(sub.batchable().is_some(), "caught up after the join");
+    }
+
     #[tokio::test]
     async fn joining_between_appends_has_no_gap_and_no_duplicate() {
         let hub = hub();

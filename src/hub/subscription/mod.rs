@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::time::{Instant, Sleep};
 
 mod item;
@@ -60,6 +61,9 @@ pub struct Subscription {
     life: PhaseWait,
     /// Boxed: a subscription streams far longer than it snapshots.
     snapshot: Option<Box<SnapshotProgress>>,
+    /// A snapshot's join deferred until this is done (a consistent read
+    /// waited for in the stream's own task: [`Subscription::start_after`]).
+    join_after: Option<BoxFuture<'static, ()>>,
     reset: Option<ResetReason>,
     /// The last position told to the client (an id it could resume from).
     sent_rv: u64,
@@ -112,6 +116,34 @@ impl Subscription {
         request: Subscribe,
         cx: &SubscriptionContext,
     ) -> Result<Subscription, SubscriptionError> {
+        Subscription::start_with(hub, request, cx, None).await
+    }
+
+    /// [`Subscription::start`] of a snapshot (no resume position) whose
+    /// join waits until `wait` is done, polled by whoever polls the
+    /// subscription: a consistent read's wait for the upstream's
+    /// resourceVersion (`transport::kube::consistent`) is then the
+    /// stream's, not its request handler's. An actix handler that
+    /// awaits leaves memory behind that outlives its request (about
+    /// 1.3 KB a request of a herd that waited together:
+    /// loadtest/RESULTS.md, 2026-12-04); a handler that starts this
+    /// returns at once. The stream is not batchable before the join.
+    pub async fn start_after(
+        hub: Arc<Hub>,
+        request: Subscribe,
+        cx: &SubscriptionContext,
+        wait: BoxFuture<'static, ()>,
+    ) -> Result<Subscription, SubscriptionError> {
+        debug_assert!(request.resume.is_none(), "a deferred join is a snapshot");
+        Subscription::start_with(hub, request, cx, Some(wait)).await
+    }
+
+    async fn start_with(
+        hub: Arc<Hub>,
+        request: Subscribe,
+        cx: &SubscriptionContext,
+        join_after: Option<BoxFuture<'static, ()>>,
+    ) -> Result<Subscription, SubscriptionError> {
         let Subscribe {
             mut spec,
             resume,
@@ -162,6 +194,7 @@ impl Subscription {
             hub_seen: 0,
             life: PhaseWait::new(lifecycle, phase),
             snapshot: None,
+            join_after: None,
             reset: None,
             sent_rv: 0,
             ticked_rv: 0,
@@ -188,7 +221,10 @@ impl Subscription {
             // little turns what would be a RESET into a resume.
             sub.hub.wait_for_rv(rv, AHEAD_WAIT.min(sync_timeout)).await;
         }
-        sub.join(resumable);
+        match join_after {
+            Some(wait) if resumable.is_none() => sub.join_after = Some(wait),
+            _ => sub.join(resumable),
+        }
         if resume.is_some() && resumable.is_none() {
             sub.reset = Some(ResetReason::AccessChanged);
         }
@@ -250,9 +286,10 @@ impl Subscription {
 
     /// The next item, `None` once the stream is over; `Pending` (with
     /// `cx`'s waker registered for whatever can end the wait) while there
-    /// is none. A subscription has no `async` state of its own: what it
-    /// waits for is in its fields, so the task that writes it is the only
-    /// state a stream has (`loadtest/RESULTS.md`, memory per subscriber).
+    /// is none. A subscription has no `async` state of its own (but a
+    /// deferred join's wait, dropped once done): what it waits for is in
+    /// its fields, so the task that writes it is the only state a stream
+    /// has (`loadtest/RESULTS.md`, memory per subscriber).
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Item>> {
         if self.finished {
             return Poll::Ready(None);
@@ -275,6 +312,11 @@ impl Subscription {
             if let Some(denial) = self.follow_scope() {
                 self.finished = true;
                 return ready(Item::Denied(denial));
+            }
+            if let Some(wait) = &mut self.join_after {
+                ready!(wait.as_mut().poll(cx));
+                self.join_after = None;
+                self.join(None);
             }
             if let Some(reason) = self.reset.take() {
                 self.hub.metrics().reset(self.hub.name(), reason.as_str());

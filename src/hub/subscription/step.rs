@@ -121,6 +121,7 @@ impl Subscription {
     pub fn batchable(&self) -> Option<Batchable> {
         let owes_nothing = !self.finished
             && self.snapshot.is_none()
+            && self.join_after.is_none()
             && self.reset.is_none()
             && !self.announce
             && self.expires.is_none_or(|at| Instant::now() < at)

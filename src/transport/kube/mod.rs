@@ -277,16 +277,26 @@ async fn serve(
         // are at least as new as the upstream is now, as kube-apiserver's
         // cache serves one (KEP-3157, "watch-list": the cacher waits until
         // it is fresh before sending them).
-        if query.send_initial_events == Some(true)
-            && query.resource_version.is_none()
-            && hub.wait_synced(state.stream.sync_timeout).await
-        {
-            cluster
-                .probes()
-                .catch_up(cluster.informers().client(), &info, &hub)
-                .await;
-        }
-        watch::watch(&req, &state, hub.clone(), filter, shape, &plan, &principal).await
+        // Waited for in the stream's task, not here (`Subscription::start_after`).
+        let consistent = (query.send_initial_events == Some(true)
+            && query.resource_version.is_none())
+        .then(|| {
+            let (probes, client) = (
+                cluster.probes().clone(),
+                cluster.informers().client().clone(),
+            );
+            let (info, hub) = (info.clone(), hub.clone());
+            futures::FutureExt::boxed(async move { probes.catch_up(&client, &info, &hub).await })
+        });
+        let watch = watch::Watch {
+            hub: hub.clone(),
+            filter,
+            shape,
+            plan: &plan,
+            principal: &principal,
+            consistent,
+        };
+        watch::watch(&req, &state, watch).await
     } else {
         let owner = PageOwner {
             principal,

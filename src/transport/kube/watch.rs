@@ -28,6 +28,7 @@ use std::time::SystemTime;
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use prometheus_client::metrics::counter::Counter;
 use tokio::time::{Instant, Sleep};
 
@@ -48,15 +49,32 @@ use crate::transport::stream::{BatchSource, Batched, Chunk, Framed, Framing, Str
 use crate::transport::{ChunkSource, takeover};
 
 /// Serves a WATCH whose query `plan` checked (`KubeQuery::plan`).
+/// What a watch serves, and to whom.
+pub struct Watch<'a> {
+    pub hub: Arc<Hub>,
+    pub filter: Filter,
+    pub shape: Shape,
+    pub plan: &'a Plan,
+    pub principal: &'a Principal,
+    /// A watch list's consistent read (sendInitialEvents with no
+    /// resourceVersion): its initial events wait for this, in the
+    /// stream's own task.
+    pub consistent: Option<BoxFuture<'static, ()>>,
+}
+
 pub async fn watch(
     req: &HttpRequest,
     state: &AppState,
-    hub: Arc<Hub>,
-    filter: Filter,
-    shape: Shape,
-    plan: &Plan,
-    principal: &Principal,
+    watch: Watch<'_>,
 ) -> Result<HttpResponse, ApiError> {
+    let Watch {
+        hub,
+        filter,
+        shape,
+        plan,
+        principal,
+        consistent,
+    } = watch;
     let q = &plan.query;
     let send_initial = q.send_initial_events == Some(true);
     let rv = plan.resource_version;
@@ -79,7 +97,12 @@ pub async fn watch(
         lease: principal.lease().cloned(),
         access,
     };
-    let sub = Subscription::start(hub.clone(), request, &state.subscriptions).await?;
+    let sub = match consistent {
+        Some(wait) if resume.is_none() => {
+            Subscription::start_after(hub.clone(), request, &state.subscriptions, wait).await?
+        }
+        _ => Subscription::start(hub.clone(), request, &state.subscriptions).await?,
+    };
     // Once synced: the informer's first list brought them.
     let hub_warnings = hub.warnings();
     let framing = WatchFraming {
