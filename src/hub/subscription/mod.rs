@@ -222,8 +222,8 @@ impl Subscription {
             sub.hub.wait_for_rv(rv, AHEAD_WAIT.min(sync_timeout)).await;
         }
         match join_after {
-            Some(wait) if resumable.is_none() => sub.join_after = Some(wait),
-            _ => sub.join(resumable),
+            Some(wait) => sub.join_after = Some(wait),
+            None => sub.join(resumable),
         }
         if resume.is_some() && resumable.is_none() {
             sub.reset = Some(ResetReason::AccessChanged);

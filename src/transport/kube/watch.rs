@@ -48,7 +48,6 @@ use crate::transport::state::AppState;
 use crate::transport::stream::{BatchSource, Batched, Chunk, Framed, Framing, Stream};
 use crate::transport::{ChunkSource, takeover};
 
-/// Serves a WATCH whose query `plan` checked (`KubeQuery::plan`).
 /// What a watch serves, and to whom.
 pub struct Watch<'a> {
     pub hub: Arc<Hub>,
@@ -62,6 +61,7 @@ pub struct Watch<'a> {
     pub consistent: Option<BoxFuture<'static, ()>>,
 }
 
+/// Serves a WATCH whose query `plan` checked (`KubeQuery::plan`).
 pub async fn watch(
     req: &HttpRequest,
     state: &AppState,
@@ -98,7 +98,7 @@ pub async fn watch(
         access,
     };
     let sub = match consistent {
-        Some(wait) if resume.is_none() => {
+        Some(wait) => {
             Subscription::start_after(hub.clone(), request, &state.subscriptions, wait).await?
         }
         _ => Subscription::start(hub.clone(), request, &state.subscriptions).await?,
