@@ -36,7 +36,8 @@ pub mod transition;
 mod upstream;
 mod view;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
@@ -141,8 +142,8 @@ pub struct Hub {
     /// The `Warning`s the API server sent with the resource's last LIST
     /// (`upstream::warning`): kubefan's answers for it carry them too.
     warnings: std::sync::Mutex<Arc<[&'static str]>>,
-    /// Live views by their normalised spec (see [`Hub::view`]).
-    views: std::sync::Mutex<HashMap<ViewSpec, std::sync::Weak<View>>>,
+    /// Live views (see [`Hub::view`]).
+    views: std::sync::Mutex<Views>,
     metrics: HubMetrics,
     /// Its cluster's metrics, for its subscriptions and streams.
     recorder: Arc<Metrics>,
@@ -199,7 +200,7 @@ impl Hub {
             is_closed: AtomicBool::new(false),
             subscribers_tx: watch::channel(0).0,
             warnings: std::sync::Mutex::new(Arc::from([])),
-            views: std::sync::Mutex::new(HashMap::new()),
+            views: std::sync::Mutex::new(Views::default()),
             metrics: metrics.hub_metrics(&meta.name),
             recorder: metrics,
             upstream: upstream::Upstream::default(),
@@ -445,22 +446,29 @@ impl Hub {
     pub fn view(&self, spec: ViewSpec) -> Arc<View> {
         let spec = spec.normalized();
         let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(view) = views.get(&spec).and_then(std::sync::Weak::upgrade) {
+        let Views { table, hasher } = &mut *views;
+        let hash = hasher.hash_one(&spec);
+        let live = table
+            .find(hash, |(h, v)| {
+                *h == hash && v.upgrade().is_some_and(|v| *v.spec() == spec)
+            })
+            .and_then(|(_, v)| v.upgrade());
+        if let Some(view) = live {
             return view;
         }
-        views.retain(|_, v| v.strong_count() > 0);
+        table.retain(|(_, v)| v.strong_count() > 0);
         let (plural, group) = self
             .meta
             .name
             .split_once('.')
             .unwrap_or((&self.meta.name, ""));
         let view = Arc::new(View::new(
-            spec.clone(),
+            spec,
             crate::selector::selectable_fields(group, plural),
             self.metrics.view_encodings(),
             self.metrics.views(),
         ));
-        views.insert(spec, Arc::downgrade(&view));
+        table.insert_unique(hash, (hash, Arc::downgrade(&view)), |(h, _)| *h);
         view
     }
 
@@ -520,6 +528,19 @@ impl Hub {
     }
 }
 
+/// A hub's live views, found by their normalised spec's hash and compared
+/// by the spec each view holds, so the table keeps no copy of it (a node
+/// agent's view is one entry of 16 bytes, not of its 192-byte spec and its
+/// strings). The hash is keyed per hub ([`RandomState`]): clients choose
+/// the specs, and must not be able to choose colliding ones.
+///
+/// [`RandomState`]: std::hash::RandomState
+#[derive(Default)]
+struct Views {
+    table: hashbrown::HashTable<(u64, std::sync::Weak<View>)>,
+    hasher: std::hash::RandomState,
+}
+
 /// An event's shared encoding, with an `id:` when it carries a position.
 fn event_frame(kind: EventType, rv: u64, has_id: bool, object: &[u8]) -> Frame {
     Frame::encode(kind.as_str(), kind.as_str(), has_id.then_some(rv), object)
@@ -541,7 +562,7 @@ mod tests {
     use crate::lifecycle::Lifecycle;
     use crate::metrics::Transport;
     use serde_json::json;
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, HashMap};
 
     /// `pod("a").ns("x").rv(3)`
     struct PodBuilder {
@@ -1751,6 +1772,35 @@ mod tests {
             let (view_a, view_b) = (hub.view(a.clone()), hub.view(b.clone()));
             assert!(!Arc::ptr_eq(&view_a, &view_b), "{a:?} and {b:?}: two views");
         }
+    }
+
+    #[test]
+    fn the_view_table_finds_each_live_view_and_forgets_dropped_ones() {
+        let hub = hub();
+        let node = |i: usize| {
+            ViewSpec::new(Filter {
+                fields: crate::selector::FieldSelector::parse_any(&format!("spec.nodeName={i}"))
+                    .unwrap(),
+                ..Filter::default()
+            })
+        };
+        let views: Vec<Arc<super::View>> = (0..1000).map(|i| hub.view(node(i))).collect();
+        for (i, view) in views.iter().enumerate() {
+            assert_eq!(*view.spec(), node(i).normalized());
+            assert!(
+                Arc::ptr_eq(view, &hub.view(node(i))),
+                "node {i}: not found again"
+            );
+        }
+        let weak = Arc::downgrade(&views[7]);
+        drop(views);
+        assert!(weak.upgrade().is_none(), "a dropped view stays alive");
+        // A view asked for after its last holder went is a new one, and
+        // the entries of the dropped ones are gone.
+        let again = hub.view(node(7));
+        assert_eq!(*again.spec(), node(7).normalized());
+        let table = hub.views.lock().unwrap();
+        assert_eq!(table.table.len(), 1);
     }
 
     #[tokio::test]
