@@ -422,11 +422,16 @@ fn across_clusters(req: &ServiceRequest) -> bool {
         return false;
     }
     req.path() == "/clusters"
-        || (req.path().starts_with("/stream/")
-            && req
-                .query_string()
-                .split('&')
-                .any(|pair| pair.split('=').next() == Some("clusters")))
+        || (req.path().starts_with("/stream/") && names_clusters(req.query_string()))
+}
+
+/// Whether a query has a `clusters` key, decoded as the stream's handler
+/// decodes it (`transport::sse`'s `web::Query`), so `%63lusters=` is the
+/// same request here as there. A query that does not decode is refused
+/// by the handler (400) before anything streams.
+fn names_clusters(query: &str) -> bool {
+    actix_web::web::Query::<Vec<(String, String)>>::from_query(query)
+        .is_ok_and(|pairs| pairs.iter().any(|(key, _)| key == "clusters"))
 }
 
 /// The host name a request was sent to, its port aside (the `Host`

@@ -488,6 +488,19 @@ async fn across_clusters_at_a_root_with_a_default_any_cluster_reviews_the_token(
         merged_west(&env, "wes-token").await,
         BTreeSet::from(["web".to_string()])
     );
+    // The key percent-encoded is the same request: the middleware decodes
+    // it as the stream's handler does (it took this for east's).
+    let resp = env
+        .get("/stream/pods?%63lusters=west", Some("wes-token"))
+        .await;
+    assert_eq!(resp.status(), 200, "an encoded key names the clusters too");
+    let mut sse = SseClient::new(resp);
+    let mut encoded = Merged::default();
+    encoded.until_synced(&mut sse, &["west"]).await;
+    assert_eq!(
+        namespaces(&encoded.views["west"]),
+        BTreeSet::from(["web".to_string()])
+    );
     let (status, body) = env.json("/clusters", Some("wes-token")).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["clusters"].as_array().unwrap().len(), 1, "{body}");
