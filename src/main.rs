@@ -111,6 +111,8 @@ struct ServeArgs {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Before any thread: glibc's arenas are made per thread.
+    kubefan::heap::one_glibc_arena();
     let mut cmd = Cli::command();
     let mut from_file = Vec::new();
     if let Some(path) = config_path(std::env::args_os(), std::env::var_os("KUBEFAN_CONFIG")) {

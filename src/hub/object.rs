@@ -38,10 +38,26 @@ pub struct Obj {
 impl Obj {
     /// `json` is the object as one JSON value; `rv` its parsed resourceVersion.
     pub fn new(namespace: Option<&str>, name: &str, rv: u64, json: &[u8]) -> Obj {
+        // Exactly its length: the encoder's doubled buffer is not kept.
+        Obj::with_json(namespace, name, rv, KeptBuf::copy(json))
+    }
+
+    /// As [`Obj::new`], for a version the hub logs at once (a watch
+    /// event's: `Hub::apply`), whose JSON then lives in its frame
+    /// ([`Obj::share_frame`]): `json` stays in the process's allocator
+    /// rather than being copied into a kept buffer for the moment until
+    /// then. That copy, freed just below each frame the log keeps, left a
+    /// hole per event in glibc's arena that later copies fitted only in
+    /// part: at 150,000 pods and 200 changes/s the arena grew 4–6 MB every
+    /// 10 s with no viewer (`loadtest/RESULTS.md`, 2026-12-05).
+    pub fn logged(namespace: Option<&str>, name: &str, rv: u64, json: Vec<u8>) -> Obj {
+        Obj::with_json(namespace, name, rv, Bytes::from(json))
+    }
+
+    fn with_json(namespace: Option<&str>, name: &str, rv: u64, json: Bytes) -> Obj {
         let mut obj = Obj {
             rv,
-            // Exactly its length: the encoder's doubled buffer is not kept.
-            json: KeptBuf::copy(json),
+            json,
             text: Box::default(),
             ends: Box::default(),
             labels: 0,

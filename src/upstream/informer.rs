@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::beside::blocking;
 use super::events::{self, Events};
-use super::ingest::{IngestOptions, Ingesting, ingest};
+use super::ingest::{IngestOptions, Ingesting, ingest_event};
 use super::list::{ListKind, ListMode, ListPlan};
 use super::watchlist::WatchListEnd;
 use crate::hub::{EventType, Hub, Obj};
@@ -464,7 +464,7 @@ impl Informer {
                 }
             };
             delivered = true;
-            match ingest(&obj, &self.resource, self.cfg.ingest) {
+            match ingest_event(&obj, &self.resource, self.cfg.ingest) {
                 Ok(obj) => {
                     *rv = (*rv).max(obj.resource_version());
                     self.hub.apply(kind, obj);

@@ -121,8 +121,28 @@ pub enum IngestError {
 /// The fields written first, in this order, as `DynamicObject` wrote them.
 const FIRST: [&str; 3] = ["apiVersion", "kind", "metadata"];
 
-/// Turns an upstream object into the hub's form.
+/// Turns an upstream object into the hub's form, its JSON in a buffer
+/// the hub keeps (a listed object's: the cache holds it as it is).
 pub fn ingest(o: &RawValue, api: &ApiResource, opts: IngestOptions) -> Result<Obj, IngestError> {
+    ingest_as(o, api, opts, true)
+}
+
+/// As [`ingest`], for a watch event's object, which the hub logs at once
+/// and then keeps inside the event's frame (`Obj::logged`).
+pub fn ingest_event(
+    o: &RawValue,
+    api: &ApiResource,
+    opts: IngestOptions,
+) -> Result<Obj, IngestError> {
+    ingest_as(o, api, opts, false)
+}
+
+fn ingest_as(
+    o: &RawValue,
+    api: &ApiResource,
+    opts: IngestOptions,
+    kept: bool,
+) -> Result<Obj, IngestError> {
     let top: Fields = serde_json::from_str(o.get()).map_err(|_| IngestError::NotAnObject)?;
     let meta: Fields = top
         .get("metadata")
@@ -179,7 +199,11 @@ pub fn ingest(o: &RawValue, api: &ApiResource, opts: IngestOptions) -> Result<Ob
         .iter()
         .map(|path| nested.find(&top, path).map(|v| field_text(Some(&v))))
         .collect();
-    Ok(Obj::new(namespace.as_deref(), &name, rv, &json).with_selectors(labels, fields, values))
+    let obj = match kept {
+        true => Obj::new(namespace.as_deref(), &name, rv, &json),
+        false => Obj::logged(namespace.as_deref(), &name, rv, json),
+    };
+    Ok(obj.with_selectors(labels, fields, values))
 }
 
 /// The field `key` of `fields` decoded as `T`: `None` if it is missing or
