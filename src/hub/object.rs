@@ -48,8 +48,9 @@ impl Obj {
     /// rather than being copied into a kept buffer for the moment until
     /// then. That copy, freed just below each frame the log keeps, left a
     /// hole per event in glibc's arena that later copies fitted only in
-    /// part: at 150,000 pods and 200 changes/s the arena grew 4–6 MB every
-    /// 10 s with no viewer (`loadtest/RESULTS.md`, 2026-12-05).
+    /// part: at 150,000 pods and 200 changes/s, 2.4 MB free in the arena
+    /// after the first 50 s against 0.3 MB without it
+    /// (`loadtest/RESULTS.md`, 2026-12-05).
     pub fn logged(namespace: Option<&str>, name: &str, rv: u64, json: Vec<u8>) -> Obj {
         Obj::with_json(namespace, name, rv, Bytes::from(json))
     }
