@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::super::{Parkable, Tick};
 use super::{Parked, Writer};
-use crate::hub::{Hub, Lapped, Step};
+use crate::hub::{Hub, Lapped, Step, View};
 use crate::metrics::Unparked;
 use crate::transport::stream::Batched;
 
@@ -59,8 +59,10 @@ fn send<M: Parkable>(
 pub(super) struct Pass {
     /// The steps read so far, one per view and cursor the streams were at.
     steps: Vec<Prepared>,
-    /// Where each is in `steps`, and the one found last (streams of one
-    /// view at one cursor are the usual case).
+    /// Where each is in `steps`, by its view's address and cursor, and
+    /// the one found last (streams of one view at one cursor are the
+    /// usual case). The address is a key only while `steps` holds the
+    /// view: no other view can be at it meanwhile, across yields too.
     index: HashMap<(usize, u64), usize>,
     last: Option<usize>,
     /// The next slot to visit.
@@ -78,8 +80,10 @@ pub(super) struct Pass {
 /// A step read and framed once for every stream of a view at one
 /// cursor, and how many streams took it.
 struct Prepared {
-    /// The view, by address.
-    view: usize,
+    /// The view it was read through, held so that its address keys
+    /// `Pass::index` (a view no stream holds any more is not dropped
+    /// while the pass may still look it up).
+    view: Arc<View>,
     from: u64,
     step: Result<(Step, Option<Batched>), Lapped>,
     took: u64,
@@ -90,14 +94,14 @@ struct Prepared {
 
 impl Pass {
     /// The step read for `view` at cursor `from`, if there is one.
-    fn find(&mut self, view: usize, from: u64) -> Option<usize> {
+    fn find(&mut self, view: &Arc<View>, from: u64) -> Option<usize> {
         if let Some(at) = self.last
-            && self.steps[at].view == view
+            && Arc::ptr_eq(&self.steps[at].view, view)
             && self.steps[at].from == from
         {
             return Some(at);
         }
-        let at = *self.index.get(&(view, from))?;
+        let at = *self.index.get(&(address(view), from))?;
         self.last = Some(at);
         Some(at)
     }
@@ -120,11 +124,18 @@ impl Pass {
 
     fn add(&mut self, prepared: Prepared) -> usize {
         let at = self.steps.len();
-        self.index.insert((prepared.view, prepared.from), at);
+        self.index
+            .insert((address(&prepared.view), prepared.from), at);
         self.steps.push(prepared);
         self.last = Some(at);
         at
     }
+}
+
+/// A view's key in `Pass::index`: its address, unique while the pass
+/// holds it.
+fn address(view: &Arc<View>) -> usize {
+    Arc::as_ptr(view) as usize
 }
 
 /// What a pass's visit of one stream came to.
@@ -193,12 +204,12 @@ impl Visiting<'_> {
         }
         // Usually one cursor per view: every stream took the last
         // step.
-        let view = Arc::as_ptr(source.subscription().view()) as usize;
+        let view = source.subscription().view();
         let at = match pass.find(view, parked.cursor) {
             Some(at) => at,
             None => {
-                let shown = source.subscription().view().clone();
-                let step = Step::read(self.hub, &shown, parked.cursor).map(|step| {
+                let view = view.clone();
+                let step = Step::read(self.hub, &view, parked.cursor).map(|step| {
                     let batched = source.frame_step(&step);
                     (step, batched)
                 });
@@ -411,5 +422,58 @@ impl<M: Parkable> Writer<M> {
         for key in ended {
             drop(self.leave(key));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{Pass, Prepared};
+    use crate::hub::{Filter, Hub, Lapped, LogLimits, ResourceMeta, ViewSpec};
+    use crate::metrics::Metrics;
+
+    /// A step is found for the view and cursor it was read at, and the
+    /// pass holds that view until it forgets its steps: the view's
+    /// address keys the pass's index, so no other view may be made at
+    /// it while the pass can still find the step (the streams of a view
+    /// may all leave mid-pass, and a pass lasts across the writer's
+    /// yields).
+    #[tokio::test]
+    async fn a_pass_holds_the_views_its_steps_are_keyed_by() {
+        let hub = Hub::new(
+            ResourceMeta {
+                name: "pods".into(),
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+            },
+            LogLimits::default(),
+            Arc::new(Metrics::new()),
+        );
+        let view = hub.view(ViewSpec::new(Filter::default()));
+        let other = hub.view(ViewSpec::new(Filter {
+            namespaces: vec!["web".into()],
+            ..Filter::default()
+        }));
+        let mut pass = Pass::default();
+        let at = pass.add(Prepared {
+            view: view.clone(),
+            from: 7,
+            step: Err(Lapped),
+            took: 0,
+            extra: 0,
+        });
+        let weak = Arc::downgrade(&view);
+        drop(view);
+        let held = weak
+            .upgrade()
+            .expect("the pass holds the view its step was read through");
+        assert_eq!(pass.find(&held, 7), Some(at));
+        assert_eq!(pass.find(&held, 8), None, "another cursor");
+        assert_eq!(pass.find(&other, 7), None, "another view");
+        drop(held);
+        pass.count_and_clear(None);
+        assert!(weak.upgrade().is_none(), "let go with the steps");
+        assert_eq!(pass.find(&other, 7), None);
     }
 }
