@@ -300,6 +300,15 @@ impl ClusterOf {
 #[derive(Clone, Copy)]
 pub struct Prefixed;
 
+/// In a request's extensions when the middleware took it for a request
+/// across clusters (`/clusters`, a stream naming `clusters`, `/ws` at the
+/// root of a gateway of several clusters): its token was reviewed by
+/// whichever cluster knew it, so what it reads of any one cluster, the
+/// default too, is that cluster's to review again
+/// (`Auth::principal_in`).
+#[derive(Clone, Copy)]
+pub struct Across;
+
 impl FromRequest for ClusterOf {
     type Error = ApiError;
     type Future = Ready<Result<ClusterOf, ApiError>>;

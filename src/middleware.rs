@@ -286,16 +286,20 @@ async fn checks(
     } else {
         let client = crate::transport::takeover::peer_certificates(req.request());
         // A Kubernetes token is reviewed by the cluster the request is for.
-        // A request for no cluster (`/clusters`, a stream across clusters)
-        // by the clusters in turn, the first that accepts it naming the
-        // principal; whatever it then reads of another cluster is that
-        // cluster's to review again (`Auth::principal_in`).
+        // A request for no cluster (`/clusters`, a stream across clusters,
+        // root `/ws` of several) by every cluster at once, the first that
+        // accepts it naming the principal (`first_accepted`); whatever it
+        // then reads of any cluster is that cluster's to review again
+        // (`Auth::principal_in`, `cluster::Across`).
         // A request across clusters at the root is for no cluster, even
         // where the root also serves a default one: which clusters accept
         // its token is theirs to say (the default first, so that a token
         // every cluster accepts names the default's user), and the default
         // down takes none of the others away.
-        let across = across_clusters(&req);
+        let across = across_clusters(&req, state.clusters.named());
+        if across {
+            req.extensions_mut().insert(crate::cluster::Across);
+        }
         let chosen = req
             .extensions()
             .get::<ClusterOf>()
@@ -327,17 +331,12 @@ async fn checks(
             }
             (None, false) => vec![state.clusters.all()[0].authorizer().clone()],
         };
-        let mut authenticated = Err(crate::auth::Error::Setup("no cluster".into()));
-        for reviews in &reviewers {
-            authenticated = state
+        let reviews = reviewers.iter().map(|reviews| {
+            state
                 .auth
                 .authenticate(req.headers(), req.query_string(), client.as_ref(), reviews)
-                .await;
-            if authenticated.is_ok() {
-                break;
-            }
-        }
-        match authenticated {
+        });
+        match first_accepted(reviews).await {
             Ok(p) => Some(p),
             Err(err) => {
                 tracing::debug!(path = %req.path(), reason = %err, "request not authenticated");
@@ -385,6 +384,43 @@ async fn checks(
     Ok(res.map_into_boxed_body())
 }
 
+/// The first of `reviews` (one per cluster, in order of preference) to
+/// accept, run at once: a cluster that hangs or is down delays no other's
+/// answer, and a bad token costs one review per cluster, concurrently.
+/// Of those accepted by the time one is, the most preferred names the
+/// principal (reviews the clusters hold within their TTL answer at once,
+/// so a token every cluster knows is the default's user); when none
+/// accepts, the most preferred's refusal is the answer.
+async fn first_accepted<F>(
+    reviews: impl Iterator<Item = F>,
+) -> Result<Principal, crate::auth::Error>
+where
+    F: Future<Output = Result<Principal, crate::auth::Error>>,
+{
+    let mut pending: Vec<Option<Pin<Box<F>>>> = reviews.map(|f| Some(Box::pin(f))).collect();
+    let mut answers: Vec<Option<Result<Principal, crate::auth::Error>>> =
+        pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (review, answer) in pending.iter_mut().zip(answers.iter_mut()) {
+            if let Some(fut) = review
+                && let Poll::Ready(verdict) = fut.as_mut().poll(cx)
+            {
+                *answer = Some(verdict);
+                *review = None;
+            }
+        }
+        if let Some(at) = answers.iter().position(|a| matches!(a, Some(Ok(_)))) {
+            return Poll::Ready(answers[at].take());
+        }
+        if pending.iter().all(Option::is_none) {
+            return Poll::Ready(answers.iter_mut().find_map(Option::take));
+        }
+        Poll::Pending
+    })
+    .await
+    .unwrap_or_else(|| Err(crate::auth::Error::Setup("no cluster".into())))
+}
+
 /// Routes `req` as if it had been sent to `path` (its query kept), as
 /// actix's own `NormalizePath` rewrites a path before routing.
 fn route_to(req: &mut ServiceRequest, path: &str) {
@@ -415,13 +451,16 @@ fn origin(headers: &HeaderMap) -> Option<String> {
         .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
 }
 
-/// Whether a request is for several clusters at once: `/clusters`, or a
-/// stream across clusters (`/stream/R?clusters=...`), at the root.
-fn across_clusters(req: &ServiceRequest) -> bool {
+/// Whether a request is for several clusters at once: `/clusters`, a
+/// stream across clusters (`/stream/R?clusters=...`), or, on a gateway of
+/// several clusters (`several`), `/ws`, whose subscriptions may each name
+/// theirs; at the root.
+fn across_clusters(req: &ServiceRequest, several: bool) -> bool {
     if req.extensions().contains::<crate::cluster::Prefixed>() {
         return false;
     }
     req.path() == "/clusters"
+        || (several && req.path() == "/ws")
         || (req.path().starts_with("/stream/") && names_clusters(req.query_string()))
 }
 

@@ -516,6 +516,115 @@ async fn across_clusters_at_a_root_with_a_default_any_cluster_reviews_the_token(
     env.stop().await;
 }
 
+/// Root `/ws` of a gateway of several clusters, with a default one, is
+/// across clusters: any cluster may accept its token, every cluster at
+/// once (a hung default delays no other's answer), and each subscription
+/// is authorized as its own cluster's principal, the default's too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_ws_with_a_default_cluster_is_across_clusters() {
+    let sims = team_clusters(
+        &["east", "west"],
+        |name| {
+            let mut users = vec![SimUser::new("dana-token", "dana", &["team"])];
+            if name == "west" {
+                users.push(SimUser::new("wes-token", "wes", &[]));
+                users.push(SimUser::new("wren-token", "wren", &[]));
+            }
+            users
+        },
+        &[
+            ("east", "dana", "web"),
+            ("west", "dana", "batch"),
+            ("west", "wes", "web"),
+            ("west", "wren", "batch"),
+        ],
+    );
+    let mut cfg = test_config(&["pods"]);
+    cfg.auth.set(AuthMethod::Kubernetes);
+    cfg.auth.cache_ttl = Duration::from_secs(300);
+    cfg.clusters.default = Some("east".into());
+    let mut env = serve(sims, cfg).await;
+    env.rbac_loaded().await;
+    let addr = env.app.local_addr();
+
+    async fn snapshot(ws: &mut crate::ws::WsClient, sub: &str) -> BTreeSet<String> {
+        let mut view = ClientView::new();
+        tokio::time::timeout(WAIT, async {
+            while view.snapshots == 0 {
+                view.apply(&crate::ws::event(&next_of(ws, sub).await));
+            }
+        })
+        .await
+        .expect("the snapshot in time");
+        namespaces(&view)
+    }
+    // A token only west knows opens the socket (east alone reviewed it:
+    // 401), and reads west; the socket's own cluster, east, does not
+    // know it, and says so for that subscription alone.
+    let mut ws = crate::ws::WsClient::connect_to(addr, "/ws?access_token=wes-token").await;
+    ws.subscribe(
+        serde_json::json!({"op": "subscribe", "id": "w", "resource": "pods", "cluster": "west"}),
+    )
+    .await;
+    assert_eq!(
+        snapshot(&mut ws, "w").await,
+        BTreeSet::from(["web".to_string()])
+    );
+    ws.subscribe(serde_json::json!({"op": "subscribe", "id": "e", "resource": "pods"}))
+        .await;
+    let refused = next_of(&mut ws, "e").await;
+    assert_eq!(refused["type"], "ERROR", "{refused}");
+    assert_eq!(refused["object"]["code"], 401, "{refused}");
+    // Dana, whom both know: the default's subscription is east's dana
+    // (web), a named one west's (batch).
+    let mut ws = crate::ws::WsClient::connect_to(addr, "/ws?access_token=dana-token").await;
+    ws.subscribe(serde_json::json!({"op": "subscribe", "id": "e", "resource": "pods"}))
+        .await;
+    assert_eq!(
+        snapshot(&mut ws, "e").await,
+        BTreeSet::from(["web".to_string()])
+    );
+    ws.subscribe(
+        serde_json::json!({"op": "subscribe", "id": "w", "resource": "pods", "cluster": "west"}),
+    )
+    .await;
+    assert_eq!(
+        snapshot(&mut ws, "w").await,
+        BTreeSet::from(["batch".to_string()])
+    );
+
+    // East's API server hung: it takes connections and never answers, so
+    // its review of a token it has not seen waits out its 10 s. Reviewed
+    // one cluster after another, east first, a token only west knows
+    // waited for that; reviewed at once, west's answer opens the socket.
+    let east = env.kill("east").await;
+    let hung = tokio::net::TcpListener::bind(east)
+        .await
+        .expect("east's address");
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = hung.accept().await {
+            held.push(conn);
+        }
+    });
+    let mut ws = tokio::time::timeout(
+        Duration::from_secs(5),
+        crate::ws::WsClient::connect_to(addr, "/ws?access_token=wren-token"),
+    )
+    .await
+    .expect("west's answer opens the socket while east's review hangs");
+    ws.subscribe(
+        serde_json::json!({"op": "subscribe", "id": "w", "resource": "pods", "cluster": "west"}),
+    )
+    .await;
+    assert_eq!(
+        snapshot(&mut ws, "w").await,
+        BTreeSet::from(["batch".to_string()])
+    );
+    held.abort();
+    env.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_cluster_reviews_its_tokens_and_evaluates_its_own_rbac() {
     let sims = team_clusters(

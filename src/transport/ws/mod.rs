@@ -110,8 +110,9 @@ pub async fn mux(
         Err(_) if state.clusters.named() => None,
         Err(err) => return Err(err),
     };
+    let across = actix_web::HttpMessage::extensions(&req).contains::<crate::cluster::Across>();
     let taken = handshake(&req, &state, &[])?;
-    mux::spawn(state, cluster, Box::new(taken), principal);
+    mux::spawn(state, (cluster, across), Box::new(taken), principal);
     // actix writes this into the emptied connection, where it vanishes.
     Ok(HttpResponse::Ok().finish())
 }

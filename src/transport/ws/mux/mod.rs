@@ -58,7 +58,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// connection there.
 pub(super) fn spawn(
     state: web::Data<AppState>,
-    cluster: Option<Arc<Cluster>>,
+    cluster: (Option<Arc<Cluster>>, bool),
     taken: Box<Taken>,
     principal: Principal,
 ) {
@@ -99,7 +99,7 @@ enum SocketTask {
 /// no default one), the connection, and who opened it.
 type Opening = (
     web::Data<AppState>,
-    Option<Arc<Cluster>>,
+    (Option<Arc<Cluster>>, bool),
     Box<Taken>,
     Principal,
 );
@@ -164,10 +164,11 @@ async fn end(control: Control, stop: Stop) {
 
 /// Subscribes `principal` to `resource` in `cluster` as `params` say,
 /// unless the gateway is stopping: the subscription framed for a socket,
-/// or the `Status` that refused it. In a cluster the subscription named
-/// (`elsewhere`), the principal is that cluster's own
-/// (`Auth::principal_in`: a Kubernetes token is reviewed by the cluster it
-/// reads, not the one the socket was opened on).
+/// or the `Status` that refused it. Where the socket's principal may not
+/// be `cluster`'s (`elsewhere`: the subscription named a cluster, or the
+/// socket is across clusters and any of them named it), the principal is
+/// that cluster's own (`Auth::principal_in`: a Kubernetes token is
+/// reviewed by the cluster it reads, not the one that accepted it first).
 fn starting(
     state: web::Data<AppState>,
     (cluster, elsewhere): (Arc<Cluster>, bool),
@@ -220,6 +221,11 @@ struct Socket {
     /// `/ws` on a gateway of several clusters and no default one: each
     /// subscription names its cluster or clusters.
     cluster: Option<Arc<Cluster>>,
+    /// Opened across clusters (`/ws` at the root of a gateway of several,
+    /// `cluster::Across`): its principal is whichever cluster's accepted
+    /// the token, so every subscription, the default cluster's too, is
+    /// authorized as its own cluster's principal.
+    across: bool,
     /// Its subscriptions are listed in the outbox (`Outbox::holds`).
     outbox: Arc<Outbox>,
     /// Subscriptions it may start now ([`StreamConfig::subscribes_per_minute`]).
@@ -235,11 +241,12 @@ struct Socket {
 impl Socket {
     fn new(
         state: web::Data<AppState>,
-        cluster: Option<Arc<Cluster>>,
+        (cluster, across): (Option<Arc<Cluster>>, bool),
         principal: Principal,
     ) -> Socket {
         Socket {
             cluster,
+            across,
             subscribes: Ration::per_minute(state.stream.subscribes_per_minute),
             state,
             outbox: Arc::new(Outbox::new()),
@@ -328,7 +335,7 @@ impl Socket {
                 };
                 let starting = starting(
                     self.state.clone(),
-                    (cluster, named),
+                    (cluster, named || self.across),
                     self.principal.clone(),
                     resource,
                     params,
