@@ -5,10 +5,11 @@
 //! Keep-alive ticks are spread over the interval: each stream (and each
 //! `/ws` socket) is given one of [`PHASES`] phases when it starts, and
 //! ticks once per interval, at its phase's beat; a beat comes every
-//! `interval / PHASES`. One tick for every stream at once was a burst of
-//! 10,000 writes (pings, and 10,000 pongs back) at 10,000 WebSocket
-//! subscribers, which the next change's deliveries queued behind
-//! (`loadtest/RESULTS.md`, stop 41); a beat is a sixteenth of it.
+//! `interval / PHASES`. One tick for every stream at once is a burst of
+//! a write per stream (and, on WebSockets, a pong back for each), which
+//! the next change's deliveries queue behind (`loadtest/RESULTS.md`,
+//! "keep-alive ticks spread over the interval"); a beat is a sixteenth
+//! of it.
 //!
 //! Everything that must notice one of these holds an `Arc<Lifecycle>`:
 //! subscriptions poll its [`Epoch`] beside their hub's (one registration per
@@ -190,7 +191,7 @@ pub struct PhaseWait {
     /// The phase's ticks seen, modulo 2^32 (only ever compared for
     /// equality; 2^32 intervals are centuries): with the phase it fits the
     /// 8 bytes a `u64` alone took, and a subscription is no larger than
-    /// with these fields loose in it (192 bytes, measured at stop 42).
+    /// with these fields loose in it.
     ticks: u32,
     phase: Phase,
     reg: Registration,

@@ -43,14 +43,6 @@ pub trait ChunkSource: Send + Unpin + 'static {
     fn batch(&mut self) -> Option<&mut dyn BatchSource> {
         None
     }
-
-    /// The next chunk to write, or `None` when the stream is over.
-    fn chunk(&mut self) -> impl Future<Output = Option<Bytes>> + Send
-    where
-        Self: Sized,
-    {
-        std::future::poll_fn(|cx| self.poll_chunk(cx))
-    }
 }
 
 /// Authorizes, then subscribes ([`authorize`], [`join`]).

@@ -11,7 +11,6 @@
 //! through without a copy (the common case: one event, many subscribers)
 //! and joins several into one buffer sized once.
 
-use std::future::poll_fn;
 use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
@@ -130,14 +129,9 @@ impl<F: Framing> Framed<F> {
         &self.framing
     }
 
-    /// Frames the subscription's next item into `out`. False once the
-    /// stream is over (and nothing was framed).
-    pub async fn next_into(&mut self, out: &mut F::Out) -> bool {
-        poll_fn(|cx| self.poll_next_into(cx, out)).await
-    }
-
-    /// [`Framed::next_into`] as a poll: `Pending` while the subscription
-    /// has nothing (nothing is framed then).
+    /// Frames the subscription's next item into `out`: false once the
+    /// stream is over (and nothing was framed), `Pending` while the
+    /// subscription has nothing (nothing is framed then).
     pub fn poll_next_into(&mut self, cx: &mut Context<'_>, out: &mut F::Out) -> Poll<bool> {
         if self.ended {
             return Poll::Ready(false);

@@ -416,10 +416,10 @@ impl Subscription {
     /// keep-alive. `None` if it saw every tick, or the gateway is shutting
     /// down (the stream's end is owed instead).
     ///
-    /// So a stream that is sent events is sent no keep-alives: a tick
-    /// under load wrote one to every stream at once, 10,000 writes (~50
-    /// ms of a core at 10,000 subscribers) ahead of the next change's
-    /// (`loadtest/RESULTS.md`, stop 40). A stream is still never silent
+    /// So a stream that is sent events is sent no keep-alives: otherwise
+    /// a tick under load is a write to every stream, queued ahead of the
+    /// next change's deliveries (measured in `loadtest/RESULTS.md`,
+    /// "keep-alives only to idle streams"). A stream is still never silent
     /// for two keep-alive intervals. Its ticks come at its phase's beats
     /// ([`crate::lifecycle::Phase`]), once per interval, so the streams
     /// of a writer do not all tick at once.

@@ -85,11 +85,6 @@ impl Streams {
         }
     }
 
-    /// `fut`, counted among the streams [`Streams::stop`] waits for.
-    pub fn track<F: Future>(&self, fut: F) -> tokio_util::task::task_tracker::TrackedFuture<F> {
-        self.tracker.track_future(fut)
-    }
-
     /// Runs `fut` as a stream: on the streams' runtime (the informer's,
     /// whose wake-ups then cross no thread), counted among the streams
     /// [`Streams::stop`] waits for. The handle aborts it, or waits for its

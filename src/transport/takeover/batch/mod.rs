@@ -238,10 +238,10 @@ struct Registry {
     /// Per hub, source type, id tag and shard: its writer's mailbox.
     writers: Mutex<HashMap<Key, Arc<dyn Any + Send + Sync>>>,
     /// Writers per hub, type and tag: one per worker thread of the
-    /// runtime. One writer's pass over 10,000 streams is 10,000 `sendmsg`s
-    /// on one thread (~90 ms at 9 µs each), and a change's last delivery
-    /// waits for all of them: that pass is most of a change's latency
-    /// (`RESULTS.md`, stop 44). Streams are dealt to the shards in turn
+    /// runtime. One writer's pass is a `sendmsg` per stream on one
+    /// thread, and a change's last delivery waits for all of them: that
+    /// pass is most of a change's latency (`loadtest/RESULTS.md`, "a
+    /// writer per runtime thread"). Streams are dealt to the shards in turn
     /// as they park, so a change's pass can run on every core at once (a
     /// woken writer goes to an idle worker thread if there is one).
     shards: usize,

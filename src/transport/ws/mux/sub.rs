@@ -193,9 +193,8 @@ impl Wire for Outboxed {
     /// socket's control loop keeps its write deadline.
     ///
     /// Straight on, because a frame queued per message is a wake of the
-    /// socket's control loop and a write each: a stream its own task
-    /// drives (one not parked, as a merged stream's never is) cost 1.2-1.5×
-    /// the CPU per delivery (`loadtest/RESULTS.md`, stop 39). Queued
+    /// socket's control loop and a write each, for every stream its own
+    /// task drives (one not parked; a merged stream's never is). Queued
     /// otherwise, so that a socket that does not read holds at most
     /// [`super::outbox::OUTBOX`] frames and one item's rest.
     fn poll_write(
