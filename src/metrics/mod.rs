@@ -55,6 +55,7 @@ pub struct Metrics {
     connections: Family<ProtocolLabel, Counter>,
     batched: Gauge,
     visited: Counter,
+    writer_polls: Counter,
     unparked: Family<ReasonLabel, Counter>,
     signins: Family<SignInLabels, Counter>,
     oidc_issuer_ready: Family<IssuerLabel, Gauge>,
@@ -119,6 +120,7 @@ impl Metrics {
             last_sync: Family::default(),
             batched: Gauge::default(),
             visited: Counter::default(),
+            writer_polls: Counter::default(),
             unparked: Family::default(),
             signins: Family::default(),
             oidc_issuer_ready: Family::default(),
@@ -135,6 +137,11 @@ impl Metrics {
             "streams_visited",
             "Batched streams a writer's passes read the log for: those whose views pin nothing, and those the events reached (a node agent's, for its node's)",
             m.visited.clone(),
+        );
+        registry.register(
+            "batch_writer_polls",
+            "Times the batch writers ran: each takes in streams, reads their input, and brings them to the head of the log or writes a tick",
+            m.writer_polls.clone(),
         );
         registry.register(
             "streams_unparked",
@@ -333,6 +340,11 @@ impl Metrics {
     /// Batched streams visited by their writers' passes.
     pub fn streams_visited(&self) -> Counter {
         self.visited.clone()
+    }
+
+    /// Times the batch writers were polled.
+    pub fn batch_writer_polls(&self) -> Counter {
+        self.writer_polls.clone()
     }
 
     /// A sign-in step answered with `status`.

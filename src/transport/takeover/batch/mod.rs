@@ -252,6 +252,8 @@ struct Registry {
     parked: Gauge,
     /// Streams the writers' passes visited.
     visited: Counter,
+    /// Times the writers were polled.
+    polls: Counter,
     metrics: Arc<Metrics>,
 }
 
@@ -280,6 +282,7 @@ impl Batches {
             tracker,
             parked: metrics.batched(),
             visited: metrics.streams_visited(),
+            polls: metrics.batch_writer_polls(),
             metrics,
         }))
     }

@@ -250,6 +250,11 @@ impl Setup {
             .map_or(0, |l| l.rsplit(' ').next().unwrap().parse().unwrap())
     }
 
+    /// Times the writers were polled so far.
+    fn writer_polls(&self) -> u64 {
+        self.metrics.batch_writer_polls().get()
+    }
+
     fn unparked_total(&self) -> u64 {
         let text = self.metrics.encode();
         text.lines()
@@ -303,6 +308,14 @@ async fn run_a_while() {
     for _ in 0..50 {
         tokio::task::yield_now().await;
     }
+}
+
+/// Lets the writers run until one has been polled since `before`
+/// ([`Setup::writer_polls`]), then a while more: the witness that what
+/// must not happen had the writer's chance to.
+async fn writer_ran(s: &Setup, before: u64) {
+    run_until("the writer ran", || s.writer_polls() > before).await;
+    run_a_while().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -428,8 +441,9 @@ async fn a_stale_input_wake_does_not_unpark_the_slots_next_stream() {
     run_until("b parked", || s.parked_now() == 2).await;
     let mine = lock(&b.input_waker).clone().expect("b's input waker");
     assert!(!stale.will_wake(&mine));
+    let polls = s.writer_polls();
     stale.wake_by_ref();
-    run_a_while().await;
+    writer_ran(&s, polls).await;
     assert_eq!(s.parked_now(), 2, "b stays parked");
     assert_eq!(b.unparked(), None);
     assert_eq!(s.unparked_total(), 0);
@@ -549,8 +563,9 @@ async fn a_deadline_that_passes_during_a_pass_is_kept_for_the_streams_after() {
         }));
         if tick {
             // The first tick owes nothing (the snapshots told a position).
+            let polls = s.writer_polls();
             s.lifecycle.tick();
-            run_a_while().await;
+            writer_ran(&s, polls).await;
             s.lifecycle.tick();
         } else {
             s.append();
@@ -575,8 +590,9 @@ async fn a_tick_is_written_without_unparking() {
     run_until("all parked", || s.parked_now() == 3).await;
     // Their snapshots told them a position since the last tick: this one
     // owes them nothing.
+    let polls = s.writer_polls();
     s.lifecycle.tick();
-    run_a_while().await;
+    writer_ran(&s, polls).await;
     assert!(sockets.iter().all(|s| s.wrote().is_empty()));
     s.lifecycle.tick();
     run_until("keep-alives written", || {

@@ -300,6 +300,7 @@ impl<M: Parkable> Future for Writer<M> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let w = self.get_mut();
         w.budget = SENDS_PER_POLL;
+        w.batches.0.polls.inc();
         loop {
             let (incoming, readable) = {
                 let mut inbox = lock(&w.mailbox);
