@@ -176,7 +176,18 @@ pub(super) async fn serve<S>(
                     tracing::debug!(?peer, error = %err, "HTTP/2 connection ended with an error");
                     return;
                 }
-                None => return,
+                None => {
+                    // Closed gracefully (no stream open for a while, or
+                    // shutdown): h2 sent its last GOAWAY and the FIN.
+                    // Dropped at once, the socket is reset under what the
+                    // client still sends (the answer to h2's last ping),
+                    // and the client reads an error, not the GOAWAY.
+                    if draining && let Some(io) = io_handle.take() {
+                        drop(conn);
+                        linger(io).await;
+                    }
+                    return;
+                }
             },
             // Set while h2 reads (`h2_guard`), which then wakes this task.
             () = poll_fn(|_| if cut.is_cut() { Poll::Ready(()) } else { Poll::Pending }) => {
