@@ -4,14 +4,19 @@
 //! subscriptions are parked with (`takeover::batch`), on any thread.
 //!
 //! One rule keeps the frames whole and each subscription's in order: the
-//! socket is written *directly* (one `sendmsg`, under the outbox's lock)
-//! only while nothing is queued and the socket's control loop has no
-//! frame under way; anything else is queued, and the control loop writes
-//! the queue in order (`super::Writer`). A direct write the socket takes
-//! only part of queues its rest first, so nothing can come between. Over
-//! TLS a direct write is encrypted into the session; records its socket
-//! did not take are the control loop's to send (an empty frame, queued),
-//! and what follows queues behind them.
+//! socket is written *directly* (one `sendmsg`) only while nothing is
+//! queued, the socket's control loop has no frame under way and no other
+//! direct write is; anything else is queued, and the control loop writes
+//! the queue in order (`super::Writer`). A direct write claims the socket
+//! under the outbox's lock and writes (and, over TLS, encrypts) outside
+//! it, so the control loop and the writers of the socket's other
+//! subscriptions, on other threads, queue meanwhile rather than wait for
+//! a syscall; the control loop takes nothing from the queue until the
+//! write is done. A direct write the socket takes only part of puts its
+//! rest at the head of the queue, so nothing can come between. Over TLS
+//! records its socket did not take are the control loop's to send (an
+//! empty frame, at the head), and what follows queues behind them. Tasks
+//! are woken after the lock is let go.
 //!
 //! The queue is bounded for the subscriptions ([`OUTBOX`]: past it they
 //! wait for room), and for the control loop by its reading: it reads the
@@ -60,6 +65,9 @@ struct State {
     /// The control loop has a frame under way (or the handshake response:
     /// until [`Outbox::opened`]).
     busy: bool,
+    /// A direct write is under way, outside the lock ([`Outbox::send_direct`]):
+    /// nothing else writes the socket until it is done.
+    writing: bool,
     /// The socket, for direct writes (once opened).
     direct: Option<DirectSocket>,
     /// The socket's subscriptions, in the order they were admitted (by
@@ -94,6 +102,11 @@ struct Live {
 }
 
 impl State {
+    /// Nothing under way or queued: the socket may be written directly.
+    fn idle(&self) -> bool {
+        self.direct.is_some() && !self.busy && !self.writing && self.queue.is_empty()
+    }
+
     fn live(&mut self, generation: u64) -> Option<&mut Live> {
         let at = self
             .live
@@ -156,6 +169,7 @@ impl Outbox {
         Outbox(Mutex::new(State {
             queue: VecDeque::new(),
             busy: true,
+            writing: false,
             direct: None,
             live: Vec::new(),
             closed: false,
@@ -186,8 +200,7 @@ impl Outbox {
     /// queue: opened, nothing queued, no frame of the control loop's
     /// under way.
     pub(super) fn idle(&self) -> bool {
-        let state = self.lock();
-        state.direct.is_some() && !state.busy && state.queue.is_empty()
+        self.lock().idle()
     }
 
     /// Subscription `id` of `generation` may write from now on;
@@ -315,9 +328,9 @@ impl Outbox {
             }
             return Poll::Pending;
         }
-        if let Some(frame) = frame.take() {
-            state.push(frame);
-        }
+        let control = frame.take().and_then(|frame| state.push(frame));
+        drop(state);
+        wake(control);
         Poll::Ready(true)
     }
 
@@ -335,7 +348,9 @@ impl Outbox {
         if state.closed {
             return false;
         }
-        state.push(frame);
+        let control = state.push(frame);
+        drop(state);
+        wake(control);
         true
     }
 
@@ -346,7 +361,9 @@ impl Outbox {
         if state.closed || state.queue.len() >= OUTBOX {
             return false;
         }
-        state.push(frame);
+        let control = state.push(frame);
+        drop(state);
+        wake(control);
         true
     }
 
@@ -363,33 +380,67 @@ impl Outbox {
         if state.closed || state.live(generation).is_none() {
             return Ok(Direct::Gone);
         }
-        let idle = !state.busy && state.queue.is_empty();
-        let went = match (&state.direct, idle) {
-            (Some(socket), true) => match write_spliced(socket, prefix, frames)? {
-                Written::All if socket.holds_records() => {
-                    // A TLS session holds records its socket did not
-                    // take: the control loop sends them (an empty frame is
-                    // a write of what the session holds), and until it
-                    // has, what follows is queued behind.
-                    state.push(Frame::Raw(Bytes::new()));
-                    return Ok(Direct::Sent);
-                }
-                Written::All => return Ok(Direct::Sent),
-                Written::Part(went) => went,
-            },
+        let socket = match &state.direct {
+            Some(socket) if state.idle() => socket.clone(),
             _ if state.queue.len() >= OUTBOX => return Ok(Direct::Full),
-            _ => 0,
+            _ => {
+                let control = state.push(Frame::Raw(spliced(prefix, frames)));
+                drop(state);
+                wake(control);
+                return Ok(Direct::Sent);
+            }
         };
-        // Ahead of anything else: part of a frame may be out already.
-        let rest = spliced(prefix, frames).slice(went..);
-        state.push(Frame::Raw(rest));
-        Ok(Direct::Sent)
+        // The socket is this write's until it is done; the lock is not.
+        state.writing = true;
+        drop(state);
+        let written = write_spliced(&socket, prefix, frames);
+        self.written_direct(match &written {
+            // A TLS session holds records its socket did not take: the
+            // control loop sends them (an empty frame is a write of what
+            // the session holds), and until it has, what follows (queued
+            // meanwhile too) waits behind.
+            Ok(Written::All) if socket.holds_records() => Some(Bytes::new()),
+            Ok(Written::All) | Err(_) => None,
+            // Ahead of anything queued meanwhile: part of a frame is out.
+            Ok(Written::Part(went)) => Some(spliced(prefix, frames).slice(*went..)),
+        });
+        written.map(|_| Direct::Sent)
+    }
+
+    /// The direct write under way is done; `first` (the rest of it, or
+    /// an empty frame for the records its TLS session holds) is written
+    /// before anything queued meanwhile.
+    fn written_direct(&self, first: Option<Bytes>) {
+        let mut state = self.lock();
+        state.writing = false;
+        // (Unless the socket failed meanwhile, `Outbox::failed`: nothing
+        // more is written.)
+        let failed = state.closed && state.direct.is_none();
+        if let Some(first) = first
+            && !failed
+        {
+            state.queue.push_front(Frame::Raw(first));
+        }
+        // What this or others queued while the socket was this write's,
+        // or the outbox closed meanwhile, is the control loop's now (its
+        // `poll_next` waited for this write).
+        let control = (!state.queue.is_empty() || state.closed)
+            .then(|| state.control.take())
+            .flatten();
+        drop(state);
+        wake(control);
     }
 
     /// The next frame to write (it is under way until [`Outbox::wrote`]);
     /// `None` once the outbox is closed and empty.
     pub(super) fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
         let mut state = self.lock();
+        if state.writing {
+            // A direct write has the socket; it wakes the control loop
+            // when done if anything is queued.
+            state.wait_for_control(cx);
+            return Poll::Pending;
+        }
         match state.queue.pop_front() {
             Some(frame) => {
                 state.busy = true;
@@ -435,11 +486,18 @@ impl Outbox {
 }
 
 impl State {
-    fn push(&mut self, frame: Frame) {
+    /// Queues `frame`: the control loop's waker, to wake once the lock is
+    /// let go.
+    #[must_use]
+    fn push(&mut self, frame: Frame) -> Option<Waker> {
         self.queue.push_back(frame);
-        if let Some(control) = self.control.take() {
-            control.wake();
-        }
+        self.control.take()
+    }
+}
+
+fn wake(waker: Option<Waker>) {
+    if let Some(waker) = waker {
+        waker.wake();
     }
 }
 
@@ -498,6 +556,53 @@ mod tests {
         assert!(outbox.poll_ended(&mut control_cx).is_ready());
         assert!(outbox.poll_ended(&mut control_cx).is_pending());
         assert_eq!(outbox.subscriptions(), 1);
+    }
+
+    /// A direct write has the socket outside the lock: while it is under
+    /// way the control loop takes nothing from the queue, what is queued
+    /// meanwhile follows the write's rest, and the control loop is woken
+    /// for them when it is done (or when the outbox closed meanwhile).
+    #[test]
+    fn what_is_queued_during_a_direct_write_follows_its_rest() {
+        let outbox = Outbox::new();
+        outbox.admit("a", 1);
+        outbox.lock().busy = false;
+        let (control, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        assert!(outbox.poll_next(&mut cx).is_pending());
+        // Claimed, as `send_direct` claims it before it lets the lock go.
+        outbox.lock().writing = true;
+        assert!(!outbox.idle(), "nothing else writes directly meanwhile");
+        assert!(outbox.push(Frame::Ping));
+        assert!(
+            outbox.poll_next(&mut cx).is_pending(),
+            "the write has the socket"
+        );
+        let woken = control.0.load(Ordering::SeqCst);
+        outbox.written_direct(Some(Bytes::from_static(b"rest")));
+        assert!(
+            control.0.load(Ordering::SeqCst) > woken,
+            "woken for what was queued"
+        );
+        assert!(matches!(
+            outbox.poll_next(&mut cx),
+            Poll::Ready(Some(Frame::Raw(rest))) if &rest[..] == b"rest"
+        ));
+        outbox.wrote();
+        assert!(matches!(
+            outbox.poll_next(&mut cx),
+            Poll::Ready(Some(Frame::Ping))
+        ));
+        outbox.wrote();
+        // Nothing queued, but closed during the write: woken to end.
+        assert!(outbox.poll_next(&mut cx).is_pending());
+        outbox.lock().writing = true;
+        outbox.close();
+        assert!(outbox.poll_next(&mut cx).is_pending());
+        let woken = control.0.load(Ordering::SeqCst);
+        outbox.written_direct(None);
+        assert!(control.0.load(Ordering::SeqCst) > woken);
+        assert!(matches!(outbox.poll_next(&mut cx), Poll::Ready(None)));
     }
 
     #[test]
