@@ -38,6 +38,7 @@
 //! Either way the hub never waits for a subscriber and, if one stays
 //! behind, laps it: RESET and a fresh snapshot, as on SSE.
 
+mod keepalive;
 pub mod message;
 mod mux;
 pub(crate) mod ops;

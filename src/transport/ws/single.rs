@@ -20,6 +20,7 @@ use bytes::Bytes;
 use futures::Stream as _;
 use tokio::time::{Instant, Sleep};
 
+use super::keepalive::{Beat, KeepAlive};
 use super::message::{IDLE, Outgoing, TAIL, WsFraming, close_for, close_reason, parts};
 use super::{ClientFrame, lost, poll_messages};
 use crate::lifecycle::{Lifecycle, Phase};
@@ -49,22 +50,18 @@ impl Source for Framed<WsFraming> {
 
 /// A single-stream socket's wire. Caught up, the socket is written by its
 /// hub's batch writer until it has anything of its own to do: a client
-/// frame other than a pong or text, the idle timeout (looked at on each
-/// tick, so noticed up to a keep-alive interval late), its stream's end.
+/// frame other than a pong or text, the idle timeout, its stream's end.
 /// The writer sends the tick's ping itself ([`Wire::tick`]).
 pub(super) struct Single {
     /// Until the first poll: opened on the task's runtime.
     taken: Option<Box<Taken>>,
     conn: Option<Upgraded>,
-    /// The idle timeout, reset by every client frame (made on the first
-    /// poll, on the task's runtime); once the Close went, the end of the
-    /// linger.
-    idle: Option<Pin<Box<Sleep>>>,
+    /// Pings and the idle timeout, in its subscription's phase (its pings
+    /// go with that one's ticks), in its task and parked alike.
+    keepalive: KeepAlive,
     idle_timeout: Duration,
-    /// Its subscription's phase (its pings go with that one's ticks), and
-    /// the keep-alive tick last pinged at.
-    phase: Phase,
-    pinged: u64,
+    /// Once the Close went, the end of the linger.
+    linger: Option<Pin<Box<Sleep>>>,
     /// A client frame its batch writer read and could not absorb: acted on
     /// first, back in the socket's task.
     held: Option<Box<ClientFrame>>,
@@ -106,10 +103,9 @@ impl Single {
         Single {
             taken: Some(taken),
             conn: None,
-            idle: None,
+            keepalive: KeepAlive::new(lifecycle, phase),
             idle_timeout,
-            phase,
-            pinged: lifecycle.ticks(phase),
+            linger: None,
             held: None,
             out: Vec::new(),
             sent: 0,
@@ -132,16 +128,14 @@ impl Single {
     }
 
     /// The client's next frame: one its batch writer held, or one read now
-    /// (which resets the idle timeout).
+    /// (which restarts the idle timeout).
     fn next_frame(&mut self, cx: &mut Context<'_>) -> Option<ClientFrame> {
         if let Some(frame) = self.held.take() {
             return Some(*frame);
         }
         let conn = self.conn.as_mut()?;
         let msg = ready_or_none(Pin::new(&mut conn.inbox).poll_next(cx))?;
-        if let Some(idle) = &mut self.idle {
-            idle.as_mut().reset(Instant::now() + self.idle_timeout);
-        }
+        self.keepalive.heard();
         Some(ClientFrame::of(msg))
     }
 }
@@ -172,7 +166,8 @@ impl Wire for Single {
                     return Poll::Ready(false);
                 }
             }
-            self.idle = Some(Box::pin(tokio::time::sleep(self.idle_timeout)));
+            // Heard from: its handshake.
+            self.keepalive.heard();
         }
         match &mut self.conn {
             Some(conn) => conn.writer.poll_open(cx).map(|opened| opened.is_ok()),
@@ -251,33 +246,23 @@ impl Wire for Single {
         };
         if !matches!(self.sending, Sending::Lingering(_)) {
             conn.writer.shutdown();
-            let until = Instant::now() + LINGER;
-            match &mut self.idle {
-                Some(idle) => idle.as_mut().reset(until),
-                None => self.idle = Some(Box::pin(tokio::time::sleep_until(until))),
-            }
+            self.linger = Some(Box::pin(tokio::time::sleep(LINGER)));
             self.sending = Sending::Lingering(Linger::default());
         }
         let Sending::Lingering(linger) = &mut self.sending else {
             return Poll::Ready(());
         };
-        let timer = self.idle.as_mut().map(|idle| idle.as_mut().poll(cx));
+        let timer = self.linger.as_mut().map(|until| until.as_mut().poll(cx));
         if conn.writer.poll_linger(linger, cx).is_ready() || !matches!(timer, Some(Poll::Pending)) {
             return Poll::Ready(());
         }
         Poll::Pending
     }
 
-    /// A ping on every tick, even while the stream is busy (the pong is
-    /// what keeps the socket from its idle timeout); then the client's
-    /// frames; then the idle timeout.
+    /// The client's frames; then, at a tick, a ping or the idle timeout's
+    /// close (the pong the ping asks for is what keeps the socket from its
+    /// idle timeout).
     fn heard(&mut self, lifecycle: &Lifecycle, cx: &mut Context<'_>) -> Heard {
-        let ticks = lifecycle.ticks(self.phase);
-        if ticks != self.pinged {
-            self.pinged = ticks;
-            self.send(Sending::Ping);
-            return Heard::Answer;
-        }
         while let Some(frame) = self.next_frame(cx) {
             match frame {
                 ClientFrame::End(None) => return Heard::Gone,
@@ -295,17 +280,17 @@ impl Wire for Single {
                 ClientFrame::Pong | ClientFrame::Text(_) => {}
             }
         }
-        // The clock too: the timer fires only at the timer wheel's next
-        // millisecond, and a tick that found the timeout past handed the
-        // stream back for this (parked again, it would wait a tick more).
-        if let Some(idle) = &mut self.idle
-            && (idle.deadline() <= Instant::now() || idle.as_mut().poll(cx).is_ready())
-        {
-            self.idle = None;
-            self.close(&close_reason(CloseCode::Policy, IDLE));
-            return Heard::End;
+        match self.keepalive.beat(lifecycle, self.idle_timeout) {
+            Beat::Quiet => Heard::Nothing,
+            Beat::Ping => {
+                self.send(Sending::Ping);
+                Heard::Answer
+            }
+            Beat::Idle => {
+                self.close(&close_reason(CloseCode::Policy, IDLE));
+                Heard::End
+            }
         }
-        Heard::Nothing
     }
 
     /// Its handshake response sent, no client frame held or half read.
@@ -349,9 +334,7 @@ impl Wire for Single {
             let Poll::Ready(msg) = Pin::new(&mut conn.inbox).poll_next(cx) else {
                 return true;
             };
-            if let Some(idle) = &mut self.idle {
-                idle.as_mut().reset(Instant::now() + self.idle_timeout);
-            }
+            self.keepalive.heard();
             match ClientFrame::of(msg) {
                 ClientFrame::Pong | ClientFrame::Text(_) => {}
                 frame => {
@@ -376,29 +359,25 @@ impl Wire for Single {
     /// unless the idle timeout passed: then the task closes the socket.
     fn tick(
         &mut self,
-        now: Instant,
+        _now: Instant,
         lifecycle: &Lifecycle,
         source: Option<&mut dyn BatchSource>,
     ) -> Tick {
-        if self
-            .idle
-            .as_ref()
-            .is_some_and(|idle| idle.deadline() <= now)
-        {
-            return Tick::Unpark;
-        }
         let Some(source) = source else {
             return Tick::Unpark;
         };
+        let beat = self.keepalive.beat(lifecycle, self.idle_timeout);
+        if beat == Beat::Idle {
+            // Its task closes it (its keep-alive says so again there).
+            return Tick::Unpark;
+        }
         let owed = source.frame_tick();
-        let ticks = lifecycle.ticks(self.phase);
-        if ticks == self.pinged {
+        if beat == Beat::Quiet {
             return match owed {
                 Some((bytes, counted)) => Tick::Send(bytes, counted),
                 None => Tick::Nothing,
             };
         }
-        self.pinged = ticks;
         match owed {
             // The same bytes for every socket.
             None => Tick::Send(Bytes::from_static(PING), 0),

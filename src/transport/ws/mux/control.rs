@@ -6,13 +6,14 @@ use std::task::{Context, Poll};
 
 use actix_ws::CloseCode;
 use futures::StreamExt;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 
 use super::Socket;
 use super::outbox::Frame;
 use super::writer::{Writer, Wrote};
 use crate::lifecycle::PhaseWait;
 use crate::transport::takeover::Inbox;
+use crate::transport::ws::keepalive::{Beat, KeepAlive};
 use crate::transport::ws::message::{GOING_AWAY, IDLE, NOT_READING, close_reason};
 use crate::transport::ws::{ClientFrame, Ending};
 
@@ -48,10 +49,9 @@ pub(super) struct Control {
     /// on each of its ticks (one beat per interval), at shutdown and at the
     /// hard stop.
     pub(super) life: PhaseWait,
-    /// When the client was last read: its idle timeout is looked at on
-    /// each tick, as a parked single-stream socket's is (no timer per
-    /// socket; the timeout is at least 2.5 ticks, `StreamConfig`).
-    heard: Instant,
+    /// Pings and the idle timeout, on the socket's ticks, as a
+    /// single-stream socket's.
+    keepalive: KeepAlive,
     /// Boxed, and only for credentials that end: an anonymous socket keeps
     /// no timer for it.
     expiry: Option<Pin<Box<Sleep>>>,
@@ -68,8 +68,8 @@ impl Control {
         Control {
             writer,
             msgs,
+            keepalive: KeepAlive::new(&lifecycle, phase),
             life: PhaseWait::new(lifecycle, phase),
-            heard: Instant::now(),
             expiry,
             socket,
         }
@@ -99,17 +99,22 @@ impl Control {
                 continue;
             }
             if self.life.poll_moved(cx).is_ready() {
-                if self.life.ticked() {
-                    if self.heard.elapsed() >= self.socket.state.stream.effective_ws_idle_timeout()
-                    {
+                // Seen; whether its phase ticked is the keep-alive's to say.
+                let _ = self.life.ticked();
+                let idle_timeout = self.socket.state.stream.effective_ws_idle_timeout();
+                match self.keepalive.beat(self.life.lifecycle(), idle_timeout) {
+                    Beat::Quiet => {}
+                    Beat::Ping => {
+                        if !self.life.lifecycle().is_shutting_down() {
+                            self.socket.outbox.try_push(Frame::Ping);
+                        }
+                    }
+                    Beat::Idle => {
                         // Not read for the idle timeout because it did not
                         // take what it was sent is "not reading"; otherwise
                         // it was quiet.
                         let why = if room { IDLE } else { NOT_READING };
                         return Poll::Ready(Stop::End(Some(close_reason(CloseCode::Policy, why))));
-                    }
-                    if !self.life.lifecycle().is_shutting_down() {
-                        self.socket.outbox.try_push(Frame::Ping);
                     }
                 }
                 continue;
@@ -134,7 +139,7 @@ impl Control {
             // reads the replies, is not read either (and its pings spend
             // the socket's ration, `takeover::ws_read`).
             if room && let Poll::Ready(msg) = self.msgs.poll_next_unpin(cx) {
-                self.heard = Instant::now();
+                self.keepalive.heard();
                 match ClientFrame::of(msg) {
                     ClientFrame::End(ending) => return Poll::Ready(Stop::End(ending)),
                     ClientFrame::Ping(payload) => {
