@@ -32,11 +32,7 @@ fn pod(i: u64, rv: u64) -> Obj {
 
 fn hub() -> Arc<Hub> {
     let hub = Hub::new(
-        ResourceMeta {
-            name: "pods".into(),
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-        },
+        ResourceMeta::new("pods", "v1", "Pod"),
         LogLimits::default(),
         Arc::new(Metrics::new()),
     );

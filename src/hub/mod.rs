@@ -85,6 +85,18 @@ pub struct ResourceMeta {
     pub kind: String,
 }
 
+impl ResourceMeta {
+    /// `name` (`pods`, `deployments.apps`), its objects' `apiVersion` and
+    /// `kind`.
+    pub fn new(name: &str, api_version: &str, kind: &str) -> ResourceMeta {
+        ResourceMeta {
+            name: name.into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+        }
+    }
+}
+
 /// Where a joining subscriber starts.
 #[derive(Debug)]
 pub enum Joined {
@@ -609,11 +621,7 @@ mod tests {
 
     fn hub_with(limits: LogLimits) -> Arc<Hub> {
         Hub::new(
-            ResourceMeta {
-                name: "pods".into(),
-                api_version: "v1".into(),
-                kind: "Pod".into(),
-            },
+            ResourceMeta::new("pods", "v1", "Pod"),
             limits,
             Arc::new(Metrics::new()),
         )
@@ -1807,11 +1815,7 @@ mod tests {
     async fn a_thousand_identical_subscriptions_cost_one_encoding_per_event() {
         let metrics = Arc::new(Metrics::new());
         let hub = Hub::new(
-            ResourceMeta {
-                name: "pods".into(),
-                api_version: "v1".into(),
-                kind: "Pod".into(),
-            },
+            ResourceMeta::new("pods", "v1", "Pod"),
             LogLimits::default(),
             metrics.clone(),
         );

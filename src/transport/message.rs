@@ -167,11 +167,7 @@ mod tests {
             seen.push(format!("{m:?}"))
         });
         assert!(seen[0].starts_with("End(Denied"), "{seen:?}");
-        let meta = ResourceMeta {
-            name: "pods".into(),
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-        };
+        let meta = ResourceMeta::new("pods", "v1", "Pod");
         assert_eq!(
             bookmark_object(&meta, 5, true),
             r#"{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"5","annotations":{"k8s.io/initial-events-end":"true"}}}"#

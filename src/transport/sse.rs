@@ -293,11 +293,7 @@ mod tests {
 
     #[test]
     fn snapshot_end_is_an_annotated_bookmark_with_an_id() {
-        let meta = ResourceMeta {
-            name: "pods".into(),
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-        };
+        let meta = ResourceMeta::new("pods", "v1", "Pod");
         let mut chunk = Chunk::default();
         let bookmark = Message::Bookmark {
             rv: 9,

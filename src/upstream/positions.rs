@@ -263,11 +263,7 @@ mod tests {
         let again = Positions::open(&cfg).unwrap();
         // A hub whose informer stopped before it ever listed.
         let never = Hub::new(
-            ResourceMeta {
-                name: "pods".into(),
-                api_version: "v1".into(),
-                kind: "Pod".into(),
-            },
+            ResourceMeta::new("pods", "v1", "Pod"),
             LogLimits::default(),
             Arc::new(Metrics::new()),
         );

@@ -453,27 +453,7 @@ fn assert_double_token_parts(merged: &Merged) {
 /// more than it takes their own. The root's own paths stay the default's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn across_clusters_at_a_root_with_a_default_any_cluster_reviews_the_token() {
-    let sims = team_clusters(
-        &["east", "west"],
-        |name| {
-            let mut users = vec![SimUser::new("dana-token", "dana", &["team"])];
-            if name == "west" {
-                users.push(SimUser::new("wes-token", "wes", &[]));
-            }
-            users
-        },
-        &[
-            ("east", "dana", "web"),
-            ("west", "dana", "batch"),
-            ("west", "wes", "web"),
-        ],
-    );
-    let mut cfg = test_config(&["pods"]);
-    cfg.auth.set(AuthMethod::Kubernetes);
-    cfg.auth.cache_ttl = Duration::from_secs(300);
-    cfg.clusters.default = Some("east".into());
-    let mut env = serve(sims, cfg).await;
-    env.rbac_loaded().await;
+    let mut env = east_default_and_west(&[("wes", "web")]).await;
 
     async fn merged_west(env: &Env, token: &str) -> BTreeSet<String> {
         let resp = env.get("/stream/pods?clusters=west", Some(token)).await;
@@ -516,38 +496,58 @@ async fn across_clusters_at_a_root_with_a_default_any_cluster_reviews_the_token(
     env.stop().await;
 }
 
+/// Clusters east (the default, served at the root too) and west under
+/// `--auth kubernetes`, their RBAC loaded: dana (`dana-token`) in both,
+/// reading web in east and batch in west; and users only west knows, each
+/// `(USER, NAMESPACE)` with the token `USER-token`, reading that namespace.
+async fn east_default_and_west(west_only: &[(&str, &str)]) -> Env {
+    let mut bindings = vec![("east", "dana", "web"), ("west", "dana", "batch")];
+    bindings.extend(west_only.iter().map(|&(user, ns)| ("west", user, ns)));
+    let sims = team_clusters(
+        &["east", "west"],
+        |name| {
+            let mut users = vec![SimUser::new("dana-token", "dana", &["team"])];
+            if name == "west" {
+                users.extend(
+                    west_only
+                        .iter()
+                        .map(|&(user, _)| SimUser::new(&format!("{user}-token"), user, &[])),
+                );
+            }
+            users
+        },
+        &bindings,
+    );
+    let mut cfg = test_config(&["pods"]);
+    cfg.auth.set(AuthMethod::Kubernetes);
+    cfg.auth.cache_ttl = Duration::from_secs(300);
+    cfg.clusters.default = Some("east".into());
+    let env = serve(sims, cfg).await;
+    env.rbac_loaded().await;
+    env
+}
+
 /// Root `/ws` of a gateway of several clusters, with a default one, is
 /// across clusters: any cluster may accept its token, every cluster at
 /// once (a hung default delays no other's answer), and each subscription
 /// is authorized as its own cluster's principal, the default's too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn root_ws_with_a_default_cluster_is_across_clusters() {
-    let sims = team_clusters(
-        &["east", "west"],
-        |name| {
-            let mut users = vec![SimUser::new("dana-token", "dana", &["team"])];
-            if name == "west" {
-                users.push(SimUser::new("wes-token", "wes", &[]));
-                users.push(SimUser::new("wren-token", "wren", &[]));
-            }
-            users
-        },
-        &[
-            ("east", "dana", "web"),
-            ("west", "dana", "batch"),
-            ("west", "wes", "web"),
-            ("west", "wren", "batch"),
-        ],
-    );
-    let mut cfg = test_config(&["pods"]);
-    cfg.auth.set(AuthMethod::Kubernetes);
-    cfg.auth.cache_ttl = Duration::from_secs(300);
-    cfg.clusters.default = Some("east".into());
-    let mut env = serve(sims, cfg).await;
-    env.rbac_loaded().await;
+    let mut env = east_default_and_west(&[("wes", "web"), ("wren", "batch")]).await;
     let addr = env.app.local_addr();
 
-    async fn snapshot(ws: &mut crate::ws::WsClient, sub: &str) -> BTreeSet<String> {
+    /// Subscribes `sub` to pods (in `cluster`, or the socket's own): the
+    /// namespaces of its snapshot.
+    async fn snapshot(
+        ws: &mut crate::ws::WsClient,
+        sub: &str,
+        cluster: Option<&str>,
+    ) -> BTreeSet<String> {
+        let mut op = serde_json::json!({"op": "subscribe", "id": sub, "resource": "pods"});
+        if let Some(cluster) = cluster {
+            op["cluster"] = cluster.into();
+        }
+        ws.subscribe(op).await;
         let mut view = ClientView::new();
         tokio::time::timeout(WAIT, async {
             while view.snapshots == 0 {
@@ -562,12 +562,8 @@ async fn root_ws_with_a_default_cluster_is_across_clusters() {
     // 401), and reads west; the socket's own cluster, east, does not
     // know it, and says so for that subscription alone.
     let mut ws = crate::ws::WsClient::connect_to(addr, "/ws?access_token=wes-token").await;
-    ws.subscribe(
-        serde_json::json!({"op": "subscribe", "id": "w", "resource": "pods", "cluster": "west"}),
-    )
-    .await;
     assert_eq!(
-        snapshot(&mut ws, "w").await,
+        snapshot(&mut ws, "w", Some("west")).await,
         BTreeSet::from(["web".to_string()])
     );
     ws.subscribe(serde_json::json!({"op": "subscribe", "id": "e", "resource": "pods"}))
@@ -578,18 +574,12 @@ async fn root_ws_with_a_default_cluster_is_across_clusters() {
     // Dana, whom both know: the default's subscription is east's dana
     // (web), a named one west's (batch).
     let mut ws = crate::ws::WsClient::connect_to(addr, "/ws?access_token=dana-token").await;
-    ws.subscribe(serde_json::json!({"op": "subscribe", "id": "e", "resource": "pods"}))
-        .await;
     assert_eq!(
-        snapshot(&mut ws, "e").await,
+        snapshot(&mut ws, "e", None).await,
         BTreeSet::from(["web".to_string()])
     );
-    ws.subscribe(
-        serde_json::json!({"op": "subscribe", "id": "w", "resource": "pods", "cluster": "west"}),
-    )
-    .await;
     assert_eq!(
-        snapshot(&mut ws, "w").await,
+        snapshot(&mut ws, "w", Some("west")).await,
         BTreeSet::from(["batch".to_string()])
     );
 
@@ -613,12 +603,8 @@ async fn root_ws_with_a_default_cluster_is_across_clusters() {
     )
     .await
     .expect("west's answer opens the socket while east's review hangs");
-    ws.subscribe(
-        serde_json::json!({"op": "subscribe", "id": "w", "resource": "pods", "cluster": "west"}),
-    )
-    .await;
     assert_eq!(
-        snapshot(&mut ws, "w").await,
+        snapshot(&mut ws, "w", Some("west")).await,
         BTreeSet::from(["batch".to_string()])
     );
     held.abort();

@@ -148,11 +148,7 @@ impl Setup {
     fn new(limits: LogLimits) -> Setup {
         let metrics = Arc::new(Metrics::new());
         let hub = Hub::new(
-            ResourceMeta {
-                name: "pods".into(),
-                api_version: "v1".into(),
-                kind: "Pod".into(),
-            },
+            ResourceMeta::new("pods", "v1", "Pod"),
             limits,
             metrics.clone(),
         );

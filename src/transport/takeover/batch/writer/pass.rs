@@ -442,11 +442,7 @@ mod tests {
     #[tokio::test]
     async fn a_pass_holds_the_views_its_steps_are_keyed_by() {
         let hub = Hub::new(
-            ResourceMeta {
-                name: "pods".into(),
-                api_version: "v1".into(),
-                kind: "Pod".into(),
-            },
+            ResourceMeta::new("pods", "v1", "Pod"),
             LogLimits::default(),
             Arc::new(Metrics::new()),
         );
