@@ -73,16 +73,16 @@ impl Drop for OpenStream {
 
 /// `req`'s HTTP/2 stream, taken from the connection's request task; `None`
 /// for a request that did not come over HTTP/2.
-pub(super) fn take(req: &HttpRequest) -> Option<Taken> {
+pub(super) fn take(req: &HttpRequest) -> Option<TakenStream> {
     let stream = req.extensions().get::<Stream>()?.clone();
     let respond = stream.0.borrow_mut().take()?;
-    Some(Taken(respond, stream.1.open()))
+    Some(TakenStream(respond, stream.1.open()))
 }
 
 /// An HTTP/2 stream taken for a streaming response, counted open.
-pub(super) struct Taken(SendResponse<Bytes>, OpenStream);
+pub(super) struct TakenStream(SendResponse<Bytes>, OpenStream);
 
-impl Taken {
+impl TakenStream {
     /// Answers with `200 OK`, `headers` and the chunks of `source`; the
     /// returned response only tells actix the request was answered.
     pub fn respond<S: ChunkSource>(
@@ -94,7 +94,7 @@ impl Taken {
     ) -> HttpResponse {
         let cors = req.extensions().get::<CorsHeaders>().cloned();
         let head = head(headers, cors.as_ref().map(|c| &c.0));
-        let Taken(mut respond, open) = self;
+        let TakenStream(mut respond, open) = self;
         let send = match respond.send_response(head, false) {
             Ok(send) => send,
             Err(err) => {

@@ -10,7 +10,7 @@
 //! So a stream that is caught up (HTTP/1.1, plain or over TLS, where its
 //! bytes are encrypted into its own session and the records leave in one
 //! write; HTTP/2; a `/ws` subscription), with nothing owed but its
-//! subscription's next events, leaves its task and is *parked* with its hub's [`Writer`]: one task per
+//! subscription's next events, leaves its task and is *parked* with its hub's [`BatchWriter`]: one task per
 //! hub (and kind of stream), registered once with the hub and the
 //! lifecycle. On a change it reads the log once per view and cursor its
 //! streams are at (usually one cursor per view), frames the events once
@@ -89,7 +89,7 @@ use crate::transport::stream::BatchSource;
 
 mod writer;
 
-use writer::Writer;
+use writer::BatchWriter;
 
 /// A stream that can leave its task for its hub's writer: an SSE
 /// response or a Kubernetes watch over HTTP/1.1 or HTTP/2 (`pump::Pump`), a single-stream
@@ -331,7 +331,7 @@ impl Batches {
         }));
         writers.insert(key.clone(), mailbox.clone());
         drop(writers);
-        let writer = Writer::new(key, self.clone(), mailbox, hub, lifecycle);
+        let writer = BatchWriter::new(key, self.clone(), mailbox, hub, lifecycle);
         self.0.runtime.spawn(self.0.tracker.track_future(writer));
     }
 

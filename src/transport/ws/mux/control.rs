@@ -10,7 +10,7 @@ use tokio::time::Sleep;
 
 use super::Socket;
 use super::outbox::Frame;
-use super::writer::{Writer, Wrote};
+use super::writer::{SocketWriter, Wrote};
 use crate::lifecycle::PhaseWait;
 use crate::transport::takeover::Inbox;
 use crate::transport::ws::keepalive::{Beat, KeepAlive};
@@ -43,7 +43,7 @@ pub(super) enum Stop {
 /// each branch's future and its arguments beside this state (944 bytes).
 pub(super) struct Control {
     pub(super) socket: Socket,
-    pub(super) writer: Writer,
+    pub(super) writer: SocketWriter,
     msgs: Inbox,
     /// One wait on the lifecycle, whose epoch of the socket's phase moves
     /// on each of its ticks (one beat per interval), at shutdown and at the
@@ -58,7 +58,7 @@ pub(super) struct Control {
 }
 
 impl Control {
-    pub(super) fn new(socket: Socket, writer: Writer, msgs: Inbox) -> Control {
+    pub(super) fn new(socket: Socket, writer: SocketWriter, msgs: Inbox) -> Control {
         let lifecycle = socket.state.lifecycle.clone();
         let phase = lifecycle.phase();
         let expiry = socket

@@ -48,7 +48,7 @@ use crate::transport::{StreamParams, subscribe};
 use control::{Control, Stop};
 use outbox::{Frame, Outbox};
 use sub::{Outboxed, Starting, Subscribing};
-use writer::{Writer, Wrote};
+use writer::{SocketWriter, Wrote};
 
 /// Time a Close frame gets to be queued behind a stuck socket, and
 /// subscriptions to send their last message.
@@ -118,7 +118,7 @@ impl Future for SocketTask {
                     *task = match (*taken).open(Messages::Taken) {
                         Ok(Upgraded { writer, inbox }) => SocketTask::Running(Control::new(
                             Socket::new(state, cluster, principal),
-                            Writer::new(writer),
+                            SocketWriter::new(writer),
                             inbox,
                         )),
                         Err(err) => {
@@ -262,7 +262,7 @@ impl Socket {
 
     /// Ends every subscription, queues the Close frame behind what is
     /// queued, and writes them.
-    async fn finish(self, ending: Ending, mut writer: Writer) {
+    async fn finish(self, ending: Ending, mut writer: SocketWriter) {
         self.outbox.remove_all();
         if let Some(reason) = ending {
             self.outbox.push(Frame::Close(Some(reason)));
@@ -294,7 +294,7 @@ impl Socket {
     /// The credentials the socket was opened with ended: its
     /// subscriptions send their ERROR (401) and end (at most
     /// [`CLOSE_WAIT`]), then the socket closes with [`CLOSE_UNAUTHORIZED`].
-    async fn expire(&mut self, writer: &mut Writer) -> Ending {
+    async fn expire(&mut self, writer: &mut SocketWriter) -> Ending {
         let outbox = self.outbox.clone();
         let _ = tokio::time::timeout(CLOSE_WAIT, async {
             while outbox.subscriptions() > 0 {

@@ -7,7 +7,7 @@
 //! socket is written *directly* (one `sendmsg`) only while nothing is
 //! queued, the socket's control loop has no frame under way and no other
 //! direct write is; anything else is queued, and the control loop writes
-//! the queue in order (`super::Writer`). A direct write claims the socket
+//! the queue in order (`super::SocketWriter`). A direct write claims the socket
 //! under the outbox's lock and writes (and, over TLS, encrypts) outside
 //! it, so the control loop and the writers of the socket's other
 //! subscriptions, on other threads, queue meanwhile rather than wait for

@@ -1,4 +1,4 @@
-//! A `/ws` socket's write half ([`Writer`]), driven by its control loop:
+//! A `/ws` socket's write half ([`SocketWriter`]), driven by its control loop:
 //! the handshake response, then what the outbox queues, in order.
 
 use std::task::{Context, Poll, ready};
@@ -8,7 +8,7 @@ use actix_ws::CloseReason;
 use super::outbox::{Frame, Outbox};
 use crate::transport::takeover::{Opcode, WsWriter};
 
-/// What the socket's writing did ([`Writer::poll`]).
+/// What the socket's writing did ([`SocketWriter::poll`]).
 pub(super) enum Wrote {
     /// A frame went whole.
     Frame,
@@ -25,7 +25,7 @@ pub(super) enum Wrote {
 /// response, then the outbox's frames in order, each under the write
 /// timeout (`takeover::io`). Until the handshake response went, nothing
 /// is written past it.
-pub(super) struct Writer {
+pub(super) struct SocketWriter {
     pub(super) raw: WsWriter,
     /// The frame under way, and how many of its bytes went.
     sending: Option<(Frame, usize)>,
@@ -40,9 +40,9 @@ pub(super) struct Writer {
 /// that takes all).
 const WRITES_PER_POLL: usize = 32;
 
-impl Writer {
-    pub(super) fn new(raw: WsWriter) -> Writer {
-        Writer {
+impl SocketWriter {
+    pub(super) fn new(raw: WsWriter) -> SocketWriter {
+        SocketWriter {
             raw,
             sending: None,
             streak: 0,

@@ -73,7 +73,7 @@ impl<M: Parkable> Parked<M> {
 
 /// One hub's caught-up streams (of one kind, with one id tag), and the
 /// task that writes them.
-pub(super) struct Writer<M: Parkable> {
+pub(super) struct BatchWriter<M: Parkable> {
     key: Key,
     batches: Batches,
     mailbox: Arc<Mutex<Mailbox<M>>>,
@@ -103,16 +103,16 @@ pub(super) struct Writer<M: Parkable> {
     dispatch: Dispatch,
 }
 
-impl<M: Parkable> Writer<M> {
+impl<M: Parkable> BatchWriter<M> {
     pub(super) fn new(
         key: Key,
         batches: Batches,
         mailbox: Arc<Mutex<Mailbox<M>>>,
         hub: Arc<Hub>,
         lifecycle: Arc<Lifecycle>,
-    ) -> Writer<M> {
+    ) -> BatchWriter<M> {
         let hub_head = hub.head();
-        Writer {
+        BatchWriter {
             key,
             batches,
             life_seen: lifecycle.epoch().current(),
@@ -294,7 +294,7 @@ impl<M: Parkable> Writer<M> {
     }
 }
 
-impl<M: Parkable> Future for Writer<M> {
+impl<M: Parkable> Future for BatchWriter<M> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -373,7 +373,7 @@ impl<M: Parkable> Future for Writer<M> {
     }
 }
 
-impl<M: Parkable> Drop for Writer<M> {
+impl<M: Parkable> Drop for BatchWriter<M> {
     fn drop(&mut self) {
         self.hub.changes().deregister(&mut self.hub_wait);
         self.lifecycle.epoch().deregister(&mut self.life_wait);

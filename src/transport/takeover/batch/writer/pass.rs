@@ -11,7 +11,7 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
 use super::super::{Parkable, Tick};
-use super::{Parked, Writer};
+use super::{BatchWriter, Parked};
 use crate::hub::{Hub, Lapped, Step, View};
 use crate::metrics::Unparked;
 use crate::transport::stream::Batched;
@@ -278,7 +278,7 @@ impl Visiting<'_> {
     }
 }
 
-impl<M: Parkable> Writer<M> {
+impl<M: Parkable> BatchWriter<M> {
     /// Brings every parked stream to the head of the log, within the
     /// poll's budget of writes: false if it stopped short (the pass goes
     /// on at the next poll). A pass visits the streams whose views pin
@@ -300,7 +300,7 @@ impl<M: Parkable> Writer<M> {
                     }
                 }
             };
-            let Writer {
+            let BatchWriter {
                 hub,
                 counters,
                 budget,
