@@ -25,6 +25,7 @@ mod cache;
 pub mod encode;
 mod filter;
 mod life;
+mod log;
 mod object;
 pub mod pin;
 pub mod projection;
@@ -35,9 +36,9 @@ mod subscription;
 pub mod transition;
 mod upstream;
 mod view;
+mod views;
 
 use std::collections::VecDeque;
-use std::hash::BuildHasher;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
@@ -52,13 +53,14 @@ pub use filter::Filter;
 pub use life::SubscriberGuard;
 pub use object::{Event, Obj, ObjKey};
 pub use pin::{Dim, Pin};
-pub use relist::{Merged, Merging};
+pub use relist::{Merged, Merging, RelistOutcome};
 pub use snapshot::Snapshot;
 pub use subscription::{
     Advance, Batchable, Delivery, Denial, Item, ResetReason, Step, Subscribe, Subscription,
     SubscriptionContext, SubscriptionError,
 };
 pub use view::{Delta, Shape, View, ViewSpec};
+use views::Views;
 
 /// Bounds of the event log. Whichever is hit first trims the oldest events.
 #[derive(Debug, Clone, Copy)]
@@ -115,17 +117,6 @@ pub enum Joined {
 /// The cursor fell off the log's tail: the events it needed are gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lapped;
-
-/// What a relist changed, as synthetic events.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct RelistOutcome {
-    pub added: usize,
-    pub modified: usize,
-    pub deleted: usize,
-    /// The upstream's resourceVersion went backwards (e.g. an etcd restore):
-    /// every cursor was lapped so that all clients take a fresh snapshot.
-    pub rewound: bool,
-}
 
 /// Sizes of the hub's state, for gauges and tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,117 +253,6 @@ impl Hub {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Applies one upstream watch event. Returns whether an event was
-    /// appended. Events at or below the current resourceVersion are
-    /// replays and are ignored; an ADDED for a known object becomes
-    /// MODIFIED, a MODIFIED for an unknown one ADDED, and a DELETED for an
-    /// unknown one only advances the resourceVersion.
-    pub fn apply(&self, kind: EventType, mut obj: Obj) -> bool {
-        let rv = obj.resource_version();
-        // Encoded before taking the lock that every reader waits on; redone
-        // under it only if the kind is normalised (ADDED <-> MODIFIED). The
-        // object keeps its JSON inside the frame: one copy per version.
-        let mut encoded = (kind, event_frame(kind, rv, true, &obj.json()));
-        obj.share_frame(&encoded.1);
-        let mut st = self.write_state();
-        if !st.synced || rv <= st.rv || st.closed.is_some() {
-            return false;
-        }
-        // A relist held for this resourceVersion goes just before it.
-        let released = self.file_pending(&mut st, rv, false);
-        let key = obj.key();
-        let kind = match kind {
-            EventType::Added | EventType::Modified if st.cache.contains_key(&key) => {
-                EventType::Modified
-            }
-            EventType::Added | EventType::Modified => EventType::Added,
-            EventType::Deleted if st.cache.contains_key(&key) => EventType::Deleted,
-            EventType::Deleted => {
-                // Nothing to tell subscribers, but a waiter for this
-                // resourceVersion has it now.
-                st.rv = rv;
-                self.publish(st);
-                drop(released);
-                return false;
-            }
-        };
-        if encoded.0 != kind {
-            encoded = (kind, event_frame(kind, rv, true, &obj.json()));
-            obj.share_frame(&encoded.1);
-        }
-        let frame = encoded.1;
-        let obj = Arc::new(obj);
-        let prev = match kind {
-            EventType::Deleted => st.cache.remove(&key),
-            _ => st.cache.insert(key, obj.clone()),
-        };
-        st.rv = rv;
-        Self::push(
-            &mut st,
-            Event {
-                seq: 0,
-                rv,
-                kind,
-                obj,
-                prev,
-                frame,
-                has_id: true,
-            },
-        );
-        let trimmed = self.trim(&mut st);
-        self.publish(st);
-        // Freed after the lock: an event trimmed may hold an object's
-        // last version.
-        drop((trimmed, released));
-        self.count(kind);
-        true
-    }
-
-    /// The upstream says nothing changed up to `rv` (a watch BOOKMARK).
-    pub fn bookmark(&self, rv: u64) {
-        self.metrics.heard_from_upstream();
-        let mut st = self.write_state();
-        if st.synced && rv > st.rv && st.closed.is_none() {
-            // A relist held for a later resourceVersion is filed at this one.
-            let released = self.file_pending(&mut st, rv, true);
-            st.rv = rv;
-            // Whoever waits for this resourceVersion (a resume from another
-            // replica) has it now, and caught-up subscriptions move their
-            // position to it.
-            self.publish(st);
-            drop(released);
-        }
-    }
-
-    fn count(&self, kind: EventType) {
-        match kind {
-            EventType::Added => self.metrics.added(),
-            EventType::Modified => self.metrics.modified(),
-            EventType::Deleted => self.metrics.deleted(),
-        }
-    }
-
-    /// Appends `event` to the log, giving it the next `seq`.
-    fn push(st: &mut State, mut event: Event) {
-        st.log_bytes += event.size();
-        event.seq = st.next_seq;
-        st.next_seq += 1;
-        st.log.push_back(Arc::new(event));
-    }
-
-    /// Drops the oldest events past the log's bounds; they are returned,
-    /// for the caller to free once it has released the lock.
-    fn trim(&self, st: &mut State) -> Vec<Arc<Event>> {
-        let mut trimmed = Vec::new();
-        while st.log.len() > self.limits.max_events || st.log_bytes > self.limits.max_bytes {
-            let Some(old) = st.log.pop_front() else { break };
-            st.log_bytes -= old.size();
-            st.base_rv = old.rv;
-            trimmed.push(old);
-        }
-        trimmed
-    }
-
     /// Updates gauges, releases the lock, then wakes subscribers. Gauges
     /// are set under the lock (a few atomic stores) so that a concurrent
     /// [`Hub::close`] reliably has the last word on them.
@@ -456,32 +336,20 @@ impl Hub {
     /// same, however it was spelt: the view holds the normalised spec
     /// ([`ViewSpec::normalized`]).
     pub fn view(&self, spec: ViewSpec) -> Arc<View> {
-        let spec = spec.normalized();
         let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        let Views { table, hasher } = &mut *views;
-        let hash = hasher.hash_one(&spec);
-        let live = table
-            .find(hash, |(h, v)| {
-                *h == hash && v.upgrade().is_some_and(|v| *v.spec() == spec)
-            })
-            .and_then(|(_, v)| v.upgrade());
-        if let Some(view) = live {
-            return view;
-        }
-        table.retain(|(_, v)| v.strong_count() > 0);
-        let (plural, group) = self
-            .meta
-            .name
-            .split_once('.')
-            .unwrap_or((&self.meta.name, ""));
-        let view = Arc::new(View::new(
-            spec,
-            crate::selector::selectable_fields(group, plural),
-            self.metrics.view_encodings(),
-            self.metrics.views(),
-        ));
-        table.insert_unique(hash, (hash, Arc::downgrade(&view)), |(h, _)| *h);
-        view
+        views.shared(spec.normalized(), |spec| {
+            let (plural, group) = self
+                .meta
+                .name
+                .split_once('.')
+                .unwrap_or((&self.meta.name, ""));
+            View::new(
+                spec,
+                crate::selector::selectable_fields(group, plural),
+                self.metrics.view_encodings(),
+                self.metrics.views(),
+            )
+        })
     }
 
     /// Moves after every mutation: what subscriptions wait on.
@@ -538,19 +406,6 @@ impl Hub {
         };
         (snapshot.collect(&|_| true), rv)
     }
-}
-
-/// A hub's live views, found by their normalised spec's hash and compared
-/// by the spec each view holds, so the table keeps no copy of it (a node
-/// agent's view is one entry of 16 bytes, not of its 192-byte spec and its
-/// strings). The hash is keyed per hub ([`RandomState`]): clients choose
-/// the specs, and must not be able to choose colliding ones.
-///
-/// [`RandomState`]: std::hash::RandomState
-#[derive(Default)]
-struct Views {
-    table: hashbrown::HashTable<(u64, std::sync::Weak<View>)>,
-    hasher: std::hash::RandomState,
 }
 
 /// An event's shared encoding, with an `id:` when it carries a position.

@@ -14,7 +14,18 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::cache::{Cache, Objects};
-use super::{Event, EventType, Hub, Obj, ObjKey, RelistOutcome, State, event_frame};
+use super::{Event, EventType, Hub, Obj, ObjKey, State, event_frame};
+
+/// What a relist changed, as synthetic events.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RelistOutcome {
+    pub added: usize,
+    pub modified: usize,
+    pub deleted: usize,
+    /// The upstream's resourceVersion went backwards (e.g. an etcd restore):
+    /// every cursor was lapped so that all clients take a fresh snapshot.
+    pub rewound: bool,
+}
 
 impl Hub {
     /// The informer lost its watch's history (a 410) and relists with a

@@ -43,6 +43,11 @@ use actix_web::middleware::Next;
 use actix_web::{HttpMessage, HttpResponse, ResponseError, web};
 use bytes::Bytes;
 
+mod origin;
+mod reviewers;
+
+use origin::{cors, host_allowed, origin, request_host, same_origin};
+
 use crate::auth::Principal;
 use crate::cluster::ClusterOf;
 use crate::limits::Permit;
@@ -285,58 +290,13 @@ async fn checks(
         None
     } else {
         let client = crate::transport::takeover::peer_certificates(req.request());
-        // A Kubernetes token is reviewed by the cluster the request is for.
-        // A request for no cluster (`/clusters`, a stream across clusters,
-        // root `/ws` of several) by every cluster at once, the first that
-        // accepts it naming the principal (`first_accepted`); whatever it
-        // then reads of any cluster is that cluster's to review again
-        // (`Auth::principal_in`, `cluster::Across`).
-        // A request across clusters at the root is for no cluster, even
-        // where the root also serves a default one: which clusters accept
-        // its token is theirs to say (the default first, so that a token
-        // every cluster accepts names the default's user), and the default
-        // down takes none of the others away.
-        let across = across_clusters(&req, state.clusters.named());
-        if across {
-            req.extensions_mut().insert(crate::cluster::Across);
-        }
-        let chosen = req
-            .extensions()
-            .get::<ClusterOf>()
-            .filter(|_| !across)
-            .map(|c| c.authorizer().clone());
-        let reviewers: Vec<_> = match (chosen, state.auth.reviews_tokens()) {
-            (Some(one), _) => vec![one],
-            (None, true) => {
-                let default = req
-                    .extensions()
-                    .get::<ClusterOf>()
-                    .map(|c| c.authorizer().clone());
-                default
-                    .iter()
-                    .cloned()
-                    .chain(
-                        state
-                            .clusters
-                            .all()
-                            .iter()
-                            .map(|c| c.authorizer().clone())
-                            .filter(|a| {
-                                !default
-                                    .as_ref()
-                                    .is_some_and(|d| std::sync::Arc::ptr_eq(d, a))
-                            }),
-                    )
-                    .collect()
-            }
-            (None, false) => vec![state.clusters.all()[0].authorizer().clone()],
-        };
+        let reviewers = reviewers::of(&req, &state);
         let reviews = reviewers.iter().map(|reviews| {
             state
                 .auth
                 .authenticate(req.headers(), req.query_string(), client.as_ref(), reviews)
         });
-        match first_accepted(reviews).await {
+        match reviewers::first_accepted(reviews).await {
             Ok(p) => Some(p),
             Err(err) => {
                 tracing::debug!(path = %req.path(), reason = %err, "request not authenticated");
@@ -384,43 +344,6 @@ async fn checks(
     Ok(res.map_into_boxed_body())
 }
 
-/// The first of `reviews` (one per cluster, in order of preference) to
-/// accept, run at once: a cluster that hangs or is down delays no other's
-/// answer, and a bad token costs one review per cluster, concurrently.
-/// Of those accepted by the time one is, the most preferred names the
-/// principal (reviews the clusters hold within their TTL answer at once,
-/// so a token every cluster knows is the default's user); when none
-/// accepts, the most preferred's refusal is the answer.
-async fn first_accepted<F>(
-    reviews: impl Iterator<Item = F>,
-) -> Result<Principal, crate::auth::Error>
-where
-    F: Future<Output = Result<Principal, crate::auth::Error>>,
-{
-    let mut pending: Vec<Option<Pin<Box<F>>>> = reviews.map(|f| Some(Box::pin(f))).collect();
-    let mut answers: Vec<Option<Result<Principal, crate::auth::Error>>> =
-        pending.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        for (review, answer) in pending.iter_mut().zip(answers.iter_mut()) {
-            if let Some(fut) = review
-                && let Poll::Ready(verdict) = fut.as_mut().poll(cx)
-            {
-                *answer = Some(verdict);
-                *review = None;
-            }
-        }
-        if let Some(at) = answers.iter().position(|a| matches!(a, Some(Ok(_)))) {
-            return Poll::Ready(answers[at].take());
-        }
-        if pending.iter().all(Option::is_none) {
-            return Poll::Ready(answers.iter_mut().find_map(Option::take));
-        }
-        Poll::Pending
-    })
-    .await
-    .unwrap_or_else(|| Err(crate::auth::Error::Setup("no cluster".into())))
-}
-
 /// Routes `req` as if it had been sent to `path` (its query kept), as
 /// actix's own `NormalizePath` rewrites a path before routing.
 fn route_to(req: &mut ServiceRequest, path: &str) {
@@ -438,99 +361,6 @@ fn route_to(req: &mut ServiceRequest, path: &str) {
         req.match_info_mut().get_mut().update(&uri);
         req.head_mut().uri = uri;
     }
-}
-
-/// The `Origin` header, unless absent. `null` (a sandboxed frame, a
-/// `file:` page, some redirects) is an origin like any other: never the
-/// gateway's own, and never listed (`config::Error::NullOrigin`).
-fn origin(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get(header::ORIGIN)
-        .and_then(|v| v.to_str().ok())
-        .filter(|o| !o.is_empty())
-        .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
-}
-
-/// Whether a request is for several clusters at once: `/clusters`, a
-/// stream across clusters (`/stream/R?clusters=...`), or, on a gateway of
-/// several clusters (`several`), `/ws`, whose subscriptions may each name
-/// theirs; at the root.
-fn across_clusters(req: &ServiceRequest, several: bool) -> bool {
-    if req.extensions().contains::<crate::cluster::Prefixed>() {
-        return false;
-    }
-    req.path() == "/clusters"
-        || (several && req.path() == "/ws")
-        || (req.path().starts_with("/stream/") && names_clusters(req.query_string()))
-}
-
-/// Whether a query has a `clusters` key, decoded as the stream's handler
-/// decodes it (`transport::sse`'s `web::Query`), so `%63lusters=` is the
-/// same request here as there. A query that does not decode is refused
-/// by the handler (400) before anything streams.
-fn names_clusters(query: &str) -> bool {
-    actix_web::web::Query::<Vec<(String, String)>>::from_query(query)
-        .is_ok_and(|pairs| pairs.iter().any(|(key, _)| key == "clusters"))
-}
-
-/// The host name a request was sent to, its port aside (the `Host`
-/// header, else HTTP/2's `:authority`): lowercase, without a trailing
-/// dot, an IPv6 address without its brackets. `None` for a request that
-/// names none (an HTTP/1.0 client's; a browser always does).
-fn request_host(req: &ServiceRequest) -> Option<String> {
-    let authority = match req.headers().get(header::HOST) {
-        Some(host) => host.to_str().unwrap_or("?").to_string(),
-        None => req.uri().authority()?.as_str().to_string(),
-    };
-    let host = match authority.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().unwrap_or(rest),
-        None => match authority.rsplit_once(':') {
-            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
-            _ => &authority,
-        },
-    };
-    Some(host.trim_end_matches('.').to_ascii_lowercase())
-}
-
-/// Whether `host` ([`request_host`]) is a loopback name or address
-/// (`localhost` and its subdomains, RFC 6761, which browsers resolve to
-/// loopback themselves), or one of `allowed`.
-fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    host == "localhost"
-        || host.ends_with(".localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-        || allowed.iter().any(|a| a == host)
-}
-
-/// Whether `origin` (`scheme://host[:port]`) names the host the request
-/// was sent to (its `Host` header).
-fn same_origin(origin: &str, headers: &HeaderMap) -> bool {
-    let Some(authority) = origin.split_once("://").map(|(_, a)| a) else {
-        return false;
-    };
-    headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|host| host.eq_ignore_ascii_case(authority))
-}
-
-/// CORS headers for a listed origin: that origin, with credentials.
-fn cors(headers: &mut HeaderMap, origin: Option<&str>) {
-    let Some(value) = origin.and_then(|o| HeaderValue::from_str(o).ok()) else {
-        return;
-    };
-    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
-        HeaderValue::from_static("true"),
-    );
-    headers.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("Retry-After, WWW-Authenticate"),
-    );
-    headers.append(header::VARY, HeaderValue::from_static("Origin"));
 }
 
 /// A response body that holds something until it is dropped: the
@@ -552,60 +382,5 @@ impl<T: Unpin> MessageBody for Holding<T> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, Self::Error>>> {
         Pin::new(&mut self.get_mut().body).poll_next(cx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn same_origin_compares_the_host_header() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::HOST,
-            HeaderValue::from_static("kubefan.example:8080"),
-        );
-        assert!(same_origin("http://kubefan.example:8080", &h));
-        assert!(same_origin("https://KUBEFAN.example:8080", &h));
-        assert!(!same_origin("http://evil.example", &h));
-        assert!(!same_origin("kubefan.example:8080", &h));
-        h.insert(header::ORIGIN, HeaderValue::from_static("null"));
-        assert_eq!(origin(&h).as_deref(), Some("null"));
-        assert!(!same_origin("null", &h));
-    }
-
-    #[test]
-    fn loopback_hosts_and_the_listed_ones_are_allowed() {
-        let host = |value: &'static str| {
-            let req = actix_web::test::TestRequest::default()
-                .insert_header((header::HOST, value))
-                .to_srv_request();
-            request_host(&req).unwrap()
-        };
-        let allowed = ["dash.internal".to_string()];
-        for yes in [
-            "localhost:8080",
-            "LOCALHOST",
-            "app.localhost:8080",
-            "localhost.",
-            "127.0.0.1:8080",
-            "127.1.2.3",
-            "[::1]:8080",
-            "dash.internal:9000",
-        ] {
-            assert!(host_allowed(&host(yes), &allowed), "{yes}");
-        }
-        for no in [
-            "evil.example:8080",
-            "localhost.evil.example",
-            "127.0.0.1.evil.example",
-            "10.0.0.1:8080",
-            "[::2]:8080",
-            "dash.internal.evil",
-            "",
-        ] {
-            assert!(!host_allowed(&host(no), &allowed), "{no}");
-        }
     }
 }
