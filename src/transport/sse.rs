@@ -19,8 +19,9 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
 use super::message::{Message, bookmark_object, event_json, reset_status};
+use super::stream::ChunkSource;
 use super::stream::{BatchSource, Chunk, Framed, Framing, Stream};
-use super::{ChunkSource, access_log, parse_position, parse_stream_query, subscribe, takeover};
+use super::{access_log, parse_position, parse_stream_query, subscribe, takeover};
 use crate::auth::{self, Principal, Verb};
 use crate::cluster::ClusterOf;
 use crate::hub::encode::added_sse;

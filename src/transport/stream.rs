@@ -23,6 +23,23 @@ use crate::hub::encode::ADDED_FRAMING;
 use crate::hub::{Advance, Batchable, Item, ResourceMeta, Step, Subscription};
 use crate::metrics::Transport;
 
+/// A streaming response body produced one chunk at a time. It is polled,
+/// not awaited: a source keeps what it waits for in its fields, so the
+/// writer that polls it is the whole of a stream's task.
+pub trait ChunkSource: Send + Unpin + 'static {
+    /// The next chunk to write, `None` when the stream is over, `Pending`
+    /// (with `cx`'s waker registered) while there is none.
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>>;
+
+    /// The stream's framed subscription, when this source can be written
+    /// in a batch with the others of its view (`takeover::batch`): once it
+    /// has sent everything of its own (a preamble, say), all it sends is
+    /// its subscription's events, framed by the events alone.
+    fn batch(&mut self) -> Option<&mut dyn BatchSource> {
+        None
+    }
+}
+
 /// What a framing needs to know of its stream.
 pub struct Stream<'a> {
     pub meta: &'a ResourceMeta,

@@ -45,8 +45,9 @@ use crate::status::{ApiError, status_json};
 use crate::table::{Clock, partial_object};
 use crate::transport::message::{Ending, Message, bookmark_object, event_json};
 use crate::transport::state::AppState;
+use crate::transport::stream::ChunkSource;
 use crate::transport::stream::{BatchSource, Batched, Chunk, Framed, Framing, Stream};
-use crate::transport::{ChunkSource, takeover};
+use crate::transport::takeover;
 
 /// What a watch serves, and to whom.
 pub struct Watch<'a> {

@@ -19,8 +19,9 @@ use crate::status::ApiError;
 use crate::transport::message::Message;
 use crate::transport::sse::SseFraming;
 use crate::transport::state::AppState;
+use crate::transport::stream::ChunkSource;
 use crate::transport::stream::{BatchSource, Chunk, Framed, Framing, Stream};
-use crate::transport::{ChunkSource, access_log, takeover};
+use crate::transport::{access_log, takeover};
 use serde_json::Value;
 
 /// What a merged SSE stream is opened with.

@@ -30,7 +30,7 @@ use super::pump::{Chunks, Heard, Wire};
 use super::{CorsHeaders, Streams};
 use crate::lifecycle::Lifecycle;
 use crate::limits::Permit;
-use crate::transport::ChunkSource;
+use crate::transport::stream::ChunkSource;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -18,7 +18,7 @@ use super::socket::{Detached, Socket};
 use super::{CorsHeaders, Streams, h2_stream, not_taken_over, socket_of};
 use crate::lifecycle::Lifecycle;
 use crate::limits::Permit;
-use crate::transport::ChunkSource;
+use crate::transport::stream::ChunkSource;
 use actix_web::http::Version;
 use actix_web::http::header::{self, HeaderMap, HeaderName};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, ResponseError};

@@ -36,8 +36,8 @@ use tokio::time::Instant;
 use super::batch::{Batches, Parkable, Tick};
 use super::io::WriteDeadline;
 use crate::lifecycle::Lifecycle;
-use crate::transport::ChunkSource;
 use crate::transport::stream::BatchSource;
+use crate::transport::stream::ChunkSource;
 
 /// What a stream sends: items, then its end.
 pub(crate) trait Source: Send + 'static {
